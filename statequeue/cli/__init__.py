@@ -1,0 +1,1 @@
+"""The command line: parse, call the library, render, map errors to exit codes."""

@@ -1,0 +1,138 @@
+"""The `statequeue` command. Thin: parse, call the library, render, exit.
+
+typer and rich are imported here and nowhere in the library; rich only when
+something is drawn on a terminal (start-up time matters in shell loops).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+
+from statequeue.cli.errors import fail, run_guarded
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.render import emit_json, err, human_bytes, status_text
+from statequeue.exitcodes import ExitCode
+
+app = typer.Typer(
+    name="statequeue",
+    help=(
+        "A resumable, crash-safe work queue for the shell.\n\n"
+        "Example: find . -name '*.pdf' | statequeue enqueue && "
+        "statequeue run -- python worker.py {}"
+    ),
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _global(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+    ctx.obj = {"home": home, "queue": queue}
+
+
+@app.command()
+def enqueue(
+    ctx: typer.Context,
+    items: Annotated[list[str] | None, typer.Argument(help="Items to add.", show_default=False)] = None,
+    null: Annotated[
+        bool, typer.Option("--null", "-0", help="Items on stdin or in --file end with NUL.")
+    ] = False,
+    file: Annotated[
+        str | None,
+        typer.Option("--file", "-f", metavar="PATH", help="Read items from PATH ('-' for stdin)."),
+    ] = None,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+) -> None:
+    """Add items to the queue; items already in it (in any state) are skipped.
+
+    With no ITEM arguments, items are read from stdin (or --file), one per line.
+
+    Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
+    """
+    from statequeue.cli.input import read_items
+
+    texts = read_items(items or [], file=file, null=null)
+    q = open_queue(ctx, home, queue, create=True)
+    result = q.enqueue(texts)
+    if json:
+        emit_json({"added": result.added, "skipped": result.skipped})
+    else:
+        print(f"added {result.added}, skipped {result.skipped} already queued")
+
+
+@app.command()
+def status(
+    ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, queue: QueueOpt = None
+) -> None:
+    """Show counts per state, active runners and recent failures.
+
+    Example: statequeue status --json | jq .counts
+    """
+    q = open_queue(ctx, home, queue, create=False)
+    st = q.status()
+    if json:
+        emit_json(st.to_json())
+    else:
+        print(status_text(st))
+
+
+@app.command()
+def compact(
+    ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, queue: QueueOpt = None
+) -> None:
+    """Rewrite the journal as a snapshot; finished results move to the archive.
+
+    Safe while runners and enqueuers are active. Dedupe still holds afterwards.
+
+    Example: statequeue compact -q crawl
+    """
+    q = open_queue(ctx, home, queue, create=False)
+    r = q.compact()
+    if json:
+        emit_json(
+            {
+                "bytes_before": r.bytes_before,
+                "bytes_after": r.bytes_after,
+                "archived": r.archived,
+                "archive_bytes": r.archive_bytes,
+            }
+        )
+    else:
+        print(
+            f"journal {human_bytes(r.bytes_before)} -> {human_bytes(r.bytes_after)}; "
+            f"archived {r.archived} finished item(s) (archive {human_bytes(r.archive_bytes)})"
+        )
+
+
+from statequeue.cli import run_command  # noqa: E402  # registers `run` on app
+
+_ = run_command
+
+
+def _invoke(argv: Sequence[str]) -> int:
+    command = typer.main.get_command(app)
+    rv = command.main(args=list(argv), prog_name="statequeue", standalone_mode=False)
+    return rv if isinstance(rv, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    code = run_guarded(_invoke, args)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
+
+
+__all__ = ["ExitCode", "app", "fail", "err", "main"]

@@ -1,0 +1,63 @@
+"""Turning exceptions into one line on stderr and a documented exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from statequeue.errors import StateQueueError
+from statequeue.exitcodes import ExitCode
+
+PROG = "statequeue"
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``message`` as one line on stderr; return ``code``."""
+    line = " ".join(str(message).split())
+    sys.stderr.write(f"{PROG}: {line}\n")
+    return code
+
+
+def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> int:
+    """Run the CLI; every expected failure becomes one line and an exit code."""
+    import click
+
+    try:
+        return call(argv)
+    except StateQueueError as exc:
+        return fail(exc.message, int(exc.exit_code))
+    except click.exceptions.NoArgsIsHelp as exc:
+        ctx = exc.ctx
+        if ctx is not None:
+            sys.stdout.write(ctx.get_help() + "\n")
+        return int(ExitCode.USAGE)
+    except click.UsageError as exc:
+        hint = ""
+        if exc.ctx is not None and exc.ctx.command_path:
+            hint = f" (see `{exc.ctx.command_path} --help`)"
+        return fail(f"error: {exc.format_message()}{hint}", int(ExitCode.USAGE))
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return fail("aborted", int(ExitCode.INTERRUPTED_INT))
+    except click.ClickException as exc:
+        return fail(f"error: {exc.format_message()}", int(ExitCode.USAGE))
+    except KeyboardInterrupt:
+        return fail("interrupted", int(ExitCode.INTERRUPTED_INT))
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): not an error of ours.
+        _silence_stdout()
+        return 0
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        return fail(f"error:{where}: {exc.strerror or exc}", int(ExitCode.IO_ERROR))
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass

@@ -1,0 +1,75 @@
+"""Rendering results for people (rich on a terminal, plain text otherwise) and JSON."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from statequeue.durations import format_duration
+from statequeue.models import Status
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(value) + b"\n")
+    sys.stdout.flush()
+
+
+def err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def print_notices(notices: list[str]) -> None:
+    for notice in notices:
+        err(f"statequeue: {notice}")
+
+
+def use_color(stream: Any = None) -> bool:
+    stream = stream or sys.stdout
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def shown(item: str, width: int = 80) -> str:
+    """An item as it can be printed on one line (escapes, undecodable bytes)."""
+    text = item.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def status_text(status: Status) -> str:
+    c = status.counts
+    lines = [
+        f"queue {status.queue}: {status.total} items",
+        "  " + "  ".join(f"{k} {c[k]}" for k in c),
+    ]
+    if status.runners:
+        for r in status.runners:
+            items = ", ".join(str(i) for i in r.running) or "none"
+            lines.append(f"runner: active (pid {r.pid} on {r.host}, running items: {items})")
+    else:
+        lines.append("runner: none active")
+    if status.held:
+        ids = ", ".join(str(i) for i in status.held[:20])
+        lines.append(f"held (poison or on hold): {ids}")
+    if status.recent_failures:
+        lines.append("recent failures:")
+        for f in status.recent_failures:
+            lines.append(f"  #{f.item_id} {shown(f.item, 50)} (attempt {f.attempts}): {f.reason}")
+    return "\n".join(lines)
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+__all__ = ["emit_json", "err", "format_duration", "human_bytes", "shown", "status_text"]

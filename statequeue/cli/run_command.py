@@ -1,0 +1,202 @@
+"""`statequeue run`: the runner's options and its exit code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from statequeue.cli.app import app
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.render import emit_json
+from statequeue.exitcodes import ExitCode
+
+RUN_EPILOG = """\
+Examples:
+
+  statequeue run -- python worker.py {}
+
+  statequeue run -j4 --timeout 10m --retries 3 -- ./fetch.sh {}
+
+  statequeue run --verify 'test -s out/{}.json' -- ./convert {} out/{}.json
+
+  statequeue run --follow -- ./handle {}      (waits for new items until stopped)
+
+  statequeue run --single --max-time 50m -- ./nightly {}    (from cron)
+"""
+
+
+def _duration(value: str | None) -> float | None:
+    from statequeue.durations import parse_duration
+
+    return None if value is None else parse_duration(value)
+
+
+@app.command(
+    epilog=RUN_EPILOG,
+    context_settings={"allow_interspersed_args": False},
+)
+def run(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The command to run per item, after `--`.", show_default=False),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Items to run at once.")] = 1,
+    timeout: Annotated[
+        str | None,
+        typer.Option(help="Per-item time limit, e.g. 30s, 10m: TERM, then KILL after --grace."),
+    ] = None,
+    grace: Annotated[
+        str, typer.Option(help="Wait this long after TERM before KILL (timeouts, stops).")
+    ] = "5s",
+    retries: Annotated[
+        int, typer.Option(help="Retry a failing item up to N times, with exponential backoff.")
+    ] = 0,
+    retry_delay: Annotated[
+        str, typer.Option(help="Backoff before the first retry; doubles each time, with jitter.")
+    ] = "1s",
+    on_interrupted: Annotated[
+        str,
+        typer.Option(
+            help="Items whose runner died: retry (run again), fail, or hold.",
+            metavar="retry|fail|hold",
+        ),
+    ] = "retry",
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            help="Command ({} = item) run before re-running an interrupted item; "
+            "exit 0 records it done without running it again.",
+            metavar="COMMAND",
+        ),
+    ] = None,
+    max_crashes: Annotated[
+        int, typer.Option(help="Hold an item as poison after this many runner crashes.")
+    ] = 3,
+    limit: Annotated[
+        int | None, typer.Option(help="Process at most N items.", metavar="N")
+    ] = None,
+    max_time: Annotated[
+        str | None, typer.Option(help="Take no new items after this long; then exit.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep waiting for new items until a signal.")
+    ] = False,
+    halt_on_failure: Annotated[
+        bool, typer.Option("--halt-on-failure", help="Take no new item after the first failure.")
+    ] = False,
+    single: Annotated[
+        bool,
+        typer.Option("--single", help="Refuse to start (exit 4) if another runner is active."),
+    ] = False,
+    stdin: Annotated[
+        bool, typer.Option("--stdin", help="Feed the item on the child's stdin.")
+    ] = False,
+    live: Annotated[
+        bool | None,
+        typer.Option(
+            "--live/--no-live",
+            help="Show the children's output as it comes [default: on with -j1 on a terminal].",
+            show_default=False,
+        ),
+    ] = None,
+    log_limit: Annotated[
+        int, typer.Option(help="Keep at most this many bytes of output per attempt.")
+    ] = 1 << 20,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+) -> int:
+    """Run COMMAND once per pending item, recording each result before the next.
+
+    Every {} in an argument is replaced by the item; without {}, the item is
+    the last argument. Nothing goes through a shell. The child gets
+    STATEQUEUE_ITEM, STATEQUEUE_ID, STATEQUEUE_ATTEMPT, STATEQUEUE_QUEUE and
+    STATEQUEUE_RESULT (a path where it may write a JSON result).
+
+    Example: statequeue run -j4 -- python worker.py {}
+    """
+    from statequeue.cli.progress import live_sink, make_view
+    from statequeue.errors import UsageError
+    from statequeue.models import OnInterrupted
+    from statequeue.runner import RunOptions, Runner, parse_verify
+
+    if not command:
+        raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
+    try:
+        policy = OnInterrupted(on_interrupted)
+    except ValueError:
+        raise UsageError(
+            f"--on-interrupted must be retry, fail or hold, not {on_interrupted!r}"
+        ) from None
+    options = RunOptions(
+        command=tuple(command),
+        jobs=jobs,
+        timeout=_duration(timeout),
+        grace=_duration(grace) or 0.0,
+        retries=retries,
+        retry_delay=_duration(retry_delay) or 0.0,
+        on_interrupted=policy,
+        max_crashes=max_crashes,
+        verify=parse_verify(verify) if verify is not None else (),
+        limit=limit,
+        max_time=_duration(max_time),
+        follow=follow,
+        halt_on_failure=halt_on_failure,
+        single=single,
+        item_on_stdin=stdin,
+        log_limit=log_limit,
+    )
+    q = open_queue(ctx, home, queue, create=False)
+    tty = sys.stderr.isatty()
+    show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty())
+    pending = q.status().counts["pending"]
+    view = make_view(tty=tty and not json, live=show_live, total=pending)
+    runner = Runner(q, options, on_event=view.handle, live=live_sink if show_live else None)
+    runner.install_signal_handlers()
+    try:
+        summary = runner.run()
+    finally:
+        view.close()
+    code = _exit_code(summary)
+    if json:
+        emit_json(
+            {
+                "started": summary.started,
+                "succeeded": summary.succeeded,
+                "failed": summary.failed,
+                "retry_pending": summary.retried,
+                "verified": summary.verified,
+                "interrupted": summary.released,
+                "exit_code": int(code),
+            }
+        )
+    elif not tty:
+        from statequeue.cli.render import err
+
+        err(
+            f"statequeue: ran {summary.started}: {summary.succeeded} ok, {summary.failed} failed"
+            + (f", {summary.verified} verified" if summary.verified else "")
+            + (f", {summary.retried} to retry" if summary.retried else "")
+            + (f", {summary.released} interrupted" if summary.released else "")
+        )
+    return int(code)
+
+
+def _exit_code(summary: object) -> ExitCode:
+    import signal
+
+    from statequeue.runner import RunSummary
+
+    assert isinstance(summary, RunSummary)
+    if summary.stopped_by == signal.SIGINT:
+        return ExitCode.INTERRUPTED_INT
+    if summary.stopped_by is not None:
+        return ExitCode.INTERRUPTED_TERM
+    if summary.failed:
+        return ExitCode.FAILED
+    if summary.started == 0 and summary.verified == 0:
+        return ExitCode.NOTHING_TO_DO
+    return ExitCode.OK

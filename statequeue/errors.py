@@ -1,0 +1,92 @@
+"""Exceptions. One root; each subclass's docstring is its default message."""
+
+from __future__ import annotations
+
+from statequeue.exitcodes import ExitCode
+
+
+class StateQueueError(Exception):
+    """statequeue failed."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str | None = None) -> None:
+        doc = (type(self).__doc__ or "").strip()
+        super().__init__(message or doc)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(StateQueueError):
+    """invalid usage."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InvalidQueueName(UsageError):
+    """invalid queue name."""
+
+
+class ItemTooLarge(UsageError):
+    """item is larger than the size limit."""
+
+
+class InvalidDuration(UsageError):
+    """invalid duration."""
+
+
+class NotFound(StateQueueError):
+    """not found."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class QueueNotFound(NotFound):
+    """no such queue."""
+
+
+class ItemNotFound(NotFound):
+    """no such item."""
+
+
+class DamagedState(StateQueueError):
+    """the queue's files are damaged; run `statequeue fsck`."""
+
+    exit_code = ExitCode.DAMAGED
+
+
+class CorruptJournal(DamagedState):
+    """the journal is corrupt."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(
+            f"{path}: line {line}: {reason}; refusing to open "
+            "(run `statequeue fsck --repair` to salvage the valid records)"
+        )
+
+
+class DurabilityError(StateQueueError):
+    """a write or fsync failed; stopped without acknowledging (the queue stays recoverable)."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+class RunnerActive(StateQueueError):
+    """another runner is active on this queue."""
+
+    exit_code = ExitCode.RUNNER_ACTIVE
+
+
+class LockTimeout(StateQueueError):
+    """the queue is locked by another process."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class ItemNotSettled(UsageError):
+    """the previous work item was neither marked done nor failed."""

@@ -1,0 +1,32 @@
+"""Named exit codes. The README's table is generated from the same names."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit code the CLI uses, in one place."""
+
+    OK = 0
+    """Success: every item this run took succeeded."""
+    FAILED = 1
+    """At least one item failed (after its attempts)."""
+    USAGE = 2
+    """Bad invocation or bad input; nothing was changed."""
+    NOTHING_TO_DO = 3
+    """`run` found no pending item."""
+    RUNNER_ACTIVE = 4
+    """`run --single` and another runner is active on the queue."""
+    DAMAGED = 5
+    """The queue's files are damaged; run `statequeue fsck`."""
+    IO_ERROR = 6
+    """A write or fsync failed (disk full, I/O error); the queue is left recoverable."""
+    NOT_FOUND = 7
+    """The named queue or item does not exist."""
+    LOCKED = 8
+    """The queue stayed locked by another process for longer than the lock timeout."""
+    INTERRUPTED_INT = 130
+    """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
+    INTERRUPTED_TERM = 143
+    """Stopped by SIGTERM; unfinished items run again next time."""

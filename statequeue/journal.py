@@ -1,0 +1,218 @@
+"""One append-only file of checksummed records: scan, repair a torn tail, append.
+
+The journal store keeps its live journal and its archive in this format. A
+``JournalFile`` is not thread-safe and assumes its caller holds the queue lock
+for every call that reads new records or appends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from statequeue import records
+from statequeue.errors import CorruptJournal
+from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
+from statequeue.location import FILE_MODE
+
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TornTail:
+    """Bytes cut from the end of a file on open: a crash mid-append left them."""
+
+    path: str
+    offset: int
+    length: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.path}: repaired a torn tail: cut {self.length} byte(s) at offset "
+            f"{self.offset} (a crash interrupted an append; no acknowledged record was lost)"
+        )
+
+
+def read_from(fd: int, offset: int) -> bytes:
+    """Every byte of ``fd`` from ``offset`` to its end."""
+    parts = []
+    while True:
+        chunk = os.pread(fd, _READ_CHUNK, offset)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        offset += len(chunk)
+
+
+def parse(
+    data: bytes, *, path: str, first_line: int, last_seq: int | None
+) -> tuple[list[records.Record], int, int | None]:
+    """Decode the complete, valid records at the start of ``data``.
+
+    Returns (records, bytes consumed, last seq). Stops at the first line that is
+    incomplete or invalid; raises CorruptJournal when a valid record follows it
+    (damage in the middle, not a torn tail).
+    """
+    out: list[records.Record] = []
+    pos = 0
+    line_no = first_line
+    end = data.rfind(b"\n") + 1
+    decode = records.decode
+    while pos < end:
+        nl = data.index(b"\n", pos)
+        record = decode(data[pos:nl])
+        if record is None or (last_seq is not None and record["seq"] != last_seq + 1):
+            _refuse_if_valid_after(data, nl + 1, path=path, line_no=line_no, record=record)
+            break
+        out.append(record)
+        last_seq = record["seq"]
+        pos = nl + 1
+        line_no += 1
+    return out, pos, last_seq
+
+
+def _refuse_if_valid_after(
+    data: bytes, start: int, *, path: str, line_no: int, record: records.Record | None
+) -> None:
+    for line in data[start:].split(b"\n"):
+        if records.decode(line) is not None:
+            reason = "bad checksum or malformed record" if record is None else "sequence gap"
+            raise CorruptJournal(path, line_no, f"{reason}, followed by valid records")
+
+
+class JournalFile:
+    """An open journal (or archive) file and how far this process has read it."""
+
+    def __init__(self, path: Path, *, ops: FileOps = DEFAULT_OPS) -> None:
+        self.path = path
+        self.ops = ops
+        self.fd = -1
+        self.inode = 0
+        self.offset = 0  # bytes read and applied so far
+        self.lines = 0  # complete records read so far
+        self.last_seq: int | None = None
+
+    def open(self) -> None:
+        """Open the existing file at ``path`` and start reading from its beginning."""
+        self.close()
+        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        self.inode = os.fstat(self.fd).st_ino
+        self.offset = self.lines = 0
+        self.last_seq = None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def replaced(self) -> bool:
+        """True when the path now names another file (compaction replaced it)."""
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return True
+
+    def read_new(self, *, repair: bool) -> tuple[list[records.Record], TornTail | None]:
+        """Records appended since the last call, and a torn tail if one was cut.
+
+        With ``repair`` (the caller holds the lock exclusively), a torn tail is
+        truncated away durably; without it the bytes are left for the writer.
+        """
+        data = read_from(self.fd, self.offset)
+        found, used, last_seq = parse(
+            data, path=str(self.path), first_line=self.lines + 1, last_seq=self.last_seq
+        )
+        self.offset += used
+        self.lines += len(found)
+        self.last_seq = last_seq
+        torn = None
+        if used < len(data):
+            torn = TornTail(str(self.path), self.offset, len(data) - used)
+            if repair:
+                self._cut_to(self.offset, "repairing")
+        return found, torn
+
+    def append(self, batch: Iterable[records.Record], *, sync: bool) -> None:
+        """Number, encode and write ``batch``; fsync when ``sync``.
+
+        The caller must have read every record first (``read_new``). On a failed
+        write or fsync the file is cut back to its last good record and
+        DurabilityError is raised; the fsync is never retried.
+        """
+        seq = 0 if self.last_seq is None else self.last_seq
+        lines = []
+        for record in batch:
+            seq += 1
+            record["seq"] = seq
+            lines.append(records.encode(record))
+        if not lines:
+            return
+        data = b"".join(lines)
+        try:
+            self.ops.write_all(self.fd, data)
+            if sync:
+                self.ops.fsync(self.fd)
+        except OSError as exc:
+            self._cut_after_failure()
+            raise durability_error("appending to", str(self.path), exc) from None
+        self.offset += len(data)
+        self.lines += len(lines)
+        self.last_seq = seq
+
+    def sync(self) -> None:
+        """fsync records appended without ``sync`` (never retried on failure)."""
+        try:
+            self.ops.fsync(self.fd)
+        except OSError as exc:
+            self._cut_after_failure()
+            raise durability_error("fsync of", str(self.path), exc) from None
+
+    def _cut_to(self, size: int, action: str) -> None:
+        try:
+            self.ops.truncate(self.fd, size)
+            self.ops.fsync(self.fd)
+        except OSError as exc:
+            raise durability_error(action, str(self.path), exc) from None
+
+    def _cut_after_failure(self) -> None:
+        # Best effort: drop the unacknowledged bytes so the file ends on a good
+        # record. If even this fails, the next open treats them as a torn tail.
+        try:
+            self.ops.truncate(self.fd, self.offset)
+        except OSError:
+            pass
+
+
+def create_file(path: Path, lines: Iterable[records.Record], *, ops: FileOps) -> None:
+    """Durably write a new file at ``path`` holding ``lines`` (atomic: temp + rename).
+
+    Recipe: temp file in the same folder (O_EXCL, 0600), write, fsync, rename
+    over ``path``, fsync the folder.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = b"".join(records.encode(r) for r in lines)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    except FileExistsError:
+        os.unlink(tmp)  # left by a crashed run of this same pid; never a live file
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        try:
+            ops.write_all(fd, payload)
+            ops.fsync(fd)
+        finally:
+            os.close(fd)
+        ops.replace(str(tmp), str(path))
+        ops.fsync_dir(str(path.parent))
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise durability_error("writing", str(path), exc) from None
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

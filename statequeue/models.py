@@ -1,0 +1,166 @@
+"""The values the library returns: frozen dataclasses and the item state enum."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+STATUS_SCHEMA = 1
+
+
+class ItemState(str, Enum):
+    """Where an item is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    HELD = "held"
+
+
+class OnInterrupted(str, Enum):
+    """What recovery does with an item whose runner died while it ran."""
+
+    RETRY = "retry"
+    FAIL = "fail"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """How many of the offered items were added, and how many were already there."""
+
+    added: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """Who is running items: recorded once per runner, never the environment."""
+
+    runner_id: str
+    pid: int
+    host: str
+    boot_id: str
+    started_at: float
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An item claimed by one runner for one attempt."""
+
+    item_id: int
+    item: str
+    attempt: int
+    runner_id: str
+    interrupted: bool = False
+    """The previous attempt died with its runner: a verify hook may settle it."""
+    inherit_fds: tuple[int, ...] = ()
+    """File descriptors a child process must inherit while it runs the item.
+
+    The journal store passes its claim lock here: the lock stays held while the
+    child (or anything it forks) lives, so recovery never runs a second copy.
+    """
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt, as recorded durably."""
+
+    ok: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    duration: float = 0.0
+    stderr_tail: str = ""
+    reason: str = ""
+    result: Any = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The last failure of an item, for status displays."""
+
+    item_id: int
+    item: str
+    attempts: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ActiveRunner:
+    """A runner that is alive now."""
+
+    runner_id: str
+    pid: int
+    host: str
+    started_at: float
+    running: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Status:
+    """Counts per state and what is going on in one queue."""
+
+    queue: str
+    counts: dict[str, int]
+    runners: tuple[ActiveRunner, ...] = ()
+    recent_failures: tuple[Failure, ...] = ()
+    held: tuple[int, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "queue": self.queue,
+            "counts": dict(self.counts),
+            "total": self.total,
+            "runner_active": bool(self.runners),
+            "runners": [
+                {
+                    "runner_id": r.runner_id,
+                    "pid": r.pid,
+                    "host": r.host,
+                    "started_at": r.started_at,
+                    "running": list(r.running),
+                }
+                for r in self.runners
+            ],
+            "recent_failures": [
+                {"id": f.item_id, "item": f.item, "attempts": f.attempts, "reason": f.reason}
+                for f in self.recent_failures
+            ],
+            "held": list(self.held),
+        }
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """Sizes of the journal before and after compaction, and what was archived."""
+
+    bytes_before: int
+    bytes_after: int
+    archived: int
+    archive_bytes: int
+
+
+@dataclass(frozen=True)
+class TornTailNotice:
+    """A torn tail repaired on open: a message for the user, nothing lost."""
+
+    message: str
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery did with items left in flight by dead runners."""
+
+    retried: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)

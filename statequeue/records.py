@@ -1,0 +1,74 @@
+"""The journal's record format: one JSON object per line, checksummed.
+
+A record is the orjson encoding of a dict with a ``seq`` field, with a CRC32
+of those bytes appended as a last ``crc`` field::
+
+    {"seq":7,"t":"enq","id":3,"item":"a.pdf","crc":"1c291ca3"}
+
+The line stays valid JSON (so ``jq`` reads the journal), and the checksum
+covers exactly the bytes before it, so checking it costs no re-encoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import zlib
+from typing import Any
+
+import orjson
+
+_CRC_PREFIX = b',"crc":"'
+_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + 2  # ,"crc":"xxxxxxxx"}
+_HEX = frozenset(b"0123456789abcdef")
+
+Record = dict[str, Any]
+
+
+def encode(record: Record) -> bytes:
+    """Encode one record (which must hold ``seq``) as a checksummed line."""
+    raw = orjson.dumps(record)
+    return b"%s%s%08x\"}\n" % (raw[:-1], _CRC_PREFIX, zlib.crc32(raw))
+
+
+def decode(line: bytes) -> Record | None:
+    """Decode one line (without its newline). Returns None unless it is intact."""
+    if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:-10] != _CRC_PREFIX:
+        return None
+    if line[-2:] != b'"}':
+        return None
+    digits = line[-10:-2]
+    if not _HEX.issuperset(digits):
+        return None
+    raw = line[:-_SUFFIX_LEN] + b"}"
+    if zlib.crc32(raw) != int(digits, 16):
+        return None
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or type(record.get("seq")) is not int:
+        return None
+    return record
+
+
+def item_fields(item: str) -> Record:
+    """The JSON fields that store ``item``.
+
+    Text that is valid UTF-8 is stored as ``item``. Anything else (file names
+    read from stdin may hold arbitrary bytes; they arrive here as surrogate
+    escapes) is stored losslessly as base64 in ``itemx``.
+    """
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError:
+        return {"itemx": base64.b64encode(os.fsencode(item)).decode("ascii")}
+    return {"item": item}
+
+
+def item_text(record: Record) -> str:
+    """The item stored in ``record`` by ``item_fields``."""
+    text = record.get("item")
+    if isinstance(text, str):
+        return text
+    return os.fsdecode(base64.b64decode(record["itemx"]))

@@ -1,0 +1,414 @@
+"""The runner: claim items, run the command for each, record every result.
+
+One loop, no threads: it waits on the children's pidfds and pipes, a wakeup
+pipe for signals, and the nearest deadline (a timeout, a kill after the grace
+period, a retry coming due, a poll for new items with ``follow``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import selectors
+import shlex
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from statequeue.errors import UsageError
+from statequeue.identity import new_runner
+from statequeue.jobs import Job, JobSpec, OutputSink, build_argv, child_env
+from statequeue.models import (
+    Claim,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+    RunnerInfo,
+)
+from statequeue.queue import Queue
+
+FOLLOW_POLL = 0.25  # seconds between checks for new items while following
+IDLE_TICK = 1.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything ``statequeue run`` can be told. Durations are in seconds."""
+
+    command: tuple[str, ...]
+    jobs: int = 1
+    timeout: float | None = None
+    grace: float = 5.0
+    retries: int = 0
+    retry_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    on_interrupted: OnInterrupted = OnInterrupted.RETRY
+    max_crashes: int = 3
+    verify: tuple[str, ...] = ()
+    limit: int | None = None
+    max_time: float | None = None
+    follow: bool = False
+    halt_on_failure: bool = False
+    single: bool = False
+    item_on_stdin: bool = False
+    log_limit: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise UsageError("no command given: use `statequeue run -- COMMAND [ARG]...`")
+        if self.jobs < 1:
+            raise UsageError("--jobs must be at least 1")
+        if self.retries < 0 or self.max_crashes < 1:
+            raise UsageError("--retries must be >= 0 and --max-crashes >= 1")
+        if self.limit is not None and self.limit < 0:
+            raise UsageError("--limit must be >= 0")
+
+
+@dataclass(frozen=True)
+class ItemStarted:
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class ItemFinished:
+    claim: Claim
+    outcome: Outcome
+    state: ItemState
+    log_path: Path | None = None
+    verified: bool = False
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should read (a warning, a recovery)."""
+
+    text: str
+
+
+RunEvent = ItemStarted | ItemFinished | Notice
+
+
+@dataclass
+class RunSummary:
+    """What one ``run`` did."""
+
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    verified: int = 0
+    released: int = 0
+    stopped_by: int | None = None
+    outcomes: list[tuple[int, ItemState]] = field(default_factory=list)
+
+    @property
+    def settled(self) -> int:
+        return self.succeeded + self.failed + self.verified
+
+
+def parse_verify(command: str) -> tuple[str, ...]:
+    """Split a --verify command as a shell would (no shell runs it)."""
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise UsageError(f"invalid --verify command: {exc}") from None
+    if not argv:
+        raise UsageError("--verify needs a command")
+    return argv
+
+
+class Runner:
+    """Runs ``options.command`` for the items of ``queue``."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        options: RunOptions,
+        *,
+        on_event: Callable[[RunEvent], None] | None = None,
+        live: OutputSink | None = None,
+    ) -> None:
+        self.queue = queue
+        self.options = options
+        self.on_event = on_event or (lambda event: None)
+        self.info: RunnerInfo = new_runner(command=options.command)
+        folder = queue.path or Path(".")
+        self.spec = JobSpec(
+            template=options.command,
+            queue=queue.name,
+            log_dir=folder / "logs",
+            log_limit=options.log_limit,
+            item_on_stdin=options.item_on_stdin,
+            live=live,
+        )
+        self.summary = RunSummary()
+        self.jobs: dict[int, Job] = {}
+        self._stop_signal: int | None = None
+        self._stop_count = 0
+        self._taking = True
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+
+    # -- signals ---------------------------------------------------------------
+
+    def request_stop(self, signum: int) -> None:
+        """Stop taking items and stop the children (safe from a signal handler).
+
+        The first call forwards ``signum`` to every child's process group and
+        gives them ``grace`` seconds; a second call kills them at once.
+        """
+        self._stop_count += 1
+        if self._stop_signal is None:
+            self._stop_signal = signum
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        """Route SIGINT and SIGTERM to ``request_stop`` (main thread only)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: self.request_stop(signum))
+
+    # -- main loop ---------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        store = self.queue.store
+        earlier = store.commands()
+        store.register_runner(self.info, exclusive=self.options.single)
+        self._warn_on_command_drift(earlier)
+        deadline = None
+        if self.options.max_time is not None:
+            deadline = time.monotonic() + self.options.max_time
+        try:
+            self._loop(deadline)
+        finally:
+            self._shutdown()
+            store.unregister_runner(self.info.runner_id)
+            self._selector.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        self.summary.stopped_by = self._stop_signal
+        return self.summary
+
+    def _loop(self, deadline: float | None) -> None:
+        while True:
+            self._handle_stop()
+            if self._taking and deadline is not None and time.monotonic() >= deadline:
+                self._taking = False
+                self.on_event(Notice("--max-time reached: taking no new items"))
+            if self._taking:
+                self._fill_slots()
+            if not self.jobs:
+                wait = self._idle_wait()
+                if wait is None:
+                    return
+            else:
+                wait = self._next_deadline()
+            self._wait(wait)
+            self._reap()
+
+    def _may_take(self) -> bool:
+        limit = self.options.limit
+        return limit is None or self.summary.started + self.summary.verified < limit
+
+    def _fill_slots(self) -> None:
+        while len(self.jobs) < self.options.jobs and self._taking and self._may_take():
+            claim = self.queue.claim(
+                self.info,
+                on_interrupted=self.options.on_interrupted,
+                max_crashes=self.options.max_crashes,
+            )
+            if claim is None:
+                return
+            if claim.interrupted and self.options.verify and self._verified(claim):
+                continue
+            self._start(claim)
+
+    def _start(self, claim: Claim) -> None:
+        try:
+            job = Job(claim, self.spec)
+        except OSError as exc:
+            outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
+            self._record(claim, outcome, None)
+            return
+        self.jobs[job.proc.pid] = job
+        self.summary.started += 1
+        if self.options.timeout is not None:
+            job.deadline = job.started + self.options.timeout
+        for fd in job.pipes:
+            self._selector.register(fd, selectors.EVENT_READ, job)
+        if job.pidfd >= 0:
+            self._selector.register(job.pidfd, selectors.EVENT_READ, job)
+        self.on_event(ItemStarted(claim))
+
+    def _verified(self, claim: Claim) -> bool:
+        """Run --verify for an interrupted item; on exit 0 record it done."""
+        import subprocess
+
+        argv = build_argv(self.options.verify, claim.item)
+        env = child_env(claim, self.queue.name, self.spec.log_dir / f"{claim.item_id}.verify")
+        try:
+            code = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                timeout=self.options.timeout or 600,
+                check=False,
+            ).returncode
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.on_event(Notice(f"item {claim.item_id}: --verify could not run: {exc}"))
+            return False
+        if code != 0:
+            return False
+        outcome = Outcome(ok=True, reason="verified: finished before its runner died")
+        state = self.queue.finish(claim, outcome)
+        self.summary.verified += 1
+        self.summary.outcomes.append((claim.item_id, state))
+        self.on_event(ItemFinished(claim, outcome, state, verified=True))
+        return True
+
+    def _idle_wait(self) -> float | None:
+        """How long to sleep with no child running, or None to end the run."""
+        if not self._taking or not self._may_take():
+            return None
+        due = self.queue.store.state.next_due()
+        if due is not None:
+            return max(0.0, min(due - time.time(), IDLE_TICK))
+        if self.options.follow:
+            return FOLLOW_POLL
+        return None
+
+    def _next_deadline(self) -> float:
+        now = time.monotonic()
+        wait = IDLE_TICK
+        for job in self.jobs.values():
+            for t in (job.deadline, job.kill_at):
+                if t is not None:
+                    wait = min(wait, max(0.0, t - now))
+            if job.pidfd < 0:
+                wait = min(wait, 0.05)  # no pidfd on this platform: poll
+        return wait
+
+    def _wait(self, timeout: float) -> None:
+        for key, _ in self._selector.select(timeout):
+            job = key.data
+            if job is None:
+                _drain_pipe(self._wake_r)
+            elif key.fd in job.pipes and not job.read(key.fd):
+                self._selector.unregister(key.fd)
+                del job.pipes[key.fd]
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        finished: list[Job] = []
+        for job in self.jobs.values():
+            if job.exited():
+                finished.append(job)
+            elif job.kill_at is not None and now >= job.kill_at:
+                job.signal_group(signal.SIGKILL)
+            elif job.deadline is not None and now >= job.deadline and not job.stop_reason:
+                job.stop_reason = "timeout"
+                job.signal_group(signal.SIGTERM)
+                job.kill_at = now + self.options.grace
+        if not finished:
+            return
+        results = []
+        for job in finished:
+            del self.jobs[job.proc.pid]
+            for fd in [*job.pipes, job.pidfd]:
+                if fd >= 0 and fd in self._selector.get_map():
+                    self._selector.unregister(fd)
+            results.append((job, job.finish()))
+        self._record_batch(results)
+
+    def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
+        # Group commit: every end record is written, then one fsync covers
+        # them all; nothing is reported, and no slot refilled, before it.
+        store = self.queue.store
+        events = []
+        for job, outcome in results:
+            if job.stop_reason == "stopped" and not outcome.ok:
+                store.release(job.claim, f"interrupted: runner stopped by signal {self._stop_signal}")
+                self.summary.released += 1
+                continue
+            events.append(self._record(job.claim, outcome, job, sync=False))
+        store.sync()
+        for event in events:
+            self.on_event(event)
+
+    def _record(
+        self, claim: Claim, outcome: Outcome, job: Job | None, *, sync: bool = True
+    ) -> ItemFinished:
+        retry_at = None
+        if not outcome.ok and claim.attempt <= self.options.retries:
+            retry_at = time.time() + self._backoff(claim.attempt)
+        state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
+        if state is ItemState.DONE:
+            self.summary.succeeded += 1
+        elif state is ItemState.PENDING:
+            self.summary.retried += 1
+        else:
+            self.summary.failed += 1
+            if self.options.halt_on_failure and self._taking:
+                self._taking = False
+        self.summary.outcomes.append((claim.item_id, state))
+        log = job.log_path if job is not None and job.log_path.exists() else None
+        event = ItemFinished(claim, outcome, state, log_path=log)
+        if sync:
+            self.on_event(event)
+        return event
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.options.retry_max_delay, self.options.retry_delay * 2 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.0)  # noqa: S311  # jitter, not security
+
+    # -- stopping ------------------------------------------------------------------
+
+    def _handle_stop(self) -> None:
+        if self._stop_signal is None:
+            return
+        if self._taking:
+            self._taking = False
+            now = time.monotonic()
+            for job in self.jobs.values():
+                job.stop_reason = job.stop_reason or "stopped"
+                job.signal_group(self._stop_signal)
+                job.kill_at = now + self.options.grace
+        if self._stop_count > 1:
+            for job in self.jobs.values():
+                job.signal_group(signal.SIGKILL)
+
+    def _shutdown(self) -> None:
+        """On an unexpected error: kill children and give their items back."""
+        for job in list(self.jobs.values()):
+            job.signal_group(signal.SIGKILL)
+            job.proc.wait()
+            job.close()
+            try:
+                self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
+            except Exception:  # noqa: BLE001  # recovery will find it anyway
+                pass
+        self.jobs.clear()
+
+    def _warn_on_command_drift(self, earlier: list[list[str]]) -> None:
+        if earlier and tuple(earlier[-1]) != self.options.command:
+            self.on_event(
+                Notice(
+                    "warning: this queue was last run with a different command: "
+                    f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
+                )
+            )
+
+
+def _drain_pipe(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass

@@ -1,0 +1,377 @@
+"""The store interface, and the logic every record-based store shares.
+
+Nothing above this module may assume files, flock or a single host: a
+PostgreSQL store will implement the same ``Store`` methods.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError
+from statequeue.models import (
+    ActiveRunner,
+    Claim,
+    CompactResult,
+    EnqueueResult,
+    Failure,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+    RecoveryReport,
+    RunnerInfo,
+    Status,
+)
+from statequeue.records import Record, item_fields
+from statequeue.state import LiveItem, QueueState
+
+ENQUEUE_BATCH = 20_000
+RECENT_FAILURES = 5
+
+
+class Store(ABC):
+    """A queue's durable state. Every method is atomic with respect to other
+    processes using the same queue; none prints or exits."""
+
+    name: str
+
+    @abstractmethod
+    def enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        """Add the items not already in the queue (same text, in any state, even
+        archived), in order. Durable before it returns. An empty sequence adds 0."""
+
+    @abstractmethod
+    def claim(
+        self,
+        runner: RunnerInfo,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> Claim | None:
+        """Recover items whose runner died, then atomically claim the lowest-id
+        due pending item for ``runner`` and record its start. Returns None when
+        no item is due (an empty queue returns None)."""
+
+    @abstractmethod
+    def finish(
+        self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
+    ) -> ItemState:
+        """Record the attempt's outcome, durably (fsync) when ``sync``, before
+        returning the item's new state. ``retry_at`` puts a failed item back as
+        pending, due at that wall-clock time. Releases the claim."""
+
+    @abstractmethod
+    def release(self, claim: Claim, reason: str) -> None:
+        """Give a claimed item back as pending without counting a crash (the
+        runner was stopped by a signal). Releases the claim."""
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Make every record written so far durable (for group commit)."""
+
+    @abstractmethod
+    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        """Record that ``runner`` is active until ``unregister_runner`` or its death.
+        With ``exclusive``, atomically refuse (RunnerActive) if another is alive."""
+
+    @abstractmethod
+    def unregister_runner(self, runner_id: str) -> None:
+        """Record that the runner stopped cleanly."""
+
+    @abstractmethod
+    def active_runners(self) -> list[ActiveRunner]:
+        """Runners that are alive now (a dead runner is never listed)."""
+
+    @abstractmethod
+    def status(self) -> Status:
+        """Counts per state, live runners, recent failures and held items."""
+
+    @abstractmethod
+    def compact(self) -> CompactResult:
+        """Rewrite the state as a snapshot, moving finished results to an archive.
+        Safe while other processes use the queue."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource; claims still held are left to recovery."""
+
+    @abstractmethod
+    def notices(self) -> list[str]:
+        """Messages for the user gathered since the last call (torn tails repaired)."""
+
+
+class RecordStore(Store):
+    """Store logic over a ``QueueState``: subclasses persist records and tell
+    whether a claim is still held by a live process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = QueueState()
+        self._notices: list[str] = []
+
+    # -- what a backend provides ---------------------------------------------
+
+    @abstractmethod
+    def _locked(self) -> AbstractContextManager[QueueState]:
+        """Hold the queue exclusively, with ``state`` brought up to date."""
+
+    @abstractmethod
+    def _write(self, batch: list[Record], *, sync: bool) -> None:
+        """Persist ``batch`` (fsync when ``sync``), then apply it to ``state``."""
+
+    @abstractmethod
+    def _claim_free(self, item: LiveItem) -> bool:
+        """True when no live process (runner or its children) holds ``item``'s claim."""
+
+    @abstractmethod
+    def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
+        """Hold ``item_id``'s claim; returns fds to inherit, or None if held elsewhere."""
+
+    @abstractmethod
+    def _drop_claim(self, item_id: int) -> None:
+        """Stop holding ``item_id``'s claim."""
+
+    @abstractmethod
+    def _runner_alive(self, runner_id: str) -> bool:
+        """True when the runner is alive (or this process is it)."""
+
+    def _known_keys(self, state: QueueState) -> dict[str, int]:
+        """Every item text ever enqueued (subclasses add archived ones lazily)."""
+        return state.keys
+
+    # -- the contract --------------------------------------------------------
+
+    def enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        added = skipped = 0
+        for start in range(0, max(len(items), 1), ENQUEUE_BATCH):
+            batch = items[start : start + ENQUEUE_BATCH]
+            with self._locked() as state:
+                keys = self._known_keys(state)
+                records: list[Record] = []
+                fresh: set[str] = set()
+                next_id = state.next_id
+                for text in batch:
+                    if text in keys or text in fresh:
+                        skipped += 1
+                        continue
+                    fresh.add(text)
+                    records.append({"t": "enq", "id": next_id, **item_fields(text)})
+                    next_id += 1
+                self._write(records, sync=True)
+                added += len(records)
+        return EnqueueResult(added=added, skipped=skipped)
+
+    def claim(
+        self,
+        runner: RunnerInfo,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> Claim | None:
+        with self._locked() as state:
+            self._recover(state, on_interrupted, max_crashes)
+            while True:
+                item = state.next_pending(time.time())
+                if item is None:
+                    return None
+                fds = self._take_claim(item.id)
+                if fds is not None:
+                    break
+                # A process from an earlier attempt still holds the claim:
+                # leave the item alone until it is gone (promise 4).
+                self._write([_recovered(item, ItemState.RUNNING, "claim still held")], sync=False)
+            attempt = item.attempts + 1
+            interrupted = item.interrupted
+            self._write(
+                [{"t": "start", "id": item.id, "attempt": attempt, "runner": runner.runner_id}],
+                sync=False,
+            )
+            return Claim(
+                item_id=item.id,
+                item=item.text,
+                attempt=attempt,
+                runner_id=runner.runner_id,
+                inherit_fds=fds,
+                interrupted=interrupted,
+            )
+
+    def recover(
+        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+    ) -> RecoveryReport:
+        """Apply the policy to items whose runner (and its children) are gone."""
+        with self._locked() as state:
+            return self._recover(state, on_interrupted, max_crashes)
+
+    def _recover(
+        self, state: QueueState, policy: OnInterrupted, max_crashes: int
+    ) -> RecoveryReport:
+        report = RecoveryReport()
+        for item in state.running():
+            if not self._claim_free(item):
+                continue
+            crashes = item.crashes + 1
+            if policy is OnInterrupted.FAIL:
+                target, bucket = ItemState.FAILED, report.failed
+            elif policy is OnInterrupted.HOLD or crashes >= max_crashes:
+                target, bucket = ItemState.HELD, report.held
+            else:
+                target, bucket = ItemState.PENDING, report.retried
+            reason = f"interrupted: its runner died during attempt {item.attempts}"
+            if target is ItemState.HELD and policy is OnInterrupted.RETRY:
+                reason = f"poison: in flight during {crashes} runner crashes; held"
+            rec = _recovered(item, target, reason)
+            rec["crashes"] = crashes
+            self._write([rec], sync=False)
+            bucket.append(item.id)
+        return report
+
+    def finish(
+        self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
+    ) -> ItemState:
+        with self._locked() as state:
+            item = self._claimed_item(state, claim)
+            if outcome.ok:
+                target = ItemState.DONE
+            else:
+                target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
+            rec = _end_record(claim, outcome, target)
+            if retry_at is not None and not outcome.ok:
+                rec["retry_at"] = retry_at
+            self._write([rec], sync=sync)
+            del item  # the record is applied; the item may be gone from state
+            self._drop_claim(claim.item_id)
+            return target
+
+    def release(self, claim: Claim, reason: str) -> None:
+        with self._locked() as state:
+            item = self._claimed_item(state, claim)
+            self._write([_recovered(item, ItemState.PENDING, reason)], sync=True)
+            self._drop_claim(claim.item_id)
+
+    def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
+        item = state.items.get(claim.item_id)
+        if (
+            item is None
+            or item.state is not ItemState.RUNNING
+            or item.runner != claim.runner_id
+            or item.attempts != claim.attempt
+        ):
+            raise StateQueueError(
+                f"item {claim.item_id} is no longer claimed by runner {claim.runner_id}"
+            )
+        return item
+
+    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        with self._locked() as state:
+            others = [r for r in self._active_runners(state) if r.runner_id != runner.runner_id]
+            if exclusive and others:
+                r = others[0]
+                raise RunnerActive(
+                    f"another runner is active on queue {self.name!r} "
+                    f"(pid {r.pid} on {r.host}); not starting"
+                )
+            self._write([_runner_record(runner)], sync=False)
+
+    def unregister_runner(self, runner_id: str) -> None:
+        with self._locked():
+            self._write([{"t": "stop", "runner": runner_id}], sync=True)
+
+    def active_runners(self) -> list[ActiveRunner]:
+        with self._locked() as state:
+            return self._active_runners(state)
+
+    def _active_runners(self, state: QueueState) -> list[ActiveRunner]:
+        running: dict[str, list[int]] = {}
+        for item in state.running():
+            running.setdefault(item.runner, []).append(item.id)
+        return [
+            ActiveRunner(
+                runner_id=rid,
+                pid=rec.get("pid", 0),
+                host=rec.get("host", ""),
+                started_at=rec.get("since", 0.0),
+                running=tuple(sorted(running.get(rid, ()))),
+            )
+            for rid, rec in state.runners.items()
+            if self._runner_alive(rid)
+        ]
+
+    def status(self) -> Status:
+        with self._locked() as state:
+            failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
+            return Status(
+                queue=self.name,
+                counts={s.value: n for s, n in state.counts.items()},
+                runners=tuple(self._active_runners(state)),
+                recent_failures=tuple(
+                    Failure(i.id, i.text, i.attempts, i.reason) for i in failed[:RECENT_FAILURES]
+                ),
+                held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
+            )
+
+    def commands(self) -> list[list[str]]:
+        """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
+        with self._locked() as state:
+            return [list(c) for c in state.commands]
+
+    def item(self, item_id: int) -> LiveItem:
+        """A live (not yet done) item by id."""
+        with self._locked() as state:
+            item = state.items.get(item_id)
+            if item is None:
+                raise ItemNotFound(f"no live item with id {item_id} in queue {self.name!r}")
+            return item
+
+    def notices(self) -> list[str]:
+        out, self._notices = self._notices, []
+        return out
+
+
+def _recovered(item: LiveItem, target: ItemState, reason: str) -> Record:
+    rec: Record = {
+        "t": "intr",
+        "id": item.id,
+        "attempt": item.attempts,
+        "state": target.value,
+        "reason": reason,
+    }
+    if target is ItemState.PENDING and reason.startswith("interrupted"):
+        rec["crashed"] = True
+    return rec
+
+
+def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:
+    rec: Record = {
+        "t": "end",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "state": target.value,
+        "ok": outcome.ok,
+        "dur": round(outcome.duration, 6),
+    }
+    optional: dict[str, Any] = {
+        "exit": outcome.exit_code,
+        "sig": outcome.signal,
+        "err": outcome.stderr_tail,
+        "reason": outcome.reason,
+        "result": outcome.result,
+        "timeout": outcome.timed_out or None,
+    }
+    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    return rec
+
+
+def _runner_record(runner: RunnerInfo) -> Record:
+    return {
+        "t": "run",
+        "runner": runner.runner_id,
+        "pid": runner.pid,
+        "host": runner.host,
+        "boot": runner.boot_id,
+        "since": runner.started_at,
+        "cmd": list(runner.command),
+    }

@@ -1,0 +1,287 @@
+"""The local store: an append-only journal in one folder per queue.
+
+Layout of a queue folder (0700; files 0600)::
+
+    journal.jsonl   live records: a snapshot header, then events since
+    archive.jsonl   results of finished items moved out by compaction
+    lock            flock'd for every read-modify-write; never renamed
+    claims/ID.lock  held by the runner of item ID and inherited by its child
+    runners/ID.lock held by a live runner for its whole life
+    logs/           per-item output
+
+Liveness is told by flock, not by pid: the kernel drops a lock when the last
+process holding it dies, so a claim is free exactly when the runner and every
+child that inherited the claim are gone (promises 3 and 4).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from statequeue.errors import DamagedState, DurabilityError, QueueNotFound, UsageError
+from statequeue.fileio import DEFAULT_OPS, FileOps
+from statequeue.journal import JournalFile, create_file
+from statequeue.location import FILE_MODE, ensure_dir
+from statequeue.models import CompactResult, RunnerInfo
+from statequeue.records import Record, item_text
+from statequeue.state import LiveItem, QueueState
+from statequeue.store.base import RecordStore
+from statequeue.store.compaction import compact_journal
+
+JOURNAL = "journal.jsonl"
+ARCHIVE = "archive.jsonl"
+LOCK = "lock"
+
+
+class JournalStore(RecordStore):
+    """A queue kept in ``folder`` as a checksummed JSON-lines journal."""
+
+    def __init__(self, folder: Path, *, create: bool, ops: FileOps = DEFAULT_OPS) -> None:
+        super().__init__(folder.name)
+        self.folder = folder
+        self.ops = ops
+        self.journal = JournalFile(folder / JOURNAL, ops=ops)
+        self._claims: dict[int, int] = {}
+        self._runner_locks: dict[str, int] = {}
+        self._archived_keys = False
+        self._broken: DurabilityError | None = None
+        self._lock_fd = -1
+        if not (folder / JOURNAL).exists() and not create:
+            raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
+        self._prepare(create)
+
+    # -- opening ---------------------------------------------------------------
+
+    def _prepare(self, create: bool) -> None:
+        if create and ensure_dir(self.folder):
+            self.ops.fsync_dir(str(self.folder.parent))
+        for sub in ("claims", "runners", "logs"):
+            ensure_dir(self.folder / sub)
+        try:
+            self._lock_fd = os.open(
+                self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot open {self.folder / LOCK}: {exc.strerror}") from None
+        with self._flock():
+            path = self.folder / JOURNAL
+            if not path.exists() or path.stat().st_size == 0:
+                # A new queue, or one whose creation crashed before its header
+                # was written: nothing was ever acknowledged in it.
+                create_file(path, [_header(seq=1)], ops=self.ops)
+            self._reload()
+
+    @contextmanager
+    def _flock(self) -> Iterator[None]:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _reload(self) -> None:
+        self.journal.open()
+        self.state.reset()
+        self._archived_keys = False
+        self._catch_up()
+        if self.state.next_id == 1 and self.journal.lines == 0:
+            raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
+
+    def _catch_up(self) -> None:
+        found, torn = self.journal.read_new(repair=True)
+        apply = self.state.apply
+        for record in found:
+            apply(record)
+        if torn is not None:
+            self._notices.append(torn.describe())
+
+    # -- RecordStore hooks -----------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[QueueState]:
+        if self._broken is not None:
+            raise self._broken
+        with self._flock():
+            if self.journal.replaced():
+                self._reload()  # compaction by another process replaced the file
+            else:
+                self._catch_up()
+            yield self.state
+
+    def _write(self, batch: list[Record], *, sync: bool) -> None:
+        if not batch:
+            return
+        try:
+            self.journal.append(batch, sync=sync)
+        except DurabilityError as exc:
+            self._broken = exc  # never retry: this store refuses further work
+            raise
+        apply = self.state.apply
+        for record in batch:
+            apply(record)
+
+    def sync(self) -> None:
+        with self._flock():
+            try:
+                self.journal.sync()
+            except DurabilityError as exc:
+                self._broken = exc
+                raise
+
+    def _claim_path(self, item_id: int) -> Path:
+        return self.folder / "claims" / f"{item_id}.lock"
+
+    def _claim_free(self, item: LiveItem) -> bool:
+        if item.id in self._claims:
+            return False
+        return _lock_is_free(self._claim_path(item.id))
+
+    def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
+        fd = _try_lock(self._claim_path(item_id), create=True)
+        if fd is None:
+            return None
+        self._claims[item_id] = fd
+        return (fd,)
+
+    def _drop_claim(self, item_id: int) -> None:
+        fd = self._claims.pop(item_id, None)
+        if fd is None:
+            return
+        try:
+            os.unlink(self._claim_path(item_id))
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+    def _runner_alive(self, runner_id: str) -> bool:
+        if runner_id in self._runner_locks:
+            return True
+        return not _lock_is_free(self.folder / "runners" / f"{runner_id}.lock")
+
+    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        path = self.folder / "runners" / f"{runner.runner_id}.lock"
+        fd = _try_lock(path, create=True)
+        if fd is None:
+            raise UsageError(f"runner id {runner.runner_id} is already in use")
+        self._runner_locks[runner.runner_id] = fd
+        try:
+            super().register_runner(runner, exclusive=exclusive)
+        except BaseException:
+            del self._runner_locks[runner.runner_id]
+            os.unlink(path)
+            os.close(fd)
+            raise
+
+    def unregister_runner(self, runner_id: str) -> None:
+        super().unregister_runner(runner_id)
+        fd = self._runner_locks.pop(runner_id, None)
+        if fd is not None:
+            try:
+                os.unlink(self.folder / "runners" / f"{runner_id}.lock")
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def _known_keys(self, state: QueueState) -> dict[str, int]:
+        if not self._archived_keys:
+            # Dedupe must hold for items compaction moved out: load their keys
+            # once, only when something is enqueued.
+            for record in read_archive(self.folder / ARCHIVE, state.archive_size):
+                state.keys.setdefault(item_text(record), record["id"])
+            self._archived_keys = True
+        return state.keys
+
+    # -- compaction --------------------------------------------------------------
+
+    def compact(self) -> CompactResult:
+        with self._locked() as state:
+            result = compact_journal(
+                journal=self.journal,
+                archive_path=self.folder / ARCHIVE,
+                state=state,
+                ops=self.ops,
+            )
+            self._reload()
+            return result
+
+    def close(self) -> None:
+        for item_id in list(self._claims):
+            os.close(self._claims.pop(item_id))
+        for rid in list(self._runner_locks):
+            os.close(self._runner_locks.pop(rid))
+        self.journal.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def disk_usage(self) -> dict[str, int]:
+        """Sizes in bytes of the journal and the archive."""
+        out = {}
+        for name in (JOURNAL, ARCHIVE):
+            try:
+                out[name] = (self.folder / name).stat().st_size
+            except FileNotFoundError:
+                out[name] = 0
+        return out
+
+
+def read_archive(path: Path, size: int) -> Iterator[Record]:
+    """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""
+    if size == 0:
+        return
+    archive = JournalFile(path)
+    try:
+        archive.open()
+    except FileNotFoundError:
+        raise DamagedState(f"{path} is missing but the journal refers to it") from None
+    try:
+        found, _ = archive.read_new(repair=False)
+        if archive.offset < size:
+            raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
+        for record in found:
+            if record.get("t") == "arch":
+                yield record
+    finally:
+        archive.close()
+
+
+def _header(*, seq: int) -> Record:
+    return {
+        "seq": seq,
+        "t": "snap",
+        "v": 1,
+        "next_id": 1,
+        "archived": 0,
+        "archive_size": 0,
+        "watermark": 0,
+    }
+
+
+def _try_lock(path: Path, *, create: bool) -> int | None:
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    fd = os.open(path, flags, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
+def _lock_is_free(path: Path) -> bool:
+    """True when nobody holds a flock on ``path`` (a missing file is free)."""
+    try:
+        fd = _try_lock(path, create=False)
+    except FileNotFoundError:
+        return True
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
