@@ -124,7 +124,7 @@ class Job:
                 env=child_env(self.claim, self.spec.queue, self.result_path),
                 pass_fds=self.claim.inherit_fds,
                 start_new_session=True,
-                preexec_fn=self._preexec(),  # noqa: PLW1509  # single-threaded runner
+                preexec_fn=self._preexec(),  # single-threaded runner
             )
         finally:
             if not isinstance(stdin, int):
@@ -231,7 +231,10 @@ class Job:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return {"error": "result file is not valid JSON", "text": raw[:4096].decode(errors="replace")}
+            return {
+                "error": "result file is not valid JSON",
+                "text": raw[:4096].decode(errors="replace"),
+            }
 
     def close(self) -> None:
         self.pipes.clear()
@@ -262,7 +265,7 @@ def _memfile(data: bytes) -> Any:
     """A seekable file holding ``data``, to hand to a child as stdin."""
     import tempfile
 
-    f = tempfile.TemporaryFile()
+    f = tempfile.TemporaryFile()  # noqa: SIM115  # closed by _spawn after Popen
     f.write(data)
     f.seek(0)
     return f

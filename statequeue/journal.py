@@ -7,6 +7,7 @@ for every call that reads new records or appends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ class TornTail:
 
 def read_from(fd: int, offset: int) -> bytes:
     """Every byte of ``fd`` from ``offset`` to its end."""
-    parts = []
+    parts: list[bytes] = []
     while True:
         chunk = os.pread(fd, _READ_CHUNK, offset)
         if not chunk:
@@ -179,10 +180,8 @@ class JournalFile:
     def _cut_after_failure(self) -> None:
         # Best effort: drop the unacknowledged bytes so the file ends on a good
         # record. If even this fails, the next open treats them as a torn tail.
-        try:
+        with contextlib.suppress(OSError):
             self.ops.truncate(self.fd, self.offset)
-        except OSError:
-            pass
 
 
 def create_file(path: Path, lines: Iterable[records.Record], *, ops: FileOps) -> None:
@@ -212,7 +211,5 @@ def create_file(path: Path, lines: Iterable[records.Record], *, ops: FileOps) ->
 
 
 def _unlink_quietly(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

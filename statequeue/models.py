@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 STATUS_SCHEMA = 1
 
 
-class ItemState(str, Enum):
+class ItemState(StrEnum):
     """Where an item is in its life."""
 
     PENDING = "pending"
@@ -20,7 +20,7 @@ class ItemState(str, Enum):
     HELD = "held"
 
 
-class OnInterrupted(str, Enum):
+class OnInterrupted(StrEnum):
     """What recovery does with an item whose runner died while it ran."""
 
     RETRY = "retry"

@@ -1,11 +1,11 @@
 """The library API: ``Queue`` and the ``work()`` loop.
 
-    from statequeue import Queue
+from statequeue import Queue
 
-    queue = Queue("crawl")
-    queue.enqueue(urls)
-    for item in queue.work():
-        item.done(fetch(item.item))
+queue = Queue("crawl")
+queue.enqueue(urls)
+for item in queue.work():
+    item.done(fetch(item.item))
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Record = dict[str, Any]
 def encode(record: Record) -> bytes:
     """Encode one record (which must hold ``seq``) as a checksummed line."""
     raw = orjson.dumps(record)
-    return b"%s%s%08x\"}\n" % (raw[:-1], _CRC_PREFIX, zlib.crc32(raw))
+    return b'%s%s%08x"}\n' % (raw[:-1], _CRC_PREFIX, zlib.crc32(raw))
 
 
 def decode(line: bytes) -> Record | None:

@@ -7,6 +7,7 @@ period, a retry coming due, a poll for new items with ``follow``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import selectors
@@ -163,10 +164,8 @@ class Runner:
         self._stop_count += 1
         if self._stop_signal is None:
             self._stop_signal = signum
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass
 
     def install_signal_handlers(self) -> None:
         """Route SIGINT and SIGTERM to ``request_stop`` (main thread only)."""
@@ -334,7 +333,9 @@ class Runner:
         events = []
         for job, outcome in results:
             if job.stop_reason == "stopped" and not outcome.ok:
-                store.release(job.claim, f"interrupted: runner stopped by signal {self._stop_signal}")
+                store.release(
+                    job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
+                )
                 self.summary.released += 1
                 continue
             events.append(self._record(job.claim, outcome, job, sync=False))
@@ -365,8 +366,9 @@ class Runner:
         return event
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.options.retry_max_delay, self.options.retry_delay * 2 ** (attempt - 1))
-        return base * random.uniform(0.5, 1.0)  # noqa: S311  # jitter, not security
+        growth = 2.0 ** (attempt - 1)
+        base = min(self.options.retry_max_delay, self.options.retry_delay * growth)
+        return base * random.uniform(0.5, 1.0)  # jitter, not security
 
     # -- stopping ------------------------------------------------------------------
 
@@ -390,10 +392,9 @@ class Runner:
             job.signal_group(signal.SIGKILL)
             job.proc.wait()
             job.close()
-            try:
+            # Best effort: if this fails too, recovery finds the item on the next run.
+            with contextlib.suppress(Exception):
                 self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
-            except Exception:  # noqa: BLE001  # recovery will find it anyway
-                pass
         self.jobs.clear()
 
     def _warn_on_command_drift(self, earlier: list[list[str]]) -> None:

@@ -40,7 +40,9 @@ def _global(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) ->
 @app.command()
 def enqueue(
     ctx: typer.Context,
-    items: Annotated[list[str] | None, typer.Argument(help="Items to add.", show_default=False)] = None,
+    items: Annotated[
+        list[str] | None, typer.Argument(help="Items to add.", show_default=False)
+    ] = None,
     null: Annotated[
         bool, typer.Option("--null", "-0", help="Items on stdin or in --file end with NUL.")
     ] = False,
@@ -135,4 +137,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(code)
 
 
-__all__ = ["ExitCode", "app", "fail", "err", "main"]
+__all__ = ["ExitCode", "app", "err", "fail", "main"]

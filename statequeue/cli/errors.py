@@ -22,11 +22,12 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
     """Run the CLI; every expected failure becomes one line and an exit code."""
     import click
 
+    _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
     try:
         return call(argv)
     except StateQueueError as exc:
         return fail(exc.message, int(exc.exit_code))
-    except click.exceptions.NoArgsIsHelp as exc:
+    except _NO_ARGS_IS_HELP as exc:
         ctx = exc.ctx
         if ctx is not None:
             sys.stdout.write(ctx.get_help() + "\n")

@@ -28,9 +28,7 @@ QueueOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def open_queue(
-    ctx: typer.Context, home: str | None, queue: str | None, *, create: bool
-) -> Any:
+def open_queue(ctx: typer.Context, home: str | None, queue: str | None, *, create: bool) -> Any:
     """Open the queue named on the command line (command options win over global ones)."""
     from statequeue.queue import Queue
 

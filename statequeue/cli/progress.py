@@ -46,8 +46,14 @@ class RichView:
 
     def __init__(self, total: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.progress = Progress(
             TextColumn("[progress.description]{task.description}"),

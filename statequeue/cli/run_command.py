@@ -75,9 +75,7 @@ def run(
     max_crashes: Annotated[
         int, typer.Option(help="Hold an item as poison after this many runner crashes.")
     ] = 3,
-    limit: Annotated[
-        int | None, typer.Option(help="Process at most N items.", metavar="N")
-    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Process at most N items.", metavar="N")] = None,
     max_time: Annotated[
         str | None, typer.Option(help="Take no new items after this long; then exit.")
     ] = None,
@@ -121,7 +119,7 @@ def run(
     from statequeue.cli.progress import live_sink, make_view
     from statequeue.errors import UsageError
     from statequeue.models import OnInterrupted
-    from statequeue.runner import RunOptions, Runner, parse_verify
+    from statequeue.runner import Runner, RunOptions, parse_verify
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")

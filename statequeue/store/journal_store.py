@@ -20,7 +20,7 @@ import errno
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from statequeue.errors import DamagedState, DurabilityError, QueueNotFound, UsageError
@@ -152,10 +152,8 @@ class JournalStore(RecordStore):
         fd = self._claims.pop(item_id, None)
         if fd is None:
             return
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(self._claim_path(item_id))
-        except FileNotFoundError:
-            pass
         os.close(fd)
 
     def _runner_alive(self, runner_id: str) -> bool:
@@ -181,10 +179,8 @@ class JournalStore(RecordStore):
         super().unregister_runner(runner_id)
         fd = self._runner_locks.pop(runner_id, None)
         if fd is not None:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(self.folder / "runners" / f"{runner_id}.lock")
-            except FileNotFoundError:
-                pass
             os.close(fd)
 
     def _known_keys(self, state: QueueState) -> dict[str, int]:

@@ -1,0 +1,33 @@
+"""Shared fixtures: every test gets its own STATEQUEUE_HOME under tmp_path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or "statequeue"
+
+
+@pytest.fixture(autouse=True)
+def sq_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private home for the queues of one test (never the user's data dir)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("STATEQUEUE_HOME", str(home))
+    monkeypatch.delenv("STATEQUEUE_QUEUE", raising=False)
+    monkeypatch.delenv("STATEQUEUE_TEST_CRASH", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    return home
+
+
+@pytest.fixture
+def sq_env(sq_home: Path) -> dict[str, str]:
+    """Environment for running the real `statequeue` in a subprocess."""
+    env = dict(os.environ)
+    env["STATEQUEUE_HOME"] = str(sq_home)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
