@@ -110,6 +110,8 @@ class Status:
     runners: tuple[ActiveRunner, ...] = ()
     recent_failures: tuple[Failure, ...] = ()
     held: tuple[int, ...] = ()
+    interrupted: tuple[int, ...] = ()
+    """Items recorded as running whose runner is gone: the next run recovers them."""
 
     @property
     def total(self) -> int:
@@ -137,6 +139,7 @@ class Status:
                 for f in self.recent_failures
             ],
             "held": list(self.held),
+            "interrupted": list(self.interrupted),
         }
 
 

@@ -53,6 +53,9 @@ def status_text(status: Status) -> str:
             lines.append(f"runner: active (pid {r.pid} on {r.host}, running items: {items})")
     else:
         lines.append("runner: none active")
+    if status.interrupted:
+        ids = ", ".join(str(i) for i in status.interrupted[:20])
+        lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
     if status.held:
         ids = ", ".join(str(i) for i in status.held[:20])
         lines.append(f"held (poison or on hold): {ids}")

@@ -311,6 +311,7 @@ class RecordStore(Store):
                     Failure(i.id, i.text, i.attempts, i.reason) for i in failed[:RECENT_FAILURES]
                 ),
                 held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
+                interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
             )
 
     def commands(self) -> list[list[str]]:

@@ -1,0 +1,80 @@
+"""An in-memory store, for tests and for trying the library without a disk.
+
+It keeps the records it would have written, so a test can inspect them, and
+``crash()`` simulates the death of every process using it: claims and runners
+are dropped, exactly as the kernel drops flocks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from statequeue.models import CompactResult, RunnerInfo
+from statequeue.records import Record
+from statequeue.state import LiveItem, QueueState
+from statequeue.store.base import RecordStore
+
+
+class MemoryStore(RecordStore):
+    """A queue that lives only as long as this object."""
+
+    def __init__(self, name: str = "memory") -> None:
+        super().__init__(name)
+        self.records: list[Record] = []
+        self._mutex = threading.RLock()
+        self._claims: set[int] = set()
+        self._runners: set[str] = set()
+
+    @contextmanager
+    def _locked(self) -> Iterator[QueueState]:
+        with self._mutex:
+            yield self.state
+
+    def _write(self, batch: list[Record], *, sync: bool) -> None:
+        for record in batch:
+            record["seq"] = len(self.records) + 1
+            self.records.append(record)
+            self.state.apply(record)
+
+    def sync(self) -> None:
+        """Nothing to do: memory is as durable as it gets here."""
+
+    def _claim_free(self, item: LiveItem) -> bool:
+        return item.id not in self._claims
+
+    def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
+        if item_id in self._claims:
+            return None
+        self._claims.add(item_id)
+        return ()
+
+    def _drop_claim(self, item_id: int) -> None:
+        self._claims.discard(item_id)
+
+    def _runner_alive(self, runner_id: str) -> bool:
+        return runner_id in self._runners
+
+    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        with self._mutex:
+            super().register_runner(runner, exclusive=exclusive)
+            self._runners.add(runner.runner_id)
+
+    def unregister_runner(self, runner_id: str) -> None:
+        with self._mutex:
+            super().unregister_runner(runner_id)
+            self._runners.discard(runner_id)
+
+    def compact(self) -> CompactResult:
+        """Nothing to rewrite: the state is already in memory."""
+        return CompactResult(bytes_before=0, bytes_after=0, archived=0, archive_bytes=0)
+
+    def close(self) -> None:
+        """Nothing to release (claims stay held, as a live process's would)."""
+
+    def crash(self) -> None:
+        """Simulate the death of every process using this store."""
+        with self._mutex:
+            self._claims.clear()
+            self._runners.clear()
