@@ -33,10 +33,7 @@ class Harness:
 
     def open(self) -> RecordStore:
         store: RecordStore
-        if self.kind == "memory":
-            store = self._memory
-        else:
-            store = JournalStore(self.folder, create=True)
+        store = self._memory if self.kind == "memory" else JournalStore(self.folder, create=True)
         self.opened.append(store)
         return store
 
