@@ -112,6 +112,17 @@ class Status:
     held: tuple[int, ...] = ()
     interrupted: tuple[int, ...] = ()
     """Items recorded as running whose runner is gone: the next run recovers them."""
+    paused: bool = False
+    rate: float | None = None
+    """Items finished per second over the last minute, while there is progress."""
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until the pending and running items are done, at the current rate."""
+        left = self.counts.get("pending", 0) + self.counts.get("running", 0)
+        if not self.rate or not left:
+            return None
+        return left / self.rate
 
     @property
     def total(self) -> int:
@@ -140,6 +151,9 @@ class Status:
             ],
             "held": list(self.held),
             "interrupted": list(self.interrupted),
+            "paused": self.paused,
+            "rate": self.rate,
+            "eta_seconds": self.eta,
         }
 
 
@@ -167,3 +181,79 @@ class RecoveryReport:
     retried: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """One item as `list` shows it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    attempts: int = 0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            "item": self.item,
+            "state": self.state.value,
+            "attempts": self.attempts,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """A finished attempt's stored result, as `results` streams it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    attempt: int
+    exit_code: int | None
+    duration: float | None
+    reason: str
+    result: Any
+    archived: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            "item": self.item,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "exit": self.exit_code,
+            "duration": self.duration,
+            "reason": self.reason,
+            "result": self.result,
+            "archived": self.archived,
+        }
+
+
+@dataclass(frozen=True)
+class ItemHistory:
+    """Everything recorded about one item: `show` renders it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    events: tuple[dict[str, Any], ...]
+    """The item's records (enqueue, start, end, interruptions, user actions), in order."""
+    result: Any = None
+    stderr_tail: str = ""
+    log_paths: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            "item": self.item,
+            "state": self.state.value,
+            "events": list(self.events),
+            "result": self.result,
+            "stderr_tail": self.stderr_tail,
+            "logs": list(self.log_paths),
+        }

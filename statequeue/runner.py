@@ -276,7 +276,10 @@ class Runner:
         """How long to sleep with no child running, or None to end the run."""
         if not self._taking or not self._may_take():
             return None
-        due = self.queue.store.state.next_due()
+        state = self.queue.store.state
+        if state.paused:
+            return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
+        due = state.next_due()
         if due is not None:
             return max(0.0, min(due - time.time(), IDLE_TICK))
         if self.options.follow:

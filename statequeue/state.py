@@ -8,11 +8,13 @@ knows what each record type means, so replay and live updates cannot differ.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Any
 
 from statequeue.models import ItemState
 from statequeue.records import Record, item_text
 
+RATE_WINDOW_ITEMS = 2000
 PENDING = ItemState.PENDING
 RUNNING = ItemState.RUNNING
 DONE = ItemState.DONE
@@ -66,6 +68,9 @@ class QueueState:
         self.items: dict[int, LiveItem] = {}
         self.counts: dict[ItemState, int] = dict.fromkeys(ItemState, 0)
         self.runners: dict[str, dict[str, Any]] = {}
+        self.paused = False
+        self.orphans = 0
+        self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
         self.commands: list[list[str]] = []
         self._pending: list[int] = []
         self._deferred: list[tuple[float, int]] = []
@@ -104,10 +109,17 @@ class QueueState:
     # -- replay --------------------------------------------------------------
 
     def apply(self, rec: Record) -> None:
-        """Apply one record. Unknown record types are ignored (newer writers)."""
+        """Apply one record. Unknown record types are ignored (newer writers).
+
+        A record about an item this state has never seen (possible only in a
+        journal salvaged by ``fsck --repair``) is counted in ``orphans``.
+        """
         handler = _HANDLERS.get(rec.get("t", ""))
         if handler is not None:
-            handler(self, rec)
+            try:
+                handler(self, rec)
+            except KeyError:
+                self.orphans += 1
 
     def _move(self, item: LiveItem, state: ItemState) -> None:
         self.counts[item.state] -= 1
@@ -142,6 +154,7 @@ class QueueState:
         self.watermark = rec["watermark"]
         self.counts[DONE] = self.archived
         self.commands = rec.get("commands", [])
+        self.paused = rec.get("paused", False)
 
     def _on_enq(self, rec: Record) -> None:
         self._add(rec["id"], item_text(rec), PENDING)
@@ -167,6 +180,8 @@ class QueueState:
 
     def _on_end(self, rec: Record) -> None:
         item = self.items[rec["id"]]
+        if "at" in rec:
+            self.recent_ends.append(rec["at"])
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = False
@@ -198,6 +213,18 @@ class QueueState:
     def _on_stop(self, rec: Record) -> None:
         self.runners.pop(rec["runner"], None)
 
+    def _on_pause(self, rec: Record) -> None:
+        self.paused = rec["paused"]
+
+    def rate(self, now: float, window: float = 60.0) -> float | None:
+        """Items finished per second over the last ``window`` seconds, if any."""
+        ends = self.recent_ends
+        recent = [t for t in ends if now - t <= window]
+        if len(recent) < 2:
+            return None
+        span = max(now - recent[0], 1e-3)
+        return len(recent) / span
+
 
 _HANDLERS = {
     "snap": QueueState._on_snap,
@@ -209,4 +236,5 @@ _HANDLERS = {
     "set": QueueState._on_set,
     "run": QueueState._on_run,
     "stop": QueueState._on_stop,
+    "pause": QueueState._on_pause,
 }

@@ -73,13 +73,25 @@ def enqueue(
 
 @app.command()
 def status(
-    ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, queue: QueueOpt = None
+    ctx: typer.Context,
+    json: JsonOpt = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh every --interval until Ctrl-C.")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.1)] = 1.0,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
 ) -> None:
-    """Show counts per state, active runners and recent failures.
+    """Show counts per state, progress, rate and ETA, runners and recent failures.
 
     Example: statequeue status --json | jq .counts
     """
     q = open_queue(ctx, home, queue, create=False)
+    if watch:
+        from statequeue.cli.render import watch_status
+
+        watch_status(q, interval=interval, json=json)
+        return
     st = q.status()
     if json:
         emit_json(st.to_json())
@@ -115,9 +127,10 @@ def compact(
         )
 
 
-from statequeue.cli import run_command  # noqa: E402  # registers `run` on app
+# Importing these registers their commands on `app`.
+from statequeue.cli import inspect_cmds, manage_cmds, run_command  # noqa: E402
 
-_ = run_command
+_ = (inspect_cmds, manage_cmds, run_command)
 
 
 def _invoke(argv: Sequence[str]) -> int:

@@ -43,10 +43,17 @@ def shown(item: str, width: int = 80) -> str:
 
 def status_text(status: Status) -> str:
     c = status.counts
+    finished = c["done"] + c["failed"] + c["cancelled"]
+    share = f" ({100 * finished / status.total:.1f}% finished)" if status.total else ""
     lines = [
-        f"queue {status.queue}: {status.total} items",
+        f"queue {status.queue}: {status.total} items{share}",
         "  " + "  ".join(f"{k} {c[k]}" for k in c),
     ]
+    if status.paused:
+        lines.append("PAUSED: runners take no new items (`statequeue resume`)")
+    if status.rate and status.runners:
+        eta = f", ETA {format_duration(status.eta)}" if status.eta else ""
+        lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
     if status.runners:
         for r in status.runners:
             items = ", ".join(str(i) for i in r.running) or "none"
@@ -64,6 +71,37 @@ def status_text(status: Status) -> str:
         for f in status.recent_failures:
             lines.append(f"  #{f.item_id} {shown(f.item, 50)} (attempt {f.attempts}): {f.reason}")
     return "\n".join(lines)
+
+
+def watch_status(queue: Any, *, interval: float, json: bool) -> None:
+    """Redraw the status until Ctrl-C: in place on a terminal, appended otherwise."""
+    import time
+
+    live = None
+    if use_color(sys.stdout) and not json:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        live = Live(Text(""), console=Console(), auto_refresh=False)
+        live.start()
+    try:
+        while True:
+            st = queue.status()
+            if json:
+                emit_json(st.to_json())
+            elif live is not None:
+                from rich.text import Text
+
+                live.update(Text(status_text(st)), refresh=True)
+            else:
+                print(status_text(st) + "\n", flush=True)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
 
 
 def human_bytes(n: int) -> str:

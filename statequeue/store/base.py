@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Container, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError
+from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
 from statequeue.models import (
     ActiveRunner,
     Claim,
     CompactResult,
     EnqueueResult,
     Failure,
+    ItemHistory,
+    ItemResult,
     ItemState,
+    ItemView,
     OnInterrupted,
     Outcome,
     RecoveryReport,
@@ -28,6 +31,7 @@ from statequeue.models import (
 )
 from statequeue.records import Record, item_fields
 from statequeue.state import LiveItem, QueueState
+from statequeue.store.history import item_history, iter_results
 
 ENQUEUE_BATCH = 20_000
 RECENT_FAILURES = 5
@@ -100,6 +104,39 @@ class Store(ABC):
         """Release every resource; claims still held are left to recovery."""
 
     @abstractmethod
+    def retry(self, ids: Sequence[int] | None) -> list[int]:
+        """Put failed or held items back as pending (all of them when ``ids`` is
+        None); returns the ids changed. Raises ItemNotFound for an unknown id and
+        UsageError for an item in another state; then nothing is changed."""
+
+    @abstractmethod
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        """Mark pending, failed or held items cancelled: they never run. Same
+        errors as ``retry``; a running item is refused (stop its runner first)."""
+
+    @abstractmethod
+    def set_paused(self, paused: bool) -> None:
+        """While paused, ``claim`` returns None; runners finish what they hold."""
+
+    @abstractmethod
+    def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
+        """Every item (or those in ``state``), in id order, archived ones included."""
+
+    @abstractmethod
+    def history(self, item_id: int) -> ItemHistory:
+        """Every record about one item, its result and stderr tail. ItemNotFound if unknown."""
+
+    @abstractmethod
+    def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
+        """The stored result of every finished item (done or failed, or only ``state``),
+        archived ones included."""
+
+    @abstractmethod
+    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
+        """Records written since ``cursor`` (None: from the start) and the new cursor.
+        After a compaction, continues from the new journal's snapshot."""
+
+    @abstractmethod
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""
 
@@ -139,8 +176,8 @@ class RecordStore(Store):
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
 
-    def _known_keys(self, state: QueueState) -> dict[str, int]:
-        """Every item text ever enqueued (subclasses add archived ones lazily)."""
+    def _known_keys(self, state: QueueState) -> Container[str]:
+        """Every item text ever enqueued (subclasses add archived ones)."""
         return state.keys
 
     # -- the contract --------------------------------------------------------
@@ -174,6 +211,8 @@ class RecordStore(Store):
     ) -> Claim | None:
         with self._locked() as state:
             self._recover(state, on_interrupted, max_crashes)
+            if state.paused:
+                return None
             while True:
                 item = state.next_pending(time.time())
                 if item is None:
@@ -187,7 +226,15 @@ class RecordStore(Store):
             attempt = item.attempts + 1
             interrupted = item.interrupted
             self._write(
-                [{"t": "start", "id": item.id, "attempt": attempt, "runner": runner.runner_id}],
+                [
+                    {
+                        "t": "start",
+                        "id": item.id,
+                        "attempt": attempt,
+                        "runner": runner.runner_id,
+                        "at": round(time.time(), 3),
+                    }
+                ],
                 sync=False,
             )
             return Claim(
@@ -312,6 +359,8 @@ class RecordStore(Store):
                 ),
                 held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
                 interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
+                paused=state.paused,
+                rate=state.rate(time.time()),
             )
 
     def commands(self) -> list[list[str]]:
@@ -330,6 +379,101 @@ class RecordStore(Store):
     def notices(self) -> list[str]:
         out, self._notices = self._notices, []
         return out
+
+    def retry(self, ids: Sequence[int] | None) -> list[int]:
+        allowed = (ItemState.FAILED, ItemState.HELD)
+        return self._set_state(ids, ItemState.PENDING, allowed, "retry")
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
+        return self._set_state(ids, ItemState.CANCELLED, allowed, "cancel")
+
+    def _set_state(
+        self,
+        ids: Sequence[int] | None,
+        target: ItemState,
+        allowed: tuple[ItemState, ...],
+        verb: str,
+    ) -> list[int]:
+        with self._locked() as state:
+            if ids is None:
+                chosen = sorted(i.id for i in state.items.values() if i.state in allowed)
+            else:
+                chosen = list(dict.fromkeys(ids))
+                for item_id in chosen:
+                    self._check_state(state, item_id, allowed, verb)
+            records: list[Record] = [
+                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user"}
+                for i in chosen
+            ]
+            self._write(records, sync=True)
+            return chosen
+
+    def _check_state(
+        self, state: QueueState, item_id: int, allowed: tuple[ItemState, ...], verb: str
+    ) -> None:
+        item = state.items.get(item_id)
+        if item is None:
+            if 0 < item_id < state.next_id:
+                raise UsageError(f"cannot {verb} item {item_id}: it is done")
+            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+        if item.state not in allowed:
+            names = ", ".join(s.value for s in allowed)
+            raise UsageError(
+                f"cannot {verb} item {item_id}: it is {item.state.value} (must be {names})"
+            )
+
+    def set_paused(self, paused: bool) -> None:
+        with self._locked():
+            self._write([{"t": "pause", "paused": paused}], sync=True)
+
+    def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
+        with self._locked() as st:
+            live = [
+                ItemView(i.id, i.text, i.state, i.attempts, i.reason)
+                for i in st.items.values()
+                if state is None or i.state is state
+            ]
+            done: list[tuple[int, str]] = []
+            if state in (None, ItemState.DONE):
+                done = [(i, t) for t, i in st.keys.items() if i not in st.items]
+        merged = live + [ItemView(i, t, ItemState.DONE) for i, t in done]
+        merged.sort(key=lambda v: v.item_id)
+        yield from self._archived_views(state)
+        yield from merged
+
+    @abstractmethod
+    def _journal_records(self) -> list[Record]:
+        """Every record of the live journal, in order (caller holds the lock)."""
+
+    def _archive_records(self) -> Iterator[Record]:
+        """Every archived record; none for stores without an archive."""
+        return iter(())
+
+    def _log_paths(self, item_id: int) -> tuple[str, ...]:
+        return ()
+
+    def history(self, item_id: int) -> ItemHistory:
+        with self._locked() as state:
+            found = item_history(
+                item_id,
+                state,
+                self._journal_records(),
+                self._archive_records(),
+                self._log_paths(item_id),
+            )
+        if found is None:
+            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+        return found
+
+    def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
+        with self._locked() as st:
+            journal = self._journal_records()
+        yield from iter_results(st, journal, self._archive_records(), state)
+
+    def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
+        """Items moved out by compaction (always done); none for stores without an archive."""
+        return iter(())
 
 
 def _recovered(item: LiveItem, target: ItemState, reason: str) -> Record:
@@ -352,6 +496,7 @@ def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:
         "attempt": claim.attempt,
         "state": target.value,
         "ok": outcome.ok,
+        "at": round(time.time(), 3),
         "dur": round(outcome.duration, 6),
     }
     optional: dict[str, Any] = {

@@ -47,6 +47,7 @@ def compact_journal(
             "archive_size": archive_size,
             "watermark": watermark,
             "commands": state.commands[-20:],
+            "paused": state.paused,
         }
     ]
     for item in live:

@@ -19,16 +19,23 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Container, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from statequeue.errors import DamagedState, DurabilityError, QueueNotFound, UsageError
+from statequeue.errors import (
+    DamagedState,
+    DurabilityError,
+    LockTimeout,
+    QueueNotFound,
+    UsageError,
+)
 from statequeue.fileio import DEFAULT_OPS, FileOps
-from statequeue.journal import JournalFile, create_file
+from statequeue.journal import JournalFile, create_file, read_from
 from statequeue.location import FILE_MODE, ensure_dir
-from statequeue.models import CompactResult, RunnerInfo
-from statequeue.records import Record, item_text
+from statequeue.models import CompactResult, ItemState, ItemView, RunnerInfo
+from statequeue.records import Record, decode, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RecordStore
 from statequeue.store.compaction import compact_journal
@@ -36,6 +43,8 @@ from statequeue.store.compaction import compact_journal
 JOURNAL = "journal.jsonl"
 ARCHIVE = "archive.jsonl"
 LOCK = "lock"
+LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 60.0
 
 
 class JournalStore(RecordStore):
@@ -48,7 +57,7 @@ class JournalStore(RecordStore):
         self.journal = JournalFile(folder / JOURNAL, ops=ops)
         self._claims: dict[int, int] = {}
         self._runner_locks: dict[str, int] = {}
-        self._archived_keys = False
+        self._archived: dict[str, int] | None = None
         self._broken: DurabilityError | None = None
         self._lock_fd = -1
         if not (folder / JOURNAL).exists() and not create:
@@ -78,7 +87,7 @@ class JournalStore(RecordStore):
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        wait_for_lock(self._lock_fd, self.folder / LOCK)
         try:
             yield
         finally:
@@ -87,7 +96,7 @@ class JournalStore(RecordStore):
     def _reload(self) -> None:
         self.journal.open()
         self.state.reset()
-        self._archived_keys = False
+        self._archived = None
         self._catch_up()
         if self.state.next_id == 1 and self.journal.lines == 0:
             raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
@@ -183,14 +192,44 @@ class JournalStore(RecordStore):
                 os.unlink(self.folder / "runners" / f"{runner_id}.lock")
             os.close(fd)
 
-    def _known_keys(self, state: QueueState) -> dict[str, int]:
-        if not self._archived_keys:
+    def _known_keys(self, state: QueueState) -> Container[str]:
+        if self._archived is None:
             # Dedupe must hold for items compaction moved out: load their keys
             # once, only when something is enqueued.
-            for record in read_archive(self.folder / ARCHIVE, state.archive_size):
-                state.keys.setdefault(item_text(record), record["id"])
-            self._archived_keys = True
-        return state.keys
+            self._archived = {
+                item_text(r): r["id"]
+                for r in read_archive(self.folder / ARCHIVE, state.archive_size)
+            }
+        return _Either(state.keys, self._archived)
+
+    def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
+        if state not in (None, ItemState.DONE):
+            return
+        for r in read_archive(self.folder / ARCHIVE, self.state.archive_size):
+            yield ItemView(r["id"], item_text(r), ItemState.DONE, r.get("attempt", 0))
+
+    # -- reading back ------------------------------------------------------------
+
+    def _journal_records(self) -> list[Record]:
+        data = read_from(self.journal.fd, 0)[: self.journal.offset]
+        return [r for r in map(decode, data.splitlines()) if r is not None]
+
+    def _archive_records(self) -> Iterator[Record]:
+        return read_archive(self.folder / ARCHIVE, self.state.archive_size)
+
+    def _log_paths(self, item_id: int) -> tuple[str, ...]:
+        logs = self.folder / "logs"
+        found = sorted(logs.glob(f"{item_id}.*.log"), key=lambda p: int(p.name.split(".")[1]))
+        return tuple(str(p) for p in found)
+
+    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
+        inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
+        with self._locked():
+            if inode != self.journal.inode:
+                offset = 0  # the journal was compacted: continue from its snapshot
+            data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
+            found = [r for r in map(decode, data.splitlines()) if r is not None]
+            return found, (self.journal.inode, self.journal.offset)
 
     # -- compaction --------------------------------------------------------------
 
@@ -224,6 +263,50 @@ class JournalStore(RecordStore):
             except FileNotFoundError:
                 out[name] = 0
         return out
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for the queue lock: $STATEQUEUE_LOCK_TIMEOUT, default 60."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, not {raw!r}") from None
+
+
+def wait_for_lock(fd: int, path: Path) -> None:
+    """flock ``fd`` exclusively, waiting up to the lock timeout (then LockTimeout)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    limit = lock_timeout()
+    deadline = time.monotonic() + limit
+    pause = 0.001
+    while True:
+        time.sleep(pause)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"{path} is held by another process (waited {limit:g}s; "
+                    f"set {LOCK_TIMEOUT_ENV} to wait longer)"
+                ) from None
+            pause = min(pause * 2, 0.05)
+
+
+class _Either:
+    """Membership in either of two key sets (live journal, archive)."""
+
+    def __init__(self, first: Container[str], second: Container[str]) -> None:
+        self.first = first
+        self.second = second
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.first or key in self.second
 
 
 def read_archive(path: Path, size: int) -> Iterator[Record]:

@@ -73,6 +73,14 @@ class MemoryStore(RecordStore):
     def close(self) -> None:
         """Nothing to release (claims stay held, as a live process's would)."""
 
+    def _journal_records(self) -> list[Record]:
+        return list(self.records)
+
+    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
+        start = cursor if isinstance(cursor, int) else 0
+        with self._mutex:
+            return self.records[start:], len(self.records)
+
     def crash(self) -> None:
         """Simulate the death of every process using this store."""
         with self._mutex:

@@ -1,0 +1,183 @@
+"""Commands that change what runs: retry, cancel, pause, resume, fsck, drop."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from statequeue.cli.app import app
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.render import emit_json
+from statequeue.errors import UsageError
+from statequeue.exitcodes import ExitCode
+
+IdsArg = Annotated[list[int] | None, typer.Argument(help="Item ids.", show_default=False)]
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    ids: IdsArg = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Every failed item.")] = False,
+    held: Annotated[bool, typer.Option("--held", help="Every held (poison) item.")] = False,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+) -> None:
+    """Put failed or held items back as pending, so the next run takes them.
+
+    Example: statequeue retry --failed
+    """
+    from statequeue.models import ItemState
+
+    if not ids and not (failed or held):
+        raise UsageError("give item ids, --failed or --held")
+    if ids and (failed or held):
+        raise UsageError("give item ids or --failed/--held, not both")
+    q = open_queue(ctx, home, queue, create=False)
+    if ids:
+        changed = q.store.retry(ids)
+    else:
+        wanted = {s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on}
+        chosen = [v.item_id for v in q.store.items() if v.state in wanted]
+        changed = q.store.retry(chosen)
+    _report(changed, "put back as pending", json)
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    ids: Annotated[list[int], typer.Argument(help="Item ids.", show_default=False)],
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+) -> None:
+    """Cancel pending, failed or held items: they never run (status counts them).
+
+    Example: statequeue cancel 12 13
+    """
+    q = open_queue(ctx, home, queue, create=False)
+    _report(q.store.cancel(ids), "cancelled", json)
+
+
+def _report(changed: list[int], what: str, json: bool) -> None:
+    if json:
+        emit_json({"schema": 1, "changed": changed})
+    else:
+        print(f"{len(changed)} item(s) {what}")
+
+
+@app.command()
+def pause(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+    """Stop runners from taking new items; they finish what they are running.
+
+    Example: statequeue pause && statequeue resume
+    """
+    open_queue(ctx, home, queue, create=False).store.set_paused(True)
+    print("paused: runners take no new items until `statequeue resume`")
+
+
+@app.command()
+def resume(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+    """Let runners take items again after `pause` (no restart needed).
+
+    Example: statequeue resume -q crawl
+    """
+    open_queue(ctx, home, queue, create=False).store.set_paused(False)
+    print("resumed")
+
+
+@app.command()
+def fsck(
+    ctx: typer.Context,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair", help="Salvage valid records into a new journal; keep the damaged file."
+        ),
+    ] = False,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+) -> int:
+    """Check every record's checksum and sequence; --repair salvages what is valid.
+
+    Exit 0 when clean (or repaired), 5 when damage was found and not repaired.
+
+    Example: statequeue fsck || statequeue fsck --repair
+    """
+    from statequeue.queue import queue_folder
+    from statequeue.store.fsck import fsck as run_fsck
+
+    glob = ctx.obj or {}
+    folder = queue_folder(
+        queue if queue is not None else glob.get("queue"),
+        home if home is not None else glob.get("home"),
+    )
+    report = run_fsck(folder, repair=repair)
+    if json:
+        emit_json(report.to_json())
+    else:
+        for check in (report.journal, report.archive):
+            problems = []
+            if check.bad_lines:
+                problems.append(f"bad records at lines {_lines(check.bad_lines)}")
+            if check.seq_errors:
+                problems.append(f"sequence breaks at lines {_lines(check.seq_errors)}")
+            if check.torn_bytes:
+                problems.append(f"torn tail of {check.torn_bytes} bytes (repaired on open)")
+            print(f"{check.path}: {check.valid} valid records; " + ("; ".join(problems) or "ok"))
+        if report.repaired:
+            for kept in report.kept:
+                print(f"kept the damaged file as {kept}")
+            print("repaired: the valid records now form the queue")
+    if report.damaged and not report.repaired:
+        print("damage found: run `statequeue fsck --repair` to salvage", file=sys.stderr)
+        return int(ExitCode.DAMAGED)
+    return 0
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:10])
+    return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
+
+
+@app.command("drop")
+def drop(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The queue to delete.", metavar="QUEUE")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    home: HomeOpt = None,
+) -> None:
+    """Delete a queue with all its items, results and logs.
+
+    Asks for confirmation on a terminal; scripts pass --yes.
+
+    Example: statequeue drop old-crawl --yes
+    """
+    import shutil
+
+    from statequeue.queue import Queue
+
+    q = Queue(name, home=home if home is not None else (ctx.obj or {}).get("home"), create=False)
+    try:
+        runners = q.store.active_runners()
+        if runners:
+            raise UsageError(
+                f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
+            )
+        folder = q.path
+    finally:
+        q.close()
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
+        typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
+    assert folder is not None
+    shutil.rmtree(folder)
+    print(f"dropped queue {name!r}")
+
+
+app.command("rm", help="Delete a queue (same as `drop`).\n\nExample: statequeue rm old --yes")(drop)

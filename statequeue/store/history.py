@@ -1,0 +1,90 @@
+"""Reading back what was recorded: one item's history, and every result.
+
+These work on plain record streams (the live journal's records and the
+archive's), so every record-based store shares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from statequeue.models import ItemHistory, ItemResult, ItemState
+from statequeue.records import Record, item_text
+from statequeue.state import QueueState
+
+_ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "set", "arch"})
+
+
+def item_history(
+    item_id: int,
+    state: QueueState,
+    journal: Iterable[Record],
+    archive: Iterable[Record],
+    log_paths: tuple[str, ...] = (),
+) -> ItemHistory | None:
+    """Everything recorded about ``item_id``, or None if it was never enqueued."""
+    events = [r for r in archive if r.get("id") == item_id and r.get("t") == "arch"]
+    events += [r for r in journal if r.get("id") == item_id and r.get("t") in _ITEM_RECORDS]
+    text = next((item_text(r) for r in events if r.get("t") in ("enq", "item", "arch")), None)
+    if text is None:
+        return None
+    live = state.items.get(item_id)
+    current = live.state if live is not None else ItemState.DONE
+    last = next((r for r in reversed(events) if r.get("t") in ("end", "arch")), {})
+    return ItemHistory(
+        item_id=item_id,
+        item=text,
+        state=current,
+        events=tuple(_public(r) for r in events),
+        result=last.get("result"),
+        stderr_tail=last.get("err", ""),
+        log_paths=log_paths,
+    )
+
+
+def iter_results(
+    state: QueueState,
+    journal: Iterable[Record],
+    archive: Iterable[Record],
+    wanted: ItemState | None,
+) -> Iterator[ItemResult]:
+    """The last recorded result of every finished (done or failed) item, in id order
+    within the archive and then within the live journal."""
+    if wanted in (None, ItemState.DONE):
+        for r in archive:
+            if r.get("t") == "arch":
+                yield _result(r, item_text(r), ItemState.DONE, archived=True)
+    texts: dict[int, str] = {}
+    ends: dict[int, Record] = {}
+    for r in journal:
+        kind = r.get("t")
+        if kind in ("enq", "item"):
+            texts[r["id"]] = item_text(r)
+        elif kind == "end":
+            ends[r["id"]] = r
+    for item_id in sorted(ends):
+        live = state.items.get(item_id)
+        current = live.state if live is not None else ItemState.DONE
+        if current not in (ItemState.DONE, ItemState.FAILED):
+            continue
+        if wanted is None or current is wanted:
+            yield _result(ends[item_id], texts.get(item_id, ""), current, archived=False)
+
+
+def _result(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemResult:
+    return ItemResult(
+        item_id=r["id"],
+        item=text,
+        state=state,
+        attempt=r.get("attempt", 0),
+        exit_code=r.get("exit"),
+        duration=r.get("dur"),
+        reason=r.get("reason", ""),
+        result=r.get("result"),
+        archived=archived,
+    )
+
+
+def _public(r: Record) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k != "crc"}
