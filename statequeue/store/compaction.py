@@ -22,7 +22,7 @@ from statequeue.errors import DamagedState
 from statequeue.fileio import FileOps
 from statequeue.journal import JournalFile, create_file, read_from
 from statequeue.location import FILE_MODE
-from statequeue.models import CompactResult, ItemState
+from statequeue.models import CompactResult
 from statequeue.records import Record, decode, item_fields, item_text
 from statequeue.state import QueueState
 
@@ -32,7 +32,8 @@ def compact_journal(
 ) -> CompactResult:
     """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
     bytes_before = journal.offset
-    finished = _finished_items(journal, state)
+    texts, last_end = _scan(journal)
+    finished = _finished_items(texts, last_end, state)
     archive_size = _append_archive(archive_path, state.archive_size, finished, ops=ops)
     live = sorted(state.items.values(), key=lambda i: i.id)
     watermark = (live[0].id - 1) if live else state.next_id - 1
@@ -58,6 +59,8 @@ def compact_journal(
         rec.update((k, v) for k, v in extra.items() if v)
         if item.interrupted:
             rec["interrupted"] = True
+        if item.id in last_end:
+            rec["last"] = last_end[item.id]  # a failed item keeps its result and stderr
         lines.append(rec)
     for runner in state.runners.values():
         seq += 1
@@ -71,10 +74,13 @@ def compact_journal(
     )
 
 
-def _finished_items(journal: JournalFile, state: QueueState) -> list[Record]:
-    """Archive records for items that are done in the live journal, in id order."""
+_RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
+
+
+def _scan(journal: JournalFile) -> tuple[dict[int, str], dict[int, Record]]:
+    """Item texts, and the result fields of each item's last attempt."""
     texts: dict[int, str] = {}
-    ends: dict[int, Record] = {}
+    last_end: dict[int, Record] = {}
     data = read_from(journal.fd, 0)[: journal.offset]
     for line in data.splitlines():
         rec = decode(line)
@@ -83,18 +89,22 @@ def _finished_items(journal: JournalFile, state: QueueState) -> list[Record]:
         kind = rec.get("t")
         if kind in ("enq", "item"):
             texts[rec["id"]] = item_text(rec)
-        elif kind == "end" and rec["state"] == ItemState.DONE.value:
-            ends[rec["id"]] = rec
+            if "last" in rec:
+                last_end[rec["id"]] = rec["last"]
+        elif kind == "end":
+            last_end[rec["id"]] = {k: rec[k] for k in _RESULT_KEYS if k in rec}
+    return texts, last_end
+
+
+def _finished_items(
+    texts: dict[int, str], last_end: dict[int, Record], state: QueueState
+) -> list[Record]:
+    """Archive records for items that are done in the live journal, in id order."""
     out = []
     for item_id, text in texts.items():
         if item_id in state.items:
             continue  # not finished: it stays in the journal
-        end = ends.get(item_id, {})
-        rec = {"t": "arch", "id": item_id, **item_fields(text)}
-        for key in ("attempt", "dur", "exit", "result", "err"):
-            if key in end:
-                rec[key] = end[key]
-        out.append(rec)
+        out.append({"t": "arch", "id": item_id, **item_fields(text), **last_end.get(item_id, {})})
     out.sort(key=lambda r: r["id"])
     return out
 

@@ -31,7 +31,7 @@ def item_history(
         return None
     live = state.items.get(item_id)
     current = live.state if live is not None else ItemState.DONE
-    last = next((r for r in reversed(events) if r.get("t") in ("end", "arch")), {})
+    last = next((_last_result(r) for r in reversed(events) if _last_result(r)), {})
     return ItemHistory(
         item_id=item_id,
         item=text,
@@ -61,6 +61,8 @@ def iter_results(
         kind = r.get("t")
         if kind in ("enq", "item"):
             texts[r["id"]] = item_text(r)
+            if "last" in r:
+                ends[r["id"]] = {"id": r["id"], **r["last"]}
         elif kind == "end":
             ends[r["id"]] = r
     for item_id in sorted(ends):
@@ -84,6 +86,15 @@ def _result(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemRe
         result=r.get("result"),
         archived=archived,
     )
+
+
+def _last_result(r: Record) -> Record:
+    """The result fields a record carries: an end or archive record, or the
+    ``last`` of an item carried over by compaction; else empty."""
+    if r.get("t") in ("end", "arch"):
+        return r
+    last: Record = r.get("last", {}) if r.get("t") == "item" else {}
+    return last
 
 
 def _public(r: Record) -> dict[str, Any]:

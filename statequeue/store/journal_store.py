@@ -60,6 +60,7 @@ class JournalStore(RecordStore):
         self._archived: dict[str, int] | None = None
         self._broken: DurabilityError | None = None
         self._lock_fd = -1
+        self._lock_limit = lock_timeout()
         if not (folder / JOURNAL).exists() and not create:
             raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
         self._prepare(create)
@@ -87,7 +88,7 @@ class JournalStore(RecordStore):
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
-        wait_for_lock(self._lock_fd, self.folder / LOCK)
+        wait_for_lock(self._lock_fd, self.folder / LOCK, self._lock_limit)
         try:
             yield
         finally:
@@ -274,14 +275,14 @@ def lock_timeout() -> float:
         raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, not {raw!r}") from None
 
 
-def wait_for_lock(fd: int, path: Path) -> None:
+def wait_for_lock(fd: int, path: Path, limit: float | None = None) -> None:
     """flock ``fd`` exclusively, waiting up to the lock timeout (then LockTimeout)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
-    limit = lock_timeout()
+    limit = lock_timeout() if limit is None else limit
     deadline = time.monotonic() + limit
     pause = 0.001
     while True:
