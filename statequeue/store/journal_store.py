@@ -31,7 +31,7 @@ from statequeue.errors import (
     QueueNotFound,
     UsageError,
 )
-from statequeue.fileio import DEFAULT_OPS, FileOps
+from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import JournalFile, create_file, read_from
 from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import CompactResult, ItemState, ItemView, RunnerInfo
@@ -69,7 +69,10 @@ class JournalStore(RecordStore):
 
     def _prepare(self, create: bool) -> None:
         if create and ensure_dir(self.folder):
-            self.ops.fsync_dir(str(self.folder.parent))
+            try:
+                self.ops.fsync_dir(str(self.folder.parent))
+            except OSError as exc:
+                raise durability_error("creating", str(self.folder), exc) from None
         for sub in ("claims", "runners", "logs"):
             ensure_dir(self.folder / sub)
         try:
@@ -117,31 +120,27 @@ class JournalStore(RecordStore):
         if self._broken is not None:
             raise self._broken
         with self._flock():
-            if self.journal.replaced():
-                self._reload()  # compaction by another process replaced the file
-            else:
-                self._catch_up()
-            yield self.state
+            try:
+                if self.journal.replaced():
+                    self._reload()  # compaction by another process replaced the file
+                else:
+                    self._catch_up()
+                yield self.state
+            except DurabilityError as exc:
+                self._broken = exc  # never retry: this store refuses further work
+                raise
 
     def _write(self, batch: list[Record], *, sync: bool) -> None:
         if not batch:
             return
-        try:
-            self.journal.append(batch, sync=sync)
-        except DurabilityError as exc:
-            self._broken = exc  # never retry: this store refuses further work
-            raise
+        self.journal.append(batch, sync=sync)
         apply = self.state.apply
         for record in batch:
             apply(record)
 
     def sync(self) -> None:
-        with self._flock():
-            try:
-                self.journal.sync()
-            except DurabilityError as exc:
-                self._broken = exc
-                raise
+        with self._locked():
+            self.journal.sync()
 
     def _claim_path(self, item_id: int) -> Path:
         return self.folder / "claims" / f"{item_id}.lock"
@@ -236,12 +235,15 @@ class JournalStore(RecordStore):
 
     def compact(self) -> CompactResult:
         with self._locked() as state:
-            result = compact_journal(
-                journal=self.journal,
-                archive_path=self.folder / ARCHIVE,
-                state=state,
-                ops=self.ops,
-            )
+            try:
+                result = compact_journal(
+                    journal=self.journal,
+                    archive_path=self.folder / ARCHIVE,
+                    state=state,
+                    ops=self.ops,
+                )
+            except OSError as exc:
+                raise durability_error("compacting", str(self.folder), exc) from None
             self._reload()
             return result
 

@@ -1,0 +1,46 @@
+"""Building blocks for the fault-injection layer: a known queue, and what to compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
+from statequeue.store.journal_store import JOURNAL, JournalStore
+
+
+def build_queue(folder: Path, *, items: int = 8, finished: int = 5) -> bytes:
+    """A queue with ``items`` enqueued and ``finished`` of them done; returns its journal."""
+    store = JournalStore(folder, create=True)
+    store.enqueue([f"item-{i}" for i in range(items)])
+    runner = new_runner()
+    for _ in range(finished):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True, result={"id": claim.item_id}))
+    store.close()
+    return (folder / JOURNAL).read_bytes()
+
+
+def fingerprint(store: JournalStore) -> tuple[object, ...]:
+    """Everything a user can observe about the queue's state."""
+    st = store.state
+    live = sorted((i.id, i.text, i.state.value, i.attempts) for i in st.items.values())
+    return (dict(store.status().counts), live, sorted(st.keys.items()), st.next_id)
+
+
+def record_starts(data: bytes) -> list[int]:
+    """Byte offsets where each record (line) starts."""
+    starts = [0]
+    pos = data.find(b"\n")
+    while pos != -1 and pos + 1 < len(data):
+        starts.append(pos + 1)
+        pos = data.find(b"\n", pos + 1)
+    return starts
+
+
+def fresh_folder(root: Path, name: str, journal: bytes) -> Path:
+    folder = root / name
+    folder.mkdir(mode=0o700)
+    (folder / JOURNAL).write_bytes(journal)
+    return folder
