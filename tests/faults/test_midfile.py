@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def flip_positions(journal: bytes, rng: random.Random) -> list[tuple[int, int]]:
     """(line number, byte offset) pairs inside middle records (not the last one)."""
     starts = record_starts(journal)
     out = []
-    for number, (start, end) in enumerate(zip(starts, starts[1:], strict=False), start=1):
+    for number, (start, end) in enumerate(itertools.pairwise(starts), start=1):
         if number == 1:
             continue  # the header is covered separately below
         span = range(start, end - 1)  # not the newline itself

@@ -6,6 +6,7 @@ reload identically.
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_truncation_at_every_offset_of_the_last_three_records(tmp_path: Path) ->
     starts = record_starts(journal)
     assert len(starts) >= 4
     boundaries = [*starts[-3:], len(journal)]
-    for first, end in zip(boundaries, boundaries[1:], strict=False):
+    for first, end in itertools.pairwise(boundaries):
         prefix = journal[:first]
         expected = expected_for(tmp_path / f"exp{first}", prefix)
         for cut in range(first + 1, end):  # first byte of a record .. just before its newline
