@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statequeue.errors import UsageError
+from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink, build_argv, child_env
 from statequeue.models import (
@@ -343,6 +344,8 @@ class Runner:
                 continue
             events.append(self._record(job.claim, outcome, job, sync=False))
         store.sync()
+        for _ in events:
+            CRASH.hit("recorded")  # test-only: die right after a durable result
         for event in events:
             self.on_event(event)
 
