@@ -168,13 +168,23 @@ class Job:
         if room <= 0:
             return
         if self._log_fd < 0:
-            self._log_fd = os.open(
-                self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
-            )
+            try:
+                self._log_fd = os.open(
+                    self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+                )
+            except OSError:
+                self._logged = self.spec.log_limit
+                return
         chunk = data[:room]
         if len(chunk) < len(data):
             chunk += b"\n[statequeue: log limit reached; further output discarded]\n"
-        os.write(self._log_fd, chunk)
+        try:
+            os.write(self._log_fd, chunk)
+        except OSError:
+            # A full disk must not stop the runner over a log: the result (and
+            # its stderr tail) still go to the journal, which reports its own errors.
+            self._logged = self.spec.log_limit
+            return
         self._logged += len(data)
 
     # -- stopping ------------------------------------------------------------------

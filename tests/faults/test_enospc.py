@@ -1,0 +1,63 @@
+"""A real full disk: a small tmpfs mounted in a private mount namespace.
+
+The worker fills the disk part-way through a run. The runner must stop with a
+clear one-line error (exit 6) and lose nothing; once space is freed, the next
+run finishes every item.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN
+
+SCRIPT = r"""
+set -u
+mnt="$1"; n="$2"
+mount -t tmpfs -o size=2m tmpfs "$mnt" || exit 77
+export STATEQUEUE_HOME="$mnt/home"
+seq "$n" | statequeue enqueue >/dev/null
+# Item 5 fills the disk; later appends to the journal then fail with ENOSPC.
+worker='if [ "$0" = 5 ]; then dd if=/dev/zero of="$1/filler" bs=64k 2>/dev/null; fi; true'
+statequeue run --no-live -- sh -c "$worker" {} "$mnt" 2>"$mnt/err1"
+echo "first_rc=$?"
+echo "first_err=$(tail -n 1 "$mnt/err1")"
+echo "acked=$(grep -c '^\[ok\]' "$mnt/err1")"
+rm -f "$mnt/filler"
+statequeue run --no-live -- true 2>/dev/null
+echo "second_rc=$?"
+echo "status=$(statequeue status --json)"
+"""
+
+
+def test_full_disk_loses_nothing_and_resumes(tmp_path: Path) -> None:
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        pytest.skip("needs Linux and unshare(1) to mount a private tmpfs")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = tmp_path / "enospc.sh"
+    script.write_text(SCRIPT)
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        ["unshare", "-Urm", "sh", str(script), str(mnt), "40"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode == 77 or "Operation not permitted" in proc.stderr:
+        pytest.skip(f"this machine cannot mount a tmpfs in a user namespace: {proc.stderr.strip()}")
+    out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    assert out["first_rc"] == "6", proc.stdout
+    assert "disk full" in out["first_err"] and out["first_err"].startswith("statequeue: ")
+    assert out["second_rc"] == "0", proc.stdout
+    status = json.loads(out["status"])
+    assert status["counts"]["done"] == 40 and status["counts"]["failed"] == 0
+    assert int(out["acked"]) >= 5
