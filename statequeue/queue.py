@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +106,13 @@ class Queue:
         *,
         on_interrupted: OnInterrupted = OnInterrupted.RETRY,
         max_crashes: int = 3,
+        among: Collection[int] | None = None,
     ) -> Claim | None:
-        """Claim the next due pending item for ``runner``, recovering dead runners' items."""
-        return self.store.claim(runner, on_interrupted=on_interrupted, max_crashes=max_crashes)
+        """Claim the next due pending item for ``runner`` (only ids in ``among``,
+        when given), recovering dead runners' items first."""
+        return self.store.claim(
+            runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
+        )
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from statequeue.errors import UsageError
 from statequeue.fileio import CRASH
@@ -33,6 +34,7 @@ from statequeue.queue import Queue
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
+VERIFY_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class Runner:
         self._stop_signal: int | None = None
         self._stop_count = 0
         self._taking = True
+        self._taken: set[int] = set()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -211,21 +214,37 @@ class Runner:
             self._wait(wait)
             self._reap()
 
-    def _may_take(self) -> bool:
+    def _scope(self) -> set[int] | None:
+        """Which items this run may still claim: None for any, else only these
+        (with --limit reached, just retries of the items it already took)."""
         limit = self.options.limit
-        return limit is None or self.summary.started + self.summary.verified < limit
+        if limit is None or len(self._taken) < limit:
+            return None
+        return {i for i in self._taken if i not in self._running_ids()}
+
+    def _running_ids(self) -> set[int]:
+        return {job.claim.item_id for job in self.jobs.values()}
 
     def _fill_slots(self) -> None:
-        while len(self.jobs) < self.options.jobs and self._taking and self._may_take():
+        while len(self.jobs) < self.options.jobs and self._taking:
+            scope = self._scope()
+            if scope is not None and not scope:
+                return
             claim = self.queue.claim(
                 self.info,
                 on_interrupted=self.options.on_interrupted,
                 max_crashes=self.options.max_crashes,
+                among=scope,
             )
             if claim is None:
                 return
+            self._taken.add(claim.item_id)
             if claim.interrupted and self.options.verify and self._verified(claim):
                 continue
+            if self._stop_signal is not None:  # a signal arrived during --verify
+                self.queue.store.release(claim, "interrupted: runner stopped by a signal")
+                self.summary.released += 1
+                return
             self._start(claim)
 
     def _start(self, claim: Claim) -> None:
@@ -246,24 +265,37 @@ class Runner:
         self.on_event(ItemStarted(claim))
 
     def _verified(self, claim: Claim) -> bool:
-        """Run --verify for an interrupted item; on exit 0 record it done."""
+        """Run --verify for an interrupted item; on exit 0 record it done.
+
+        The hook runs in its own process group and is waited for in small
+        steps, so a signal to the runner stops it too.
+        """
         import subprocess
 
         argv = build_argv(self.options.verify, claim.item)
         env = child_env(claim, self.queue.name, self.spec.log_dir / f"{claim.item_id}.verify")
         try:
-            code = subprocess.run(
+            proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=env,
-                timeout=self.options.timeout or 600,
-                check=False,
-            ).returncode
-        except (OSError, subprocess.TimeoutExpired) as exc:
+                start_new_session=True,
+                pass_fds=claim.inherit_fds,
+            )
+        except OSError as exc:
             self.on_event(Notice(f"item {claim.item_id}: --verify could not run: {exc}"))
             return False
+        limit = time.monotonic() + (self.options.timeout or VERIFY_TIMEOUT)
+        while (code := _wait_step(proc)) is None:
+            if self._stop_signal is not None or time.monotonic() >= limit:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                if self._stop_signal is None:
+                    self.on_event(Notice(f"item {claim.item_id}: --verify timed out"))
+                return False
         if code != 0:
             return False
         outcome = Outcome(ok=True, reason="verified: finished before its runner died")
@@ -275,21 +307,42 @@ class Runner:
 
     def _idle_wait(self) -> float | None:
         """How long to sleep with no child running, or None to end the run."""
-        if not self._taking or not self._may_take():
+        if not self._taking:
             return None
         state = self.queue.store.state
-        if state.paused:
+        scope = self._scope()
+        if state.paused and (scope is None or scope):
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
-        due = state.next_due()
+        due = self._next_retry(scope)
         if due is not None:
             return max(0.0, min(due - time.time(), IDLE_TICK))
-        if self.options.follow:
+        if self.options.follow and scope is None:
             return FOLLOW_POLL
         return None
+
+    def _next_retry(self, scope: set[int] | None) -> float | None:
+        """When the next deferred retry this run may take comes due."""
+        state = self.queue.store.state
+        if scope is None:
+            return state.next_due()
+        waits = [
+            item.not_before
+            for i in scope
+            if (item := state.items.get(i)) is not None and item.state.value == "pending"
+        ]
+        return min(waits) if waits else None
 
     def _next_deadline(self) -> float:
         now = time.monotonic()
         wait = IDLE_TICK
+        if self._taking and len(self.jobs) < self.options.jobs:
+            # A free slot: look again soon for new items (--follow) or due retries.
+            scope = self._scope()
+            due = self._next_retry(scope)
+            if due is not None:
+                wait = min(wait, max(0.0, due - time.time()))
+            if self.options.follow and scope is None:
+                wait = min(wait, FOLLOW_POLL)
         for job in self.jobs.values():
             for t in (job.deadline, job.kill_at):
                 if t is not None:
@@ -323,6 +376,10 @@ class Runner:
             return
         results = []
         for job in finished:
+            if job.stop_reason:
+                # Stopped or timed out: what is left of its process group (a
+                # descendant that ignored TERM) must not outlive the attempt.
+                job.signal_group(signal.SIGKILL)
             del self.jobs[job.proc.pid]
             for fd in [*job.pipes, job.pidfd]:
                 if fd >= 0 and fd in self._selector.get_map():
@@ -411,6 +468,17 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
+
+
+def _wait_step(proc: Any) -> int | None:
+    """Wait up to 50 ms for ``proc``; its exit code, or None if it still runs."""
+    import subprocess
+
+    try:
+        code: int = proc.wait(timeout=0.05)
+    except subprocess.TimeoutExpired:
+        return None
+    return code
 
 
 def _drain_pipe(fd: int) -> None:

@@ -90,6 +90,18 @@ class QueueState:
             heapq.heappop(heap)  # stale entry, or a retry that waits in _deferred
         return None
 
+    def is_due(self, item: LiveItem, now: float) -> bool:
+        return item.state is PENDING and item.not_before <= now
+
+    def pop_pending(self) -> int:
+        """Take the head of the pending order out (after ``next_pending`` returned it)."""
+        return heapq.heappop(self._pending)
+
+    def restore_pending(self, ids: list[int]) -> None:
+        """Put back ids taken out by ``pop_pending``."""
+        for item_id in ids:
+            heapq.heappush(self._pending, item_id)
+
     def next_due(self) -> float | None:
         """When the earliest deferred retry becomes due, or None if none waits."""
         deferred = self._deferred

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Collection, Container, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -55,10 +55,13 @@ class Store(ABC):
         *,
         on_interrupted: OnInterrupted = OnInterrupted.RETRY,
         max_crashes: int = 3,
+        among: Collection[int] | None = None,
     ) -> Claim | None:
         """Recover items whose runner died, then atomically claim the lowest-id
-        due pending item for ``runner`` and record its start. Returns None when
-        no item is due (an empty queue returns None)."""
+        due pending item for ``runner`` (only ids in ``among``, when given) and
+        record its start. An item whose earlier attempt still has a live
+        process is skipped. Returns None when no item is due (an empty queue
+        returns None)."""
 
     @abstractmethod
     def finish(
@@ -208,35 +211,26 @@ class RecordStore(Store):
         *,
         on_interrupted: OnInterrupted = OnInterrupted.RETRY,
         max_crashes: int = 3,
+        among: Collection[int] | None = None,
     ) -> Claim | None:
         with self._locked() as state:
             self._recover(state, on_interrupted, max_crashes)
             if state.paused:
                 return None
-            while True:
-                item = state.next_pending(time.time())
-                if item is None:
-                    return None
-                fds = self._take_claim(item.id)
-                if fds is not None:
-                    break
-                # A process from an earlier attempt still holds the claim:
-                # leave the item alone until it is gone (promise 4).
-                self._write([_recovered(item, ItemState.RUNNING, "claim still held")], sync=False)
+            found = self._first_claimable(state, among)
+            if found is None:
+                return None
+            item, fds = found
             attempt = item.attempts + 1
             interrupted = item.interrupted
-            self._write(
-                [
-                    {
-                        "t": "start",
-                        "id": item.id,
-                        "attempt": attempt,
-                        "runner": runner.runner_id,
-                        "at": round(time.time(), 3),
-                    }
-                ],
-                sync=False,
-            )
+            start: Record = {
+                "t": "start",
+                "id": item.id,
+                "attempt": attempt,
+                "runner": runner.runner_id,
+                "at": round(time.time(), 3),
+            }
+            self._write([start], sync=False)
             return Claim(
                 item_id=item.id,
                 item=item.text,
@@ -245,6 +239,33 @@ class RecordStore(Store):
                 inherit_fds=fds,
                 interrupted=interrupted,
             )
+
+    def _first_claimable(
+        self, state: QueueState, among: Collection[int] | None
+    ) -> tuple[LiveItem, tuple[int, ...]] | None:
+        """The first due pending item whose claim this process could take."""
+        now = time.time()
+        if among is not None:
+            candidates = sorted(
+                i for i in among if (it := state.items.get(i)) and state.is_due(it, now)
+            )
+            for item_id in candidates:
+                fds = self._take_claim(item_id)
+                if fds is not None:
+                    return state.items[item_id], fds
+            return None
+        skipped: list[int] = []
+        try:
+            while (item := state.next_pending(now)) is not None:
+                fds = self._take_claim(item.id)
+                if fds is not None:
+                    return item, fds
+                # A process from an earlier attempt still holds the claim:
+                # leave the item pending until it is gone (promise 4).
+                skipped.append(state.pop_pending())
+            return None
+        finally:
+            state.restore_pending(skipped)
 
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
@@ -270,7 +291,7 @@ class RecordStore(Store):
             reason = f"interrupted: its runner died during attempt {item.attempts}"
             if target is ItemState.HELD and policy is OnInterrupted.RETRY:
                 reason = f"poison: in flight during {crashes} runner crashes; held"
-            rec = _recovered(item, target, reason)
+            rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
             rec["crashes"] = crashes
             self._write([rec], sync=False)
             bucket.append(item.id)
@@ -296,7 +317,7 @@ class RecordStore(Store):
     def release(self, claim: Claim, reason: str) -> None:
         with self._locked() as state:
             item = self._claimed_item(state, claim)
-            self._write([_recovered(item, ItemState.PENDING, reason)], sync=True)
+            self._write([_recovered(item, ItemState.PENDING, reason, crashed=False)], sync=True)
             self._drop_claim(claim.item_id)
 
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
@@ -476,7 +497,7 @@ class RecordStore(Store):
         return iter(())
 
 
-def _recovered(item: LiveItem, target: ItemState, reason: str) -> Record:
+def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool) -> Record:
     rec: Record = {
         "t": "intr",
         "id": item.id,
@@ -484,8 +505,8 @@ def _recovered(item: LiveItem, target: ItemState, reason: str) -> Record:
         "state": target.value,
         "reason": reason,
     }
-    if target is ItemState.PENDING and reason.startswith("interrupted"):
-        rec["crashed"] = True
+    if crashed:
+        rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
     return rec
 
 

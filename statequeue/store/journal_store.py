@@ -161,9 +161,19 @@ class JournalStore(RecordStore):
         fd = self._claims.pop(item_id, None)
         if fd is None:
             return
-        with suppress(FileNotFoundError):
-            os.unlink(self._claim_path(item_id))
         os.close(fd)
+        # Remove the lock file only if nobody else holds it. A descendant of
+        # the child may still hold it: deleting the file then would let the
+        # next claim create a fresh one and run a second copy alongside.
+        path = self._claim_path(item_id)
+        try:
+            probe = _try_lock(path, create=False)
+        except FileNotFoundError:
+            return
+        if probe is not None:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(probe)
 
     def _runner_alive(self, runner_id: str) -> bool:
         if runner_id in self._runner_locks:
