@@ -181,3 +181,27 @@ def test_process_notices_compaction_by_another(tmp_path: Path) -> None:
     a.finish(claim, Outcome(ok=True))
     assert b.status().counts["done"] == 3
     assert a.enqueue(["item-0", "fresh"]).added == 1
+
+
+def test_dead_runners_are_pruned_and_not_carried_by_compaction(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    for _ in range(3):
+        dying = JournalStore(folder, create=True)
+        dying.register_runner(new_runner())
+        dying.close()  # the process dies without unregistering
+    store = JournalStore(folder, create=False)
+    assert len(store.state.runners) == 3
+    assert store.active_runners() == []
+    store.compact()
+    assert store.state.runners == {}
+    assert list((folder / "runners").iterdir()) == []
+    assert b'"t":"run"' not in (folder / JOURNAL).read_bytes()
+
+
+def test_temp_files_left_by_a_dead_rewrite_are_removed(tmp_path: Path) -> None:
+    store = make_queue(tmp_path / "q")
+    store.close()
+    litter = tmp_path / "q" / ".journal.jsonl.99999.tmp"
+    litter.write_bytes(b"half a snapshot")
+    JournalStore(tmp_path / "q", create=False).close()
+    assert not litter.exists()

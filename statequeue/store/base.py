@@ -179,6 +179,16 @@ class RecordStore(Store):
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
 
+    def _prune_dead_runners(self, state: QueueState) -> None:
+        """Record that runners which died without unregistering are gone, so
+        their records are not carried forever (nor probed on every claim)."""
+        for rid in [r for r in state.runners if not self._runner_alive(r)]:
+            self._write([{"t": "stop", "runner": rid, "reason": "died"}], sync=False)
+            self._forget_runner(rid)
+
+    def _forget_runner(self, runner_id: str) -> None:
+        """Release whatever a dead runner left behind (its lock file)."""
+
     def _known_keys(self, state: QueueState) -> Container[str]:
         """Every item text ever enqueued (subclasses add archived ones)."""
         return state.keys
@@ -278,6 +288,7 @@ class RecordStore(Store):
         self, state: QueueState, policy: OnInterrupted, max_crashes: int
     ) -> RecoveryReport:
         report = RecoveryReport()
+        self._prune_dead_runners(state)
         for item in state.running():
             if not self._claim_free(item):
                 continue

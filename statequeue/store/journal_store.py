@@ -32,7 +32,7 @@ from statequeue.errors import (
     UsageError,
 )
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
-from statequeue.journal import JournalFile, create_file, read_from
+from statequeue.journal import JournalFile, create_file, parse, read_from
 from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import CompactResult, ItemState, ItemView, RunnerInfo
 from statequeue.records import Record, decode, item_text
@@ -83,11 +83,20 @@ class JournalStore(RecordStore):
             raise UsageError(f"cannot open {self.folder / LOCK}: {exc.strerror}") from None
         with self._flock():
             path = self.folder / JOURNAL
+            self._remove_stale_temp_files()
             if not path.exists() or path.stat().st_size == 0:
                 # A new queue, or one whose creation crashed before its header
                 # was written: nothing was ever acknowledged in it.
                 create_file(path, [_header(seq=1)], ops=self.ops)
             self._reload()
+
+    def _remove_stale_temp_files(self) -> None:
+        # Temp files are written only under the queue lock, which the caller
+        # holds: any found now was left by a process that died mid-rewrite.
+        for name in (JOURNAL, ARCHIVE):
+            for tmp in self.folder.glob(f".{name}.*.tmp"):
+                with suppress(FileNotFoundError):
+                    tmp.unlink()
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
@@ -180,6 +189,17 @@ class JournalStore(RecordStore):
             return True
         return not _lock_is_free(self.folder / "runners" / f"{runner_id}.lock")
 
+    def _forget_runner(self, runner_id: str) -> None:
+        path = self.folder / "runners" / f"{runner_id}.lock"
+        try:
+            probe = _try_lock(path, create=False)
+        except FileNotFoundError:
+            return
+        if probe is not None:  # still free while we hold it: nobody is using it
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(probe)
+
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         path = self.folder / "runners" / f"{runner.runner_id}.lock"
         fd = _try_lock(path, create=True)
@@ -245,6 +265,8 @@ class JournalStore(RecordStore):
 
     def compact(self) -> CompactResult:
         with self._locked() as state:
+            self._remove_stale_temp_files()
+            self._prune_dead_runners(state)
             try:
                 result = compact_journal(
                     journal=self.journal,
@@ -326,20 +348,22 @@ def read_archive(path: Path, size: int) -> Iterator[Record]:
     """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""
     if size == 0:
         return
-    archive = JournalFile(path)
     try:
-        archive.open()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise DamagedState(f"{path} is missing but the journal refers to it") from None
     try:
-        found, _ = archive.read_new(repair=False)
-        if archive.offset < size:
-            raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
-        for record in found:
-            if record.get("t") == "arch":
-                yield record
+        # Only the first ``size`` bytes count: a compaction that died after
+        # appending here but before its journal took effect left the rest.
+        data = read_from(fd, 0)[:size]
     finally:
-        archive.close()
+        os.close(fd)
+    found, used, _ = parse(data, path=str(path), first_line=1, last_seq=None)
+    if used < size:
+        raise DamagedState(f"{path}: damaged or shorter than the journal says ({used} < {size})")
+    for record in found:
+        if record.get("t") == "arch":
+            yield record
 
 
 def _header(*, seq: int) -> Record:
