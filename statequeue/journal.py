@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from statequeue import records
 from statequeue.errors import CorruptJournal
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
+from statequeue.gcpause import gc_paused
 from statequeue.location import FILE_MODE
 
 _READ_CHUNK = 1 << 20
+_REPLAY_CHUNK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,33 @@ def read_from(fd: int, offset: int) -> bytes:
         offset += len(chunk)
 
 
+def iter_records(fd: int, end: int, *, path: str) -> Iterator[records.Record]:
+    """The records in the first ``end`` bytes of ``fd`` (already validated by a
+    replay), read a chunk at a time. Works on a duplicate of ``fd`` taken now,
+    so the caller may iterate after releasing the lock or reopening ``fd``."""
+    return _iter_own(os.dup(fd), end, path)
+
+
+def _iter_own(own: int, end: int, path: str) -> Iterator[records.Record]:
+    try:
+        offset = 0
+        while offset < end:
+            data = os.pread(own, min(_REPLAY_CHUNK, end - offset), offset)
+            if not data:
+                return
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                data = os.pread(own, end - offset, offset)
+                cut = data.rfind(b"\n") + 1
+            found, used, _ = parse(data[:cut], path=path, first_line=1, last_seq=None)
+            yield from found
+            if used < cut:
+                return
+            offset += used
+    finally:
+        os.close(own)
+
+
 def parse(
     data: bytes, *, path: str, first_line: int, last_seq: int | None
 ) -> tuple[list[records.Record], int, int | None]:
@@ -58,19 +87,19 @@ def parse(
     """
     out: list[records.Record] = []
     pos = 0
-    line_no = first_line
     end = data.rfind(b"\n") + 1
     decode = records.decode
-    while pos < end:
-        nl = data.index(b"\n", pos)
-        record = decode(data[pos:nl])
+    append = out.append
+    for line in data[:end].split(b"\n")[:-1]:
+        record = decode(line)
         if record is None or (last_seq is not None and record["seq"] != last_seq + 1):
-            _refuse_if_valid_after(data, nl + 1, path=path, line_no=line_no, record=record)
+            line_no = first_line + len(out)
+            after = pos + len(line) + 1
+            _refuse_if_valid_after(data, after, path=path, line_no=line_no, record=record)
             break
-        out.append(record)
+        append(record)
         last_seq = record["seq"]
-        pos = nl + 1
-        line_no += 1
+        pos += len(line) + 1
     return out, pos, last_seq
 
 
@@ -116,24 +145,49 @@ class JournalFile:
             return True
 
     def read_new(self, *, repair: bool) -> tuple[list[records.Record], TornTail | None]:
-        """Records appended since the last call, and a torn tail if one was cut.
+        """Records appended since the last call, and a torn tail if one was cut."""
+        found: list[records.Record] = []
+        torn = self.replay(found.append, repair=repair)
+        return found, torn
+
+    def replay(self, apply: Callable[[records.Record], None], *, repair: bool) -> TornTail | None:
+        """Pass each record appended since the last call to ``apply``, in order,
+        reading a bounded chunk at a time; return the torn tail if one was cut.
 
         With ``repair`` (the caller holds the lock exclusively), a torn tail is
         truncated away durably; without it the bytes are left for the writer.
         """
-        data = read_from(self.fd, self.offset)
-        found, used, last_seq = parse(
-            data, path=str(self.path), first_line=self.lines + 1, last_seq=self.last_seq
+        with gc_paused():
+            while True:
+                data = os.pread(self.fd, _REPLAY_CHUNK, self.offset)
+                if not data:
+                    return None
+                if len(data) == _REPLAY_CHUNK and data.rfind(b"\n") < 0:
+                    data = read_from(self.fd, self.offset)  # one record longer than a chunk
+                found, used, last_seq = parse(
+                    data, path=str(self.path), first_line=self.lines + 1, last_seq=self.last_seq
+                )
+                for record in found:
+                    apply(record)
+                self.offset += used
+                self.lines += len(found)
+                self.last_seq = last_seq
+                if used < data.rfind(b"\n") + 1 or (used < len(data) < _REPLAY_CHUNK):
+                    return self._torn(repair)
+
+    def _torn(self, repair: bool) -> TornTail | None:
+        """Everything from ``offset`` on is not a valid record: refuse it as
+        corruption if a valid record follows, else cut it as a torn tail."""
+        rest = read_from(self.fd, self.offset)
+        found, _, _ = parse(
+            rest, path=str(self.path), first_line=self.lines + 1, last_seq=self.last_seq
         )
-        self.offset += used
-        self.lines += len(found)
-        self.last_seq = last_seq
-        torn = None
-        if used < len(data):
-            torn = TornTail(str(self.path), self.offset, len(data) - used)
-            if repair:
-                self._cut_to(self.offset, "repairing")
-        return found, torn
+        if found:  # cannot happen: parse would have returned them before
+            raise AssertionError("journal changed while its lock was held")
+        torn = TornTail(str(self.path), self.offset, len(rest))
+        if repair:
+            self._cut_to(self.offset, "repairing")
+        return torn
 
     def append(self, batch: Iterable[records.Record], *, sync: bool) -> None:
         """Number, encode and write ``batch``; fsync when ``sync``.

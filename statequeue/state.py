@@ -64,14 +64,26 @@ class QueueState:
         self.archived = 0
         self.archive_size = 0
         self.watermark = 0
-        self.keys: dict[str, int] = {}
+        # Dedupe keys (text -> id) are built only when something is enqueued
+        # (see the stores' _known_keys); status and run never pay for them.
+        self.keys: dict[str, int] | None = None
         self.items: dict[int, LiveItem] = {}
+        # Ids of items in the states that are usually few, so that recovery,
+        # status and listings never scan the (possibly huge) pending set.
+        self.ids_in: dict[ItemState, set[int]] = {
+            s: set() for s in (RUNNING, FAILED, HELD, CANCELLED)
+        }
         self.counts: dict[ItemState, int] = dict.fromkeys(ItemState, 0)
         self.runners: dict[str, dict[str, Any]] = {}
         self.paused = False
         self.orphans = 0
         self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
         self.commands: list[list[str]] = []
+        # Pending order: fresh items are taken by a cursor that only moves
+        # forward (O(1) amortised per claim); items that come back to pending
+        # (retries, recoveries) go through a heap.
+        self._cursor = 1
+        self._from_cursor = False
         self._pending: list[int] = []
         self._deferred: list[tuple[float, int]] = []
 
@@ -86,8 +98,22 @@ class QueueState:
         while heap:
             item = self.items.get(heap[0])
             if item is not None and item.state is PENDING and item.not_before <= now:
-                return item
+                break
             heapq.heappop(heap)  # stale entry, or a retry that waits in _deferred
+        fresh = self._fresh_head()
+        if heap and (fresh is None or heap[0] < fresh.id):
+            self._from_cursor = False
+            return self.items[heap[0]]
+        self._from_cursor = fresh is not None
+        return fresh
+
+    def _fresh_head(self) -> LiveItem | None:
+        items = self.items
+        while self._cursor < self.next_id:
+            item = items.get(self._cursor)
+            if item is not None and item.state is PENDING and not item.not_before:
+                return item
+            self._cursor += 1
         return None
 
     def is_due(self, item: LiveItem, now: float) -> bool:
@@ -95,6 +121,9 @@ class QueueState:
 
     def pop_pending(self) -> int:
         """Take the head of the pending order out (after ``next_pending`` returned it)."""
+        if self._from_cursor:
+            self._cursor += 1
+            return self._cursor - 1
         return heapq.heappop(self._pending)
 
     def restore_pending(self, ids: list[int]) -> None:
@@ -113,10 +142,13 @@ class QueueState:
         return None
 
     def running(self) -> list[LiveItem]:
-        return [i for i in self.items.values() if i.state is RUNNING]
+        return self.in_state(RUNNING)
 
     def in_state(self, state: ItemState) -> list[LiveItem]:
-        return [i for i in self.items.values() if i.state is state]
+        ids = self.ids_in.get(state)
+        if ids is None:  # pending: the one state that may hold millions
+            return [i for i in self.items.values() if i.state is state]
+        return [self.items[i] for i in sorted(ids)]
 
     # -- replay --------------------------------------------------------------
 
@@ -136,6 +168,10 @@ class QueueState:
     def _move(self, item: LiveItem, state: ItemState) -> None:
         self.counts[item.state] -= 1
         self.counts[state] += 1
+        if item.state in self.ids_in:
+            self.ids_in[item.state].discard(item.id)
+        if state in self.ids_in:
+            self.ids_in[state].add(item.id)
         item.state = state
         if state is PENDING:
             if item.not_before:
@@ -147,15 +183,19 @@ class QueueState:
 
     def _add(self, item_id: int, text: str, state: ItemState) -> LiveItem:
         item = LiveItem(item_id, text)
-        self.keys[text] = item_id
-        self.next_id = max(self.next_id, item_id + 1)
+        if self.keys is not None:
+            self.keys[text] = item_id
+        if item_id >= self.next_id:
+            self.next_id = item_id + 1
         self.counts[state] += 1
         item.state = state
         if state is DONE:
             return item
         self.items[item_id] = item
-        if state is PENDING:
-            heapq.heappush(self._pending, item_id)
+        if state in self.ids_in:
+            self.ids_in[state].add(item_id)
+        if state is PENDING and item_id < self._cursor:
+            heapq.heappush(self._pending, item_id)  # behind the cursor: use the heap
         return item
 
     def _on_snap(self, rec: Record) -> None:
@@ -165,6 +205,7 @@ class QueueState:
         self.archive_size = rec["archive_size"]
         self.watermark = rec["watermark"]
         self.counts[DONE] = self.archived
+        self._cursor = self.next_id
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Container, Iterator, Sequence
+from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
+from statequeue.gcpause import gc_paused
 from statequeue.models import (
     ActiveRunner,
     Claim,
@@ -29,7 +30,7 @@ from statequeue.models import (
     RunnerInfo,
     Status,
 )
-from statequeue.records import Record, item_fields
+from statequeue.records import Record, item_fields, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store.history import item_history, iter_results
 
@@ -190,12 +191,25 @@ class RecordStore(Store):
         """Release whatever a dead runner left behind (its lock file)."""
 
     def _known_keys(self, state: QueueState) -> Container[str]:
-        """Every item text ever enqueued (subclasses add archived ones)."""
+        """Every item text ever enqueued (subclasses add archived ones).
+
+        Built on first use from the journal's records, then kept up to date by
+        ``QueueState.apply``."""
+        if state.keys is None:
+            state.keys = {
+                item_text(r): r["id"]
+                for r in self._journal_records()
+                if r.get("t") in ("enq", "item")
+            }
         return state.keys
 
     # -- the contract --------------------------------------------------------
 
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        with gc_paused():
+            return self._enqueue(items)
+
+    def _enqueue(self, items: Sequence[str]) -> EnqueueResult:
         added = skipped = 0
         for start in range(0, max(len(items), 1), ENQUEUE_BATCH):
             batch = items[start : start + ENQUEUE_BATCH]
@@ -468,15 +482,20 @@ class RecordStore(Store):
             ]
             done: list[tuple[int, str]] = []
             if state in (None, ItemState.DONE):
-                done = [(i, t) for t, i in st.keys.items() if i not in st.items]
+                done = [
+                    (r["id"], item_text(r))
+                    for r in self._journal_records()
+                    if r.get("t") in ("enq", "item") and r["id"] not in st.items
+                ]
         merged = live + [ItemView(i, t, ItemState.DONE) for i, t in done]
         merged.sort(key=lambda v: v.item_id)
         yield from self._archived_views(state)
         yield from merged
 
     @abstractmethod
-    def _journal_records(self) -> list[Record]:
-        """Every record of the live journal, in order (caller holds the lock)."""
+    def _journal_records(self) -> Iterable[Record]:
+        """Every record of the live journal, in order (taken under the lock; the
+        iteration may run after it, on the same snapshot)."""
 
     def _archive_records(self) -> Iterator[Record]:
         """Every archived record; none for stores without an archive."""

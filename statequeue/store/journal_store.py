@@ -32,7 +32,7 @@ from statequeue.errors import (
     UsageError,
 )
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
-from statequeue.journal import JournalFile, create_file, parse, read_from
+from statequeue.journal import JournalFile, create_file, iter_records, parse, read_from
 from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import CompactResult, ItemState, ItemView, RunnerInfo
 from statequeue.records import Record, decode, item_text
@@ -115,10 +115,7 @@ class JournalStore(RecordStore):
             raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
 
     def _catch_up(self) -> None:
-        found, torn = self.journal.read_new(repair=True)
-        apply = self.state.apply
-        for record in found:
-            apply(record)
+        torn = self.journal.replay(self.state.apply, repair=True)
         if torn is not None:
             self._notices.append(torn.describe())
 
@@ -230,7 +227,7 @@ class JournalStore(RecordStore):
                 item_text(r): r["id"]
                 for r in read_archive(self.folder / ARCHIVE, state.archive_size)
             }
-        return _Either(state.keys, self._archived)
+        return _Either(super()._known_keys(state), self._archived)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         if state not in (None, ItemState.DONE):
@@ -240,9 +237,8 @@ class JournalStore(RecordStore):
 
     # -- reading back ------------------------------------------------------------
 
-    def _journal_records(self) -> list[Record]:
-        data = read_from(self.journal.fd, 0)[: self.journal.offset]
-        return [r for r in map(decode, data.splitlines()) if r is not None]
+    def _journal_records(self) -> Iterator[Record]:
+        return iter_records(self.journal.fd, self.journal.offset, path=str(self.journal.path))
 
     def _archive_records(self) -> Iterator[Record]:
         return read_archive(self.folder / ARCHIVE, self.state.archive_size)

@@ -26,7 +26,8 @@ def fingerprint(store: JournalStore) -> tuple[object, ...]:
     """Everything a user can observe about the queue's state."""
     st = store.state
     live = sorted((i.id, i.text, i.state.value, i.attempts) for i in st.items.values())
-    return (dict(store.status().counts), live, sorted(st.keys.items()), st.next_id)
+    every = [(v.item_id, v.item, v.state.value) for v in store.items()]
+    return (dict(store.status().counts), live, every, st.next_id)
 
 
 def record_starts(data: bytes) -> list[int]:
