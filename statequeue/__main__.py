@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from statequeue.cli.app import main
+from statequeue.cli.main import main
 
 main()

@@ -264,3 +264,22 @@ def test_python_module_entry_point(sq_env: Env) -> None:
         [sys.executable, "-m", "statequeue", "--help"], env=sq_env, capture_output=True, check=False
     )
     assert out.returncode == 0 and b"enqueue" in out.stdout
+
+
+def test_fast_enqueue_path_matches_the_full_cli(sq_env: Env, tmp_path: Path) -> None:
+    listing = tmp_path / "l"
+    listing.write_bytes(b"p\0q\0")
+    fast = [
+        sq(sq_env, "enqueue", "a", "b"),
+        sq(sq_env, "enqueue", "--json", "a", "c"),
+        sq(sq_env, "-q", "other", "enqueue", "--null", "--file", str(listing), "--json"),
+    ]
+    assert [o.stdout for o in fast] == [
+        b"added 2, skipped 0 already queued\n",
+        b'{"added":1,"skipped":1}\n',
+        b'{"added":2,"skipped":0}\n',
+    ]
+    # The same through typer (an option only the full CLI parses forces it).
+    via_typer = sq(sq_env, "enqueue", "--json", "--queue", "other", "-f", str(listing), "-0", "--")
+    assert via_typer.stdout == b'{"added":0,"skipped":2}\n'
+    assert_one_line_error(sq(sq_env, "enqueue", "-q", "a/b", "x"), 2)
