@@ -56,6 +56,8 @@ class Queue:
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
+    ``auto_compact``: dead records that trigger compaction as results are
+    recorded (0 turns it off; default $STATEQUEUE_AUTO_COMPACT or 100,000).
     """
 
     def __init__(
@@ -65,11 +67,12 @@ class Queue:
         home: str | os.PathLike[str] | None = None,
         create: bool = True,
         store: RecordStore | None = None,
+        auto_compact: int | None = None,
     ) -> None:
         if store is None:
             from statequeue.store.journal_store import JournalStore
 
-            store = JournalStore(queue_folder(name, home), create=create)
+            store = JournalStore(queue_folder(name, home), create=create, auto_compact=auto_compact)
         self.store = store
         self.name = store.name
 

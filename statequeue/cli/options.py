@@ -28,7 +28,14 @@ QueueOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def open_queue(ctx: typer.Context, home: str | None, queue: str | None, *, create: bool) -> Any:
+def open_queue(
+    ctx: typer.Context,
+    home: str | None,
+    queue: str | None,
+    *,
+    create: bool,
+    auto_compact: int | None = None,
+) -> Any:
     """Open the queue named on the command line (command options win over global ones)."""
     from statequeue.queue import Queue
 
@@ -37,6 +44,7 @@ def open_queue(ctx: typer.Context, home: str | None, queue: str | None, *, creat
         queue if queue is not None else glob.get("queue"),
         home=home if home is not None else glob.get("home"),
         create=create,
+        auto_compact=auto_compact,
     )
     ctx.call_on_close(q.close)
     from statequeue.cli.render import print_notices

@@ -100,6 +100,14 @@ def run(
             show_default=False,
         ),
     ] = None,
+    auto_compact: Annotated[
+        bool,
+        typer.Option(
+            "--auto-compact/--no-auto-compact",
+            help="Compact the journal as dead records pile up (threshold: "
+            "STATEQUEUE_AUTO_COMPACT, default 100000).",
+        ),
+    ] = True,
     log_limit: Annotated[
         int, typer.Option(help="Keep at most this many bytes of output per attempt.")
     ] = 1 << 20,
@@ -147,7 +155,7 @@ def run(
         item_on_stdin=stdin,
         log_limit=log_limit,
     )
-    q = open_queue(ctx, home, queue, create=False)
+    q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
     tty = sys.stderr.isatty()
     show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty())
     pending = q.status().counts["pending"]

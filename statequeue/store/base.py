@@ -187,6 +187,9 @@ class RecordStore(Store):
             self._write([{"t": "stop", "runner": rid, "reason": "died"}], sync=False)
             self._forget_runner(rid)
 
+    def _maybe_compact(self, state: QueueState) -> None:
+        """Compact when enough dead records piled up (stores with a journal)."""
+
     def _forget_runner(self, runner_id: str) -> None:
         """Release whatever a dead runner left behind (its lock file)."""
 
@@ -337,6 +340,7 @@ class RecordStore(Store):
             self._write([rec], sync=sync)
             del item  # the record is applied; the item may be gone from state
             self._drop_claim(claim.item_id)
+            self._maybe_compact(state)
             return target
 
     def release(self, claim: Claim, reason: str) -> None:

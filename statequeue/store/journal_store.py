@@ -45,12 +45,21 @@ ARCHIVE = "archive.jsonl"
 LOCK = "lock"
 LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 60.0
+AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
+DEFAULT_AUTO_COMPACT = 100_000
 
 
 class JournalStore(RecordStore):
     """A queue kept in ``folder`` as a checksummed JSON-lines journal."""
 
-    def __init__(self, folder: Path, *, create: bool, ops: FileOps = DEFAULT_OPS) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        create: bool,
+        ops: FileOps = DEFAULT_OPS,
+        auto_compact: int | None = None,
+    ) -> None:
         super().__init__(folder.name)
         self.folder = folder
         self.ops = ops
@@ -61,6 +70,7 @@ class JournalStore(RecordStore):
         self._broken: DurabilityError | None = None
         self._lock_fd = -1
         self._lock_limit = lock_timeout()
+        self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
         if not (folder / JOURNAL).exists() and not create:
             raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
         self._prepare(create)
@@ -259,21 +269,35 @@ class JournalStore(RecordStore):
 
     # -- compaction --------------------------------------------------------------
 
+    def _maybe_compact(self, state: QueueState) -> None:
+        # Dead records: everything in the journal beyond one record per live
+        # item and runner. Compacting once they outnumber the live ones (and a
+        # floor) keeps replay and appends cheap however long the history grows.
+        limit = self.auto_compact
+        if limit <= 0:
+            return
+        dead = self.journal.lines - len(state.items) - len(state.runners) - 1
+        if dead >= limit and dead > len(state.items):
+            self._compact_locked(state)
+
     def compact(self) -> CompactResult:
         with self._locked() as state:
-            self._remove_stale_temp_files()
-            self._prune_dead_runners(state)
-            try:
-                result = compact_journal(
-                    journal=self.journal,
-                    archive_path=self.folder / ARCHIVE,
-                    state=state,
-                    ops=self.ops,
-                )
-            except OSError as exc:
-                raise durability_error("compacting", str(self.folder), exc) from None
-            self._reload()
-            return result
+            return self._compact_locked(state)
+
+    def _compact_locked(self, state: QueueState) -> CompactResult:
+        self._remove_stale_temp_files()
+        self._prune_dead_runners(state)
+        try:
+            result = compact_journal(
+                journal=self.journal,
+                archive_path=self.folder / ARCHIVE,
+                state=state,
+                ops=self.ops,
+            )
+        except OSError as exc:
+            raise durability_error("compacting", str(self.folder), exc) from None
+        self._reload()
+        return result
 
     def close(self) -> None:
         for item_id in list(self._claims):
@@ -294,6 +318,22 @@ class JournalStore(RecordStore):
             except FileNotFoundError:
                 out[name] = 0
         return out
+
+
+def auto_compact_threshold() -> int:
+    """Dead records that trigger automatic compaction: $STATEQUEUE_AUTO_COMPACT
+    (0 or "off" disables it), default 100,000."""
+    raw = os.environ.get(AUTO_COMPACT_ENV, "").strip().lower()
+    if raw in ("", "on"):
+        return DEFAULT_AUTO_COMPACT
+    if raw in ("0", "off", "no", "false"):
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise UsageError(
+            f"{AUTO_COMPACT_ENV} must be a number of records or off, not {raw!r}"
+        ) from None
 
 
 def lock_timeout() -> float:

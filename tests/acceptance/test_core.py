@@ -147,3 +147,19 @@ def test_python_dash_m(sq_env: dict[str, str]) -> None:
         check=False,
     )
     assert json.loads(out.stdout) == {"added": 1, "skipped": 0}
+
+
+def test_auto_compaction_keeps_the_journal_short(sq_env: Env, sq_home: Path) -> None:
+    env = dict(sq_env, STATEQUEUE_AUTO_COMPACT="40")
+    sq(env, "enqueue", *[str(i) for i in range(150)])
+    assert sq(env, "run", "--", "true").returncode == 0
+    folder = sq_home / "default"
+    lines = (folder / "journal.jsonl").read_bytes().count(b"\n")
+    assert lines < 150 and (folder / "archive.jsonl").exists()
+    assert status(env)["counts"]["done"] == 150
+    assert len(sq(env, "results", "--json").stdout.splitlines()) == 150
+    assert json.loads(sq(env, "enqueue", "--json", "5", "new").stdout)["added"] == 1
+    off = dict(sq_env, STATEQUEUE_AUTO_COMPACT="off")
+    sq(off, "enqueue", "-q", "keep", *[str(i) for i in range(60)])
+    assert sq(env, "run", "-q", "keep", "--no-auto-compact", "--", "true").returncode == 0
+    assert not (sq_home / "keep" / "archive.jsonl").exists()
