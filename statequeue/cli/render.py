@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -57,7 +58,10 @@ def status_text(status: Status) -> str:
     if status.runners:
         for r in status.runners:
             items = ", ".join(str(i) for i in r.running) or "none"
-            lines.append(f"runner: active (pid {r.pid} on {r.host}, running items: {items})")
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at))
+            lines.append(
+                f"runner: active (pid {r.pid} on {r.host}, since {since}, running items: {items})"
+            )
     else:
         lines.append("runner: none active")
     if status.interrupted:
