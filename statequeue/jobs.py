@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,27 +61,8 @@ def child_env(claim: Claim, queue: str, result_path: Path) -> dict[str, str]:
     return env
 
 
-def _die_with_parent_setup() -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def setup() -> None:
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the runner died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return setup
-
-
 class Job:
     """A running child for one claim."""
-
-    _setup: Callable[[], None] | None = None
-    _setup_ready = False
 
     def __init__(self, claim: Claim, spec: JobSpec) -> None:
         self.claim = claim
@@ -92,43 +71,50 @@ class Job:
         self.deadline: float | None = None
         self.kill_at: float | None = None
         self.stop_reason = ""  # "timeout" or "stopped" once the runner signals it
+        self.returncode: int | None = None
         stem = f"{claim.item_id}.{claim.attempt}"
         self.log_path = spec.log_dir / f"{stem}.log"
         self.result_path = spec.log_dir / f"{stem}.result"
         self._log_fd = -1
         self._logged = 0
         self._tail = bytearray()
-        self.proc = self._spawn()
-        self.pipes = {self.proc.stdout.fileno(): 1, self.proc.stderr.fileno(): 2}  # type: ignore[union-attr]
-        for fd in self.pipes:
-            os.set_blocking(fd, False)
-        self.pidfd = _pidfd(self.proc.pid)
+        self.pipes: dict[int, int] = {}
+        self.pid = self._spawn()
+        self.pidfd = _pidfd(self.pid)
 
-    @classmethod
-    def _preexec(cls) -> Callable[[], None] | None:
-        if not cls._setup_ready:
-            cls._setup, cls._setup_ready = _die_with_parent_setup(), True
-        return cls._setup
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        stdin: Any = subprocess.DEVNULL
+    def _spawn(self) -> int:
+        """Start the child with posix_spawn: in its own session (so its whole
+        process group can be signalled), stdout and stderr on pipes, and the
+        claim's lock fds inherited (dup2 onto themselves clears close-on-exec)."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        stdin_fd = -1
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
         if self.spec.item_on_stdin:
-            stdin = _memfile(os.fsencode(self.claim.item) + b"\n")
+            stdin_fd = _memfd(os.fsencode(self.claim.item) + b"\n")
+            actions[0] = (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
+        actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in self.claim.inherit_fds]
+        argv = build_argv(self.spec.template, self.claim.item)
+        env = child_env(self.claim, self.spec.queue, self.result_path)
         CRASH.hit("spawn")
         try:
-            return subprocess.Popen(
-                build_argv(self.spec.template, self.claim.item),
-                stdin=stdin,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=child_env(self.claim, self.spec.queue, self.result_path),
-                pass_fds=self.claim.inherit_fds,
-                start_new_session=True,
-                preexec_fn=self._preexec(),  # single-threaded runner
-            )
+            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
         finally:
-            if not isinstance(stdin, int):
-                stdin.close()
+            for fd in (out_w, err_w, stdin_fd):
+                if fd >= 0:
+                    os.close(fd)
+        for fd, stream in ((out_r, 1), (err_r, 2)):
+            os.set_blocking(fd, False)
+            self.pipes[fd] = stream
+        return pid
 
     # -- output ------------------------------------------------------------------
 
@@ -191,18 +177,36 @@ class Job:
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signum)
+            os.killpg(self.pid, signum)
 
     def exited(self) -> bool:
-        return self.proc.poll() is not None
+        """True once the child has exited. It is not reaped yet (its pid, and so
+        its process group id, stays reserved until ``reap``)."""
+        if self.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def reap(self) -> int:
+        """Collect the exited child's status (exit code, or -signal)."""
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = -1
+        return self.returncode
 
     # -- result ----------------------------------------------------------------------
 
     def finish(self) -> Outcome:
         """The outcome of the exited child; closes its pipes and files."""
         self.drain()
+        code = self.reap()
         self.close()
-        code = self.proc.returncode
         duration = time.monotonic() - self.started
         sig = -code if code is not None and code < 0 else None
         exit_code = code if sig is None else None
@@ -247,11 +251,9 @@ class Job:
             }
 
     def close(self) -> None:
+        for fd in self.pipes:
+            os.close(fd)
         self.pipes.clear()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
         if self._log_fd >= 0:
             os.close(self._log_fd)
             self._log_fd = -1
@@ -271,14 +273,20 @@ def _pidfd(pid: int) -> int:
     return fd
 
 
-def _memfile(data: bytes) -> Any:
-    """A seekable file holding ``data``, to hand to a child as stdin."""
-    import tempfile
+def _memfd(data: bytes) -> int:
+    """A file descriptor reading ``data`` from its start, to hand to a child as stdin."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("statequeue-stdin", os.MFD_CLOEXEC)
+    else:  # no memfd here: an unlinked temp file does the same
+        import tempfile
 
-    f = tempfile.TemporaryFile()  # noqa: SIM115  # closed by _spawn after Popen
-    f.write(data)
-    f.seek(0)
-    return f
+        fd, path = tempfile.mkstemp(prefix="statequeue-stdin-")
+        os.unlink(path)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _signame(sig: int) -> str:

@@ -31,6 +31,7 @@ from statequeue.models import (
     RunnerInfo,
 )
 from statequeue.queue import Queue
+from statequeue.reaper import Reaper
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
@@ -153,6 +154,7 @@ class Runner:
         self._stop_count = 0
         self._taking = True
         self._taken: set[int] = set()
+        self.reaper: Reaper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -190,6 +192,8 @@ class Runner:
             self._loop(deadline)
         finally:
             self._shutdown()
+            if self.reaper is not None:
+                self.reaper.close()
             store.unregister_runner(self.info.runner_id)
             self._selector.close()
             os.close(self._wake_r)
@@ -254,7 +258,8 @@ class Runner:
             outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
             self._record(claim, outcome, None)
             return
-        self.jobs[job.proc.pid] = job
+        self.jobs[job.pid] = job
+        self._reaper().watch(job.pid)
         self.summary.started += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
@@ -351,6 +356,11 @@ class Runner:
                 wait = min(wait, 0.05)  # no pidfd on this platform: poll
         return wait
 
+    def _reaper(self) -> Reaper:
+        if self.reaper is None:
+            self.reaper = Reaper()  # started with the first child, not before
+        return self.reaper
+
     def _wait(self, timeout: float) -> None:
         for key, _ in self._selector.select(timeout):
             job = key.data
@@ -380,7 +390,8 @@ class Runner:
                 # Stopped or timed out: what is left of its process group (a
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
-            del self.jobs[job.proc.pid]
+            del self.jobs[job.pid]
+            self._reaper().forget(job.pid)  # before the reap frees its pid
             for fd in [*job.pipes, job.pidfd]:
                 if fd >= 0 and fd in self._selector.get_map():
                     self._selector.unregister(fd)
@@ -453,7 +464,8 @@ class Runner:
         """On an unexpected error: kill children and give their items back."""
         for job in list(self.jobs.values()):
             job.signal_group(signal.SIGKILL)
-            job.proc.wait()
+            self._reaper().forget(job.pid)
+            job.reap()
             job.close()
             # Best effort: if this fails too, recovery finds the item on the next run.
             with contextlib.suppress(Exception):

@@ -149,7 +149,7 @@ def test_python_dash_m(sq_env: dict[str, str]) -> None:
     assert json.loads(out.stdout) == {"added": 1, "skipped": 0}
 
 
-def test_auto_compaction_keeps_the_journal_short(sq_env: Env, sq_home: Path) -> None:
+def test_auto_compaction_keeps_the_journal_short(sq_env: dict[str, str], sq_home: Path) -> None:
     env = dict(sq_env, STATEQUEUE_AUTO_COMPACT="40")
     sq(env, "enqueue", *[str(i) for i in range(150)])
     assert sq(env, "run", "--", "true").returncode == 0

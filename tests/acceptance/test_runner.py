@@ -464,11 +464,32 @@ GRANDCHILD_WORKER = """
 echo "$STATEQUEUE_ATTEMPT $(date +%s.%N)" >> "$SQT_DIR/starts"
 if [ "$STATEQUEUE_ATTEMPT" = 1 ]; then
   echo $$ > "$SQT_DIR/pids/leader"
-  (sleep 3; date +%s.%N > "$SQT_DIR/bg_end") &
+  # setsid: this descendant leaves the item's process group, so the group
+  # kill after the runner's death misses it; it still holds the claim lock.
+  setsid sh -c 'sleep 3; date +%s.%N > "$SQT_DIR/bg_end"' &
   echo $! > "$SQT_DIR/pids/bg"
   wait
 fi
 """
+
+IN_GROUP_WORKER = """
+echo $$ > "$SQT_DIR/pids/leader"
+(exec sleep 30) &
+echo $! > "$SQT_DIR/pids/bg"
+wait
+"""
+
+
+def test_children_and_their_group_die_with_a_killed_runner(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    enqueue(env, "a")
+    first = procs.start("run", "--", "sh", "-c", IN_GROUP_WORKER)
+    wait_for(lambda: pids_in(work / "pids" / "bg"), "the grandchild to start")
+    kill9(first)
+    wait_gone(work / "pids" / "leader")
+    wait_gone(work / "pids" / "bg")  # the reaper killed the whole process group
+    assert status(env)["interrupted"] == [1]
 
 
 def test_kill9_never_starts_a_second_copy_while_a_grandchild_lives(
@@ -478,7 +499,7 @@ def test_kill9_never_starts_a_second_copy_while_a_grandchild_lives(
     first = procs.start("run", "--", "sh", "-c", GRANDCHILD_WORKER)
     wait_for(lambda: pids_in(work / "pids" / "bg"), "the grandchild to start")
     kill9(first)
-    wait_gone(work / "pids" / "leader")  # sh died with its runner (PDEATHSIG)
+    wait_gone(work / "pids" / "leader")  # sh died with its runner (the reaper)
     (bg,) = pids_in(work / "pids" / "bg")
     assert alive(bg), "the grandchild should outlive the runner"
 
