@@ -283,3 +283,43 @@ def test_fast_enqueue_path_matches_the_full_cli(sq_env: Env, tmp_path: Path) -> 
     via_typer = sq(sq_env, "enqueue", "--json", "--queue", "other", "-f", str(listing), "-0", "--")
     assert via_typer.stdout == b'{"added":0,"skipped":2}\n'
     assert_one_line_error(sq(sq_env, "enqueue", "-q", "a/b", "x"), 2)
+
+
+def test_follow_views_stream_while_a_runner_works(sq_env: Env, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    sq(sq_env, "enqueue", "a")
+    worker = f"echo working-on-$0; while [ ! -e {gate} ]; do sleep 0.02; done; echo finished"
+    runner = subprocess.Popen(
+        [STATEQUEUE, "run", "--no-live", "--", "sh", "-c", worker, "{}"],
+        env=sq_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    views = [
+        subprocess.Popen([STATEQUEUE, *args], env=sq_env, stdout=subprocess.PIPE)
+        for args in (
+            ["logs", "1", "--follow"],
+            ["events", "--follow", "--json"],
+            ["status", "--watch", "--json", "--interval", "0.2"],
+        )
+    ]
+    try:
+        wait_for(lambda: json.loads(sq(sq_env, "status", "--json").stdout)["counts"]["running"])
+        gate.touch()
+        assert runner.wait(timeout=30) == 0
+        logs_out, _ = views[0].communicate(timeout=15)  # ends when the item is done
+        assert b"working-on-a" in logs_out and b"finished" in logs_out
+        time.sleep(0.6)
+        for view in views[1:]:
+            view.send_signal(2)
+            out, _ = view.communicate(timeout=10)
+            assert view.returncode in (0, 130)
+            docs = [json.loads(x) for x in out.splitlines()]
+            assert docs and all(d["schema"] == 1 for d in docs)
+        kinds = {d.get("t") for d in [json.loads(x) for x in out.splitlines()]}
+        assert kinds == {None}  # status docs have no record type
+    finally:
+        for p in [runner, *views]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

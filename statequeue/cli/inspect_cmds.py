@@ -119,30 +119,28 @@ def logs(
     Example: statequeue logs 42 --follow
     """
     q = open_queue(ctx, home, queue, create=False)
-    h = q.store.history(item_id)
-    paths = [p for p in h.log_paths if attempt is None or p.endswith(f".{attempt}.log")]
-    if not paths:
-        which = f"attempt {attempt} of " if attempt else ""
-        if not follow:
-            typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
-            return
     out = sys.stdout.buffer
-    path = paths[-1] if paths else None
+    shown_path: str | None = None
     offset = 0
     while True:
-        if path is not None:
-            with open(path, "rb") as f:
+        h = q.store.history(item_id)  # state first: output read after it is complete
+        paths = [p for p in h.log_paths if attempt is None or p.endswith(f".{attempt}.log")]
+        if paths and paths[-1] != shown_path:
+            shown_path, offset = paths[-1], 0
+        if shown_path is not None:
+            with open(shown_path, "rb") as f:
                 f.seek(offset)
                 data = f.read()
             out.write(data)
             out.flush()
             offset += len(data)
-        if not follow or q.store.history(item_id).state is not ItemState.RUNNING:
-            return
+        waiting = h.state in (ItemState.PENDING, ItemState.RUNNING)
+        if not follow or not waiting:
+            break
         time.sleep(0.25)
-        if path is None:
-            fresh = q.store.history(item_id).log_paths
-            path = fresh[-1] if fresh else None
+    if shown_path is None:
+        which = f"attempt {attempt} of " if attempt else ""
+        typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
 
 
 @app.command()

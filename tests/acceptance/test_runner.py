@@ -863,3 +863,25 @@ def test_an_item_stopped_by_a_signal_is_not_settled_by_verify(
     assert code == 0, err
     assert summary["verified"] == 0 and summary["started"] == 1
     assert lines(work / "runs") == ["1", "2"]
+
+
+INT_PROOF_WORKER = (
+    RECORD_PID + "trap '' INT TERM\nsleep 30 &\necho $! >> \"$SQT_DIR/pids/sleep\"\nwait\n"
+)
+
+
+def test_second_interrupt_kills_children_at_once(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    enqueue(env, "a")
+    runner = procs.start("run", "--grace", "60s", "--", "sh", "-c", INT_PROOF_WORKER)
+    wait_for(lambda: pids_in(work / "pids" / "sleep"), "the item to start")
+    runner.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # the first Ctrl-C is forwarded and ignored by the child
+    assert runner.poll() is None, "the first interrupt must wait for --grace"
+    began = time.monotonic()
+    runner.send_signal(signal.SIGINT)
+    code, _, err = finish(runner)
+    assert code == 130, err
+    assert time.monotonic() - began < 5
+    assert status(env)["counts"]["pending"] == 1  # interrupted: runs again next time
