@@ -19,6 +19,10 @@ class ItemState(StrEnum):
     CANCELLED = "cancelled"
     HELD = "held"
 
+    # Enum's own __hash__ is Python code; state counts are updated per record
+    # in replay, so use str's (equal members hash as their values, as before).
+    __hash__ = str.__hash__
+
 
 class OnInterrupted(StrEnum):
     """What recovery does with an item whose runner died while it ran."""

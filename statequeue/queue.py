@@ -41,6 +41,8 @@ def check_item(item: str) -> str:
         raise UsageError("empty item")
     if "\0" in item:
         raise UsageError("item contains a NUL byte, which no command argument can hold")
+    if len(item) <= MAX_ITEM_BYTES // 4:  # 4 bytes per character at most: surely fits
+        return item
     size = len(os.fsencode(item))
     if size > MAX_ITEM_BYTES:
         raise ItemTooLarge(f"item of {size} bytes exceeds the {MAX_ITEM_BYTES}-byte limit")

@@ -61,6 +61,8 @@ def item_fields(item: str) -> Record:
     read from stdin may hold arbitrary bytes; they arrive here as surrogate
     escapes) is stored losslessly as base64 in ``itemx``.
     """
+    if item.isascii():
+        return {"item": item}
     try:
         item.encode("utf-8")
     except UnicodeEncodeError:

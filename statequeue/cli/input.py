@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from statequeue.errors import UsageError
@@ -29,5 +28,8 @@ def read_items(args: list[str], *, file: str | None, null: bool) -> list[str]:
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("no items: give ITEM arguments, --file PATH, or pipe items on stdin")
         data = sys.stdin.buffer.read()
-    sep = b"\0" if null else b"\n"
-    return [os.fsdecode(raw) for raw in data.split(sep) if raw]
+    sep = "\0" if null else "\n"
+    # One decode for the whole input; surrogateescape keeps any byte exactly
+    # (os.fsdecode per line does the same, a million times slower in sum).
+    text = data.decode(sys.getfilesystemencoding(), "surrogateescape")
+    return [line for line in text.split(sep) if line]
