@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from statequeue.errors import StateQueueError
-from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, Status
+from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome
 from statequeue.queue import Queue, WorkItem
 
 __all__ = [

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
-import uuid
 
 from statequeue.models import RunnerInfo
 
@@ -21,6 +19,9 @@ def boot_id() -> str:
 
 def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
     """A fresh identity for a runner starting now in this process."""
+    import socket  # here, not at the top: enqueue never needs them
+    import uuid
+
     return RunnerInfo(
         runner_id=uuid.uuid4().hex[:16],
         pid=os.getpid(),

@@ -14,22 +14,23 @@ import os
 import sys
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotSettled, ItemTooLarge, UsageError
 from statequeue.identity import new_runner
 from statequeue.location import resolve_home, resolve_queue_name
 from statequeue.models import (
     Claim,
-    CompactResult,
     EnqueueResult,
     ItemState,
     OnInterrupted,
     Outcome,
     RunnerInfo,
-    Status,
 )
 from statequeue.store.base import RecordStore
+
+if TYPE_CHECKING:
+    from statequeue.views import CompactResult, Status
 
 MAX_ITEM_BYTES = 65536
 """The largest item, in bytes once encoded (Linux limits one argv element to 128 KiB)."""

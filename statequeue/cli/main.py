@@ -53,13 +53,13 @@ def _parse_fast(args: Sequence[str]) -> _FastEnqueue | None:
 
 def _fast_enqueue(opts: _FastEnqueue) -> int:
     from statequeue.cli.input import read_items
-    from statequeue.cli.render import print_notices
     from statequeue.queue import Queue
 
     texts = read_items(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
     home, name = opts.values.get("home"), opts.values.get("queue")
     with Queue(name, home=home, create=True) as q:
-        print_notices(q.notices())
+        for notice in q.notices():
+            sys.stderr.write(f"statequeue: {notice}\n")
         result = q.enqueue(texts)
     if "json" in opts.flags:
         sys.stdout.write(f'{{"added":{result.added},"skipped":{result.skipped}}}\n')

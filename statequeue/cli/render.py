@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from statequeue.durations import format_duration
-from statequeue.models import Status
+
+if TYPE_CHECKING:
+    from statequeue.views import Status
 
 
 def emit_json(value: Any) -> None:

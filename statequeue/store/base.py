@@ -10,29 +10,24 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
 from statequeue.gcpause import gc_paused
-from statequeue.models import (
-    ActiveRunner,
-    Claim,
-    CompactResult,
-    EnqueueResult,
-    Failure,
-    ItemHistory,
-    ItemResult,
-    ItemState,
-    ItemView,
-    OnInterrupted,
-    Outcome,
-    RecoveryReport,
-    RunnerInfo,
-    Status,
-)
+from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import LiveItem, QueueState
-from statequeue.store.history import item_history, iter_results
+
+if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.views import (
+        ActiveRunner,
+        CompactResult,
+        ItemHistory,
+        ItemResult,
+        ItemView,
+        RecoveryReport,
+        Status,
+    )
 
 ENQUEUE_BATCH = 20_000
 RECENT_FAILURES = 5
@@ -304,6 +299,8 @@ class RecordStore(Store):
     def _recover(
         self, state: QueueState, policy: OnInterrupted, max_crashes: int
     ) -> RecoveryReport:
+        from statequeue.views import RecoveryReport
+
         report = RecoveryReport()
         self._prune_dead_runners(state)
         for item in state.running():
@@ -382,6 +379,8 @@ class RecordStore(Store):
             return self._active_runners(state)
 
     def _active_runners(self, state: QueueState) -> list[ActiveRunner]:
+        from statequeue.views import ActiveRunner
+
         running: dict[str, list[int]] = {}
         for item in state.running():
             running.setdefault(item.runner, []).append(item.id)
@@ -398,6 +397,8 @@ class RecordStore(Store):
         ]
 
     def status(self) -> Status:
+        from statequeue.views import Failure, Status
+
         with self._locked() as state:
             failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
             return Status(
@@ -478,6 +479,8 @@ class RecordStore(Store):
             self._write([{"t": "pause", "paused": paused}], sync=True)
 
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
+        from statequeue.views import ItemView
+
         with self._locked() as st:
             live = [
                 ItemView(i.id, i.text, i.state, i.attempts, i.reason)
@@ -509,6 +512,8 @@ class RecordStore(Store):
         return ()
 
     def history(self, item_id: int) -> ItemHistory:
+        from statequeue.store.history import item_history
+
         with self._locked() as state:
             found = item_history(
                 item_id,
@@ -522,6 +527,8 @@ class RecordStore(Store):
         return found
 
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
+        from statequeue.store.history import iter_results
+
         with self._locked() as st:
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)

@@ -22,9 +22,9 @@ from statequeue.errors import DamagedState
 from statequeue.fileio import FileOps
 from statequeue.journal import JournalFile, create_file, read_from
 from statequeue.location import FILE_MODE
-from statequeue.models import CompactResult
 from statequeue.records import Record, decode, item_fields, item_text
 from statequeue.state import QueueState
+from statequeue.views import CompactResult
 
 
 def compact_journal(

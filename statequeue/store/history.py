@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from statequeue.models import ItemHistory, ItemResult, ItemState
+from statequeue.models import ItemState
 from statequeue.records import Record, item_text
 from statequeue.state import QueueState
+from statequeue.views import ItemHistory, ItemResult
 
 _ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "set", "arch"})
 

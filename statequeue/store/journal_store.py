@@ -23,6 +23,7 @@ import time
 from collections.abc import Container, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.errors import (
     DamagedState,
@@ -34,11 +35,13 @@ from statequeue.errors import (
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import JournalFile, create_file, iter_records, parse, read_from
 from statequeue.location import FILE_MODE, ensure_dir
-from statequeue.models import CompactResult, ItemState, ItemView, RunnerInfo
+from statequeue.models import ItemState, RunnerInfo
 from statequeue.records import Record, decode, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RecordStore
-from statequeue.store.compaction import compact_journal
+
+if TYPE_CHECKING:
+    from statequeue.views import CompactResult, ItemView
 
 JOURNAL = "journal.jsonl"
 ARCHIVE = "archive.jsonl"
@@ -240,6 +243,8 @@ class JournalStore(RecordStore):
         return _Either(super()._known_keys(state), self._archived)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
+        from statequeue.views import ItemView
+
         if state not in (None, ItemState.DONE):
             return
         for r in read_archive(self.folder / ARCHIVE, self.state.archive_size):
@@ -285,6 +290,8 @@ class JournalStore(RecordStore):
             return self._compact_locked(state)
 
     def _compact_locked(self, state: QueueState) -> CompactResult:
+        from statequeue.store.compaction import compact_journal
+
         self._remove_stale_temp_files()
         self._prune_dead_runners(state)
         try:

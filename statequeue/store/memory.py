@@ -11,10 +11,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from statequeue.models import CompactResult, RunnerInfo
+from statequeue.models import RunnerInfo
 from statequeue.records import Record
 from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RecordStore
+from statequeue.views import CompactResult
 
 
 class MemoryStore(RecordStore):
