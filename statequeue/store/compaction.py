@@ -20,9 +20,11 @@ from pathlib import Path
 
 from statequeue.errors import DamagedState
 from statequeue.fileio import FileOps
-from statequeue.journal import JournalFile, create_file, read_from
+from statequeue.gcpause import gc_paused
+from statequeue.journal import JournalFile, create_file, iter_records
 from statequeue.location import FILE_MODE
-from statequeue.records import Record, decode, item_fields, item_text
+from statequeue.models import ItemState
+from statequeue.records import Record, item_fields, item_text
 from statequeue.state import QueueState
 from statequeue.views import CompactResult
 
@@ -32,9 +34,13 @@ def compact_journal(
 ) -> CompactResult:
     """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
     bytes_before = journal.offset
-    texts, last_end = _scan(journal)
-    finished = _finished_items(texts, last_end, state)
-    archive_size = _append_archive(archive_path, state.archive_size, finished, ops=ops)
+    archive = _open_archive(archive_path, state.archive_size, ops=ops)
+    try:
+        archived, last_end = _archive_finished(journal, state, archive)
+        archive.sync()  # the archive is durable before the journal stops naming these items
+        archive_size = archive.offset
+    finally:
+        archive.close()
     live = sorted(state.items.values(), key=lambda i: i.id)
     watermark = (live[0].id - 1) if live else state.next_id - 1
     seq = (journal.last_seq or 0) + 1
@@ -44,7 +50,7 @@ def compact_journal(
             "t": "snap",
             "v": 1,
             "next_id": state.next_id,
-            "archived": state.archived + len(finished),
+            "archived": state.archived + archived,
             "archive_size": archive_size,
             "watermark": watermark,
             "commands": state.commands[-20:],
@@ -69,47 +75,63 @@ def compact_journal(
     return CompactResult(
         bytes_before=bytes_before,
         bytes_after=journal.path.stat().st_size,
-        archived=len(finished),
+        archived=archived,
         archive_bytes=archive_size,
     )
 
 
 _RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
+_ARCHIVE_BATCH = 20_000
 
 
-def _scan(journal: JournalFile) -> tuple[dict[int, str], dict[int, Record]]:
-    """Item texts, and the result fields of each item's last attempt."""
+def _archive_finished(
+    journal: JournalFile, state: QueueState, archive: JournalFile
+) -> tuple[int, dict[int, Record]]:
+    """Stream the journal once: append every finished item (with its result) to
+    the archive as its final ``end`` is seen, and collect the last result of
+    each live item. Returns (items archived, live item id -> last result).
+
+    Done is terminal, so an ``end`` with state done is an item's last word; a
+    text is held only from the item's enqueue to that ``end``.
+    """
     texts: dict[int, str] = {}
     last_end: dict[int, Record] = {}
-    data = read_from(journal.fd, 0)[: journal.offset]
-    for line in data.splitlines():
-        rec = decode(line)
-        if rec is None:  # cannot happen: these bytes were validated on read
-            raise ValueError("journal changed under the lock")
-        kind = rec.get("t")
-        if kind in ("enq", "item"):
-            texts[rec["id"]] = item_text(rec)
-            if "last" in rec:
-                last_end[rec["id"]] = rec["last"]
-        elif kind == "end":
-            last_end[rec["id"]] = {k: rec[k] for k in _RESULT_KEYS if k in rec}
-    return texts, last_end
+    batch: list[Record] = []
+    archived = 0
+    live = state.items
+    with gc_paused():
+        for rec in iter_records(journal.fd, journal.offset, path=str(journal.path)):
+            kind = rec.get("t")
+            item_id = rec.get("id", -1)
+            if kind in ("enq", "item"):
+                if item_id in live:
+                    if "last" in rec:
+                        last_end[item_id] = rec["last"]
+                else:
+                    texts[item_id] = item_text(rec)
+            elif kind == "end":
+                fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
+                if item_id in live:
+                    last_end[item_id] = fields
+                elif rec["state"] == ItemState.DONE.value and item_id in texts:
+                    batch.append(_arch(item_id, texts.pop(item_id), fields))
+            if len(batch) >= _ARCHIVE_BATCH:
+                archive.append(batch, sync=False)
+                archived += len(batch)
+                batch = []
+        # Finished items without a done `end` (a salvaged journal): archived bare.
+        batch += [_arch(i, text, {}) for i, text in sorted(texts.items())]
+        archive.append(batch, sync=False)
+    return archived + len(batch), last_end
 
 
-def _finished_items(
-    texts: dict[int, str], last_end: dict[int, Record], state: QueueState
-) -> list[Record]:
-    """Archive records for items that are done in the live journal, in id order."""
-    out = []
-    for item_id, text in texts.items():
-        if item_id in state.items:
-            continue  # not finished: it stays in the journal
-        out.append({"t": "arch", "id": item_id, **item_fields(text), **last_end.get(item_id, {})})
-    out.sort(key=lambda r: r["id"])
-    return out
+def _arch(item_id: int, text: str, fields: Record) -> Record:
+    return {"t": "arch", "id": item_id, **item_fields(text), **fields}
 
 
-def _append_archive(path: Path, size: int, finished: list[Record], *, ops: FileOps) -> int:
+def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
+    """The archive, open for appending after the ``size`` bytes the current
+    snapshot vouches for (a crashed compaction's tail is cut away)."""
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         os.close(fd)
@@ -117,17 +139,17 @@ def _append_archive(path: Path, size: int, finished: list[Record], *, ops: FileO
     archive = JournalFile(path, ops=ops)
     archive.open()
     try:
-        archive.read_new(repair=False)
+        archive.replay(lambda record: None, repair=False)
         if archive.offset < size:
             raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
         if os.fstat(archive.fd).st_size != size:
             # A compaction crashed after appending here (its journal never took
-            # effect, so those items are archived again below), or a torn tail.
+            # effect, so those items are archived again), or a torn tail.
             ops.truncate(archive.fd, size)
             ops.fsync(archive.fd)
             archive.open()
-            archive.read_new(repair=False)
-        archive.append(finished, sync=True)
-        return archive.offset
-    finally:
+            archive.replay(lambda record: None, repair=False)
+    except BaseException:
         archive.close()
+        raise
+    return archive
