@@ -2,8 +2,9 @@
 
 The child runs in its own process group (so a timeout or a stop reaches its
 descendants too), with stdin from /dev/null or the item, and its stdout and
-stderr read through pipes into a size-bounded log. On Linux it is also asked
-to die with its runner (PR_SET_PDEATHSIG).
+stderr read through pipes into a size-bounded log. It is started with
+posix_spawn (no fork of the interpreter); the runner's reaper (reaper.py)
+kills its process group if the runner dies.
 """
 
 from __future__ import annotations
