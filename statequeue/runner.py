@@ -252,14 +252,18 @@ class Runner:
             self._start(claim)
 
     def _start(self, claim: Claim) -> None:
+        # The reaper must be up before the first child exists: a runner killed
+        # while the reaper was still starting (tens of ms) left that child
+        # unwatched (found by test_poison_item_is_held_after_max_crashes in CI).
+        reaper = self._reaper()
         try:
             job = Job(claim, self.spec)
         except OSError as exc:
             outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
             self._record(claim, outcome, None)
             return
+        reaper.watch(job.pid)  # at once: only microseconds after the spawn are unwatched
         self.jobs[job.pid] = job
-        self._reaper().watch(job.pid)
         self.summary.started += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout

@@ -11,7 +11,7 @@ import pytest
 from statequeue import records
 from statequeue.errors import CorruptJournal
 from statequeue.identity import new_runner
-from statequeue.models import Outcome
+from statequeue.models import ItemState, Outcome
 from statequeue.store.journal_store import JOURNAL, JournalStore
 
 
@@ -205,3 +205,21 @@ def test_temp_files_left_by_a_dead_rewrite_are_removed(tmp_path: Path) -> None:
     litter.write_bytes(b"half a snapshot")
     JournalStore(tmp_path / "q", create=False).close()
     assert not litter.exists()
+
+
+def test_listing_stays_in_id_order_when_items_finish_out_of_order(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "q", create=True)
+    store.enqueue(["a", "b", "c", "d"])
+    runner = new_runner()
+    first, second, third = (store.claim(runner) for _ in range(3))
+    assert first and second and third
+    store.finish(third, Outcome(ok=True))
+    store.finish(first, Outcome(ok=False))  # failed: stays live through compaction
+    store.finish(second, Outcome(ok=True))
+    store.compact()
+    store.retry([1])
+    again = store.claim(runner)
+    assert again is not None and again.item_id == 1
+    store.finish(again, Outcome(ok=True))
+    assert [v.item_id for v in store.items()] == [1, 2, 3, 4]
+    assert [v.item_id for v in store.items(ItemState.DONE)] == [1, 2, 3]

@@ -6,6 +6,7 @@ PostgreSQL store will implement the same ``Store`` methods.
 
 from __future__ import annotations
 
+import heapq
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
@@ -496,8 +497,9 @@ class RecordStore(Store):
                 ]
         merged = live + [ItemView(i, t, ItemState.DONE) for i, t in done]
         merged.sort(key=lambda v: v.item_id)
-        yield from self._archived_views(state)
-        yield from merged
+        # The archive is in completion order, and an item retried after a
+        # compaction can finish with a lower id than archived ones: merge by id.
+        yield from heapq.merge(self._archived_views(state), merged, key=lambda v: v.item_id)
 
     @abstractmethod
     def _journal_records(self) -> Iterable[Record]:

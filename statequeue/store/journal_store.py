@@ -247,8 +247,13 @@ class JournalStore(RecordStore):
 
         if state not in (None, ItemState.DONE):
             return
-        for r in read_archive(self.folder / ARCHIVE, self.state.archive_size):
-            yield ItemView(r["id"], item_text(r), ItemState.DONE, r.get("attempt", 0))
+        rows = [
+            (r["id"], item_text(r), r.get("attempt", 0))
+            for r in read_archive(self.folder / ARCHIVE, self.state.archive_size)
+        ]
+        rows.sort()  # archived in completion order; listed in id order
+        for item_id, text, attempt in rows:
+            yield ItemView(item_id, text, ItemState.DONE, attempt)
 
     # -- reading back ------------------------------------------------------------
 
