@@ -144,12 +144,6 @@ class JournalFile:
         except FileNotFoundError:
             return True
 
-    def read_new(self, *, repair: bool) -> tuple[list[records.Record], TornTail | None]:
-        """Records appended since the last call, and a torn tail if one was cut."""
-        found: list[records.Record] = []
-        torn = self.replay(found.append, repair=repair)
-        return found, torn
-
     def replay(self, apply: Callable[[records.Record], None], *, repair: bool) -> TornTail | None:
         """Pass each record appended since the last call to ``apply``, in order,
         reading a bounded chunk at a time; return the torn tail if one was cut.
@@ -192,7 +186,7 @@ class JournalFile:
     def append(self, batch: Iterable[records.Record], *, sync: bool) -> None:
         """Number, encode and write ``batch``; fsync when ``sync``.
 
-        The caller must have read every record first (``read_new``). On a failed
+        The caller must have read every record first (``replay``). On a failed
         write or fsync the file is cut back to its last good record and
         DurabilityError is raised; the fsync is never retried.
         """

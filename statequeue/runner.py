@@ -15,7 +15,7 @@ import shlex
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,6 @@ class RunSummary:
     verified: int = 0
     released: int = 0
     stopped_by: int | None = None
-    outcomes: list[tuple[int, ItemState]] = field(default_factory=list)
 
     @property
     def settled(self) -> int:
@@ -310,7 +309,6 @@ class Runner:
         outcome = Outcome(ok=True, reason="verified: finished before its runner died")
         state = self.queue.finish(claim, outcome)
         self.summary.verified += 1
-        self.summary.outcomes.append((claim.item_id, state))
         self.on_event(ItemFinished(claim, outcome, state, verified=True))
         return True
 
@@ -436,7 +434,6 @@ class Runner:
             self.summary.failed += 1
             if self.options.halt_on_failure and self._taking:
                 self._taking = False
-        self.summary.outcomes.append((claim.item_id, state))
         log = job.log_path if job is not None and job.log_path.exists() else None
         event = ItemFinished(claim, outcome, state, log_path=log)
         if sync:

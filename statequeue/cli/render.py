@@ -81,8 +81,6 @@ def status_text(status: Status) -> str:
 
 def watch_status(queue: Any, *, interval: float, json: bool) -> None:
     """Redraw the status until Ctrl-C: in place on a terminal, appended otherwise."""
-    import time
-
     live = None
     if use_color(sys.stdout) and not json:
         from rich.console import Console

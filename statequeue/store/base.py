@@ -420,14 +420,6 @@ class RecordStore(Store):
         with self._locked() as state:
             return [list(c) for c in state.commands]
 
-    def item(self, item_id: int) -> LiveItem:
-        """A live (not yet done) item by id."""
-        with self._locked() as state:
-            item = state.items.get(item_id)
-            if item is None:
-                raise ItemNotFound(f"no live item with id {item_id} in queue {self.name!r}")
-            return item
-
     def notices(self) -> list[str]:
         out, self._notices = self._notices, []
         return out

@@ -321,16 +321,6 @@ class JournalStore(RecordStore):
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def disk_usage(self) -> dict[str, int]:
-        """Sizes in bytes of the journal and the archive."""
-        out = {}
-        for name in (JOURNAL, ARCHIVE):
-            try:
-                out[name] = (self.folder / name).stat().st_size
-            except FileNotFoundError:
-                out[name] = 0
-        return out
-
 
 def auto_compact_threshold() -> int:
     """Dead records that trigger automatic compaction: $STATEQUEUE_AUTO_COMPACT
