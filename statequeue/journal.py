@@ -20,7 +20,7 @@ from statequeue.gcpause import gc_paused
 from statequeue.location import FILE_MODE
 
 _READ_CHUNK = 1 << 20
-_REPLAY_CHUNK = 16 << 20
+_REPLAY_CHUNK = 4 << 20  # bounds the decoded records held at once
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,22 @@ def _iter_own(own: int, end: int, path: str) -> Iterator[records.Record]:
 
 
 def parse(
-    data: bytes, *, path: str, first_line: int, last_seq: int | None
+    data: bytes,
+    *,
+    path: str,
+    first_line: int,
+    last_seq: int | None,
+    starts: list[int] | None = None,
 ) -> tuple[list[records.Record], int, int | None]:
     """Decode the complete, valid records at the start of ``data``.
 
-    Returns (records, bytes consumed, last seq). Stops at the first line that is
-    incomplete or invalid; raises CorruptJournal when a valid record follows it
-    (damage in the middle, not a torn tail).
+    Returns (records, bytes consumed, last seq), and appends each record's
+    offset in ``data`` to ``starts`` when given. Stops at the first line that
+    is incomplete or invalid; raises CorruptJournal when a valid record follows
+    it (damage in the middle, not a torn tail).
     """
     out: list[records.Record] = []
+    mark = starts.append if starts is not None else None
     pos = 0
     end = data.rfind(b"\n") + 1
     decode = records.decode
@@ -98,6 +105,8 @@ def parse(
             _refuse_if_valid_after(data, after, path=path, line_no=line_no, record=record)
             break
         append(record)
+        if mark is not None:
+            mark(pos)
         last_seq = record["seq"]
         pos += len(line) + 1
     return out, pos, last_seq
@@ -144,9 +153,12 @@ class JournalFile:
         except FileNotFoundError:
             return True
 
-    def replay(self, apply: Callable[[records.Record], None], *, repair: bool) -> TornTail | None:
-        """Pass each record appended since the last call to ``apply``, in order,
-        reading a bounded chunk at a time; return the torn tail if one was cut.
+    def replay(
+        self, apply: Callable[[records.Record, int], None], *, repair: bool
+    ) -> TornTail | None:
+        """Pass each record appended since the last call to ``apply``, with its
+        offset, in order, reading a bounded chunk at a time; return the torn
+        tail if one was cut.
 
         With ``repair`` (the caller holds the lock exclusively), a torn tail is
         truncated away durably; without it the bytes are left for the writer.
@@ -158,11 +170,17 @@ class JournalFile:
                     return None
                 if len(data) == _REPLAY_CHUNK and data.rfind(b"\n") < 0:
                     data = read_from(self.fd, self.offset)  # one record longer than a chunk
+                starts: list[int] = []
                 found, used, last_seq = parse(
-                    data, path=str(self.path), first_line=self.lines + 1, last_seq=self.last_seq
+                    data,
+                    path=str(self.path),
+                    first_line=self.lines + 1,
+                    last_seq=self.last_seq,
+                    starts=starts,
                 )
-                for record in found:
-                    apply(record)
+                base = self.offset
+                for record, start in zip(found, starts, strict=True):
+                    apply(record, base + start)
                 self.offset += used
                 self.lines += len(found)
                 self.last_seq = last_seq
@@ -183,8 +201,9 @@ class JournalFile:
             self._cut_to(self.offset, "repairing")
         return torn
 
-    def append(self, batch: Iterable[records.Record], *, sync: bool) -> None:
-        """Number, encode and write ``batch``; fsync when ``sync``.
+    def append(self, batch: Iterable[records.Record], *, sync: bool) -> list[int]:
+        """Number, encode and write ``batch``; fsync when ``sync``. Returns
+        each record's offset in the file.
 
         The caller must have read every record first (``replay``). On a failed
         write or fsync the file is cut back to its last good record and
@@ -192,12 +211,18 @@ class JournalFile:
         """
         seq = 0 if self.last_seq is None else self.last_seq
         lines = []
+        starts = []
+        pos = self.offset
+        encode = records.encode
         for record in batch:
             seq += 1
             record["seq"] = seq
-            lines.append(records.encode(record))
+            line = encode(record)
+            lines.append(line)
+            starts.append(pos)
+            pos += len(line)
         if not lines:
-            return
+            return starts
         data = b"".join(lines)
         try:
             self.ops.write_all(self.fd, data)
@@ -209,6 +234,7 @@ class JournalFile:
         self.offset += len(data)
         self.lines += len(lines)
         self.last_seq = seq
+        return starts
 
     def sync(self) -> None:
         """fsync records appended without ``sync`` (never retried on failure)."""

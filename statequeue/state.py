@@ -1,6 +1,11 @@
 """The queue's state in memory, rebuilt by applying journal records in order.
 
-Done items keep only their text (for dedupe); their results stay on disk.
+It is compact so that a million-item queue opens in little memory: one state
+byte and one record locator per item id, and a ``LiveItem`` object only for
+items that have details (started, failed, held, cancelled, retried). A fresh
+pending item's text stays on disk until it is claimed: the store's loader
+reads it back by locator. Done items keep nothing but their state byte.
+
 Everything that changes state is a record: ``apply`` is the one place that
 knows what each record type means, so replay and live updates cannot differ.
 """
@@ -8,7 +13,9 @@ knows what each record type means, so replay and live updates cannot differ.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from statequeue.models import ItemState
@@ -22,26 +29,44 @@ FAILED = ItemState.FAILED
 CANCELLED = ItemState.CANCELLED
 HELD = ItemState.HELD
 
+# One byte per item id; 0 means no such item.
+CODE = {PENDING: 1, RUNNING: 2, DONE: 3, FAILED: 4, CANCELLED: 5, HELD: 6}
+STATE_OF: tuple[ItemState | None, ...] = (None, PENDING, RUNNING, DONE, FAILED, CANCELLED, HELD)
+P_CODE = CODE[PENDING]
+D_CODE = CODE[DONE]
+
+TextLoader = Callable[[int], str]
+"""Reads an item's text back from the store, given its record's locator."""
+
+
+def _no_loader(loc: int) -> str:
+    raise LookupError(f"no text loader for record {loc}")
+
 
 class LiveItem:
-    """An item that is not done yet (done items are kept only as dedupe keys)."""
+    """An item that is not done yet, with its details. Its text is read back
+    from the store on first use (``loc`` locates the record that holds it)."""
 
     __slots__ = (
+        "_load",
+        "_text",
         "attempts",
         "crashes",
         "id",
         "interrupted",
         "last_seq",
+        "loc",
         "not_before",
         "reason",
         "runner",
         "state",
-        "text",
     )
 
-    def __init__(self, item_id: int, text: str) -> None:
+    def __init__(self, item_id: int, loc: int, load: TextLoader, text: str | None = None) -> None:
         self.id = item_id
-        self.text = text
+        self.loc = loc
+        self._load = load
+        self._text = text
         self.state = PENDING
         self.attempts = 0
         self.crashes = 0
@@ -51,11 +76,18 @@ class LiveItem:
         self.interrupted = False  # its last attempt died with its runner
         self.not_before = 0.0  # wall-clock time before which a retry must wait
 
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._load(self.loc)
+        return self._text
+
 
 class QueueState:
     """Counts, live items, the pending order and the dedupe keys of one queue."""
 
-    def __init__(self) -> None:
+    def __init__(self, loader: TextLoader = _no_loader) -> None:
+        self.loader = loader
         self.reset()
 
     def reset(self) -> None:
@@ -67,6 +99,11 @@ class QueueState:
         # Dedupe keys (text -> id) are built only when something is enqueued
         # (see the stores' _known_keys); status and run never pay for them.
         self.keys: dict[str, int] | None = None
+        # Per item id: its state's code, and the locator of the record that
+        # holds its text (what the store's loader reads back).
+        self.codes = bytearray(1)
+        self.locs = array("q", [-1])
+        # Items with details; a fresh pending item gets one only when used.
         self.items: dict[int, LiveItem] = {}
         # Ids of items in the states that are usually few, so that recovery,
         # status and listings never scan the (possibly huge) pending set.
@@ -89,6 +126,38 @@ class QueueState:
 
     # -- queries -------------------------------------------------------------
 
+    def get(self, item_id: int) -> LiveItem | None:
+        """The live (not done) item ``item_id``, or None if it is done or unknown."""
+        item = self.items.get(item_id)
+        if item is not None:
+            return item
+        if 0 < item_id < len(self.codes) and self.codes[item_id] == P_CODE:
+            return self._materialize(item_id)
+        return None
+
+    def state_of(self, item_id: int) -> ItemState | None:
+        """The item's state (done for archived items), or None if unknown."""
+        if 0 < item_id < len(self.codes):
+            return STATE_OF[self.codes[item_id]]
+        return None
+
+    def live_count(self) -> int:
+        """How many items are not done."""
+        return sum(n for s, n in self.counts.items() if s is not DONE)
+
+    def live_ids(self) -> Iterator[int]:
+        """Ids of the items that are not done, in id order."""
+        mask = self.codes.translate(_LIVE_MASK)
+        found = mask.find(1)
+        while found >= 0:
+            yield found
+            found = mask.find(1, found + 1)
+
+    def _materialize(self, item_id: int, text: str | None = None) -> LiveItem:
+        item = LiveItem(item_id, self.locs[item_id], self.loader, text)
+        self.items[item_id] = item
+        return item
+
     def next_pending(self, now: float) -> LiveItem | None:
         """The pending item with the lowest id (enqueue order) that is due at ``now``."""
         deferred = self._deferred
@@ -96,7 +165,7 @@ class QueueState:
             heapq.heappush(self._pending, heapq.heappop(deferred)[1])
         heap = self._pending
         while heap:
-            item = self.items.get(heap[0])
+            item = self.get(heap[0])
             if item is not None and item.state is PENDING and item.not_before <= now:
                 break
             heapq.heappop(heap)  # stale entry, or a retry that waits in _deferred
@@ -108,11 +177,20 @@ class QueueState:
         return fresh
 
     def _fresh_head(self) -> LiveItem | None:
-        items = self.items
-        while self._cursor < self.next_id:
-            item = items.get(self._cursor)
-            if item is not None and item.state is PENDING and not item.not_before:
-                return item
+        codes = self.codes
+        limit = len(codes)
+        while self._cursor < limit:
+            cursor = self._cursor
+            if codes[cursor] == P_CODE:
+                item = self.items.get(cursor)
+                if item is None:
+                    return self._materialize(cursor)
+                if not item.not_before:
+                    return item
+            else:
+                found = codes.find(P_CODE, cursor + 1)  # skip done items in C
+                self._cursor = found if found > 0 else limit
+                continue
             self._cursor += 1
         return None
 
@@ -145,15 +223,14 @@ class QueueState:
         return self.in_state(RUNNING)
 
     def in_state(self, state: ItemState) -> list[LiveItem]:
-        ids = self.ids_in.get(state)
-        if ids is None:  # pending: the one state that may hold millions
-            return [i for i in self.items.values() if i.state is state]
-        return [self.items[i] for i in sorted(ids)]
+        """Items in ``state`` (not pending: the one state that may hold millions)."""
+        return [self.items[i] for i in sorted(self.ids_in[state])]
 
     # -- replay --------------------------------------------------------------
 
-    def apply(self, rec: Record) -> None:
-        """Apply one record. Unknown record types are ignored (newer writers).
+    def apply(self, rec: Record, loc: int = -1) -> None:
+        """Apply one record; ``loc`` locates it for the store's text loader.
+        Unknown record types are ignored (newer writers).
 
         A record about an item this state has never seen (possible only in a
         journal salvaged by ``fsck --repair``) is counted in ``orphans``.
@@ -161,9 +238,16 @@ class QueueState:
         handler = _HANDLERS.get(rec.get("t", ""))
         if handler is not None:
             try:
-                handler(self, rec)
+                handler(self, rec, loc)
             except KeyError:
                 self.orphans += 1
+
+    def _item(self, item_id: int) -> LiveItem:
+        """The live item a record is about (KeyError if none)."""
+        item = self.get(item_id)
+        if item is None:
+            raise KeyError(item_id)
+        return item
 
     def _move(self, item: LiveItem, state: ItemState) -> None:
         self.counts[item.state] -= 1
@@ -173,6 +257,7 @@ class QueueState:
         if state in self.ids_in:
             self.ids_in[state].add(item.id)
         item.state = state
+        self.codes[item.id] = CODE[state]
         if state is PENDING:
             if item.not_before:
                 heapq.heappush(self._deferred, (item.not_before, item.id))
@@ -181,39 +266,59 @@ class QueueState:
         elif state is DONE:
             del self.items[item.id]
 
-    def _add(self, item_id: int, text: str, state: ItemState) -> LiveItem:
-        item = LiveItem(item_id, text)
-        if self.keys is not None:
-            self.keys[text] = item_id
+    def _add(self, item_id: int, loc: int, state: ItemState) -> None:
+        codes = self.codes
+        if item_id >= len(codes):
+            grow = item_id + 1 - len(codes)
+            codes.extend(bytes(grow))
+            self.locs.extend(array("q", [-1]) * grow)
+        elif codes[item_id]:
+            self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
+            self.items.pop(item_id, None)
+        codes[item_id] = CODE[state]
+        self.locs[item_id] = loc
         if item_id >= self.next_id:
             self.next_id = item_id + 1
         self.counts[state] += 1
-        item.state = state
-        if state is DONE:
-            return item
-        self.items[item_id] = item
-        if state in self.ids_in:
-            self.ids_in[state].add(item_id)
         if state is PENDING and item_id < self._cursor:
             heapq.heappush(self._pending, item_id)  # behind the cursor: use the heap
-        return item
 
-    def _on_snap(self, rec: Record) -> None:
+    def _on_snap(self, rec: Record, loc: int) -> None:
+        loader = self.loader
         self.reset()
+        self.loader = loader
         self.next_id = rec["next_id"]
         self.archived = rec["archived"]
         self.archive_size = rec["archive_size"]
         self.watermark = rec["watermark"]
-        self.counts[DONE] = self.archived
+        # Every id below next_id is done unless an ``item`` record follows.
+        self.codes = bytearray([D_CODE]) * self.next_id
+        self.codes[0] = 0
+        self.locs = array("q", [-1]) * self.next_id
+        self.counts[DONE] = self.next_id - 1
         self._cursor = self.next_id
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
 
-    def _on_enq(self, rec: Record) -> None:
-        self._add(rec["id"], item_text(rec), PENDING)
+    def _on_enq(self, rec: Record, loc: int) -> None:
+        self._add(rec["id"], loc, PENDING)
+        if self.keys is not None:
+            self.keys[item_text(rec)] = rec["id"]
 
-    def _on_item(self, rec: Record) -> None:
-        item = self._add(rec["id"], item_text(rec), ItemState(rec["state"]))
+    def _on_item(self, rec: Record, loc: int) -> None:
+        item_id = rec["id"]
+        state = ItemState(rec["state"])
+        if 0 < item_id < len(self.codes) and self.codes[item_id] == D_CODE:
+            self.counts[DONE] -= 1  # the snapshot counted every id below next_id done
+            self.codes[item_id] = 0
+        self._add(item_id, loc, state)
+        if self.keys is not None:
+            self.keys[item_text(rec)] = item_id
+        details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at")
+        if state is PENDING and not any(rec.get(k) for k in details):
+            return  # a fresh pending item: nothing beyond its state byte
+        item = self._materialize(item_id, item_text(rec))
+        item.state = state
         item.attempts = rec.get("attempts", 0)
         item.crashes = rec.get("crashes", 0)
         item.runner = rec.get("runner", "")
@@ -221,18 +326,20 @@ class QueueState:
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("interrupted", False)
         item.not_before = rec.get("retry_at", 0.0)
-        if item.state is PENDING and item.not_before:
+        if state in self.ids_in:
+            self.ids_in[state].add(item_id)
+        if state is PENDING and item.not_before:
             heapq.heappush(self._deferred, (item.not_before, item.id))
 
-    def _on_start(self, rec: Record) -> None:
-        item = self.items[rec["id"]]
+    def _on_start(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
         item.attempts = rec["attempt"]
         item.runner = rec["runner"]
         item.not_before = 0.0
         self._move(item, RUNNING)
 
-    def _on_end(self, rec: Record) -> None:
-        item = self.items[rec["id"]]
+    def _on_end(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
         if "at" in rec:
             self.recent_ends.append(rec["at"])
         item.reason = rec.get("reason", "")
@@ -241,32 +348,32 @@ class QueueState:
         item.not_before = rec.get("retry_at", 0.0)
         self._move(item, ItemState(rec["state"]))
 
-    def _on_intr(self, rec: Record) -> None:
-        item = self.items[rec["id"]]
+    def _on_intr(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
         item.crashes = rec.get("crashes", item.crashes)
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("crashed", False)
         self._move(item, ItemState(rec["state"]))
 
-    def _on_set(self, rec: Record) -> None:
+    def _on_set(self, rec: Record, loc: int) -> None:
         # cancel / retry / hold issued by a user: a plain state change.
-        item = self.items[rec["id"]]
+        item = self._item(rec["id"])
         item.last_seq = rec["seq"]
         if rec["state"] == PENDING.value:
             item.crashes = 0
         self._move(item, ItemState(rec["state"]))
 
-    def _on_run(self, rec: Record) -> None:
+    def _on_run(self, rec: Record, loc: int) -> None:
         self.runners[rec["runner"]] = rec
         cmd = rec.get("cmd")
         if cmd and (not self.commands or self.commands[-1] != cmd):
             self.commands.append(cmd)
 
-    def _on_stop(self, rec: Record) -> None:
+    def _on_stop(self, rec: Record, loc: int) -> None:
         self.runners.pop(rec["runner"], None)
 
-    def _on_pause(self, rec: Record) -> None:
+    def _on_pause(self, rec: Record, loc: int) -> None:
         self.paused = rec["paused"]
 
     def rate(self, now: float, window: float = 60.0) -> float | None:
@@ -279,7 +386,11 @@ class QueueState:
         return len(recent) / span
 
 
-_HANDLERS = {
+# Maps a state code to 1 for a live (not done) item, else 0.
+_LIVE_MASK = bytes(0 if code in (0, D_CODE) else 1 for code in range(256))
+
+
+_HANDLERS: dict[str, Callable[[QueueState, Record, int], None]] = {
     "snap": QueueState._on_snap,
     "enq": QueueState._on_enq,
     "item": QueueState._on_item,

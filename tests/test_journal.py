@@ -28,7 +28,8 @@ def make_queue(folder: Path, n: int = 5) -> JournalStore:
 
 def snapshot(store: JournalStore) -> tuple[dict[str, int], list[str]]:
     status = store.status()
-    pending = sorted(i.text for i in store.state.items.values())
+    st = store.state
+    pending = sorted(st.get(i).text for i in st.live_ids())  # type: ignore[union-attr]
     return status.counts, pending
 
 

@@ -147,7 +147,7 @@ class RecordStore(Store):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.state = QueueState()
+        self.state = QueueState(self._load_text)
         self._notices: list[str] = []
 
     # -- what a backend provides ---------------------------------------------
@@ -158,7 +158,12 @@ class RecordStore(Store):
 
     @abstractmethod
     def _write(self, batch: list[Record], *, sync: bool) -> None:
-        """Persist ``batch`` (fsync when ``sync``), then apply it to ``state``."""
+        """Persist ``batch`` (fsync when ``sync``), then apply it to ``state``
+        with each record's locator."""
+
+    @abstractmethod
+    def _load_text(self, loc: int) -> str:
+        """The item text held by the record at locator ``loc`` (given to ``apply``)."""
 
     @abstractmethod
     def _claim_free(self, item: LiveItem) -> bool:
@@ -270,12 +275,12 @@ class RecordStore(Store):
         now = time.time()
         if among is not None:
             candidates = sorted(
-                i for i in among if (it := state.items.get(i)) and state.is_due(it, now)
+                i for i in among if (it := state.get(i)) and state.is_due(it, now)
             )
             for item_id in candidates:
                 fds = self._take_claim(item_id)
                 if fds is not None:
-                    return state.items[item_id], fds
+                    return state.get(item_id), fds  # type: ignore[return-value]
             return None
         skipped: list[int] = []
         try:
@@ -348,7 +353,7 @@ class RecordStore(Store):
             self._drop_claim(claim.item_id)
 
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
-        item = state.items.get(claim.item_id)
+        item = state.get(claim.item_id)
         if (
             item is None
             or item.state is not ItemState.RUNNING
@@ -441,7 +446,7 @@ class RecordStore(Store):
     ) -> list[int]:
         with self._locked() as state:
             if ids is None:
-                chosen = sorted(i.id for i in state.items.values() if i.state in allowed)
+                chosen = [i for i in state.live_ids() if state.state_of(i) in allowed]
             else:
                 chosen = list(dict.fromkeys(ids))
                 for item_id in chosen:
@@ -456,7 +461,7 @@ class RecordStore(Store):
     def _check_state(
         self, state: QueueState, item_id: int, allowed: tuple[ItemState, ...], verb: str
     ) -> None:
-        item = state.items.get(item_id)
+        item = state.get(item_id)
         if item is None:
             if 0 < item_id < state.next_id:
                 raise UsageError(f"cannot {verb} item {item_id}: it is done")
@@ -475,19 +480,21 @@ class RecordStore(Store):
         from statequeue.views import ItemView
 
         with self._locked() as st:
-            live = [
-                ItemView(i.id, i.text, i.state, i.attempts, i.reason)
-                for i in st.items.values()
-                if state is None or i.state is state
-            ]
-            done: list[tuple[int, str]] = []
-            if state in (None, ItemState.DONE):
-                done = [
-                    (r["id"], item_text(r))
-                    for r in self._journal_records()
-                    if r.get("t") in ("enq", "item") and r["id"] not in st.items
-                ]
-        merged = live + [ItemView(i, t, ItemState.DONE) for i, t in done]
+            merged: list[ItemView] = []
+            for r in self._journal_records():
+                if r.get("t") not in ("enq", "item"):
+                    continue
+                item_id = r["id"]
+                current = st.state_of(item_id) or ItemState.DONE
+                if state is not None and current is not state:
+                    continue
+                live = st.items.get(item_id)
+                if live is None:
+                    merged.append(ItemView(item_id, item_text(r), current))
+                else:
+                    merged.append(
+                        ItemView(item_id, item_text(r), current, live.attempts, live.reason)
+                    )
         merged.sort(key=lambda v: v.item_id)
         # The archive is in completion order, and an item retried after a
         # compaction can finish with a lower id than archived ones: merge by id.

@@ -25,7 +25,7 @@ from statequeue.journal import JournalFile, create_file, iter_records
 from statequeue.location import FILE_MODE
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
-from statequeue.state import QueueState
+from statequeue.state import CODE, QueueState
 from statequeue.views import CompactResult
 
 
@@ -36,13 +36,13 @@ def compact_journal(
     bytes_before = journal.offset
     archive = _open_archive(archive_path, state.archive_size, ops=ops)
     try:
-        archived, last_end = _archive_finished(journal, state, archive)
+        archived, last_end, texts = _archive_finished(journal, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
         archive_size = archive.offset
     finally:
         archive.close()
-    live = sorted(state.items.values(), key=lambda i: i.id)
-    watermark = (live[0].id - 1) if live else state.next_id - 1
+    live = list(state.live_ids())
+    watermark = (live[0] - 1) if live else state.next_id - 1
     seq = (journal.last_seq or 0) + 1
     lines: list[Record] = [
         {
@@ -57,16 +57,23 @@ def compact_journal(
             "paused": state.paused,
         }
     ]
-    for item in live:
+    for item_id in live:
         seq += 1
-        rec: Record = {"seq": seq, "t": "item", "id": item.id, **item_fields(item.text)}
-        rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
-        extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
-        rec.update((k, v) for k, v in extra.items() if v)
-        if item.interrupted:
-            rec["interrupted"] = True
-        if item.id in last_end:
-            rec["last"] = last_end[item.id]  # a failed item keeps its result and stderr
+        text = texts.pop(item_id, None)
+        item = state.items.get(item_id)
+        if text is None:  # not in this journal's records: read it back
+            text = state.get(item_id).text  # type: ignore[union-attr]
+        rec: Record = {"seq": seq, "t": "item", "id": item_id, **item_fields(text)}
+        if item is None:  # fresh pending: no details
+            rec.update(state=ItemState.PENDING.value, attempts=0, crashes=0)
+        else:
+            rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
+            extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
+            rec.update((k, v) for k, v in extra.items() if v)
+            if item.interrupted:
+                rec["interrupted"] = True
+        if item_id in last_end:
+            rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
         lines.append(rec)
     for runner in state.runners.values():
         seq += 1
@@ -86,32 +93,39 @@ _ARCHIVE_BATCH = 20_000
 
 def _archive_finished(
     journal: JournalFile, state: QueueState, archive: JournalFile
-) -> tuple[int, dict[int, Record]]:
+) -> tuple[int, dict[int, Record], dict[int, str]]:
     """Stream the journal once: append every finished item (with its result) to
-    the archive as its final ``end`` is seen, and collect the last result of
-    each live item. Returns (items archived, live item id -> last result).
+    the archive as its final ``end`` is seen, and collect the last result and
+    the text of each live item. Returns (items archived, live item id -> last
+    result, live item id -> text).
 
     Done is terminal, so an ``end`` with state done is an item's last word; a
     text is held only from the item's enqueue to that ``end``.
     """
     texts: dict[int, str] = {}
+    live_texts: dict[int, str] = {}
     last_end: dict[int, Record] = {}
     batch: list[Record] = []
     archived = 0
-    live = state.items
+    codes = state.codes
+    done_codes = (0, CODE[ItemState.DONE])
+
+    def is_live(item_id: int) -> bool:
+        return 0 < item_id < len(codes) and codes[item_id] not in done_codes
     with gc_paused():
         for rec in iter_records(journal.fd, journal.offset, path=str(journal.path)):
             kind = rec.get("t")
             item_id = rec.get("id", -1)
             if kind in ("enq", "item"):
-                if item_id in live:
+                if is_live(item_id):
+                    live_texts[item_id] = item_text(rec)
                     if "last" in rec:
                         last_end[item_id] = rec["last"]
                 else:
                     texts[item_id] = item_text(rec)
             elif kind == "end":
                 fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
-                if item_id in live:
+                if is_live(item_id):
                     last_end[item_id] = fields
                 elif rec["state"] == ItemState.DONE.value and item_id in texts:
                     batch.append(_arch(item_id, texts.pop(item_id), fields))
@@ -122,11 +136,15 @@ def _archive_finished(
         # Finished items without a done `end` (a salvaged journal): archived bare.
         batch += [_arch(i, text, {}) for i, text in sorted(texts.items())]
         archive.append(batch, sync=False)
-    return archived + len(batch), last_end
+    return archived + len(batch), last_end, live_texts
 
 
 def _arch(item_id: int, text: str, fields: Record) -> Record:
     return {"t": "arch", "id": item_id, **item_fields(text), **fields}
+
+
+def _ignore(record: Record, loc: int) -> None:
+    """Replay callback for a file read only to validate it."""
 
 
 def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
@@ -139,7 +157,7 @@ def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
     archive = JournalFile(path, ops=ops)
     archive.open()
     try:
-        archive.replay(lambda record: None, repair=False)
+        archive.replay(_ignore, repair=False)
         if archive.offset < size:
             raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
         if os.fstat(archive.fd).st_size != size:
@@ -148,7 +166,7 @@ def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
             ops.truncate(archive.fd, size)
             ops.fsync(archive.fd)
             archive.open()
-            archive.replay(lambda record: None, repair=False)
+            archive.replay(_ignore, repair=False)
     except BaseException:
         archive.close()
         raise

@@ -30,8 +30,7 @@ def item_history(
     text = next((item_text(r) for r in events if r.get("t") in ("enq", "item", "arch")), None)
     if text is None:
         return None
-    live = state.items.get(item_id)
-    current = live.state if live is not None else ItemState.DONE
+    current = state.state_of(item_id) or ItemState.DONE
     last = next((_last_result(r) for r in reversed(events) if _last_result(r)), {})
     return ItemHistory(
         item_id=item_id,
@@ -67,8 +66,7 @@ def iter_results(
         elif kind == "end":
             ends[r["id"]] = r
     for item_id in sorted(ends):
-        live = state.items.get(item_id)
-        current = live.state if live is not None else ItemState.DONE
+        current = state.state_of(item_id) or ItemState.DONE
         if current not in (ItemState.DONE, ItemState.FAILED):
             continue
         if wanted is None or current is wanted:

@@ -152,10 +152,24 @@ class JournalStore(RecordStore):
     def _write(self, batch: list[Record], *, sync: bool) -> None:
         if not batch:
             return
-        self.journal.append(batch, sync=sync)
+        starts = self.journal.append(batch, sync=sync)
         apply = self.state.apply
-        for record in batch:
-            apply(record)
+        for record, loc in zip(batch, starts, strict=True):
+            apply(record, loc)
+
+    def _load_text(self, loc: int) -> str:
+        """The text of the item whose record starts at offset ``loc`` of the journal."""
+        fd = self.journal.fd
+        data = os.pread(fd, 4096, loc)
+        while b"\n" not in data:
+            more = os.pread(fd, 1 << 20, loc + len(data))
+            if not more:
+                break
+            data += more
+        record = decode(data.split(b"\n", 1)[0])
+        if record is None or record.get("t") not in ("enq", "item"):
+            raise DamagedState(f"{self.journal.path}: no item record at offset {loc}")
+        return item_text(record)
 
     def sync(self) -> None:
         with self._locked():
@@ -286,8 +300,9 @@ class JournalStore(RecordStore):
         limit = self.auto_compact
         if limit <= 0:
             return
-        dead = self.journal.lines - len(state.items) - len(state.runners) - 1
-        if dead >= limit and dead > len(state.items):
+        live = state.live_count()
+        dead = self.journal.lines - live - len(state.runners) - 1
+        if dead >= limit and dead > live:
             self._compact_locked(state)
 
     def compact(self) -> CompactResult:

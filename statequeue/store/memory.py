@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from statequeue.models import RunnerInfo
-from statequeue.records import Record
+from statequeue.records import Record, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RecordStore
 from statequeue.views import CompactResult
@@ -35,9 +35,13 @@ class MemoryStore(RecordStore):
 
     def _write(self, batch: list[Record], *, sync: bool) -> None:
         for record in batch:
-            record["seq"] = len(self.records) + 1
+            loc = len(self.records)
+            record["seq"] = loc + 1
             self.records.append(record)
-            self.state.apply(record)
+            self.state.apply(record, loc)
+
+    def _load_text(self, loc: int) -> str:
+        return item_text(self.records[loc])
 
     def sync(self) -> None:
         """Nothing to do: memory is as durable as it gets here."""

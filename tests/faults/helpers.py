@@ -25,7 +25,8 @@ def build_queue(folder: Path, *, items: int = 8, finished: int = 5) -> bytes:
 def fingerprint(store: JournalStore) -> tuple[object, ...]:
     """Everything a user can observe about the queue's state."""
     st = store.state
-    live = sorted((i.id, i.text, i.state.value, i.attempts) for i in st.items.values())
+    items = [st.get(i) for i in st.live_ids()]
+    live = sorted((i.id, i.text, i.state.value, i.attempts) for i in items if i is not None)
     every = [(v.item_id, v.item, v.state.value) for v in store.items()]
     return (dict(store.status().counts), live, every, st.next_id)
 
