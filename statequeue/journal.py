@@ -221,8 +221,14 @@ class JournalFile:
             lines.append(line)
             starts.append(pos)
             pos += len(line)
-        if not lines:
-            return starts
+        if lines:
+            self.append_encoded(lines, sync=sync)
+        return starts
+
+    def append_encoded(self, lines: list[bytes], *, sync: bool) -> None:
+        """Write already encoded ``lines``, numbered from ``last_seq + 1``; fsync
+        when ``sync``. On a failed write or fsync the file is cut back to its
+        last good record and DurabilityError is raised (never retried)."""
         data = b"".join(lines)
         try:
             self.ops.write_all(self.fd, data)
@@ -233,8 +239,7 @@ class JournalFile:
             raise durability_error("appending to", str(self.path), exc) from None
         self.offset += len(data)
         self.lines += len(lines)
-        self.last_seq = seq
-        return starts
+        self.last_seq = (self.last_seq or 0) + len(lines)
 
     def sync(self) -> None:
         """fsync records appended without ``sync`` (never retried on failure)."""

@@ -31,6 +31,35 @@ def encode(record: Record) -> bytes:
     return b'%s%s%08x"}\n' % (raw[:-1], _CRC_PREFIX, zlib.crc32(raw))
 
 
+def encode_enqueued(first_id: int, first_seq: int, texts: list[str]) -> list[bytes] | None:
+    """The ``enq`` lines for ``texts`` (ids and seqs counting up from the firsts),
+    byte for byte what ``encode`` makes of ``{"t": "enq", "id", "item", "seq"}``,
+    built without a dict per item. None if a text is not valid UTF-8 (then the
+    caller falls back to ``encode``, which stores it as ``itemx``)."""
+    if not texts:
+        return []
+    try:
+        joined = orjson.dumps(texts)
+    except orjson.JSONEncodeError:
+        return None
+    # Inside a JSON string a quote is always escaped, so '","' only ever
+    # separates elements: one encode call, split into each text's JSON body.
+    bodies = joined[2:-2].split(b'","')
+    if len(bodies) != len(texts):
+        return None
+    crc32 = zlib.crc32
+    close = b"}"
+    out: list[bytes] = []
+    append = out.append
+    item_id, seq = first_id, first_seq
+    for body in bodies:
+        raw = b'{"t":"enq","id":%d,"item":"%s","seq":%d' % (item_id, body, seq)
+        append(b'%s,"crc":"%08x"}\n' % (raw, crc32(close, crc32(raw))))
+        item_id += 1
+        seq += 1
+    return out
+
+
 def decode(line: bytes) -> Record | None:
     """Decode one line (without its newline). Returns None unless it is intact."""
     if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:-10] != _CRC_PREFIX:

@@ -305,6 +305,21 @@ class QueueState:
         if self.keys is not None:
             self.keys[item_text(rec)] = rec["id"]
 
+    def apply_enqueued(self, first_id: int, locs: list[int], texts: list[str]) -> None:
+        """Apply ``enq`` records for new ids ``first_id``, ``first_id + 1``, ...
+        (at ``locs``) in one step: what ``_on_enq`` does for each, in bulk."""
+        n = len(texts)
+        if first_id != len(self.codes) or first_id < self._cursor:
+            for i, (loc, text) in enumerate(zip(locs, texts, strict=True)):
+                self._on_enq({"id": first_id + i, "item": text}, loc)
+            return
+        self.codes.extend(bytes([P_CODE]) * n)
+        self.locs.extend(array("q", locs))
+        self.counts[PENDING] += n
+        self.next_id = max(self.next_id, first_id + n)
+        if self.keys is not None:
+            self.keys.update(zip(texts, range(first_id, first_id + n), strict=True))
+
     def _on_item(self, rec: Record, loc: int) -> None:
         item_id = rec["id"]
         state = ItemState(rec["state"])
@@ -375,6 +390,76 @@ class QueueState:
 
     def _on_pause(self, rec: Record, loc: int) -> None:
         self.paused = rec["paused"]
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def export(self) -> tuple[dict[str, Any], bytes, bytes]:
+        """Everything needed to rebuild this state without replay (not the
+        dedupe keys): a JSON-able dict, the state codes and the locators."""
+        items = [
+            [
+                i.id,
+                i.loc,
+                CODE[i.state],
+                i.attempts,
+                i.crashes,
+                i.runner,
+                i.reason,
+                i.last_seq,
+                i.interrupted,
+                i.not_before,
+            ]
+            for i in self.items.values()
+        ]
+        meta = {
+            "next_id": self.next_id,
+            "archived": self.archived,
+            "archive_size": self.archive_size,
+            "watermark": self.watermark,
+            "paused": self.paused,
+            "orphans": self.orphans,
+            "commands": self.commands,
+            "runners": list(self.runners.values()),
+            "recent_ends": list(self.recent_ends),
+            "counts": {s.value: n for s, n in self.counts.items()},
+            "cursor": self._cursor,
+            "pending": self._pending,
+            "deferred": self._deferred,
+            "items": items,
+        }
+        return meta, bytes(self.codes), self.locs.tobytes()
+
+    def restore(self, meta: dict[str, Any], codes: bytes, locs: bytes) -> None:
+        """Become the state ``export`` returned (raises on malformed input)."""
+        self.reset()
+        self.next_id = int(meta["next_id"])
+        self.archived = meta["archived"]
+        self.archive_size = meta["archive_size"]
+        self.watermark = meta["watermark"]
+        self.paused = bool(meta["paused"])
+        self.orphans = meta["orphans"]
+        self.commands = meta["commands"]
+        self.runners = {r["runner"]: r for r in meta["runners"]}
+        self.recent_ends.extend(meta["recent_ends"])
+        self.counts = {s: int(meta["counts"][s.value]) for s in ItemState}
+        self._cursor = meta["cursor"]
+        self._pending = [int(i) for i in meta["pending"]]
+        self._deferred = [(float(t), int(i)) for t, i in meta["deferred"]]
+        self.codes = bytearray(codes)
+        self.locs = array("q")
+        self.locs.frombytes(locs)
+        if len(self.codes) != len(self.locs) or len(self.codes) < self.next_id:
+            raise ValueError("checkpoint arrays do not match")
+        for row in meta["items"]:
+            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb = row
+            item = LiveItem(item_id, loc, self.loader)
+            item.state = STATE_OF[code]
+            item.attempts, item.crashes = attempts, crashes
+            item.runner, item.reason = runner, reason
+            item.last_seq, item.interrupted, item.not_before = seq, intr, nb
+            self.items[item_id] = item
+            if item.state in self.ids_in:
+                self.ids_in[item.state].add(item_id)
 
     def rate(self, now: float, window: float = 60.0) -> float | None:
         """Items finished per second over the last ``window`` seconds, if any."""

@@ -219,19 +219,24 @@ class RecordStore(Store):
             batch = items[start : start + ENQUEUE_BATCH]
             with self._locked() as state:
                 keys = self._known_keys(state)
-                records: list[Record] = []
-                fresh: set[str] = set()
-                next_id = state.next_id
-                for text in batch:
-                    if text in keys or text in fresh:
-                        skipped += 1
-                        continue
-                    fresh.add(text)
-                    records.append({"t": "enq", "id": next_id, **item_fields(text)})
-                    next_id += 1
-                self._write(records, sync=True)
-                added += len(records)
+                # dict.fromkeys drops repeats within the batch, keeping order.
+                unique = dict.fromkeys(batch)
+                if isinstance(keys, dict):
+                    known = keys.keys() & unique.keys()  # a C-level pass
+                    fresh = [t for t in unique if t not in known] if known else list(unique)
+                else:
+                    fresh = [t for t in unique if t not in keys]
+                self._append_enqueued(state.next_id, fresh)
+                added += len(fresh)
+                skipped += len(batch) - len(fresh)
         return EnqueueResult(added=added, skipped=skipped)
+
+    def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
+        """Durably record ``texts`` as new items ``first_id``, ... and apply them."""
+        records: list[Record] = [
+            {"t": "enq", "id": first_id + i, **item_fields(text)} for i, text in enumerate(texts)
+        ]
+        self._write(records, sync=True)
 
     def claim(
         self,
@@ -274,9 +279,7 @@ class RecordStore(Store):
         """The first due pending item whose claim this process could take."""
         now = time.time()
         if among is not None:
-            candidates = sorted(
-                i for i in among if (it := state.get(i)) and state.is_due(it, now)
-            )
+            candidates = sorted(i for i in among if (it := state.get(i)) and state.is_due(it, now))
             for item_id in candidates:
                 fds = self._take_claim(item_id)
                 if fds is not None:

@@ -112,6 +112,7 @@ def _archive_finished(
 
     def is_live(item_id: int) -> bool:
         return 0 < item_id < len(codes) and codes[item_id] not in done_codes
+
     with gc_paused():
         for rec in iter_records(journal.fd, journal.offset, path=str(journal.path)):
             kind = rec.get("t")

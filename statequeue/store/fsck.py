@@ -17,6 +17,7 @@ from statequeue.errors import QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import create_file
 from statequeue.records import Record
+from statequeue.store import checkpoint
 from statequeue.store.journal_store import wait_for_lock
 
 
@@ -155,4 +156,5 @@ def _salvage(path: Path, valid: list[Record], stamp: str, ops: FileOps) -> str:
     first = valid[0]["seq"] if valid else 1
     renumbered = [{**r, "seq": first + i} for i, r in enumerate(valid)]
     create_file(path, renumbered, ops=ops)
+    checkpoint.discard(path.parent)
     return str(kept)

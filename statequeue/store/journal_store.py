@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Container, Iterator
 from contextlib import contextmanager, suppress
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,14 +31,16 @@ from statequeue.errors import (
     DurabilityError,
     LockTimeout,
     QueueNotFound,
+    StateQueueError,
     UsageError,
 )
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import JournalFile, create_file, iter_records, parse, read_from
 from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import ItemState, RunnerInfo
-from statequeue.records import Record, decode, item_text
+from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
+from statequeue.store import checkpoint
 from statequeue.store.base import RecordStore
 
 if TYPE_CHECKING:
@@ -50,6 +53,9 @@ LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 60.0
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
 DEFAULT_AUTO_COMPACT = 100_000
+CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
+CHECKPOINT_EVERY = 20_000
+CHECKPOINT_ON_CLOSE = 1_000
 
 
 class JournalStore(RecordStore):
@@ -71,6 +77,11 @@ class JournalStore(RecordStore):
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
         self._broken: DurabilityError | None = None
+        self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
+        self.restored_from_checkpoint = False  # how the last (re)load went, for tests
+        self.replayed_on_open = 0
+        self.checkpoint_every = checkpoint_threshold()
+        self.checkpoint_on_close = min(CHECKPOINT_ON_CLOSE, self.checkpoint_every)
         self._lock_fd = -1
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
@@ -106,7 +117,7 @@ class JournalStore(RecordStore):
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
         # holds: any found now was left by a process that died mid-rewrite.
-        for name in (JOURNAL, ARCHIVE):
+        for name in (JOURNAL, ARCHIVE, checkpoint.NAME):
             for tmp in self.folder.glob(f".{name}.*.tmp"):
                 with suppress(FileNotFoundError):
                     tmp.unlink()
@@ -123,9 +134,30 @@ class JournalStore(RecordStore):
         self.journal.open()
         self.state.reset()
         self._archived = None
+        self._checkpoint_lines = 0
+        self.restored_from_checkpoint = checkpoint.restore(self.folder, self.journal, self.state)
+        if self.restored_from_checkpoint:
+            self._checkpoint_lines = self.journal.lines
         self._catch_up()
+        self.replayed_on_open = self.journal.lines - self._checkpoint_lines
         if self.state.next_id == 1 and self.journal.lines == 0:
             raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self, least: int | None = None) -> None:
+        """Save a checkpoint once enough records were applied since the last one.
+
+        By default that is CHECKPOINT_EVERY or an eighth of the item count,
+        whichever is larger, so its cost (which grows with the queue) stays a
+        small share of the work it saves. Caller holds the lock."""
+        if self.checkpoint_every <= 0:
+            return
+        if least is None:
+            least = max(self.checkpoint_every, len(self.state.codes) // 8)
+        if self.journal.lines - self._checkpoint_lines < least:
+            return
+        checkpoint.save(self.folder, self.journal, self.state)
+        self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
 
     def _catch_up(self) -> None:
         torn = self.journal.replay(self.state.apply, repair=True)
@@ -145,6 +177,7 @@ class JournalStore(RecordStore):
                 else:
                     self._catch_up()
                 yield self.state
+                self._maybe_checkpoint()
             except DurabilityError as exc:
                 self._broken = exc  # never retry: this store refuses further work
                 raise
@@ -156,6 +189,18 @@ class JournalStore(RecordStore):
         apply = self.state.apply
         for record, loc in zip(batch, starts, strict=True):
             apply(record, loc)
+
+    def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
+        journal = self.journal
+        lines = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts)
+        if lines is None:  # a text that is not UTF-8: the general encoder
+            super()._append_enqueued(first_id, texts)
+            return
+        if not lines:
+            return
+        locs = list(accumulate(map(len, lines[:-1]), initial=journal.offset))
+        journal.append_encoded(lines, sync=True)
+        self.state.apply_enqueued(first_id, locs, texts)
 
     def _load_text(self, loc: int) -> str:
         """The text of the item whose record starts at offset ``loc`` of the journal."""
@@ -254,7 +299,8 @@ class JournalStore(RecordStore):
                 item_text(r): r["id"]
                 for r in read_archive(self.folder / ARCHIVE, state.archive_size)
             }
-        return _Either(super()._known_keys(state), self._archived)
+        live = super()._known_keys(state)
+        return _Either(live, self._archived) if self._archived else live
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         from statequeue.views import ItemView
@@ -327,6 +373,16 @@ class JournalStore(RecordStore):
         return result
 
     def close(self) -> None:
+        if (
+            self.checkpoint_every > 0
+            and self._broken is None
+            and self._lock_fd >= 0
+            and self.journal.fd >= 0
+            and self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
+        ):
+            # Leave a checkpoint for the next opener (status, run) to start from.
+            with suppress(StateQueueError), self._locked():
+                self._maybe_checkpoint(self.checkpoint_on_close)
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
         for rid in list(self._runner_locks):
@@ -350,6 +406,22 @@ def auto_compact_threshold() -> int:
     except ValueError:
         raise UsageError(
             f"{AUTO_COMPACT_ENV} must be a number of records or off, not {raw!r}"
+        ) from None
+
+
+def checkpoint_threshold() -> int:
+    """Records between state checkpoints: $STATEQUEUE_CHECKPOINT_EVERY
+    (0 or "off" disables them), default 20,000 (or an eighth of the items)."""
+    raw = os.environ.get(CHECKPOINT_ENV, "").strip().lower()
+    if raw in ("", "on"):
+        return CHECKPOINT_EVERY
+    if raw in ("0", "off", "no", "false"):
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise UsageError(
+            f"{CHECKPOINT_ENV} must be a number of records or off, not {raw!r}"
         ) from None
 
 

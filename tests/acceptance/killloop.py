@@ -307,6 +307,9 @@ class Harness:
             KILLLOOP_LOG=str(self.log_path),
             KILLLOOP_WORK=f"{work:.3f}",
             NO_COLOR="1",
+            # Checkpoints every few records, so that kill -9 lands during and
+            # around their writes, and every reopen must judge one.
+            STATEQUEUE_CHECKPOINT_EVERY="25",
         )
         self.env.pop("STATEQUEUE_TEST_CRASH", None)
         self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"

@@ -1,0 +1,189 @@
+"""The state checkpoint: a cache that opening uses only while it still
+describes the journal, and that never changes what a queue shows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
+from statequeue.store import checkpoint
+from statequeue.store.journal_store import JOURNAL, JournalStore
+from tests.faults.helpers import fingerprint
+
+
+def _open(folder: Path, *, every: int = 1) -> JournalStore:
+    store = JournalStore(folder, create=True)
+    store.checkpoint_every = store.checkpoint_on_close = every
+    return store
+
+
+def _busy_queue(folder: Path) -> None:
+    """A queue with items in every state, a live claim, a retry waiting and a
+    checkpoint taken part-way (so opening replays a tail after it)."""
+    store = _open(folder)
+    store.enqueue([f"item-{i}" for i in range(40)])
+    runner = new_runner()
+    store.register_runner(runner)
+    for n in range(12):
+        claim = store.claim(runner)
+        assert claim is not None
+        if n % 4 == 3:
+            store.finish(claim, Outcome(ok=False, reason="bad"))
+        elif n == 5:
+            store.finish(claim, Outcome(ok=False), retry_at=2e9)  # retry far ahead
+        else:
+            store.finish(claim, Outcome(ok=True, result={"n": n}))
+    store.retry([4])
+    store.cancel([20, 21])
+    store.set_paused(True)
+    store.set_paused(False)
+    store.checkpoint_every = store.checkpoint_on_close = 10**9  # a tail to replay
+    store.enqueue(["late-1", "late-2", "item-3"])
+    store.claim(runner)  # left running: its runner is this process, still alive
+    store.journal.sync()
+    store.close()
+
+
+def _fresh_replay(folder: Path, tmp_path: Path) -> tuple[object, ...]:
+    """The fingerprint of a copy of ``folder`` opened without any checkpoint."""
+    copy = tmp_path / "no-checkpoint"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    checkpoint.discard(copy)
+    store = JournalStore(copy, create=False)
+    store.checkpoint_every = 0
+    try:
+        return fingerprint(store)
+    finally:
+        store.close()
+
+
+def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    assert (folder / checkpoint.NAME).exists()
+    store = JournalStore(folder, create=False)
+    try:
+        assert store.restored_from_checkpoint
+        assert 0 < store.replayed_on_open < store.journal.lines  # only the tail
+        assert fingerprint(store) == _fresh_replay(folder, tmp_path)
+        # And it goes on the same way: the next claims come in the same order.
+        runner = new_runner()
+        taken = [c.item for c in iter(lambda: store.claim(runner), None)]
+    finally:
+        store.close()
+    # item-3 failed and was retried; item-12 was left running by a runner now gone.
+    assert taken[:3] == ["item-3", "item-12", "item-13"]
+    assert taken[-2:] == ["late-1", "late-2"]
+    assert "item-5" not in taken  # its retry is due only far ahead
+
+
+def _cut_journal_and_rewrite(folder: Path) -> None:
+    # A power cut lost the journal's unsynced tail, which the checkpoint had
+    # seen; the next writer then appended different records over that range.
+    parsed = checkpoint._parse((folder / checkpoint.NAME).read_bytes())
+    assert parsed is not None
+    offset = parsed[0]["journal"]["offset"]
+    path = folder / JOURNAL
+    data = path.read_bytes()
+    cut = data.rfind(b"\n", 0, data.rfind(b"\n", 0, offset - 1)) + 1  # two records back
+    path.write_bytes(data[:cut])
+    store = JournalStore(folder, create=False)
+    store.checkpoint_every = 0
+    store.enqueue([f"other-{i}" for i in range(30)])
+    store.close()
+
+
+def _flip_a_checkpoint_byte(folder: Path) -> None:
+    path = folder / checkpoint.NAME
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _truncate_checkpoint(folder: Path) -> None:
+    path = folder / checkpoint.NAME
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _empty_checkpoint(folder: Path) -> None:
+    (folder / checkpoint.NAME).write_bytes(b"")
+
+
+def _compact_elsewhere(folder: Path) -> None:
+    store = JournalStore(folder, create=False)
+    store.checkpoint_every = 0
+    store.compact()
+    store.close()
+    os.utime(folder / JOURNAL)
+
+
+def _checkpoint_of_another_queue(folder: Path) -> None:
+    other = folder.parent / "other"
+    store = _open(other)
+    store.enqueue([f"x{i}" for i in range(500)])
+    store.close()
+    shutil.copy(other / checkpoint.NAME, folder / checkpoint.NAME)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _cut_journal_and_rewrite,
+        _flip_a_checkpoint_byte,
+        _truncate_checkpoint,
+        _empty_checkpoint,
+        _compact_elsewhere,
+        _checkpoint_of_another_queue,
+    ],
+)
+def test_a_checkpoint_that_no_longer_matches_is_ignored(
+    tmp_path: Path, damage: Callable[[Path], None]
+) -> None:
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    damage(folder)
+    store = JournalStore(folder, create=False)
+    store.checkpoint_every = 0
+    try:
+        assert not store.restored_from_checkpoint
+        assert fingerprint(store) == _fresh_replay(folder, tmp_path)
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_follows_a_compaction(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    store = _open(folder)
+    store.compact()
+    store.close()
+    reopened = JournalStore(folder, create=False)
+    try:
+        assert reopened.restored_from_checkpoint
+        assert fingerprint(reopened) == _fresh_replay(folder, tmp_path)
+    finally:
+        reopened.close()
+
+
+def test_stale_checkpoint_temp_files_are_removed(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    _open(folder).close()
+    stale = folder / f".{checkpoint.NAME}.999999.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    JournalStore(folder, create=False).close()
+    assert not stale.exists()
+
+
+def test_checkpoints_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", "off")
+    store = JournalStore(tmp_path / "q", create=True)
+    store.enqueue([str(i) for i in range(3000)])
+    store.close()
+    assert not (tmp_path / "q" / checkpoint.NAME).exists()
