@@ -13,8 +13,8 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ class JobSpec:
     log_limit: int = 1 << 20
     item_on_stdin: bool = False
     live: OutputSink | None = None
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """The children's environment before the STATEQUEUE_* variables: copied
+    from ours once per run, since copying os.environ per item cost ~0.3 ms."""
 
 
 def build_argv(template: tuple[str, ...], item: str) -> list[str]:
@@ -50,14 +53,18 @@ def build_argv(template: tuple[str, ...], item: str) -> list[str]:
     return [*template, item]
 
 
-def child_env(claim: Claim, queue: str, result_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(
+    claim: Claim, queue: str, result_path: str, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a child for ``claim``: ``base`` (default: ours) plus
+    the STATEQUEUE_* variables."""
+    env = dict(os.environ if base is None else base)
     env.update(
         STATEQUEUE_ITEM=claim.item,
         STATEQUEUE_ID=str(claim.item_id),
         STATEQUEUE_ATTEMPT=str(claim.attempt),
         STATEQUEUE_QUEUE=queue,
-        STATEQUEUE_RESULT=str(result_path),
+        STATEQUEUE_RESULT=result_path,
     )
     return env
 
@@ -73,9 +80,11 @@ class Job:
         self.kill_at: float | None = None
         self.stop_reason = ""  # "timeout" or "stopped" once the runner signals it
         self.returncode: int | None = None
-        stem = f"{claim.item_id}.{claim.attempt}"
-        self.log_path = spec.log_dir / f"{stem}.log"
-        self.result_path = spec.log_dir / f"{stem}.result"
+        # Plain strings, not Paths: building Paths cost more than the syscalls.
+        stem = f"{spec.log_dir}/{claim.item_id}.{claim.attempt}"
+        self.log_file = f"{stem}.log"
+        self.result_file = f"{stem}.result"
+        self.has_log = False  # True once this attempt's log file was opened
         self._log_fd = -1
         self._logged = 0
         self._tail = bytearray()
@@ -100,7 +109,7 @@ class Job:
             actions[0] = (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
         actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in self.claim.inherit_fds]
         argv = build_argv(self.spec.template, self.claim.item)
-        env = child_env(self.claim, self.spec.queue, self.result_path)
+        env = child_env(self.claim, self.spec.queue, self.result_file, self.spec.base_env)
         CRASH.hit("spawn")
         try:
             pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
@@ -157,11 +166,12 @@ class Job:
         if self._log_fd < 0:
             try:
                 self._log_fd = os.open(
-                    self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+                    self.log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
                 )
             except OSError:
                 self._logged = self.spec.log_limit
                 return
+            self.has_log = True
         chunk = data[:room]
         if len(chunk) < len(data):
             chunk += b"\n[statequeue: log limit reached; further output discarded]\n"
@@ -173,6 +183,11 @@ class Job:
             self._logged = self.spec.log_limit
             return
         self._logged += len(data)
+
+    @property
+    def log_path(self) -> Path | None:
+        """This attempt's log, or None if the child wrote nothing (no file)."""
+        return Path(self.log_file) if self.has_log else None
 
     # -- stopping ------------------------------------------------------------------
 
@@ -234,13 +249,15 @@ class Job:
 
     def _read_result(self) -> Any:
         try:
-            with open(self.result_path, "rb") as f:
-                raw = f.read(RESULT_MAX_BYTES + 1)
-        except FileNotFoundError:
+            fd = os.open(self.result_file, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # the common case: no result, nothing to unlink
             return None
+        try:
+            with open(fd, "rb") as f:
+                raw = f.read(RESULT_MAX_BYTES + 1)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.result_path)
+                os.unlink(self.result_file)
         if len(raw) > RESULT_MAX_BYTES:
             return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
         try:
@@ -250,6 +267,11 @@ class Job:
                 "error": "result file is not valid JSON",
                 "text": raw[:4096].decode(errors="replace"),
             }
+
+    def close_pipe(self, fd: int) -> None:
+        """Close one output pipe at its end of file (the child closed its side)."""
+        del self.pipes[fd]
+        os.close(fd)
 
     def close(self) -> None:
         for fd in self.pipes:

@@ -259,7 +259,7 @@ class Runner:
             job = Job(claim, self.spec)
         except OSError as exc:
             outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
-            self._record(claim, outcome, None)
+            self.on_event(self._record(claim, outcome, None))
             return
         reaper.watch(job.pid)  # at once: only microseconds after the spawn are unwatched
         self.jobs[job.pid] = job
@@ -281,7 +281,8 @@ class Runner:
         import subprocess
 
         argv = build_argv(self.options.verify, claim.item)
-        env = child_env(claim, self.queue.name, self.spec.log_dir / f"{claim.item_id}.verify")
+        result = str(self.spec.log_dir / f"{claim.item_id}.verify")
+        env = child_env(claim, self.queue.name, result, self.spec.base_env)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -370,7 +371,7 @@ class Runner:
                 _drain_pipe(self._wake_r)
             elif key.fd in job.pipes and not job.read(key.fd):
                 self._selector.unregister(key.fd)
-                del job.pipes[key.fd]
+                job.close_pipe(key.fd)
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -395,25 +396,29 @@ class Runner:
             del self.jobs[job.pid]
             self._reaper().forget(job.pid)  # before the reap frees its pid
             for fd in [*job.pipes, job.pidfd]:
-                if fd >= 0 and fd in self._selector.get_map():
+                if fd >= 0:  # pipes at end of file were unregistered already
                     self._selector.unregister(fd)
             results.append((job, job.finish()))
         self._record_batch(results)
 
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
-        # Group commit: every end record is written, then one fsync covers
-        # them all; nothing is reported, and no slot refilled, before it.
+        # Nothing is reported, and no slot refilled, before every end record is
+        # fsynced. One result (always, with -j1) is written and fsynced in one
+        # locked section; several share one fsync (group commit).
         store = self.queue.store
-        events = []
+        ended = []
         for job, outcome in results:
             if job.stop_reason == "stopped" and not outcome.ok:
-                store.release(
+                store.release(  # fsynced by release itself
                     job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
                 )
                 self.summary.released += 1
                 continue
-            events.append(self._record(job.claim, outcome, job, sync=False))
-        store.sync()
+            ended.append((job, outcome))
+        single = len(ended) == 1
+        events = [self._record(job.claim, outcome, job, sync=single) for job, outcome in ended]
+        if len(ended) > 1:
+            store.sync()
         for _ in events:
             CRASH.hit("recorded")  # test-only: die right after a durable result
         for event in events:
@@ -422,6 +427,8 @@ class Runner:
     def _record(
         self, claim: Claim, outcome: Outcome, job: Job | None, *, sync: bool = True
     ) -> ItemFinished:
+        """Write the end record of ``claim`` (fsynced when ``sync``); the
+        caller reports the event once the record is durable."""
         retry_at = None
         if not outcome.ok and claim.attempt <= self.options.retries:
             retry_at = time.time() + self._backoff(claim.attempt)
@@ -434,11 +441,8 @@ class Runner:
             self.summary.failed += 1
             if self.options.halt_on_failure and self._taking:
                 self._taking = False
-        log = job.log_path if job is not None and job.log_path.exists() else None
-        event = ItemFinished(claim, outcome, state, log_path=log)
-        if sync:
-            self.on_event(event)
-        return event
+        log = job.log_path if job is not None else None
+        return ItemFinished(claim, outcome, state, log_path=log)
 
     def _backoff(self, attempt: int) -> float:
         growth = 2.0 ** (attempt - 1)
