@@ -224,3 +224,28 @@ def test_listing_stays_in_id_order_when_items_finish_out_of_order(tmp_path: Path
     store.finish(again, Outcome(ok=True))
     assert [v.item_id for v in store.items()] == [1, 2, 3, 4]
     assert [v.item_id for v in store.items(ItemState.DONE)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["a", "b"],
+        ['quote " inside', 'x","y', "back\\slash\\", "\\", '","', "tab\tnew\u2028line"],
+        ["ünïcødé 名前", "emoji 🙂", "ctrl \x01\x1f"],
+        [],
+    ],
+)
+def test_batch_enqueue_lines_are_byte_identical_to_encode(texts: list[str]) -> None:
+    lines = records.encode_enqueued(41, 7, texts)
+    expected = [
+        records.encode({"t": "enq", "id": 41 + i, "item": t, "seq": 7 + i})
+        for i, t in enumerate(texts)
+    ]
+    assert lines == expected
+    assert [records.decode(line[:-1]) for line in lines or []] == [
+        {"t": "enq", "id": 41 + i, "item": t, "seq": 7 + i} for i, t in enumerate(texts)
+    ]
+
+
+def test_batch_enqueue_defers_non_utf8_to_the_general_encoder() -> None:
+    assert records.encode_enqueued(1, 1, ["ok", "bad \udcff byte"]) is None
