@@ -222,14 +222,13 @@ class JournalFile:
             starts.append(pos)
             pos += len(line)
         if lines:
-            self.append_encoded(lines, sync=sync)
+            self.append_encoded(b"".join(lines), len(lines), sync=sync)
         return starts
 
-    def append_encoded(self, lines: list[bytes], *, sync: bool) -> None:
-        """Write already encoded ``lines``, numbered from ``last_seq + 1``; fsync
-        when ``sync``. On a failed write or fsync the file is cut back to its
-        last good record and DurabilityError is raised (never retried)."""
-        data = b"".join(lines)
+    def append_encoded(self, data: bytes, count: int, *, sync: bool) -> None:
+        """Write ``count`` already encoded lines, numbered from ``last_seq + 1``;
+        fsync when ``sync``. On a failed write or fsync the file is cut back to
+        its last good record and DurabilityError is raised (never retried)."""
         try:
             self.ops.write_all(self.fd, data)
             if sync:
@@ -238,8 +237,8 @@ class JournalFile:
             self._cut_after_failure()
             raise durability_error("appending to", str(self.path), exc) from None
         self.offset += len(data)
-        self.lines += len(lines)
-        self.last_seq = (self.last_seq or 0) + len(lines)
+        self.lines += count
+        self.last_seq = (self.last_seq or 0) + count
 
     def sync(self) -> None:
         """fsync records appended without ``sync`` (never retried on failure)."""

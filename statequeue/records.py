@@ -31,13 +31,16 @@ def encode(record: Record) -> bytes:
     return b'%s%s%08x"}\n' % (raw[:-1], _CRC_PREFIX, zlib.crc32(raw))
 
 
-def encode_enqueued(first_id: int, first_seq: int, texts: list[str]) -> list[bytes] | None:
+def encode_enqueued(
+    first_id: int, first_seq: int, texts: list[str]
+) -> tuple[bytes, list[int]] | None:
     """The ``enq`` lines for ``texts`` (ids and seqs counting up from the firsts),
     byte for byte what ``encode`` makes of ``{"t": "enq", "id", "item", "seq"}``,
-    built without a dict per item. None if a text is not valid UTF-8 (then the
-    caller falls back to ``encode``, which stores it as ``itemx``)."""
+    built without a dict per item, joined, with each line's length. None if a
+    text is not valid UTF-8 (then the caller falls back to ``encode``, which
+    stores it as ``itemx``)."""
     if not texts:
-        return []
+        return b"", []
     try:
         joined = orjson.dumps(texts)
     except orjson.JSONEncodeError:
@@ -45,19 +48,24 @@ def encode_enqueued(first_id: int, first_seq: int, texts: list[str]) -> list[byt
     # Inside a JSON string a quote is always escaped, so '","' only ever
     # separates elements: one encode call, split into each text's JSON body.
     bodies = joined[2:-2].split(b'","')
-    if len(bodies) != len(texts):
+    n = len(texts)
+    if len(bodies) != n:
         return None
+    # Two formatting passes over the whole batch instead of two per item: the
+    # records without their checksum (JSON never holds a raw newline, so they
+    # split back apart), then each with its crc field.
+    args: list[object] = [None] * (3 * n)
+    args[0::3] = range(first_id, first_id + n)
+    args[1::3] = bodies
+    args[2::3] = range(first_seq, first_seq + n)
+    raws = ((b'{"t":"enq","id":%d,"item":"%s","seq":%d\n' * n) % tuple(args)).split(b"\n")
+    raws.pop()
     crc32 = zlib.crc32
-    close = b"}"
-    out: list[bytes] = []
-    append = out.append
-    item_id, seq = first_id, first_seq
-    for body in bodies:
-        raw = b'{"t":"enq","id":%d,"item":"%s","seq":%d' % (item_id, body, seq)
-        append(b'%s,"crc":"%08x"}\n' % (raw, crc32(close, crc32(raw))))
-        item_id += 1
-        seq += 1
-    return out
+    parts: list[object] = [None] * (2 * n)
+    parts[0::2] = raws
+    parts[1::2] = [crc32(b"}", crc32(raw)) for raw in raws]
+    data = (b'%s,"crc":"%08x"}\n' * n) % tuple(parts)
+    return data, [len(raw) + _SUFFIX_LEN + 1 for raw in raws]
 
 
 def decode(line: bytes) -> Record | None:

@@ -99,6 +99,9 @@ class QueueState:
         # Dedupe keys (text -> id) are built only when something is enqueued
         # (see the stores' _known_keys); status and run never pay for them.
         self.keys: dict[str, int] | None = None
+        # Bulk-enqueued (first id, texts) not yet in ``keys``: merged when the
+        # keys are next asked for, so a one-shot enqueue never pays for it.
+        self._unmerged: list[tuple[int, list[str]]] = []
         # Per item id: its state's code, and the locator of the record that
         # holds its text (what the store's loader reads back).
         self.codes = bytearray(1)
@@ -318,7 +321,15 @@ class QueueState:
         self.counts[PENDING] += n
         self.next_id = max(self.next_id, first_id + n)
         if self.keys is not None:
-            self.keys.update(zip(texts, range(first_id, first_id + n), strict=True))
+            self._unmerged.append((first_id, texts))
+
+    def merged_keys(self) -> dict[str, int] | None:
+        """The dedupe keys (None until built), with every bulk enqueue merged in."""
+        if self.keys is not None:
+            for first_id, texts in self._unmerged:
+                self.keys.update(zip(texts, range(first_id, first_id + len(texts)), strict=True))
+        self._unmerged.clear()
+        return self.keys
 
     def _on_item(self, rec: Record, loc: int) -> None:
         item_id = rec["id"]

@@ -182,8 +182,15 @@ def test_stale_checkpoint_temp_files_are_removed(tmp_path: Path) -> None:
 
 
 def test_checkpoints_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "q"
+    _busy_queue(folder)  # leaves a checkpoint
     monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", "off")
-    store = JournalStore(tmp_path / "q", create=True)
+    store = JournalStore(folder, create=False)
+    assert not store.restored_from_checkpoint  # not used...
     store.enqueue([str(i) for i in range(3000)])
     store.close()
-    assert not (tmp_path / "q" / checkpoint.NAME).exists()
+    off = tmp_path / "off"
+    store = JournalStore(off, create=True)
+    store.enqueue([str(i) for i in range(3000)])
+    store.close()
+    assert not (off / checkpoint.NAME).exists()  # ...nor written

@@ -236,13 +236,17 @@ def test_listing_stays_in_id_order_when_items_finish_out_of_order(tmp_path: Path
     ],
 )
 def test_batch_enqueue_lines_are_byte_identical_to_encode(texts: list[str]) -> None:
-    lines = records.encode_enqueued(41, 7, texts)
+    encoded = records.encode_enqueued(41, 7, texts)
+    assert encoded is not None
+    data, sizes = encoded
     expected = [
         records.encode({"t": "enq", "id": 41 + i, "item": t, "seq": 7 + i})
         for i, t in enumerate(texts)
     ]
-    assert lines == expected
-    assert [records.decode(line[:-1]) for line in lines or []] == [
+    assert data == b"".join(expected)
+    assert sizes == [len(line) for line in expected]
+    lines = data.split(b"\n")[:-1]
+    assert [records.decode(line) for line in lines] == [
         {"t": "enq", "id": 41 + i, "item": t, "seq": 7 + i} for i, t in enumerate(texts)
     ]
 

@@ -9,6 +9,7 @@ else (help, unknown options, other commands) goes to the typer app.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,4 +86,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = fail(exc.message, int(exc.exit_code))
     except OSError as exc:
         code = fail(f"error: {exc.strerror or exc}", 6)
-    sys.exit(code)
+    # Everything is written, fsynced and closed. Skip the interpreter's
+    # teardown, which would free a million item strings one by one (~0.4 s).
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        code = code or 6  # stdout closed under us: the items are queued all the same
+    os._exit(code)

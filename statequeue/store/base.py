@@ -199,13 +199,14 @@ class RecordStore(Store):
 
         Built on first use from the journal's records, then kept up to date by
         ``QueueState.apply``."""
-        if state.keys is None:
-            state.keys = {
+        keys = state.merged_keys()
+        if keys is None:
+            keys = state.keys = {
                 item_text(r): r["id"]
                 for r in self._journal_records()
                 if r.get("t") in ("enq", "item")
             }
-        return state.keys
+        return keys
 
     # -- the contract --------------------------------------------------------
 
@@ -214,22 +215,29 @@ class RecordStore(Store):
             return self._enqueue(items)
 
     def _enqueue(self, items: Sequence[str]) -> EnqueueResult:
-        added = skipped = 0
-        for start in range(0, max(len(items), 1), ENQUEUE_BATCH):
-            batch = items[start : start + ENQUEUE_BATCH]
+        # Repeats within the input go first (dict.fromkeys keeps the order), so
+        # a batch need not be checked against the batches before it.
+        unique = list(dict.fromkeys(items))
+        added = 0
+        keys: Container[str] = {}
+        keys_of: object = None
+        for start in range(0, max(len(unique), 1), ENQUEUE_BATCH):
+            batch = unique[start : start + ENQUEUE_BATCH]
             with self._locked() as state:
-                keys = self._known_keys(state)
-                # dict.fromkeys drops repeats within the batch, keeping order.
-                unique = dict.fromkeys(batch)
+                if keys_of is None or keys_of is not state.keys:
+                    # First batch, or the state was reloaded (another process
+                    # compacted): take the keys afresh. Records other processes
+                    # appended meanwhile are in them through ``apply``.
+                    keys = self._known_keys(state)
+                    keys_of = state.keys
                 if isinstance(keys, dict):
-                    known = keys.keys() & unique.keys()  # a C-level pass
-                    fresh = [t for t in unique if t not in known] if known else list(unique)
+                    known = keys.keys() & batch  # a C-level pass
+                    fresh = [t for t in batch if t not in known] if known else batch
                 else:
-                    fresh = [t for t in unique if t not in keys]
+                    fresh = [t for t in batch if t not in keys]
                 self._append_enqueued(state.next_id, fresh)
                 added += len(fresh)
-                skipped += len(batch) - len(fresh)
-        return EnqueueResult(added=added, skipped=skipped)
+        return EnqueueResult(added=added, skipped=len(items) - added)
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         """Durably record ``texts`` as new items ``first_id``, ... and apply them."""

@@ -20,7 +20,7 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate
 from pathlib import Path
@@ -37,7 +37,7 @@ from statequeue.errors import (
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import JournalFile, create_file, iter_records, parse, read_from
 from statequeue.location import FILE_MODE, ensure_dir
-from statequeue.models import ItemState, RunnerInfo
+from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
@@ -79,6 +79,7 @@ class JournalStore(RecordStore):
         self._broken: DurabilityError | None = None
         self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
         self.restored_from_checkpoint = False  # how the last (re)load went, for tests
+        self._bulk = False  # inside enqueue: one checkpoint at the end, not one per batch
         self.replayed_on_open = 0
         self.checkpoint_every = checkpoint_threshold()
         self.checkpoint_on_close = min(CHECKPOINT_ON_CLOSE, self.checkpoint_every)
@@ -135,7 +136,9 @@ class JournalStore(RecordStore):
         self.state.reset()
         self._archived = None
         self._checkpoint_lines = 0
-        self.restored_from_checkpoint = checkpoint.restore(self.folder, self.journal, self.state)
+        self.restored_from_checkpoint = self.checkpoint_every > 0 and checkpoint.restore(
+            self.folder, self.journal, self.state
+        )
         if self.restored_from_checkpoint:
             self._checkpoint_lines = self.journal.lines
         self._catch_up()
@@ -150,7 +153,7 @@ class JournalStore(RecordStore):
         By default that is CHECKPOINT_EVERY or an eighth of the item count,
         whichever is larger, so its cost (which grows with the queue) stays a
         small share of the work it saves. Caller holds the lock."""
-        if self.checkpoint_every <= 0:
+        if self.checkpoint_every <= 0 or (self._bulk and least is None):
             return
         if least is None:
             least = max(self.checkpoint_every, len(self.state.codes) // 8)
@@ -190,16 +193,30 @@ class JournalStore(RecordStore):
         for record, loc in zip(batch, starts, strict=True):
             apply(record, loc)
 
+    def enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        # A big enqueue is many short locked sections; a checkpoint after each
+        # would rewrite the whole state every few batches. One at the end.
+        self._bulk = True
+        try:
+            result = super().enqueue(items)
+        finally:
+            self._bulk = False
+        if self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close:
+            with self._locked():
+                self._maybe_checkpoint(self.checkpoint_on_close)
+        return result
+
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         journal = self.journal
-        lines = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts)
-        if lines is None:  # a text that is not UTF-8: the general encoder
+        encoded = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts)
+        if encoded is None:  # a text that is not UTF-8: the general encoder
             super()._append_enqueued(first_id, texts)
             return
-        if not lines:
+        data, sizes = encoded
+        if not sizes:
             return
-        locs = list(accumulate(map(len, lines[:-1]), initial=journal.offset))
-        journal.append_encoded(lines, sync=True)
+        locs = list(accumulate(sizes[:-1], initial=journal.offset))
+        journal.append_encoded(data, len(sizes), sync=True)
         self.state.apply_enqueued(first_id, locs, texts)
 
     def _load_text(self, loc: int) -> str:
@@ -411,7 +428,8 @@ def auto_compact_threshold() -> int:
 
 def checkpoint_threshold() -> int:
     """Records between state checkpoints: $STATEQUEUE_CHECKPOINT_EVERY
-    (0 or "off" disables them), default 20,000 (or an eighth of the items)."""
+    (0 or "off": neither written nor used), default 20,000 (or an eighth of
+    the items, whichever is more)."""
     raw = os.environ.get(CHECKPOINT_ENV, "").strip().lower()
     if raw in ("", "on"):
         return CHECKPOINT_EVERY
