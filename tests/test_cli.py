@@ -285,6 +285,21 @@ def test_fast_enqueue_path_matches_the_full_cli(sq_env: Env, tmp_path: Path) -> 
     assert_one_line_error(sq(sq_env, "enqueue", "-q", "a/b", "x"), 2)
 
 
+def test_fast_status_path_matches_the_full_cli(sq_env: Env) -> None:
+    sq(sq_env, "enqueue", "a", "b", "c")
+    sq(sq_env, "cancel", "2")
+    # --interval is parsed only by the full CLI: the same command through typer.
+    for extra in ([], ["--json"]):
+        fast = sq(sq_env, "status", *extra)
+        via_typer = sq(sq_env, "status", *extra, "--interval", "1")
+        assert fast.returncode == via_typer.returncode == 0
+        assert fast.stdout == via_typer.stdout
+        assert b"cancel" in fast.stdout
+    missing = sq(sq_env, "-q", "nosuch", "status", "--json")
+    assert_one_line_error(missing, 7)
+    assert missing.stderr == sq(sq_env, "-q", "nosuch", "status", "--interval", "1").stderr
+
+
 def test_follow_views_stream_while_a_runner_works(sq_env: Env, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     sq(sq_env, "enqueue", "a")

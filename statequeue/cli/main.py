@@ -1,10 +1,12 @@
-"""The console-script entry point, with a fast path for plain `enqueue`.
+"""The console-script entry point, with a fast path for plain `enqueue` and `status`.
 
-Shell loops call `statequeue enqueue x` thousands of times, and importing
-typer (with click) is most of a cold start. A plain enqueue -- only the
-options listed in ``_FAST_OPTIONS`` and items that do not start with '-' --
-is parsed here and runs the same library call with the same output; anything
-else (help, unknown options, other commands) goes to the typer app.
+Shell loops call `statequeue enqueue x` thousands of times, scripts poll
+`statequeue status --json`, and importing typer (with click) is most of a
+cold start. A plain invocation of those two -- only the options listed in
+``_VALUED`` and ``_FLAGS`` for the command, and (for enqueue) items that do
+not start with '-' -- is parsed here and runs the same library call with the
+same output; anything else (help, unknown options, other commands) goes to
+the typer app.
 """
 
 from __future__ import annotations
@@ -14,45 +16,68 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_VALUED = {"--home": "home", "-q": "queue", "--queue": "queue", "--file": "file", "-f": "file"}
-_FLAGS = {"--json": "json", "-0": "null", "--null": "null"}
+_GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue"}
+_VALUED = {
+    "enqueue": {**_GLOBAL, "--file": "file", "-f": "file"},
+    "status": _GLOBAL,
+}
+_FLAGS = {
+    "enqueue": {"--json": "json", "-0": "null", "--null": "null"},
+    "status": {"--json": "json"},
+}
 
 
 @dataclass
-class _FastEnqueue:
+class _Fast:
+    command: str = ""
     items: list[str] = field(default_factory=list)
     values: dict[str, str] = field(default_factory=dict)
     flags: set[str] = field(default_factory=set)
 
 
-def _parse_fast(args: Sequence[str]) -> _FastEnqueue | None:
-    """The options of a plain enqueue invocation, or None to use the full CLI."""
-    opts = _FastEnqueue()
-    seen_command = False
+def _parse_fast(args: Sequence[str]) -> _Fast | None:
+    """The options of a plain enqueue or status invocation, or None to use the full CLI."""
+    opts = _Fast()
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in _VALUED and i + 1 < len(args):
-            if _VALUED[arg] in opts.values:
+        valued = _VALUED.get(opts.command, _GLOBAL)
+        if arg in valued and i + 1 < len(args):
+            if valued[arg] in opts.values:
                 return None  # given twice: let the full parser decide
-            opts.values[_VALUED[arg]] = args[i + 1]
+            opts.values[valued[arg]] = args[i + 1]
             i += 2
             continue
-        if not seen_command:
-            if arg != "enqueue":
+        if not opts.command:
+            if arg not in _VALUED:
                 return None
-            seen_command = True
-        elif arg in _FLAGS:
-            opts.flags.add(_FLAGS[arg])
-        elif arg.startswith("-") or arg == "":
+            opts.command = arg
+        elif arg in _FLAGS[opts.command]:
+            opts.flags.add(_FLAGS[opts.command][arg])
+        elif arg.startswith("-") or arg == "" or opts.command != "enqueue":
             return None
         else:
             opts.items.append(arg)
         i += 1
-    return opts if seen_command else None
+    return opts if opts.command else None
 
 
-def _fast_enqueue(opts: _FastEnqueue) -> int:
+def _fast_status(opts: _Fast) -> int:
+    from statequeue.cli.render import emit_json, print_notices, status_text
+    from statequeue.queue import Queue
+
+    home, name = opts.values.get("home"), opts.values.get("queue")
+    with Queue(name, home=home, create=False) as q:
+        print_notices(q.notices())
+        st = q.status()
+    if "json" in opts.flags:
+        emit_json(st.to_json())
+    else:
+        sys.stdout.write(status_text(st) + "\n")
+    return 0
+
+
+def _fast_enqueue(opts: _Fast) -> int:
     from statequeue.cli.input import read_items
     from statequeue.queue import Queue
 
@@ -81,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from statequeue.errors import StateQueueError
 
     try:
-        code = _fast_enqueue(opts)
+        code = _fast_enqueue(opts) if opts.command == "enqueue" else _fast_status(opts)
     except StateQueueError as exc:
         code = fail(exc.message, int(exc.exit_code))
     except OSError as exc:
