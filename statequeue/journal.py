@@ -76,6 +76,36 @@ def _iter_own(own: int, end: int, path: str) -> Iterator[records.Record]:
         os.close(own)
 
 
+def scan_item_texts(fd: int, start: int, end: int) -> list[tuple[str, int]] | None:
+    """(text, id) of every ``enq`` and ``item`` record in bytes ``start``..``end``
+    of ``fd`` (which start and end on record boundaries), decoding only the
+    lines that can be one. None if such a line does not decode: the caller
+    then reads the file the slow way, which reports where it is damaged."""
+    found: list[tuple[str, int]] = []
+    offset = start
+    while offset < end:
+        data = os.pread(fd, min(_REPLAY_CHUNK, end - offset), offset)
+        if not data:
+            return None
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            data = os.pread(fd, end - offset, offset)
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                return None
+        for line in data[:cut].split(b"\n")[:-1]:
+            # A quote inside a JSON string is escaped, so these bytes appear
+            # only as a record's own type (or a key of a nested object).
+            if b'"t":"enq"' in line or b'"t":"item"' in line:
+                record = records.decode(line)
+                if record is None:
+                    return None
+                if record.get("t") in ("enq", "item"):
+                    found.append((records.item_text(record), record["id"]))
+        offset += cut
+    return found
+
+
 def parse(
     data: bytes,
     *,

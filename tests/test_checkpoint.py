@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.errors import CorruptJournal
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
-from statequeue.store import checkpoint
+from statequeue.store import checkpoint, journal_store
 from statequeue.store.journal_store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
 
@@ -87,7 +88,7 @@ def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
 def _cut_journal_and_rewrite(folder: Path) -> None:
     # A power cut lost the journal's unsynced tail, which the checkpoint had
     # seen; the next writer then appended different records over that range.
-    parsed = checkpoint._parse((folder / checkpoint.NAME).read_bytes())
+    parsed = checkpoint._parse(folder / checkpoint.NAME)
     assert parsed is not None
     offset = parsed[0]["journal"]["offset"]
     path = folder / JOURNAL
@@ -194,3 +195,82 @@ def test_checkpoints_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.Mon
     store.enqueue([str(i) for i in range(3000)])
     store.close()
     assert not (off / checkpoint.NAME).exists()  # ...nor written
+
+
+def _keys_queue(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue whose dedupe keys span the archive and the journal, with a
+    keys checkpoint saved by a re-enqueue that had to build them the slow way."""
+    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 1)
+    store = _open(folder)
+    store.enqueue([f"old-{i}" for i in range(30)])
+    runner = new_runner()
+    for _ in range(10):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True))
+    store.compact()  # old-0..old-9 now live only in the archive
+    store.enqueue([f"mid-{i}" for i in range(5)])
+    store.close()
+    store = JournalStore(folder, create=False)
+    assert not store.keys_from_cache
+    assert store.enqueue([f"old-{i}" for i in range(30)]).added == 0
+    store.close()
+    assert (folder / checkpoint.KEYS_NAME).exists()
+
+
+def test_dedupe_keys_come_from_their_checkpoint_plus_the_journal_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "q"
+    _keys_queue(folder, monkeypatch)
+    other = JournalStore(folder, create=False)
+    other.enqueue(["late"])  # after the keys checkpoint: found by the tail scan
+    other.close()
+    store = JournalStore(folder, create=False)
+    try:
+        wanted = ["old-3", "old-25", "mid-4", "late", "new-1", "new-1", "new-2"]
+        result = store.enqueue(wanted)
+        assert store.keys_from_cache
+        assert (result.added, result.skipped) == (2, 5)
+        assert [v.item for v in store.items()][-2:] == ["new-1", "new-2"]
+    finally:
+        store.close()
+
+
+def test_a_keys_checkpoint_that_no_longer_matches_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "q"
+    _keys_queue(folder, monkeypatch)
+    store = JournalStore(folder, create=False)
+    store.compact()  # a new journal file: the keys checkpoint names the old one
+    store.close()
+    store = JournalStore(folder, create=False)
+    try:
+        result = store.enqueue(["old-1", "old-29", "mid-0", "brand-new"])
+        assert not store.keys_from_cache
+        assert (result.added, result.skipped) == (1, 3)
+    finally:
+        store.close()
+
+
+def test_a_damaged_record_after_the_keys_checkpoint_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "q"
+    _keys_queue(folder, monkeypatch)
+    other = _open(folder)  # a state checkpoint after every step
+    other.enqueue(["late-1", "late-2"])
+    other.close()
+    path = folder / JOURNAL
+    data = bytearray(path.read_bytes())
+    at = data.find(b"late-1")
+    data[at] ^= 0x01  # bit rot in a record before the state checkpoint...
+    path.write_bytes(bytes(data))
+    store = JournalStore(folder, create=False)
+    try:
+        assert store.restored_from_checkpoint  # ...so opening does not read it...
+        with pytest.raises(CorruptJournal):  # ...but dedupe does, and says so
+            store.enqueue(["late-1"])
+    finally:
+        store.close()

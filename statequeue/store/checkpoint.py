@@ -30,6 +30,8 @@ from statequeue.state import QueueState
 
 NAME = "state.ckpt"
 MAGIC = b"SQCKPT1\n"
+KEYS_NAME = "keys.ckpt"
+KEYS_MAGIC = b"SQKEYS1\n"
 _TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
 _HEAD = 4096  # enough to hold the snapshot header line
 
@@ -38,32 +40,74 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
     """Write a checkpoint of ``state`` as of ``journal.offset`` (caller holds the
     queue lock and has applied every record up to there). False if it could not
     be written; the queue works the same without it."""
+    where = _position(journal)
+    if where is None:
+        return False
+    meta, codes, locs = state.export()
+    header = {"journal": where, "codes": len(codes), "locs": len(locs), "state": meta}
+    return _write(folder / NAME, MAGIC, header, (codes, locs))
+
+
+def save_keys(folder: Path, journal: JournalFile, keys: dict[str, int], next_id: int) -> bool:
+    """Write every item text (``keys``: text -> id, archived items included) as
+    of ``journal.offset``, for dedupe without reading the journal and archive."""
+    where = _position(journal)
+    if where is None:
+        return False
+    texts = [""] * next_id
+    for text, item_id in keys.items():
+        if 0 < item_id < next_id:
+            texts[item_id] = text
+    # Items never hold NUL, so it separates them; "" marks an id with no text.
+    blob = "\0".join(texts[1:]).encode("utf-8", "surrogateescape")
+    return _write(folder / KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": next_id - 1}, (blob,))
+
+
+def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] | None:
+    """The saved item texts (text -> id) and the journal offset they cover, if
+    the keys checkpoint still matches the open journal."""
+    parsed = _read(folder / KEYS_NAME, KEYS_MAGIC)
+    if parsed is None:
+        return None
+    header, blob = parsed
+    try:
+        if not _matches(journal, header["journal"]):
+            return None
+        texts = blob.decode("utf-8", "surrogateescape").split("\0")
+        count = int(header["count"])
+    except (KeyError, TypeError, ValueError, OSError):
+        return None
+    if len(texts) != count:
+        return None
+    keys = dict(zip(texts, range(1, count + 1), strict=True))
+    keys.pop("", None)
+    return keys, int(header["journal"]["offset"])
+
+
+def _position(journal: JournalFile) -> dict[str, Any] | None:
+    """What identifies ``journal`` and its read position, for ``_matches``."""
     try:
         head = _first_line_crc(journal.fd)
         tail = os.pread(journal.fd, _TAIL, max(0, journal.offset - _TAIL))
     except OSError:
-        return False
+        return None
     if head is None or not tail:
-        return False
-    meta, codes, locs = state.export()
-    header = orjson.dumps(
-        {
-            "journal": {
-                "inode": journal.inode,
-                "offset": journal.offset,
-                "lines": journal.lines,
-                "last_seq": journal.last_seq,
-                "head": head,
-                "tail": tail.hex(),
-            },
-            "codes": len(codes),
-            "locs": len(locs),
-            "state": meta,
-        }
-    )
-    body = b"".join((MAGIC, len(header).to_bytes(8, "little"), header, codes, locs))
+        return None
+    return {
+        "inode": journal.inode,
+        "offset": journal.offset,
+        "lines": journal.lines,
+        "last_seq": journal.last_seq,
+        "head": head,
+        "tail": tail.hex(),
+    }
+
+
+def _write(path: Path, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]) -> bool:
+    encoded = orjson.dumps(header)
+    body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
     payload = body + zlib.crc32(body).to_bytes(4, "little")
-    tmp = folder / f".{NAME}.{os.getpid()}.tmp"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
@@ -72,7 +116,7 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, folder / NAME)
+        os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -80,14 +124,32 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
     return True
 
 
+def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The header and the bytes after it, if the file is intact."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if len(data) < len(magic) + 12 or not data.startswith(magic):
+        return None
+    body, crc = data[:-4], data[-4:]
+    if zlib.crc32(body) != int.from_bytes(crc, "little"):
+        return None
+    start = len(magic) + 8
+    size = int.from_bytes(data[len(magic) : start], "little")
+    try:
+        header = orjson.loads(body[start : start + size])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(header, dict):
+        return None
+    return header, body[start + size :]
+
+
 def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
     """Load the checkpoint into ``state`` and move ``journal``'s read position to
     it, if it matches the open journal; else leave both untouched and return False."""
-    try:
-        data = (folder / NAME).read_bytes()
-    except OSError:
-        return False
-    parsed = _parse(data)
+    parsed = _parse(folder / NAME)
     if parsed is None:
         return False
     header, codes, locs = parsed
@@ -106,25 +168,21 @@ def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
 
 
 def discard(folder: Path) -> None:
-    """Remove the checkpoint (after a repair rewrote the journal)."""
-    with contextlib.suppress(FileNotFoundError):
-        (folder / NAME).unlink()
+    """Remove the checkpoints (after a repair rewrote the journal)."""
+    for name in (NAME, KEYS_NAME):
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
 
 
-def _parse(data: bytes) -> tuple[dict[str, Any], bytes, bytes] | None:
-    if len(data) < len(MAGIC) + 12 or not data.startswith(MAGIC):
+def _parse(path: Path) -> tuple[dict[str, Any], bytes, bytes] | None:
+    parsed = _read(path, MAGIC)
+    if parsed is None:
         return None
-    body, crc = data[:-4], data[-4:]
-    if zlib.crc32(body) != int.from_bytes(crc, "little"):
-        return None
-    start = len(MAGIC) + 8
-    size = int.from_bytes(data[len(MAGIC) : start], "little")
+    header, arrays = parsed
     try:
-        header = orjson.loads(body[start : start + size])
         ncodes, nlocs = int(header["codes"]), int(header["locs"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         return None
-    arrays = body[start + size :]
     if len(arrays) != ncodes + nlocs:
         return None
     return header, arrays[:ncodes], arrays[ncodes:]

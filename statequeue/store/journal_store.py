@@ -35,7 +35,14 @@ from statequeue.errors import (
     UsageError,
 )
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
-from statequeue.journal import JournalFile, create_file, iter_records, parse, read_from
+from statequeue.journal import (
+    JournalFile,
+    create_file,
+    iter_records,
+    parse,
+    read_from,
+    scan_item_texts,
+)
 from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
@@ -56,6 +63,7 @@ DEFAULT_AUTO_COMPACT = 100_000
 CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
 CHECKPOINT_EVERY = 20_000
 CHECKPOINT_ON_CLOSE = 1_000
+KEYS_CACHE_AFTER = 20_000  # records read to build the dedupe keys that make caching them pay
 
 
 class JournalStore(RecordStore):
@@ -80,6 +88,8 @@ class JournalStore(RecordStore):
         self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
         self.restored_from_checkpoint = False  # how the last (re)load went, for tests
         self._bulk = False  # inside enqueue: one checkpoint at the end, not one per batch
+        self._save_keys = False  # the dedupe keys were costly to build: cache them
+        self.keys_from_cache = False  # for tests
         self.replayed_on_open = 0
         self.checkpoint_every = checkpoint_threshold()
         self.checkpoint_on_close = min(CHECKPOINT_ON_CLOSE, self.checkpoint_every)
@@ -118,7 +128,7 @@ class JournalStore(RecordStore):
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
         # holds: any found now was left by a process that died mid-rewrite.
-        for name in (JOURNAL, ARCHIVE, checkpoint.NAME):
+        for name in (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME):
             for tmp in self.folder.glob(f".{name}.*.tmp"):
                 with suppress(FileNotFoundError):
                     tmp.unlink()
@@ -201,9 +211,12 @@ class JournalStore(RecordStore):
             result = super().enqueue(items)
         finally:
             self._bulk = False
-        if self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close:
+        if self._save_keys or (
+            self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
+        ):
             with self._locked():
                 self._maybe_checkpoint(self.checkpoint_on_close)
+                self._store_keys()
         return result
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
@@ -309,6 +322,12 @@ class JournalStore(RecordStore):
             os.close(fd)
 
     def _known_keys(self, state: QueueState) -> Container[str]:
+        if state.keys is None and self._archived is None and self.checkpoint_every > 0:
+            self._load_cached_keys(state)
+        if state.keys is None:
+            # Built the slow way below (every record decoded): worth caching
+            # for the next enqueue (a cron job re-enqueueing everything).
+            self._save_keys = self.journal.lines + state.archived >= KEYS_CACHE_AFTER
         if self._archived is None:
             # Dedupe must hold for items compaction moved out: load their keys
             # once, only when something is enqueued.
@@ -318,6 +337,31 @@ class JournalStore(RecordStore):
             }
         live = super()._known_keys(state)
         return _Either(live, self._archived) if self._archived else live
+
+    def _load_cached_keys(self, state: QueueState) -> None:
+        """Dedupe keys from keys.ckpt (archived items included) plus the journal
+        records after it, if it still matches the journal."""
+        cached = checkpoint.load_keys(self.folder, self.journal)
+        if cached is None:
+            return
+        keys, offset = cached
+        tail = scan_item_texts(self.journal.fd, offset, self.journal.offset)
+        if tail is None:
+            return
+        keys.update(tail)
+        state.keys = keys
+        self.keys_from_cache = True
+        self._archived = {}  # the cache holds them
+        self._save_keys = len(tail) >= KEYS_CACHE_AFTER
+
+    def _store_keys(self) -> None:
+        """Save keys.ckpt if building the keys was costly. Caller holds the lock."""
+        keys = self.state.merged_keys()
+        if not self._save_keys or keys is None or self._archived is None:
+            return
+        self._save_keys = False
+        every = {**self._archived, **keys} if self._archived else keys
+        checkpoint.save_keys(self.folder, self.journal, every, self.state.next_id)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         from statequeue.views import ItemView
@@ -413,34 +457,28 @@ class JournalStore(RecordStore):
 def auto_compact_threshold() -> int:
     """Dead records that trigger automatic compaction: $STATEQUEUE_AUTO_COMPACT
     (0 or "off" disables it), default 100,000."""
-    raw = os.environ.get(AUTO_COMPACT_ENV, "").strip().lower()
-    if raw in ("", "on"):
-        return DEFAULT_AUTO_COMPACT
-    if raw in ("0", "off", "no", "false"):
-        return 0
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        raise UsageError(
-            f"{AUTO_COMPACT_ENV} must be a number of records or off, not {raw!r}"
-        ) from None
+    return _records_setting(AUTO_COMPACT_ENV, DEFAULT_AUTO_COMPACT)
 
 
 def checkpoint_threshold() -> int:
     """Records between state checkpoints: $STATEQUEUE_CHECKPOINT_EVERY
     (0 or "off": neither written nor used), default 20,000 (or an eighth of
     the items, whichever is more)."""
-    raw = os.environ.get(CHECKPOINT_ENV, "").strip().lower()
+    return _records_setting(CHECKPOINT_ENV, CHECKPOINT_EVERY)
+
+
+def _records_setting(name: str, default: int) -> int:
+    """A count of records from environment variable ``name``: "on" or unset for
+    ``default``, 0 or "off" for none."""
+    raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "on"):
-        return CHECKPOINT_EVERY
+        return default
     if raw in ("0", "off", "no", "false"):
         return 0
     try:
         return max(0, int(raw))
     except ValueError:
-        raise UsageError(
-            f"{CHECKPOINT_ENV} must be a number of records or off, not {raw!r}"
-        ) from None
+        raise UsageError(f"{name} must be a number of records or off, not {raw!r}") from None
 
 
 def lock_timeout() -> float:
