@@ -20,7 +20,8 @@ import orjson
 
 _CRC_PREFIX = b',"crc":"'
 _SUFFIX_LEN = len(_CRC_PREFIX) + 8 + 2  # ,"crc":"xxxxxxxx"}
-_HEX = frozenset(b"0123456789abcdef")
+_crc32 = zlib.crc32
+_loads = orjson.loads
 
 Record = dict[str, Any]
 
@@ -70,22 +71,18 @@ def encode_enqueued(
 
 def decode(line: bytes) -> Record | None:
     """Decode one line (without its newline). Returns None unless it is intact."""
-    if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:-10] != _CRC_PREFIX:
+    if len(line) <= _SUFFIX_LEN or line[-_SUFFIX_LEN:-10] != _CRC_PREFIX or line[-2:] != b'"}':
         return None
-    if line[-2:] != b'"}':
-        return None
-    digits = line[-10:-2]
-    if not _HEX.issuperset(digits):
-        return None
-    # crc32 of the bytes before the crc field plus a closing brace, without
-    # building that string: crc32 continues from a previous value.
-    if zlib.crc32(b"}", zlib.crc32(memoryview(line)[:-_SUFFIX_LEN])) != int(digits, 16):
+    # crc32 of the bytes before the crc field plus a closing brace (crc32
+    # continues from a previous value), formatted as the writer did: this also
+    # refuses digits in any other form (upper case, signs, spaces).
+    if b"%08x" % _crc32(b"}", _crc32(line[:-_SUFFIX_LEN])) != line[-10:-2]:
         return None
     try:
-        record = orjson.loads(line)
+        record = _loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(record, dict) or type(record.get("seq")) is not int:
+    if type(record) is not dict or type(record.get("seq")) is not int:
         return None
     del record["crc"]
     return record

@@ -271,15 +271,19 @@ class QueueState:
 
     def _add(self, item_id: int, loc: int, state: ItemState) -> None:
         codes = self.codes
-        if item_id >= len(codes):
-            grow = item_id + 1 - len(codes)
-            codes.extend(bytes(grow))
-            self.locs.extend(array("q", [-1]) * grow)
-        elif codes[item_id]:
-            self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
-            self.items.pop(item_id, None)
-        codes[item_id] = CODE[state]
-        self.locs[item_id] = loc
+        if item_id == len(codes):  # the usual case: the next new id
+            codes.append(CODE[state])
+            self.locs.append(loc)
+        else:
+            if item_id > len(codes):
+                grow = item_id + 1 - len(codes)
+                codes.extend(bytes(grow))
+                self.locs.extend(array("q", [-1]) * grow)
+            elif codes[item_id]:
+                self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
+                self.items.pop(item_id, None)
+            codes[item_id] = CODE[state]
+            self.locs[item_id] = loc
         if item_id >= self.next_id:
             self.next_id = item_id + 1
         self.counts[state] += 1
@@ -322,6 +326,19 @@ class QueueState:
         self.next_id = max(self.next_id, first_id + n)
         if self.keys is not None:
             self._unmerged.append((first_id, texts))
+
+    def enqueued_texts(self) -> list[str] | None:
+        """Every item's text in id order, when the keys are empty and the bulk
+        enqueues not yet merged hold every id from 1 (a new queue filled by
+        this process); else None."""
+        if self.keys is None or self.keys:
+            return None
+        texts: list[str] = []
+        for first_id, chunk in self._unmerged:
+            if first_id != len(texts) + 1:
+                return None
+            texts += chunk
+        return texts if len(texts) == self.next_id - 1 else None
 
     def merged_keys(self) -> dict[str, int] | None:
         """The dedupe keys (None until built), with every bulk enqueue merged in."""

@@ -274,3 +274,27 @@ def test_a_damaged_record_after_the_keys_checkpoint_is_reported(
             store.enqueue(["late-1"])
     finally:
         store.close()
+
+
+def test_filling_a_new_queue_leaves_a_keys_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 5)
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True)
+    store.enqueue(["a", "b", "a"])  # too few to be worth a file
+    store.enqueue([f"x{i}" for i in range(10)])  # not a new queue any more
+    store.close()
+    assert not (folder / checkpoint.KEYS_NAME).exists()
+    fresh = tmp_path / "fresh"
+    store = JournalStore(fresh, create=True)
+    store.enqueue([f"f{i}" for i in range(12)] + ["f3"])
+    store.close()
+    assert (fresh / checkpoint.KEYS_NAME).exists()
+    store = JournalStore(fresh, create=False)
+    try:
+        result = store.enqueue(["f0", "f11", "f12"])
+        assert store.keys_from_cache  # the first re-enqueue reads no journal
+        assert (result.added, result.skipped) == (1, 2)
+    finally:
+        store.close()

@@ -48,19 +48,25 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
     return _write(folder / NAME, MAGIC, header, (codes, locs))
 
 
-def save_keys(folder: Path, journal: JournalFile, keys: dict[str, int], next_id: int) -> bool:
-    """Write every item text (``keys``: text -> id, archived items included) as
-    of ``journal.offset``, for dedupe without reading the journal and archive."""
+def save_keys(folder: Path, journal: JournalFile, texts: list[str]) -> bool:
+    """Write every item text (``texts[i]`` is item ``i + 1``'s, archived items
+    included; "" for an id without one) as of ``journal.offset``, for dedupe
+    without reading the journal and archive."""
     where = _position(journal)
     if where is None:
         return False
-    texts = [""] * next_id
+    # Items never hold NUL, so it separates them.
+    blob = "\0".join(texts).encode("utf-8", "surrogateescape")
+    return _write(folder / KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
+
+
+def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
+    """``keys`` (text -> id) as the list ``save_keys`` takes."""
+    texts = [""] * (next_id - 1)
     for text, item_id in keys.items():
         if 0 < item_id < next_id:
-            texts[item_id] = text
-    # Items never hold NUL, so it separates them; "" marks an id with no text.
-    blob = "\0".join(texts[1:]).encode("utf-8", "surrogateescape")
-    return _write(folder / KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": next_id - 1}, (blob,))
+            texts[item_id - 1] = text
+    return texts
 
 
 def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] | None:

@@ -89,6 +89,7 @@ class JournalStore(RecordStore):
         self.restored_from_checkpoint = False  # how the last (re)load went, for tests
         self._bulk = False  # inside enqueue: one checkpoint at the end, not one per batch
         self._save_keys = False  # the dedupe keys were costly to build: cache them
+        self._keys_were_empty = False  # this enqueue started on a queue with no items
         self.keys_from_cache = False  # for tests
         self.replayed_on_open = 0
         self.checkpoint_every = checkpoint_threshold()
@@ -211,8 +212,10 @@ class JournalStore(RecordStore):
             result = super().enqueue(items)
         finally:
             self._bulk = False
-        if self._save_keys or (
-            self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
+        if (
+            self._save_keys
+            or self._keys_were_empty
+            or self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
         ):
             with self._locked():
                 self._maybe_checkpoint(self.checkpoint_on_close)
@@ -328,6 +331,7 @@ class JournalStore(RecordStore):
             # Built the slow way below (every record decoded): worth caching
             # for the next enqueue (a cron job re-enqueueing everything).
             self._save_keys = self.journal.lines + state.archived >= KEYS_CACHE_AFTER
+            self._keys_were_empty = state.next_id == 1
         if self._archived is None:
             # Dedupe must hold for items compaction moved out: load their keys
             # once, only when something is enqueued.
@@ -355,13 +359,23 @@ class JournalStore(RecordStore):
         self._save_keys = len(tail) >= KEYS_CACHE_AFTER
 
     def _store_keys(self) -> None:
-        """Save keys.ckpt if building the keys was costly. Caller holds the lock."""
-        keys = self.state.merged_keys()
-        if not self._save_keys or keys is None or self._archived is None:
+        """Save keys.ckpt when building the keys was costly, or when this
+        process filled a new queue with many items (so the first re-enqueue
+        is fast too; the texts are at hand in id order). Caller holds the lock."""
+        state = self.state
+        fresh = state.enqueued_texts() if self._keys_were_empty else None
+        self._keys_were_empty = False
+        if self.checkpoint_every <= 0 or self._archived is None:
+            return
+        if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
+            texts = fresh
+        elif self._save_keys and (keys := state.merged_keys()) is not None:
+            every = {**self._archived, **keys} if self._archived else keys
+            texts = checkpoint.texts_by_id(every, state.next_id)
+        else:
             return
         self._save_keys = False
-        every = {**self._archived, **keys} if self._archived else keys
-        checkpoint.save_keys(self.folder, self.journal, every, self.state.next_id)
+        checkpoint.save_keys(self.folder, self.journal, texts)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         from statequeue.views import ItemView
