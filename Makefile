@@ -39,6 +39,7 @@ $(BENCH_STAMP): pyproject.toml
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m compileall -q statequeue  # as an installed package would be
 	$(BENCH_VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
 
 clean:
