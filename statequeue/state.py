@@ -35,11 +35,11 @@ STATE_OF: tuple[ItemState | None, ...] = (None, PENDING, RUNNING, DONE, FAILED, 
 P_CODE = CODE[PENDING]
 D_CODE = CODE[DONE]
 
-TextLoader = Callable[[int], str]
-"""Reads an item's text back from the store, given its record's locator."""
+TextLoader = Callable[[int, int], str]
+"""Reads item ``id``'s text back from the store, given its record's locator."""
 
 
-def _no_loader(loc: int) -> str:
+def _no_loader(item_id: int, loc: int) -> str:
     raise LookupError(f"no text loader for record {loc}")
 
 
@@ -79,7 +79,7 @@ class LiveItem:
     @property
     def text(self) -> str:
         if self._text is None:
-            self._text = self._load(self.loc)
+            self._text = self._load(self.id, self.loc)
         return self._text
 
 
@@ -279,9 +279,11 @@ class QueueState:
                 grow = item_id + 1 - len(codes)
                 codes.extend(bytes(grow))
                 self.locs.extend(array("q", [-1]) * grow)
-            elif codes[item_id]:
+            elif codes[item_id]:  # the same id again (only in a salvaged journal)
                 self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
                 self.items.pop(item_id, None)
+                for ids in self.ids_in.values():
+                    ids.discard(item_id)
             codes[item_id] = CODE[state]
             self.locs[item_id] = loc
         if item_id >= self.next_id:
@@ -303,7 +305,9 @@ class QueueState:
         self.codes[0] = 0
         self.locs = array("q", [-1]) * self.next_id
         self.counts[DONE] = self.next_id - 1
-        self._cursor = self.next_id
+        # The cursor, not the heap, finds the snapshot's pending items (the
+        # cursor skips done codes in C): the heap would cost ~36 bytes each.
+        self._cursor = min(self.watermark + 1, self.next_id)
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
 

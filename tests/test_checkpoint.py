@@ -259,8 +259,8 @@ def test_a_damaged_record_after_the_keys_checkpoint_is_reported(
 ) -> None:
     folder = tmp_path / "q"
     _keys_queue(folder, monkeypatch)
-    other = _open(folder)  # a state checkpoint after every step
-    other.enqueue(["late-1", "late-2"])
+    other = _open(folder)  # a state checkpoint after the enqueue (enough new records)
+    other.enqueue([f"late-{i}" for i in range(1, 13)])
     other.close()
     path = folder / JOURNAL
     data = bytearray(path.read_bytes())
@@ -298,3 +298,27 @@ def test_filling_a_new_queue_leaves_a_keys_checkpoint(
         assert (result.added, result.skipped) == (1, 2)
     finally:
         store.close()
+
+
+def test_records_that_do_not_follow_on_from_a_checkpoint_mean_a_full_replay(
+    tmp_path: Path,
+) -> None:
+    # A checkpoint that passes the journal checks but disagrees with what
+    # follows (here: its last seq is off by one) must never make opening
+    # refuse the queue or cut acknowledged records as a "torn tail".
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    parsed = checkpoint._parse(folder / checkpoint.NAME)
+    assert parsed is not None
+    header, codes, locs = parsed
+    header["journal"]["last_seq"] -= 1
+    checkpoint._write(folder / checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
+    before = (folder / JOURNAL).read_bytes()
+    store = JournalStore(folder, create=False)
+    try:
+        assert not store.restored_from_checkpoint
+        assert store.notices() == []  # nothing was cut
+        assert fingerprint(store) == _fresh_replay(folder, tmp_path)
+    finally:
+        store.close()
+    assert (folder / JOURNAL).read_bytes()[: len(before)] == before

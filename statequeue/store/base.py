@@ -162,8 +162,9 @@ class RecordStore(Store):
         with each record's locator."""
 
     @abstractmethod
-    def _load_text(self, loc: int) -> str:
-        """The item text held by the record at locator ``loc`` (given to ``apply``)."""
+    def _load_text(self, item_id: int, loc: int) -> str:
+        """The text of item ``item_id``, held by the record at locator ``loc``
+        (given to ``apply``); DamagedState if that record is not about it."""
 
     @abstractmethod
     def _claim_free(self, item: LiveItem) -> bool:

@@ -72,18 +72,23 @@ def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
 def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] | None:
     """The saved item texts (text -> id) and the journal offset they cover, if
     the keys checkpoint still matches the open journal."""
-    parsed = _read(folder / KEYS_NAME, KEYS_MAGIC)
-    if parsed is None:
+    path = folder / KEYS_NAME
+    if not path.exists():
         return None
-    header, blob = parsed
+    parsed = _read(path, KEYS_MAGIC)
     try:
+        if parsed is None:
+            raise ValueError("damaged")
+        header, blob = parsed
         if not _matches(journal, header["journal"]):
-            return None
+            raise ValueError("stale")
         texts = blob.decode("utf-8", "surrogateescape").split("\0")
         count = int(header["count"])
+        if len(texts) != count:
+            raise ValueError("damaged")
     except (KeyError, TypeError, ValueError, OSError):
-        return None
-    if len(texts) != count:
+        with contextlib.suppress(OSError):
+            path.unlink()
         return None
     keys = dict(zip(texts, range(1, count + 1), strict=True))
     keys.pop("", None)
@@ -155,21 +160,27 @@ def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
 def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
     """Load the checkpoint into ``state`` and move ``journal``'s read position to
     it, if it matches the open journal; else leave both untouched and return False."""
-    parsed = _parse(folder / NAME)
-    if parsed is None:
+    path = folder / NAME
+    if not path.exists():
         return False
-    header, codes, locs = parsed
+    parsed = _parse(path)
     try:
+        if parsed is None:
+            raise ValueError("damaged")
+        header, codes, locs = parsed
         where = header["journal"]
-        if not _matches(journal, where):
-            return False
+        offset, lines, last_seq = int(where["offset"]), int(where["lines"]), where["last_seq"]
+        if not _matches(journal, where) or not isinstance(last_seq, int):
+            raise ValueError("stale")
         state.restore(header["state"], codes, locs)
-    except (KeyError, TypeError, ValueError, OSError):
+    except (KeyError, TypeError, ValueError, IndexError, OSError):
+        # Stale or damaged for good (the journal it names is gone or changed):
+        # remove it, so that it can never match a journal that grows back.
         state.reset()
+        with contextlib.suppress(OSError):
+            path.unlink()
         return False
-    journal.offset = where["offset"]
-    journal.lines = where["lines"]
-    journal.last_seq = where["last_seq"]
+    journal.offset, journal.lines, journal.last_seq = offset, lines, last_seq
     return True
 
 
@@ -205,9 +216,14 @@ def _matches(journal: JournalFile, where: dict[str, Any]) -> bool:
 
 
 def _first_line_crc(fd: int) -> str | None:
-    """The checksum field of the journal's first record (its snapshot header)."""
+    """The checksum field of the journal's first record (its snapshot header,
+    which may be long: it carries the last commands run)."""
     data = os.pread(fd, _HEAD, 0)
-    end = data.find(b"\n")
+    while (end := data.find(b"\n")) < 0:
+        more = os.pread(fd, 1 << 20, len(data))
+        if not more:
+            return None
+        data += more
     if end < 10:
         return None
     return data[end - 10 : end - 2].decode("ascii", "replace")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.errors import (
+    CorruptJournal,
     DamagedState,
     DurabilityError,
     LockTimeout,
@@ -150,13 +151,27 @@ class JournalStore(RecordStore):
         self.restored_from_checkpoint = self.checkpoint_every > 0 and checkpoint.restore(
             self.folder, self.journal, self.state
         )
-        if self.restored_from_checkpoint:
-            self._checkpoint_lines = self.journal.lines
+        covered = self.journal.lines if self.restored_from_checkpoint else 0
+        if self.restored_from_checkpoint and not self._replay_after_checkpoint():
+            # The records after it do not follow on from it: trust the journal
+            # alone, from its first byte (a torn tail is cut only by this replay).
+            self.journal.open()
+            self.state.reset()
+            self.restored_from_checkpoint = False
+            covered = 0
+            checkpoint.discard(self.folder)
+        self._checkpoint_lines = covered
         self._catch_up()
-        self.replayed_on_open = self.journal.lines - self._checkpoint_lines
+        self.replayed_on_open = self.journal.lines - covered
         if self.state.next_id == 1 and self.journal.lines == 0:
             raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
         self._maybe_checkpoint()
+
+    def _least_on_close(self) -> int:
+        """New records that make a checkpoint worth writing when a command ends:
+        a few for a small queue, an eighth of the items for a big one (so a
+        status poll on a busy 10M-item queue does not rewrite 90 MB each time)."""
+        return max(self.checkpoint_on_close, len(self.state.codes) // 8)
 
     def _maybe_checkpoint(self, least: int | None = None) -> None:
         """Save a checkpoint once enough records were applied since the last one.
@@ -170,8 +185,19 @@ class JournalStore(RecordStore):
             least = max(self.checkpoint_every, len(self.state.codes) // 8)
         if self.journal.lines - self._checkpoint_lines < least:
             return
+        # A checkpoint must never cover records that a power cut could still
+        # take away (start records and group commits are not fsynced yet).
+        self.journal.sync()
         checkpoint.save(self.folder, self.journal, self.state)
         self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
+
+    def _replay_after_checkpoint(self) -> bool:
+        """Replay the records after a restored checkpoint, changing nothing on
+        disk; False if they do not continue it cleanly (a torn tail, a gap)."""
+        try:
+            return self.journal.replay(self.state.apply, repair=False) is None
+        except CorruptJournal:
+            return False
 
     def _catch_up(self) -> None:
         torn = self.journal.replay(self.state.apply, repair=True)
@@ -215,10 +241,10 @@ class JournalStore(RecordStore):
         if (
             self._save_keys
             or self._keys_were_empty
-            or self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
+            or self.journal.lines - self._checkpoint_lines >= self._least_on_close()
         ):
             with self._locked():
-                self._maybe_checkpoint(self.checkpoint_on_close)
+                self._maybe_checkpoint(self._least_on_close())
                 self._store_keys()
         return result
 
@@ -235,8 +261,8 @@ class JournalStore(RecordStore):
         journal.append_encoded(data, len(sizes), sync=True)
         self.state.apply_enqueued(first_id, locs, texts)
 
-    def _load_text(self, loc: int) -> str:
-        """The text of the item whose record starts at offset ``loc`` of the journal."""
+    def _load_text(self, item_id: int, loc: int) -> str:
+        """The text of item ``item_id``, whose record starts at offset ``loc``."""
         fd = self.journal.fd
         data = os.pread(fd, 4096, loc)
         while b"\n" not in data:
@@ -245,8 +271,8 @@ class JournalStore(RecordStore):
                 break
             data += more
         record = decode(data.split(b"\n", 1)[0])
-        if record is None or record.get("t") not in ("enq", "item"):
-            raise DamagedState(f"{self.journal.path}: no item record at offset {loc}")
+        if record is None or record.get("t") not in ("enq", "item") or record["id"] != item_id:
+            raise DamagedState(f"{self.journal.path}: no record of item {item_id} at offset {loc}")
         return item_text(record)
 
     def sync(self) -> None:
@@ -375,6 +401,7 @@ class JournalStore(RecordStore):
         else:
             return
         self._save_keys = False
+        self.journal.sync()  # as for the state checkpoint
         checkpoint.save_keys(self.folder, self.journal, texts)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
@@ -453,11 +480,11 @@ class JournalStore(RecordStore):
             and self._broken is None
             and self._lock_fd >= 0
             and self.journal.fd >= 0
-            and self.journal.lines - self._checkpoint_lines >= self.checkpoint_on_close
+            and self.journal.lines - self._checkpoint_lines >= self._least_on_close()
         ):
             # Leave a checkpoint for the next opener (status, run) to start from.
             with suppress(StateQueueError), self._locked():
-                self._maybe_checkpoint(self.checkpoint_on_close)
+                self._maybe_checkpoint(self._least_on_close())
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
         for rid in list(self._runner_locks):

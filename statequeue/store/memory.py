@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from statequeue.errors import DamagedState
 from statequeue.models import RunnerInfo
 from statequeue.records import Record, item_text
 from statequeue.state import LiveItem, QueueState
@@ -40,8 +41,11 @@ class MemoryStore(RecordStore):
             self.records.append(record)
             self.state.apply(record, loc)
 
-    def _load_text(self, loc: int) -> str:
-        return item_text(self.records[loc])
+    def _load_text(self, item_id: int, loc: int) -> str:
+        record = self.records[loc]
+        if record.get("id") != item_id:
+            raise DamagedState(f"record {loc} is not about item {item_id}")
+        return item_text(record)
 
     def sync(self) -> None:
         """Nothing to do: memory is as durable as it gets here."""
