@@ -243,6 +243,7 @@ def test_a_keys_checkpoint_that_no_longer_matches_is_rebuilt(
     folder = tmp_path / "q"
     _keys_queue(folder, monkeypatch)
     store = JournalStore(folder, create=False)
+    store.checkpoint_every = 0  # so the compaction does not carry the keys over
     store.compact()  # a new journal file: the keys checkpoint names the old one
     store.close()
     store = JournalStore(folder, create=False)
@@ -322,3 +323,26 @@ def test_records_that_do_not_follow_on_from_a_checkpoint_mean_a_full_replay(
     finally:
         store.close()
     assert (folder / JOURNAL).read_bytes()[: len(before)] == before
+
+
+def test_the_keys_checkpoint_survives_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "q"
+    _keys_queue(folder, monkeypatch)
+    store = JournalStore(folder, create=False)
+    store.enqueue(["after-cache"])  # a record after the keys checkpoint
+    runner = new_runner()
+    for _ in range(5):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True))
+    store.compact()  # old-10..old-14 move to the archive
+    store.close()
+    store = JournalStore(folder, create=False)
+    try:
+        result = store.enqueue(["old-0", "old-12", "mid-1", "after-cache", "newer"])
+        assert store.keys_from_cache  # neither the archive nor the journal was read
+        assert (result.added, result.skipped) == (1, 4)
+    finally:
+        store.close()

@@ -371,18 +371,26 @@ class JournalStore(RecordStore):
     def _load_cached_keys(self, state: QueueState) -> None:
         """Dedupe keys from keys.ckpt (archived items included) plus the journal
         records after it, if it still matches the journal."""
+        found = self._cached_keys()
+        if found is None:
+            return
+        state.keys, tail = found
+        self.keys_from_cache = True
+        self._archived = {}  # the cache holds them
+        self._save_keys = tail >= KEYS_CACHE_AFTER
+
+    def _cached_keys(self) -> tuple[dict[str, int], int] | None:
+        """Every item text (text -> id) from keys.ckpt plus the records after
+        it, and how many came from those records; None if it does not match."""
         cached = checkpoint.load_keys(self.folder, self.journal)
         if cached is None:
-            return
+            return None
         keys, offset = cached
         tail = scan_item_texts(self.journal.fd, offset, self.journal.offset)
         if tail is None:
-            return
+            return None
         keys.update(tail)
-        state.keys = keys
-        self.keys_from_cache = True
-        self._archived = {}  # the cache holds them
-        self._save_keys = len(tail) >= KEYS_CACHE_AFTER
+        return keys, len(tail)
 
     def _store_keys(self) -> None:
         """Save keys.ckpt when building the keys was costly, or when this
@@ -462,6 +470,7 @@ class JournalStore(RecordStore):
 
         self._remove_stale_temp_files()
         self._prune_dead_runners(state)
+        carried = self._keys_to_carry(state)
         try:
             result = compact_journal(
                 journal=self.journal,
@@ -472,7 +481,26 @@ class JournalStore(RecordStore):
         except OSError as exc:
             raise durability_error("compacting", str(self.folder), exc) from None
         self._reload()
+        if carried is not None:
+            # The texts did not change, only the journal they are checked against.
+            checkpoint.save_keys(self.folder, self.journal, carried)
         return result
+
+    def _keys_to_carry(self, state: QueueState) -> list[str] | None:
+        """Every item text in id order, if known without reading the journal
+        and the archive (in memory, or a keys checkpoint that still matches):
+        compaction re-saves it against the new journal, so the dedupe cache
+        survives compaction instead of being rebuilt by the next enqueue."""
+        if self.checkpoint_every <= 0:
+            return None
+        keys = state.merged_keys()
+        if keys is not None and self._archived is not None:
+            every = {**self._archived, **keys} if self._archived else keys
+            return checkpoint.texts_by_id(every, state.next_id)
+        if not (self.folder / checkpoint.KEYS_NAME).exists():
+            return None
+        found = self._cached_keys()
+        return None if found is None else checkpoint.texts_by_id(found[0], state.next_id)
 
     def close(self) -> None:
         if (
