@@ -49,6 +49,34 @@ def read_from(fd: int, offset: int) -> bytes:
         offset += len(chunk)
 
 
+def read_line(fd: int, offset: int) -> bytes:
+    """The line of ``fd`` that starts at ``offset``, with its newline (without
+    one if the file ends first)."""
+    data = os.pread(fd, 4096, offset)
+    while (end := data.find(b"\n")) < 0:
+        more = os.pread(fd, _READ_CHUNK, offset + len(data))
+        if not more:
+            return data
+        data += more
+    return data[: end + 1]
+
+
+def _line_chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
+    """Bytes ``start``..``end`` of ``fd`` (which start and end on record
+    boundaries) in bounded chunks of whole lines, each ending in a newline."""
+    offset = start
+    while offset < end:
+        data = os.pread(fd, min(_REPLAY_CHUNK, end - offset), offset)
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # one record longer than a chunk, or nothing left
+            data = os.pread(fd, end - offset, offset)
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                return
+        yield data[:cut]
+        offset += cut
+
+
 def iter_records(fd: int, end: int, *, path: str) -> Iterator[records.Record]:
     """The records in the first ``end`` bytes of ``fd`` (already validated by a
     replay), read a chunk at a time. Works on a duplicate of ``fd`` taken now,
@@ -58,20 +86,11 @@ def iter_records(fd: int, end: int, *, path: str) -> Iterator[records.Record]:
 
 def _iter_own(own: int, end: int, path: str) -> Iterator[records.Record]:
     try:
-        offset = 0
-        while offset < end:
-            data = os.pread(own, min(_REPLAY_CHUNK, end - offset), offset)
-            if not data:
-                return
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                data = os.pread(own, end - offset, offset)
-                cut = data.rfind(b"\n") + 1
-            found, used, _ = parse(data[:cut], path=path, first_line=1, last_seq=None)
+        for data in _line_chunks(own, 0, end):
+            found, used, _ = parse(data, path=path, first_line=1, last_seq=None)
             yield from found
-            if used < cut:
+            if used < len(data):
                 return
-            offset += used
     finally:
         os.close(own)
 
@@ -82,18 +101,10 @@ def scan_item_texts(fd: int, start: int, end: int) -> list[tuple[str, int]] | No
     lines that can be one. None if such a line does not decode: the caller
     then reads the file the slow way, which reports where it is damaged."""
     found: list[tuple[str, int]] = []
-    offset = start
-    while offset < end:
-        data = os.pread(fd, min(_REPLAY_CHUNK, end - offset), offset)
-        if not data:
-            return None
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            data = os.pread(fd, end - offset, offset)
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                return None
-        for line in data[:cut].split(b"\n")[:-1]:
+    covered = start
+    for data in _line_chunks(fd, start, end):
+        covered += len(data)
+        for line in data.split(b"\n")[:-1]:
             # A quote inside a JSON string is escaped, so these bytes appear
             # only as a record's own type (or a key of a nested object).
             if b'"t":"enq"' in line or b'"t":"item"' in line:
@@ -102,8 +113,7 @@ def scan_item_texts(fd: int, start: int, end: int) -> list[tuple[str, int]] | No
                     return None
                 if record.get("t") in ("enq", "item"):
                     found.append((records.item_text(record), record["id"]))
-        offset += cut
-    return found
+    return found if covered == end else None
 
 
 def parse(

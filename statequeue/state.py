@@ -279,7 +279,9 @@ class QueueState:
                 grow = item_id + 1 - len(codes)
                 codes.extend(bytes(grow))
                 self.locs.extend(array("q", [-1]) * grow)
-            elif codes[item_id]:  # the same id again (only in a salvaged journal)
+            elif codes[item_id]:
+                # Known already: one of the ids a snapshot counts done until its
+                # ``item`` record comes, or a repeat in a salvaged journal.
                 self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
                 self.items.pop(item_id, None)
                 for ids in self.ids_in.values():
@@ -293,9 +295,7 @@ class QueueState:
             heapq.heappush(self._pending, item_id)  # behind the cursor: use the heap
 
     def _on_snap(self, rec: Record, loc: int) -> None:
-        loader = self.loader
         self.reset()
-        self.loader = loader
         self.next_id = rec["next_id"]
         self.archived = rec["archived"]
         self.archive_size = rec["archive_size"]
@@ -355,9 +355,6 @@ class QueueState:
     def _on_item(self, rec: Record, loc: int) -> None:
         item_id = rec["id"]
         state = ItemState(rec["state"])
-        if 0 < item_id < len(self.codes) and self.codes[item_id] == D_CODE:
-            self.counts[DONE] -= 1  # the snapshot counted every id below next_id done
-            self.codes[item_id] = 0
         self._add(item_id, loc, state)
         if self.keys is not None:
             self.keys[item_text(rec)] = item_id

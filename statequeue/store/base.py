@@ -501,12 +501,8 @@ class RecordStore(Store):
                 if state is not None and current is not state:
                     continue
                 live = st.items.get(item_id)
-                if live is None:
-                    merged.append(ItemView(item_id, item_text(r), current))
-                else:
-                    merged.append(
-                        ItemView(item_id, item_text(r), current, live.attempts, live.reason)
-                    )
+                attempts, reason = (live.attempts, live.reason) if live else (0, "")
+                merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
         merged.sort(key=lambda v: v.item_id)
         # The archive is in completion order, and an item retried after a
         # compaction can finish with a lower id than archived ones: merge by id.

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from statequeue.journal import JournalFile
+from statequeue.journal import JournalFile, read_line
 from statequeue.location import FILE_MODE
 from statequeue.state import QueueState
 
@@ -33,7 +33,6 @@ MAGIC = b"SQCKPT1\n"
 KEYS_NAME = "keys.ckpt"
 KEYS_MAGIC = b"SQKEYS1\n"
 _TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
-_HEAD = 4096  # enough to hold the snapshot header line
 
 
 def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
@@ -218,12 +217,7 @@ def _matches(journal: JournalFile, where: dict[str, Any]) -> bool:
 def _first_line_crc(fd: int) -> str | None:
     """The checksum field of the journal's first record (its snapshot header,
     which may be long: it carries the last commands run)."""
-    data = os.pread(fd, _HEAD, 0)
-    while (end := data.find(b"\n")) < 0:
-        more = os.pread(fd, 1 << 20, len(data))
-        if not more:
-            return None
-        data += more
-    if end < 10:
+    line = read_line(fd, 0)
+    if len(line) < 11 or not line.endswith(b"\n"):
         return None
-    return data[end - 10 : end - 2].decode("ascii", "replace")
+    return line[-11:-3].decode("ascii", "replace")

@@ -42,6 +42,7 @@ from statequeue.journal import (
     iter_records,
     parse,
     read_from,
+    read_line,
     scan_item_texts,
 )
 from statequeue.location import FILE_MODE, ensure_dir
@@ -263,14 +264,7 @@ class JournalStore(RecordStore):
 
     def _load_text(self, item_id: int, loc: int) -> str:
         """The text of item ``item_id``, whose record starts at offset ``loc``."""
-        fd = self.journal.fd
-        data = os.pread(fd, 4096, loc)
-        while b"\n" not in data:
-            more = os.pread(fd, 1 << 20, loc + len(data))
-            if not more:
-                break
-            data += more
-        record = decode(data.split(b"\n", 1)[0])
+        record = decode(read_line(self.journal.fd, loc).removesuffix(b"\n"))
         if record is None or record.get("t") not in ("enq", "item") or record["id"] != item_id:
             raise DamagedState(f"{self.journal.path}: no record of item {item_id} at offset {loc}")
         return item_text(record)
@@ -401,16 +395,25 @@ class JournalStore(RecordStore):
         self._keys_were_empty = False
         if self.checkpoint_every <= 0 or self._archived is None:
             return
+        texts: list[str] | None = None
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
             texts = fresh
-        elif self._save_keys and (keys := state.merged_keys()) is not None:
-            every = {**self._archived, **keys} if self._archived else keys
-            texts = checkpoint.texts_by_id(every, state.next_id)
-        else:
+        elif self._save_keys:
+            texts = self._texts_in_memory(state)
+        if texts is None:
             return
         self._save_keys = False
         self.journal.sync()  # as for the state checkpoint
         checkpoint.save_keys(self.folder, self.journal, texts)
+
+    def _texts_in_memory(self, state: QueueState) -> list[str] | None:
+        """Every item text in id order from the dedupe keys this process holds
+        (journal and archive), or None if it has not loaded them."""
+        keys = state.merged_keys()
+        if keys is None or self._archived is None:
+            return None
+        every = {**self._archived, **keys} if self._archived else keys
+        return checkpoint.texts_by_id(every, state.next_id)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         from statequeue.views import ItemView
@@ -493,10 +496,9 @@ class JournalStore(RecordStore):
         survives compaction instead of being rebuilt by the next enqueue."""
         if self.checkpoint_every <= 0:
             return None
-        keys = state.merged_keys()
-        if keys is not None and self._archived is not None:
-            every = {**self._archived, **keys} if self._archived else keys
-            return checkpoint.texts_by_id(every, state.next_id)
+        texts = self._texts_in_memory(state)
+        if texts is not None:
+            return texts
         if not (self.folder / checkpoint.KEYS_NAME).exists():
             return None
         found = self._cached_keys()
