@@ -48,3 +48,16 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def format_setting(seconds: float) -> str:
+    """A duration as a user would type it: ``2s``, ``1.5s``, ``500ms``, ``10m``, ``1h30m``."""
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:.3g}ms"
+    if seconds < 60 or seconds % 60:
+        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+    minutes = int(seconds // 60)
+    if minutes < 60 or (minutes % 60 and minutes < 600):
+        hours, rest = divmod(minutes, 60)
+        return f"{hours}h{rest}m" if hours else f"{minutes}m"
+    return f"{minutes / 60:.3f}".rstrip("0").rstrip(".") + "h"

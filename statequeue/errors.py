@@ -37,6 +37,14 @@ class InvalidDuration(UsageError):
     """invalid duration."""
 
 
+class CommandNotFound(UsageError):
+    """the command to run was not found; nothing was claimed."""
+
+
+class VerifyBroken(UsageError):
+    """the --verify check cannot run; stopped without running anything more."""
+
+
 class NotFound(StateQueueError):
     """not found."""
 

@@ -20,12 +20,15 @@ from typing import Any
 
 import orjson
 
+from statequeue.durations import format_setting
 from statequeue.fileio import CRASH
 from statequeue.models import Claim, Outcome
+from statequeue.replacements import JobItem, has_token, replace
 
 STDERR_TAIL_BYTES = 4096
 RESULT_MAX_BYTES = 1 << 20
 _READ = 65536
+LOG_LIMIT_MARK = b"\n[statequeue: log limit reached; further output discarded]\n"
 
 OutputSink = Callable[[int, bytes], None]
 """Receives (1 or 2, bytes) as a child writes to stdout or stderr, for live display."""
@@ -46,10 +49,15 @@ class JobSpec:
     from ours once per run, since copying os.environ per item cost ~0.3 ms."""
 
 
-def build_argv(template: tuple[str, ...], item: str) -> list[str]:
-    """Replace every ``{}`` in each argument by ``item``; append it if there is none."""
-    if any("{}" in arg for arg in template):
-        return [arg.replace("{}", item) for arg in template]
+def build_argv(
+    template: tuple[str, ...], item: str, *, item_id: int = 0, slot: int = 1
+) -> list[str]:
+    """Replace every replacement string (``{}``, ``{.}``, ``{/}``, ``{//}``,
+    ``{/.}``, ``{#}``, ``{%}``; see replacements.py) in each argument; with
+    none anywhere, the item is appended as the last argument."""
+    if any(has_token(arg) for arg in template):
+        job = JobItem(item, item_id, slot)
+        return [replace(arg, job) for arg in template]
     return [*template, item]
 
 
@@ -72,13 +80,17 @@ def child_env(
 class Job:
     """A running child for one claim."""
 
-    def __init__(self, claim: Claim, spec: JobSpec) -> None:
+    def __init__(self, claim: Claim, spec: JobSpec, *, slot: int = 1) -> None:
         self.claim = claim
         self.spec = spec
+        self.slot = slot  # {%}: which of the --jobs slots runs it
         self.started = time.monotonic()
         self.deadline: float | None = None
         self.kill_at: float | None = None
         self.stop_reason = ""  # "timeout" or "stopped" once the runner signals it
+        self.grace = 0.0  # how long the runner waited after TERM before KILL
+        self.killed = False  # the runner sent SIGKILL when the grace ran out
+        self.warnings: list[str] = []  # for the user: e.g. a result that was not stored
         self.returncode: int | None = None
         # Plain strings, not Paths: building Paths cost more than the syscalls.
         stem = f"{spec.log_dir}/{claim.item_id}.{claim.attempt}"
@@ -108,7 +120,9 @@ class Job:
             stdin_fd = _memfd(os.fsencode(self.claim.item) + b"\n")
             actions[0] = (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
         actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in self.claim.inherit_fds]
-        argv = build_argv(self.spec.template, self.claim.item)
+        argv = build_argv(
+            self.spec.template, self.claim.item, item_id=self.claim.item_id, slot=self.slot
+        )
         env = child_env(self.claim, self.spec.queue, self.result_file, self.spec.base_env)
         CRASH.hit("spawn")
         try:
@@ -161,26 +175,28 @@ class Job:
 
     def _log(self, data: bytes) -> None:
         room = self.spec.log_limit - self._logged
-        if room <= 0:
-            return
+        if room < 0:
+            return  # the limit was passed and marked
         if self._log_fd < 0:
             try:
                 self._log_fd = os.open(
                     self.log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
                 )
             except OSError:
-                self._logged = self.spec.log_limit
+                self._logged = self.spec.log_limit + 1
                 return
             self.has_log = True
         chunk = data[:room]
         if len(chunk) < len(data):
-            chunk += b"\n[statequeue: log limit reached; further output discarded]\n"
+            # Also when the limit fell exactly on the previous read's end (room
+            # 0): the 1 MiB default is a multiple of the 64 KiB reads.
+            chunk += LOG_LIMIT_MARK
         try:
             os.write(self._log_fd, chunk)
         except OSError:
             # A full disk must not stop the runner over a log: the result (and
             # its stderr tail) still go to the journal, which reports its own errors.
-            self._logged = self.spec.log_limit
+            self._logged = self.spec.log_limit + 1
             return
         self._logged += len(data)
 
@@ -242,10 +258,20 @@ class Job:
 
     def _reason(self, exit_code: int | None, sig: int | None, duration: float) -> str:
         if self.stop_reason == "timeout":
-            return f"timed out after {duration:.1f}s"
+            return self._timeout_reason(exit_code, sig)
         if sig is not None:
             return f"killed by signal {sig} ({_signame(sig)})"
         return f"exit code {exit_code}"
+
+    def _timeout_reason(self, exit_code: int | None, sig: int | None) -> str:
+        limit = format_setting((self.deadline or self.started) - self.started)
+        if self.killed:
+            end = f"killed (SIGKILL) after {format_setting(self.grace)} grace"
+        elif sig is not None:
+            end = f"ended by {_signame(sig)}"
+        else:
+            end = f"exited with code {exit_code} after SIGTERM"
+        return f"timed out after {limit}; {end}"
 
     def _read_result(self) -> Any:
         try:
@@ -261,12 +287,18 @@ class Job:
         if len(raw) > RESULT_MAX_BYTES:
             return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
         try:
-            return orjson.loads(raw)
+            value = orjson.loads(raw)
+            orjson.dumps(value)  # the journal must be able to store it
         except orjson.JSONDecodeError:
             return {
                 "error": "result file is not valid JSON",
                 "text": raw[:4096].decode(errors="replace"),
             }
+        except orjson.JSONEncodeError as exc:  # nested 255 levels or deeper
+            note = f"result JSON cannot be stored ({str(exc).lower()}); recorded an error instead"
+            self.warnings.append(note)
+            return {"error": note}
+        return value
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""

@@ -62,6 +62,10 @@ class Claim:
     runner_id: str
     interrupted: bool = False
     """The previous attempt died with its runner: a verify hook may settle it."""
+    failures: int = 0
+    """Failed attempts in the item's current episode (since it was enqueued,
+    retried by a user, or handed back when a runner was stopped): what
+    ``run --retries`` counts."""
     inherit_fds: tuple[int, ...] = ()
     """File descriptors a child process must inherit while it runs the item.
 

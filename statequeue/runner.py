@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from statequeue.errors import UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
-from statequeue.jobs import Job, JobSpec, OutputSink, build_argv, child_env
+from statequeue.jobs import Job, JobSpec, OutputSink
 from statequeue.models import (
     Claim,
     ItemState,
@@ -32,6 +31,19 @@ from statequeue.models import (
 )
 from statequeue.queue import Queue
 from statequeue.reaper import Reaper
+from statequeue.run_checks import Verifier, check_command, recovery_notice
+from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
+
+__all__ = [
+    "ItemFinished",
+    "ItemStarted",
+    "Notice",
+    "RunEvent",
+    "RunOptions",
+    "RunSummary",
+    "Runner",
+    "parse_verify",
+]
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
@@ -51,7 +63,10 @@ class RunOptions:
     retry_max_delay: float = 300.0
     on_interrupted: OnInterrupted = OnInterrupted.RETRY
     max_crashes: int = 3
-    verify: tuple[str, ...] = ()
+    verify: str = ""
+    """A shell script (see verify.py); "" for none. Checked before an
+    interrupted item runs again, and with ``verify_first`` before every first run."""
+    verify_first: bool = False
     limit: int | None = None
     max_time: float | None = None
     follow: bool = False
@@ -69,58 +84,18 @@ class RunOptions:
             raise UsageError("--retries must be >= 0 and --max-crashes >= 1")
         if self.limit is not None and self.limit < 0:
             raise UsageError("--limit must be >= 0")
+        if self.log_limit < 0:
+            raise UsageError(f"--log-limit must be >= 0 bytes, not {self.log_limit}")
+        if self.verify_first and not self.verify:
+            raise UsageError("--verify-first needs --verify SCRIPT")
 
 
-@dataclass(frozen=True)
-class ItemStarted:
-    claim: Claim
+def parse_verify(script: str) -> str:
+    """The ``--verify`` script as ``sh -c`` will run it (see verify.py); a
+    UsageError if it is empty or not valid shell."""
+    from statequeue.run_checks import check_verify_script
 
-
-@dataclass(frozen=True)
-class ItemFinished:
-    claim: Claim
-    outcome: Outcome
-    state: ItemState
-    log_path: Path | None = None
-    verified: bool = False
-
-
-@dataclass(frozen=True)
-class Notice:
-    """Something the user should read (a warning, a recovery)."""
-
-    text: str
-
-
-RunEvent = ItemStarted | ItemFinished | Notice
-
-
-@dataclass
-class RunSummary:
-    """What one ``run`` did."""
-
-    started: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    retried: int = 0
-    verified: int = 0
-    released: int = 0
-    stopped_by: int | None = None
-
-    @property
-    def settled(self) -> int:
-        return self.succeeded + self.failed + self.verified
-
-
-def parse_verify(command: str) -> tuple[str, ...]:
-    """Split a --verify command as a shell would (no shell runs it)."""
-    try:
-        argv = tuple(shlex.split(command))
-    except ValueError as exc:
-        raise UsageError(f"invalid --verify command: {exc}") from None
-    if not argv:
-        raise UsageError("--verify needs a command")
-    return argv
+    return check_verify_script(script)
 
 
 class Runner:
@@ -148,6 +123,16 @@ class Runner:
             live=live,
         )
         self.summary = RunSummary()
+        self.verifier: Verifier | None = None
+        if options.verify:
+            self.verifier = Verifier(
+                script=options.verify,
+                queue=queue.name,
+                result_dir=str(self.spec.log_dir),
+                base_env=self.spec.base_env,
+                timeout=options.timeout or VERIFY_TIMEOUT,
+                stopping=lambda: self._stop_signal is not None,
+            )
         self.jobs: dict[int, Job] = {}
         self._stop_signal: int | None = None
         self._stop_count = 0
@@ -180,10 +165,18 @@ class Runner:
     # -- main loop ---------------------------------------------------------------
 
     def run(self) -> RunSummary:
+        """Run until no item is left (or --limit, --max-time, a signal).
+        Raises CommandNotFound, with nothing claimed, if the command is missing."""
+        check_command(self.options.command, self.spec.base_env)
         store = self.queue.store
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
         self._warn_on_command_drift(earlier)
+        try:
+            self._report_recovery()
+        except BaseException:
+            store.unregister_runner(self.info.runner_id)
+            raise
         deadline = None
         if self.options.max_time is not None:
             deadline = time.monotonic() + self.options.max_time
@@ -217,6 +210,19 @@ class Runner:
             self._wait(wait)
             self._reap()
 
+    def _report_recovery(self) -> None:
+        """Recover what dead runners left in flight now, to say so (``claim``
+        would do it silently)."""
+        opts = self.options
+        report = self.queue.store.recover(
+            on_interrupted=opts.on_interrupted, max_crashes=opts.max_crashes
+        )
+        notes = recovery_notice(
+            report.retried, report.failed, report.held, opts.on_interrupted, bool(opts.verify)
+        )
+        for text in notes:
+            self.on_event(Notice(text, warning="poison" in text))
+
     def _scope(self) -> set[int] | None:
         """Which items this run may still claim: None for any, else only these
         (with --limit reached, just retries of the items it already took)."""
@@ -242,13 +248,18 @@ class Runner:
             if claim is None:
                 return
             self._taken.add(claim.item_id)
-            if claim.interrupted and self.options.verify and self._verified(claim):
+            if self._verify_wanted(claim) and self._verified(claim):
                 continue
             if self._stop_signal is not None:  # a signal arrived during --verify
                 self.queue.store.release(claim, "interrupted: runner stopped by a signal")
-                self.summary.released += 1
+                self.summary.hand_back(claim.item_id)
                 return
             self._start(claim)
+
+    def _free_slot(self) -> int:
+        """The lowest job slot (1 to --jobs) no running child holds: ``{%}``."""
+        used = {job.slot for job in self.jobs.values()}
+        return next(n for n in range(1, self.options.jobs + 1) if n not in used)
 
     def _start(self, claim: Claim) -> None:
         # The reaper must be up before the first child exists: a runner killed
@@ -256,14 +267,17 @@ class Runner:
         # unwatched (found by test_poison_item_is_held_after_max_crashes in CI).
         reaper = self._reaper()
         try:
-            job = Job(claim, self.spec)
+            job = Job(claim, self.spec, slot=self._free_slot())
         except OSError as exc:
-            outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
-            self.on_event(self._record(claim, outcome, None))
+            # Specific to this item (the program checked before the run is
+            # there): e.g. a program named by the item, or an argv too long.
+            what = exc.filename or self.options.command[0]
+            reason = f"cannot start command {what!r}: {exc.strerror or exc}"
+            self.on_event(self._record(claim, Outcome(ok=False, reason=reason), None))
             return
         reaper.watch(job.pid)  # at once: only microseconds after the spawn are unwatched
         self.jobs[job.pid] = job
-        self.summary.started += 1
+        self.summary.attempts += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
         for fd in job.pipes:
@@ -272,44 +286,31 @@ class Runner:
             self._selector.register(job.pidfd, selectors.EVENT_READ, job)
         self.on_event(ItemStarted(claim))
 
+    def _verify_wanted(self, claim: Claim) -> bool:
+        """Check --verify first for an item whose runner died mid-attempt, and
+        with --verify-first for an item's very first run."""
+        if self.verifier is None:
+            return False
+        return claim.interrupted or (self.options.verify_first and claim.attempt == 1)
+
     def _verified(self, claim: Claim) -> bool:
-        """Run --verify for an interrupted item; on exit 0 record it done.
-
-        The hook runs in its own process group and is waited for in small
-        steps, so a signal to the runner stops it too.
-        """
-        import subprocess
-
-        argv = build_argv(self.options.verify, claim.item)
-        result = str(self.spec.log_dir / f"{claim.item_id}.verify")
-        env = child_env(claim, self.queue.name, result, self.spec.base_env)
+        """Run --verify for ``claim``; on exit 0 record it done without running it.
+        A broken script (exit 126/127) gives the item back and stops the run."""
+        assert self.verifier is not None
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-                pass_fds=claim.inherit_fds,
-            )
-        except OSError as exc:
-            self.on_event(Notice(f"item {claim.item_id}: --verify could not run: {exc}"))
+            verdict, notes = self.verifier.check(claim, self._free_slot())
+        except BaseException:
+            self.queue.store.release(claim, "interrupted: the --verify script is broken")
+            raise
+        for text in notes:
+            self.on_event(Notice(text, warning=True))
+        if not verdict.done:
             return False
-        limit = time.monotonic() + (self.options.timeout or VERIFY_TIMEOUT)
-        while (code := _wait_step(proc)) is None:
-            if self._stop_signal is not None or time.monotonic() >= limit:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                if self._stop_signal is None:
-                    self.on_event(Notice(f"item {claim.item_id}: --verify timed out"))
-                return False
-        if code != 0:
-            return False
-        outcome = Outcome(ok=True, reason="verified: finished before its runner died")
+        why = "finished before its runner died" if claim.interrupted else "verified before run"
+        outcome = Outcome(ok=True, reason=f"verified: {why}" if claim.interrupted else why)
         state = self.queue.finish(claim, outcome)
-        self.summary.verified += 1
+        self.summary.record(claim.item_id, state)
+        self.summary.verified_ids.add(claim.item_id)
         self.on_event(ItemFinished(claim, outcome, state, verified=True))
         return True
 
@@ -380,10 +381,12 @@ class Runner:
             if job.exited():
                 finished.append(job)
             elif job.kill_at is not None and now >= job.kill_at:
+                job.killed = True  # the grace ran out: said in the reason, and on stop
                 job.signal_group(signal.SIGKILL)
             elif job.deadline is not None and now >= job.deadline and not job.stop_reason:
                 job.stop_reason = "timeout"
                 job.signal_group(signal.SIGTERM)
+                job.grace = self.options.grace
                 job.kill_at = now + self.options.grace
         if not finished:
             return
@@ -408,11 +411,15 @@ class Runner:
         store = self.queue.store
         ended = []
         for job, outcome in results:
+            for text in job.warnings:
+                self.on_event(Notice(f"item {job.claim.item_id}: {text}", warning=True))
+            if job.stop_reason == "stopped" and job.killed:
+                self.summary.killed_on_stop += 1
             if job.stop_reason == "stopped" and not outcome.ok:
                 store.release(  # fsynced by release itself
                     job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
                 )
-                self.summary.released += 1
+                self.summary.hand_back(job.claim.item_id)
                 continue
             ended.append((job, outcome))
         single = len(ended) == 1
@@ -430,22 +437,21 @@ class Runner:
         """Write the end record of ``claim`` (fsynced when ``sync``); the
         caller reports the event once the record is durable."""
         retry_at = None
-        if not outcome.ok and claim.attempt <= self.options.retries:
-            retry_at = time.time() + self._backoff(claim.attempt)
+        # --retries counts failures in this episode of the item's life (since
+        # it was enqueued, retried by a user, or handed back on a stop), not
+        # its attempts: runner crashes count against --max-crashes instead.
+        if not outcome.ok and claim.failures < self.options.retries:
+            retry_at = time.time() + self._backoff(claim.failures + 1)
         state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
-        if state is ItemState.DONE:
-            self.summary.succeeded += 1
-        elif state is ItemState.PENDING:
-            self.summary.retried += 1
-        else:
-            self.summary.failed += 1
-            if self.options.halt_on_failure and self._taking:
-                self._taking = False
+        self.summary.record(claim.item_id, state)
+        if state is ItemState.FAILED and self.options.halt_on_failure:
+            self._taking = False
         log = job.log_path if job is not None else None
-        return ItemFinished(claim, outcome, state, log_path=log)
+        return ItemFinished(claim, outcome, state, log_path=log, retries=self.options.retries)
 
-    def _backoff(self, attempt: int) -> float:
-        growth = 2.0 ** (attempt - 1)
+    def _backoff(self, retry: int) -> float:
+        """The wait before the ``retry``-th retry of this episode."""
+        growth = 2.0 ** (retry - 1)
         base = min(self.options.retry_max_delay, self.options.retry_delay * growth)
         return base * random.uniform(0.5, 1.0)  # jitter, not security
 
@@ -485,17 +491,6 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
-
-
-def _wait_step(proc: Any) -> int | None:
-    """Wait up to 50 ms for ``proc``; its exit code, or None if it still runs."""
-    import subprocess
-
-    try:
-        code: int = proc.wait(timeout=0.05)
-    except subprocess.TimeoutExpired:
-        return None
-    return code
 
 
 def _drain_pipe(fd: int) -> None:

@@ -52,6 +52,7 @@ class LiveItem:
         "_text",
         "attempts",
         "crashes",
+        "failures",
         "id",
         "interrupted",
         "last_seq",
@@ -70,6 +71,10 @@ class LiveItem:
         self.state = PENDING
         self.attempts = 0
         self.crashes = 0
+        # Failed attempts in the current episode, for `run --retries`. An
+        # episode starts at enqueue, at a user's `retry`, and when a stopped
+        # runner hands the item back; runner crashes (``crashes``) do not end one.
+        self.failures = 0
         self.runner = ""
         self.reason = ""
         self.last_seq = 0
@@ -358,13 +363,14 @@ class QueueState:
         self._add(item_id, loc, state)
         if self.keys is not None:
             self.keys[item_text(rec)] = item_id
-        details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at")
+        details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
         if state is PENDING and not any(rec.get(k) for k in details):
             return  # a fresh pending item: nothing beyond its state byte
         item = self._materialize(item_id, item_text(rec))
         item.state = state
         item.attempts = rec.get("attempts", 0)
         item.crashes = rec.get("crashes", 0)
+        item.failures = rec.get("failures", 0)  # absent before episodes: a fresh start
         item.runner = rec.get("runner", "")
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
@@ -390,6 +396,8 @@ class QueueState:
         item.last_seq = rec["seq"]
         item.interrupted = False
         item.not_before = rec.get("retry_at", 0.0)
+        if not rec.get("ok"):
+            item.failures += 1
         self._move(item, ItemState(rec["state"]))
 
     def _on_intr(self, rec: Record, loc: int) -> None:
@@ -398,6 +406,10 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("crashed", False)
+        if "crashes" not in rec:
+            # Written by ``release`` (a runner stopped by a user's signal), not
+            # by crash recovery (which always counts ``crashes``): a new episode.
+            item.failures = 0
         self._move(item, ItemState(rec["state"]))
 
     def _on_set(self, rec: Record, loc: int) -> None:
@@ -406,6 +418,7 @@ class QueueState:
         item.last_seq = rec["seq"]
         if rec["state"] == PENDING.value:
             item.crashes = 0
+            item.failures = 0  # a user's retry starts a new episode
         self._move(item, ItemState(rec["state"]))
 
     def _on_run(self, rec: Record, loc: int) -> None:
@@ -437,6 +450,7 @@ class QueueState:
                 i.last_seq,
                 i.interrupted,
                 i.not_before,
+                i.failures,
             ]
             for i in self.items.values()
         ]
@@ -480,12 +494,15 @@ class QueueState:
         if len(self.codes) != len(self.locs) or len(self.codes) < self.next_id:
             raise ValueError("checkpoint arrays do not match")
         for row in meta["items"]:
-            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb = row
+            # A row without ``failures`` (an older checkpoint) raises here, and
+            # the caller replays the journal instead.
+            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row
             item = LiveItem(item_id, loc, self.loader)
             item.state = STATE_OF[code]
             item.attempts, item.crashes = attempts, crashes
             item.runner, item.reason = runner, reason
             item.last_seq, item.interrupted, item.not_before = seq, intr, nb
+            item.failures = fails
             self.items[item_id] = item
             if item.state in self.ids_in:
                 self.ids_in[item.state].add(item_id)

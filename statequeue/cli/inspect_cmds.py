@@ -86,8 +86,12 @@ def show(
         return
     _write(f"item {h.item_id}: {shown(h.item, 200)}")
     _write(f"state: {h.state.value}")
-    _write("history:")
+    _write("history (--retries counts failures per episode; `retry` or a stop starts one):")
+    episode = 0
     for ev in h.events:
+        if ev.get("episode", episode) != episode:
+            episode = ev["episode"]
+            _write(f" episode {episode}:")
         _write(f"  {describe_event(ev)}")
     if h.result is not None:
         import orjson

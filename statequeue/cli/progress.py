@@ -1,41 +1,96 @@
 """What `statequeue run` shows while it works: a rich progress bar on a
-terminal, one plain line per item otherwise (both on stderr)."""
+terminal, one plain line per item otherwise (both on stderr).
+
+When whatever reads our stderr (or, for live output, stdout) goes away
+(`run ... 2>&1 | head`), the run goes on and stops writing there: progress is
+a courtesy, and losing its reader is neither a failure nor a reason to stop.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
-from typing import Any
+from typing import Any, Protocol
 
-from statequeue.cli.render import err, shown
+from statequeue.cli.render import shown
 from statequeue.durations import format_duration
 from statequeue.models import ItemState
-from statequeue.runner import ItemFinished, ItemStarted, Notice, RunEvent
+from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent
+
+WHOLE = 1 << 30  # width that never cuts an item (lines that are not on a terminal)
+TERMINAL_WIDTH = 60
 
 
-def _line(event: ItemFinished) -> str:
+def _line(event: ItemFinished, width: int = WHOLE) -> str:
     claim, outcome = event.claim, event.outcome
-    what = f"#{claim.item_id} {shown(claim.item, 60)}"
+    what = f"#{claim.item_id} {shown(claim.item, width)}"
     if event.verified:
-        return f"[verified] {what}: finished before its runner died; not run again"
+        if claim.interrupted:
+            return f"[verified] {what}: finished before its runner died; not run again"
+        return f"[verified] {what}: done before its first run; not run"
     took = format_duration(outcome.duration)
+    attempt = f"attempt {claim.attempt}"
     if event.state is ItemState.DONE:
-        return f"[ok] {what} ({took})"
+        return f"[ok] {what} ({took}{', ' + attempt if claim.attempt > 1 else ''})"
     if event.state is ItemState.PENDING:
-        return f"[retry] {what} attempt {claim.attempt}: {outcome.reason}; will retry"
-    return f"[failed] {what} attempt {claim.attempt}: {outcome.reason}"
+        retry = f"retry {claim.failures + 1} of {event.retries}"
+        return f"[retry] {what} {attempt}: {outcome.reason}; {retry} follows"
+    return f"[failed] {what} {attempt}: {outcome.reason}"
+
+
+def _gone(exc: OSError) -> bool:
+    return isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.EBADF)
+
+
+def _silence(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that nothing (not even
+    the interpreter's flush at exit) fails on the dead pipe again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+
+
+class View(Protocol):
+    def handle(self, event: RunEvent) -> None: ...
+    def close(self) -> None: ...
+    def summary(self, line: str) -> None: ...
 
 
 class PlainView:
-    """One line per finished item on stderr."""
+    """One line per finished item on stderr; with ``quiet``, only failures
+    for good, warnings and the summary."""
 
     def __init__(self, *, quiet: bool = False) -> None:
         self.quiet = quiet
+        self.gone = False
 
     def handle(self, event: RunEvent) -> None:
         if isinstance(event, Notice):
-            err(f"statequeue: {event.text}")
-        elif isinstance(event, ItemFinished) and not (self.quiet and event.outcome.ok):
-            err(_line(event))
+            if event.warning or not self.quiet:
+                self._err(f"statequeue: {event.text}")
+        elif isinstance(event, ItemFinished) and (
+            not self.quiet or event.state is ItemState.FAILED
+        ):
+            self._err(_line(event))
+
+    def summary(self, line: str) -> None:
+        self._err(line)
+
+    def _err(self, line: str) -> None:
+        if self.gone:
+            return
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except OSError as exc:
+            if not _gone(exc):
+                raise
+            self.gone = True
+            _silence(sys.stderr)
 
     def close(self) -> None:
         pass
@@ -77,20 +132,37 @@ class RichView:
             if event.state is not ItemState.PENDING:
                 self.progress.advance(self.task)
             if not event.outcome.ok:
-                console.print(_line(event), markup=False, highlight=False)
+                console.print(_line(event, TERMINAL_WIDTH), markup=False, highlight=False)
+
+    def summary(self, line: str) -> None:
+        self.progress.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()
 
 
-def make_view(*, tty: bool, live: bool, total: int) -> Any:
-    if tty and not live:
+def make_view(*, tty: bool, live: bool, quiet: bool = False, total: int) -> View:
+    if tty and not live and not quiet:
         return RichView(total)
-    return PlainView()
+    return PlainView(quiet=quiet)
 
 
-def live_sink(stream: int, data: bytes) -> None:
-    """Copy a child's output to our own stdout or stderr as it arrives."""
-    out = sys.stdout if stream == 1 else sys.stderr
-    out.buffer.write(data)
-    out.flush()
+class LiveSink:
+    """Copies a child's output to our own stdout or stderr as it arrives,
+    until the reader of that stream goes away (then that stream gets no more)."""
+
+    def __init__(self) -> None:
+        self.gone: set[int] = set()
+
+    def __call__(self, stream: int, data: bytes) -> None:
+        if stream in self.gone:
+            return
+        out = sys.stdout if stream == 1 else sys.stderr
+        try:
+            out.buffer.write(data)
+            out.flush()
+        except OSError as exc:
+            if not _gone(exc):
+                raise
+            self.gone.add(stream)
+            _silence(out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,9 @@ from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
 from statequeue.cli.render import emit_json
 from statequeue.exitcodes import ExitCode
 
+if TYPE_CHECKING:
+    from statequeue.run_events import RunSummary
+
 RUN_EPILOG = """\
 Examples:
 
@@ -19,11 +22,17 @@ Examples:
 
   statequeue run -j4 --timeout 10m --retries 3 -- ./fetch.sh {}
 
-  statequeue run --verify 'test -s out/{}.json' -- ./convert {} out/{}.json
+  statequeue run --verify 'test -s out/{/.}.json' -- ./convert {} out/{/.}.json
+
+  statequeue run --verify-first --verify 'test -s {.}.txt' -- pdftotext {} {.}.txt
 
   statequeue run --follow -- ./handle {}      (waits for new items until stopped)
 
-  statequeue run --single --max-time 50m -- ./nightly {}    (from cron)
+  statequeue run --single --quiet --max-time 50m -- ./nightly {}    (from cron)
+
+Replacement strings (as in GNU parallel): {} item, {.} without extension,
+{/} basename, {//} dirname, {/.} basename without extension, {#} item id,
+{%} job slot.
 """
 
 
@@ -67,11 +76,20 @@ def run(
     verify: Annotated[
         str | None,
         typer.Option(
-            help="Command ({} = item) run before re-running an interrupted item; "
-            "exit 0 records it done without running it again.",
-            metavar="COMMAND",
+            help="Shell script run as `sh -c SCRIPT sh ITEM` before re-running an "
+            'interrupted item ({} becomes "$1"); exit 0 records it done without '
+            "running it again; exit 126/127 stops the run (exit 2).",
+            metavar="SCRIPT",
         ),
     ] = None,
+    verify_first: Annotated[
+        bool,
+        typer.Option(
+            "--verify-first",
+            help="Also check --verify before every item's first run: what is "
+            'already done is recorded done ("verified before run"), as make skips.',
+        ),
+    ] = False,
     max_crashes: Annotated[
         int, typer.Option(help="Hold an item as poison after this many runner crashes.")
     ] = 3,
@@ -111,20 +129,39 @@ def run(
     log_limit: Annotated[
         int, typer.Option(help="Keep at most this many bytes of output per attempt.")
     ] = 1 << 20,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="Print nothing on stderr but failures, warnings and the final "
+            "summary (for cron, which mails any output).",
+        ),
+    ] = False,
+    exit_empty: Annotated[
+        int,
+        typer.Option(
+            help="Exit with this code when there was nothing to do (3 was the old "
+            "default; 0 matches `xargs -r`).",
+            metavar="CODE",
+            min=0,
+            max=255,
+        ),
+    ] = 0,
     json: JsonOpt = False,
     home: HomeOpt = None,
     queue: QueueOpt = None,
 ) -> int:
     """Run COMMAND once per pending item, recording each result before the next.
 
-    Every {} in an argument is replaced by the item; without {}, the item is
-    the last argument. Nothing goes through a shell. The child gets
+    Every {} in an argument is replaced by the item, and {.} {/} {//} {/.} {#}
+    {%} by parts of it (see below); without any, the item is the last
+    argument. Nothing goes through a shell. The child gets
     STATEQUEUE_ITEM, STATEQUEUE_ID, STATEQUEUE_ATTEMPT, STATEQUEUE_QUEUE and
     STATEQUEUE_RESULT (a path where it may write a JSON result).
 
     Example: statequeue run -j4 -- python worker.py {}
     """
-    from statequeue.cli.progress import live_sink, make_view
+    from statequeue.cli.progress import LiveSink, make_view
     from statequeue.errors import UsageError
     from statequeue.models import OnInterrupted
     from statequeue.runner import Runner, RunOptions, parse_verify
@@ -146,7 +183,8 @@ def run(
         retry_delay=_duration(retry_delay) or 0.0,
         on_interrupted=policy,
         max_crashes=max_crashes,
-        verify=parse_verify(verify) if verify is not None else (),
+        verify=parse_verify(verify) if verify is not None else "",
+        verify_first=verify_first,
         limit=limit,
         max_time=_duration(max_time),
         follow=follow,
@@ -157,52 +195,49 @@ def run(
     )
     q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
     tty = sys.stderr.isatty()
-    show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty())
+    show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty() and not quiet)
     pending = q.status().counts["pending"]
-    view = make_view(tty=tty and not json, live=show_live, total=pending)
-    runner = Runner(q, options, on_event=view.handle, live=live_sink if show_live else None)
+    view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
+    sink = LiveSink() if show_live else None
+    runner = Runner(q, options, on_event=view.handle, live=sink)
     runner.install_signal_handlers()
     try:
         summary = runner.run()
     finally:
         view.close()
-    code = _exit_code(summary)
+    code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if json:
-        emit_json(
-            {
-                "started": summary.started,
-                "succeeded": summary.succeeded,
-                "failed": summary.failed,
-                "retry_pending": summary.retried,
-                "verified": summary.verified,
-                "interrupted": summary.released,
-                "exit_code": int(code),
-            }
-        )
-    elif not tty:
-        from statequeue.cli.render import err
-
-        err(
-            f"statequeue: ran {summary.started}: {summary.succeeded} ok, {summary.failed} failed"
-            + (f", {summary.verified} verified" if summary.verified else "")
-            + (f", {summary.retried} to retry" if summary.retried else "")
-            + (f", {summary.released} interrupted" if summary.released else "")
-        )
-    return int(code)
+        emit_json(_summary_json(summary, code))
+    else:
+        view.summary(f"statequeue: {summary.text()}")
+    return code
 
 
-def _exit_code(summary: object) -> ExitCode:
+def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
+    return {
+        "succeeded": summary.succeeded,
+        "failed": summary.failed,
+        "retry_pending": summary.retried,
+        "verified": summary.verified,
+        "interrupted": summary.released,
+        "attempts": summary.attempts,
+        "started": summary.attempts,
+        "exit_code": code,
+    }
+
+
+def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
+    """The run's exit code (README "Exit codes")."""
     import signal
 
-    from statequeue.runner import RunSummary
-
-    assert isinstance(summary, RunSummary)
+    if follow and summary.stopped_by == signal.SIGTERM and summary.clean_stop:
+        return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
     if summary.stopped_by == signal.SIGINT:
-        return ExitCode.INTERRUPTED_INT
+        return int(ExitCode.INTERRUPTED_INT)
     if summary.stopped_by is not None:
-        return ExitCode.INTERRUPTED_TERM
+        return int(ExitCode.INTERRUPTED_TERM)
     if summary.failed:
-        return ExitCode.FAILED
-    if summary.started == 0 and summary.verified == 0:
-        return ExitCode.NOTHING_TO_DO
-    return ExitCode.OK
+        return int(ExitCode.FAILED)
+    if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
+        return exit_empty
+    return int(ExitCode.OK)

@@ -280,6 +280,7 @@ class RecordStore(Store):
                 runner_id=runner.runner_id,
                 inherit_fds=fds,
                 interrupted=interrupted,
+                failures=item.failures,
             )
 
     def _first_claimable(
@@ -361,7 +362,10 @@ class RecordStore(Store):
     def release(self, claim: Claim, reason: str) -> None:
         with self._locked() as state:
             item = self._claimed_item(state, claim)
-            self._write([_recovered(item, ItemState.PENDING, reason, crashed=False)], sync=True)
+            # An item claimed after a crash keeps that mark (a --verify stopped
+            # by a signal, or that could not run, must be able to settle it later).
+            rec = _recovered(item, ItemState.PENDING, reason, crashed=claim.interrupted)
+            self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
 
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:

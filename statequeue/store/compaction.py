@@ -68,6 +68,8 @@ def compact_journal(
             rec.update(state=ItemState.PENDING.value, attempts=0, crashes=0)
         else:
             rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
+            if item.failures:
+                rec["failures"] = item.failures  # --retries counts the episode on
             extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
             rec.update((k, v) for k, v in extra.items() if v)
             if item.interrupted:

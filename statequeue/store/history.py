@@ -36,7 +36,7 @@ def item_history(
         item_id=item_id,
         item=text,
         state=current,
-        events=tuple(_public(r) for r in events),
+        events=tuple(_with_episodes(events)),
         result=last.get("result"),
         stderr_tail=last.get("err", ""),
         log_paths=log_paths,
@@ -94,6 +94,25 @@ def _last_result(r: Record) -> Record:
         return r
     last: Record = r.get("last", {}) if r.get("t") == "item" else {}
     return last
+
+
+def starts_episode(r: Record) -> bool:
+    """True for a record that starts a new episode of an item's life (what
+    ``run --retries`` counts within): a user's ``retry``, or a stopped runner
+    handing the item back (a ``release``, which counts no crash)."""
+    kind, state = r.get("t"), r.get("state")
+    if kind == "set":
+        return state == ItemState.PENDING.value
+    return kind == "intr" and state == ItemState.PENDING.value and "crashes" not in r
+
+
+def _with_episodes(events: list[Record]) -> Iterator[dict[str, Any]]:
+    """The public form of each event, numbered with the episode it belongs to."""
+    episode = 1
+    for r in events:
+        if starts_episode(r):
+            episode += 1
+        yield {**_public(r), "episode": episode}
 
 
 def _public(r: Record) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def test_thousand_items_end_to_end(sq_env: dict[str, str]) -> None:
     assert st["schema"] == 1 and st["queue"] == "default"
     again = sq(sq_env, "enqueue", "--json", stdin=items)
     assert json.loads(again.stdout) == {"added": 0, "skipped": 1000}
-    assert sq(sq_env, "run", "--", "true").returncode == 3  # nothing to do
+    assert sq(sq_env, "run", "--exit-empty", "3", "--", "true").returncode == 3  # nothing to do
 
 
 def test_dedupe_survives_compaction_for_cron_reenqueue(sq_env: dict[str, str]) -> None:

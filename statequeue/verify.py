@@ -1,0 +1,114 @@
+"""``run --verify SCRIPT``: a check that says whether an item's work is done.
+
+The script runs as ``/bin/sh -c SCRIPT sh ITEM ...``: the item reaches the
+shell only as a positional parameter, never pasted into the script's text, so
+no item (quotes, ``$(...)``, backslashes, newlines, bytes that are not UTF-8)
+can change what the script does. Each replacement string in the script is
+rewritten to the parameter that holds its value, quoted:
+
+``{}`` -> ``"$1"``, ``{.}`` -> ``"$2"``, ``{/}`` -> ``"$3"``, ``{//}`` -> ``"$4"``,
+``{/.}`` -> ``"$5"``, ``{#}`` -> ``"$6"``, ``{%}`` -> ``"$7"``.
+
+Write them outside quotes (``test -s out/{/.}.json``); inside double quotes
+use the parameters (``"out/$5.json"``). Everything else in the script is
+shell, exactly as ``sh -c`` reads it (``\\$`` stays a literal dollar sign).
+
+Exit 0 means done. 126 or 127 (the script's command cannot run or is not
+found) means the check itself is broken: the run stops (exit 2) rather than
+re-running every item. Any other status means not done: the item runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from statequeue.errors import UsageError
+from statequeue.replacements import NAMES, TOKEN, JobItem, values
+
+SHELL = "/bin/sh"
+BROKEN = (126, 127)
+STDERR_LINES = 5
+_STEP = 0.05
+
+
+def verify_script(text: str) -> str:
+    """The script ``sh -c`` runs for ``--verify text``: every replacement
+    string rewritten to its quoted positional parameter."""
+    if not text.strip():
+        raise UsageError("--verify needs a script, e.g. --verify 'test -s out/{}.json'")
+    index = {name[1:-1]: i + 1 for i, name in enumerate(NAMES)}
+    return TOKEN.sub(lambda m: f'"${index[m.group(1)]}"', text)
+
+
+def verify_argv(script: str, job: JobItem) -> list[str]:
+    """``sh -c SCRIPT sh ITEM NOEXT BASENAME DIRNAME BASE_NOEXT ID SLOT``."""
+    return [SHELL, "-c", script, "sh", *values(job)]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one verify said: ``done`` on exit 0; ``broken`` on 126/127;
+    ``stopped`` when the run was stopped or the check timed out."""
+
+    code: int | None
+    stderr: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.code == 0
+
+    @property
+    def broken(self) -> bool:
+        return self.code in BROKEN
+
+
+def run_verify(
+    argv: list[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    stop: Callable[[], bool],
+    pass_fds: tuple[int, ...] = (),
+) -> Verdict:
+    """Run the check in its own process group, waited for in small steps so
+    that ``stop()`` (a signal to the runner) or ``timeout`` ends it: then
+    the verdict has no code. Its stderr is kept for the user."""
+    with tempfile.TemporaryFile(prefix="statequeue-verify-") as errors:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=dict(env),
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
+        code = _wait(proc, time.monotonic() + timeout, stop)
+        errors.seek(0)
+        tail = errors.read()[-4096:].decode("utf-8", "replace")
+    return Verdict(code, tail)
+
+
+def _wait(proc: subprocess.Popen[bytes], limit: float, stop: Callable[[], bool]) -> int | None:
+    while True:
+        try:
+            return proc.wait(timeout=_STEP)
+        except subprocess.TimeoutExpired:
+            pass
+        if stop() or time.monotonic() >= limit:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+
+
+def last_lines(text: str, count: int = STDERR_LINES) -> list[str]:
+    """The last ``count`` non-empty lines of ``text``."""
+    return [line for line in text.splitlines() if line.strip()][-count:]
