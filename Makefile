@@ -25,7 +25,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check statequeue tests scripts
 	$(BIN)/mypy
 
-demo: $(STAMP)
+# The demo needs the package only, not the dev tools (`make test` adds those).
+DEMO_STAMP := $(VENV)/.installed-package
+
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 BENCH_VENV := .venv-bench

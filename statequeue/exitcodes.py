@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     """Bad invocation or bad input; nothing was changed."""
     NOTHING_TO_DO = 3
-    """`run` found no pending item."""
+    """`run --exit-empty 3` found no pending item (by default, nothing to do exits 0)."""
     RUNNER_ACTIVE = 4
     """`run --single` and another runner is active on the queue."""
     DAMAGED = 5
