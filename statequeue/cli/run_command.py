@@ -206,10 +206,13 @@ def run(
     finally:
         view.close()
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
-    if json:
-        emit_json(_summary_json(summary, code))
-    else:
+    if not json:
         view.summary(f"statequeue: {summary.text()}")
+        return code
+    try:
+        emit_json(_summary_json(summary, code))
+    except BrokenPipeError:
+        pass  # the reader went away: the exit code still tells what happened
     return code
 
 
