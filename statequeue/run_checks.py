@@ -102,21 +102,23 @@ class Verifier:
 
 def recovery_notice(
     retried: list[int], failed: list[int], held: list[int], policy: OnInterrupted, verify: bool
-) -> list[str]:
-    """What recovery did with items left in flight by dead runners, one line each."""
-    notes = []
+) -> list[tuple[str, bool]]:
+    """What recovery did with items left in flight by dead runners: one line
+    each, and whether it is a warning (poison held) that --quiet still shows."""
+    notes: list[tuple[str, bool]] = []
     then = "verifying, then retrying what is not done" if verify else "retrying"
     if retried:
-        notes.append(f"recovered {_items(retried)}: {then}")
+        notes.append((f"recovered {_items(retried)}: {then}", False))
     if failed:
-        notes.append(f"recovered {_items(failed)}: marked failed (--on-interrupted fail)")
+        notes.append((f"recovered {_items(failed)}: marked failed (--on-interrupted fail)", False))
     if held and policy is OnInterrupted.HOLD:
-        notes.append(f"recovered {_items(held)}: held (--on-interrupted hold)")
+        notes.append((f"recovered {_items(held)}: held (--on-interrupted hold)", False))
     elif held:
-        notes.append(
+        poison = (
             f"held {_items(held, 'poison item')}: in flight during too many runner crashes "
             "(--max-crashes); see `statequeue show ID`, then `statequeue retry ID`"
         )
+        notes.append((poison, True))
     return notes
 
 

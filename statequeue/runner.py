@@ -220,8 +220,8 @@ class Runner:
         notes = recovery_notice(
             report.retried, report.failed, report.held, opts.on_interrupted, bool(opts.verify)
         )
-        for text in notes:
-            self.on_event(Notice(text, warning="poison" in text))
+        for text, warning in notes:
+            self.on_event(Notice(text, warning=warning))
 
     def _scope(self) -> set[int] | None:
         """Which items this run may still claim: None for any, else only these
@@ -306,8 +306,10 @@ class Runner:
             self.on_event(Notice(text, warning=True))
         if not verdict.done:
             return False
-        why = "finished before its runner died" if claim.interrupted else "verified before run"
-        outcome = Outcome(ok=True, reason=f"verified: {why}" if claim.interrupted else why)
+        if claim.interrupted:
+            outcome = Outcome(ok=True, reason="verified: finished before its runner died")
+        else:
+            outcome = Outcome(ok=True, reason="verified before run")
         state = self.queue.finish(claim, outcome)
         self.summary.record(claim.item_id, state)
         self.summary.verified_ids.add(claim.item_id)
@@ -469,6 +471,7 @@ class Runner:
                 job.kill_at = now + self.options.grace
         if self._stop_count > 1:
             for job in self.jobs.values():
+                job.killed = True
                 job.signal_group(signal.SIGKILL)
 
     def _shutdown(self) -> None:

@@ -4,14 +4,19 @@ The script runs as ``/bin/sh -c SCRIPT sh ITEM ...``: the item reaches the
 shell only as a positional parameter, never pasted into the script's text, so
 no item (quotes, ``$(...)``, backslashes, newlines, bytes that are not UTF-8)
 can change what the script does. Each replacement string in the script is
-rewritten to the parameter that holds its value, quoted:
+rewritten to the parameter that holds its value:
 
-``{}`` -> ``"$1"``, ``{.}`` -> ``"$2"``, ``{/}`` -> ``"$3"``, ``{//}`` -> ``"$4"``,
-``{/.}`` -> ``"$5"``, ``{#}`` -> ``"$6"``, ``{%}`` -> ``"$7"``.
+``{}`` -> ``$1``, ``{.}`` -> ``$2``, ``{/}`` -> ``$3``, ``{//}`` -> ``$4``,
+``{/.}`` -> ``$5``, ``{#}`` -> ``$6``, ``{%}`` -> ``$7``,
 
-Write them outside quotes (``test -s out/{/.}.json``); inside double quotes
-use the parameters (``"out/$5.json"``). Everything else in the script is
-shell, exactly as ``sh -c`` reads it (``\\$`` stays a literal dollar sign).
+quoted for where it stands, so that it is always exactly one word: ``"$1"``
+outside quotes (and inside ``$(...)`` or backquotes, which start afresh),
+``${1}`` inside double quotes, ``'"$1"'`` inside single quotes (which it
+closes and reopens). So ``test -s out/{}.json``, ``test -s "out/{}.json"``,
+``test -s 'out/{}.json'`` and ``test -s "out/$(basename {} .txt).json"`` all
+test the same file. Text after a ``#`` that starts a word is a comment and
+is left alone. Everything else in the script is shell, exactly as ``sh -c``
+reads it (``\\$`` stays a literal dollar sign, ``\\{}`` a literal ``{}``).
 
 Exit 0 means done. 126 or 127 (the script's command cannot run or is not
 found) means the check itself is broken: the run stops (exit 2) rather than
@@ -43,8 +48,86 @@ def verify_script(text: str) -> str:
     string rewritten to its quoted positional parameter."""
     if not text.strip():
         raise UsageError("--verify needs a script, e.g. --verify 'test -s out/{}.json'")
-    index = {name[1:-1]: i + 1 for i, name in enumerate(NAMES)}
-    return TOKEN.sub(lambda m: f'"${index[m.group(1)]}"', text)
+    return _Rewriter(text).run()
+
+
+_PARAM = {name[1:-1]: i + 1 for i, name in enumerate(NAMES)}
+_SQ, _DQ, _SUB, _PAREN, _BQ = "'", '"', "$(", "(", "`"
+
+
+class _Rewriter:
+    """A small lexer for the quoting of ``sh``: single and double quotes,
+    backslashes, ``$(...)`` (with nested parentheses), backquotes and
+    comments; enough to know, at each replacement string, how to quote it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.out: list[str] = []
+        self.stack: list[str] = []  # open contexts, innermost last
+        self.i = 0
+
+    def run(self) -> str:
+        while self.i < len(self.text):
+            token = TOKEN.match(self.text, self.i)
+            if token is not None:
+                self.out.append(self._param(_PARAM[token.group(1)]))
+                self.i = token.end()
+            else:
+                self._step()
+        return "".join(self.out)
+
+    def _param(self, n: int) -> str:
+        where = self.stack[-1] if self.stack else ""
+        if where == _SQ:
+            return f"'\"${n}\"'"
+        if where == _DQ:
+            return f"${{{n}}}"
+        return f'"${n}"'
+
+    def _step(self) -> None:
+        text, i = self.text, self.i
+        where = self.stack[-1] if self.stack else ""
+        c = text[i]
+        size = 1
+        if where == _SQ:
+            if c == "'":
+                self.stack.pop()
+        elif c == "\\":
+            size = 2  # the next character is literal, a {} included
+        elif text.startswith("$(", i):
+            self.stack.append(_SUB)
+            size = 2
+        elif c == "`":
+            self._toggle_backquote()
+        elif where == _DQ:
+            if c == '"':
+                self.stack.pop()
+        else:
+            size = self._unquoted(c)
+        self.out.append(text[i : i + size])
+        self.i += size
+
+    def _toggle_backquote(self) -> None:
+        if self.stack and self.stack[-1] == _BQ:
+            self.stack.pop()
+        else:
+            self.stack.append(_BQ)
+
+    def _unquoted(self, c: str) -> int:
+        """Track what ``c`` opens or closes outside quotes; the characters consumed."""
+        where = self.stack[-1] if self.stack else ""
+        if c == "'":
+            self.stack.append(_SQ)
+        elif c == '"':
+            self.stack.append(_DQ)
+        elif c == "(":
+            self.stack.append(_PAREN)
+        elif c == ")" and where in (_SUB, _PAREN):
+            self.stack.pop()
+        elif c == "#" and (self.i == 0 or self.text[self.i - 1] in " \t\n;&|("):
+            end = self.text.find("\n", self.i)
+            return (len(self.text) if end < 0 else end) - self.i  # a comment, as is
+        return 1
 
 
 def verify_argv(script: str, job: JobItem) -> list[str]:

@@ -89,10 +89,30 @@ def sh_verify(text: str, item: str, *, cwd: Path) -> int:
 def test_verify_passes_the_item_only_as_a_parameter(tmp_path: Path) -> None:
     assert verify_script("test -s out/{}.json") == 'test -s out/"$1".json'
     assert verify_script("{.} {/} {//} {/.} {#} {%}") == '"$2" "$3" "$4" "$5" "$6" "$7"'
+    assert verify_script("\\{} '{}' \"{}\"") == "\\{} ''\"$1\"'' \"${1}\""
     evil = "$(touch pwned) `touch pwned2` ' \" \\$HOME"
     (tmp_path / evil).write_text("x")
     assert sh_verify("test -s {}", evil, cwd=tmp_path) == 0
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "test -s out/{}.json",
+        'test -s "out/{}.json"',
+        "test -s 'out/{}.json'",
+        "test -s 'out/'{}'.json'",
+        "sh -c 'test -s \"out/$0.json\"' '{}'",  # what shlex.join makes of a command
+        '# a comment\'s quote does not count\ntest -s "$(printf %s out/{}.json)"',
+    ],
+)
+def test_verify_quotes_the_item_wherever_it_stands(script: str, tmp_path: Path) -> None:
+    item = 'it\'s a "b" $x'
+    (tmp_path / "out").mkdir()
+    assert sh_verify(script, item, cwd=tmp_path) == 1
+    (tmp_path / "out" / f"{item}.json").write_text("{}")
+    assert sh_verify(script, item, cwd=tmp_path) == 0
 
 
 def test_verify_command_substitution_and_escaped_dollar(tmp_path: Path) -> None:

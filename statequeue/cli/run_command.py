@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -77,8 +78,8 @@ def run(
         str | None,
         typer.Option(
             help="Shell script run as `sh -c SCRIPT sh ITEM` before re-running an "
-            'interrupted item ({} becomes "$1"); exit 0 records it done without '
-            "running it again; exit 126/127 stops the run (exit 2).",
+            "interrupted item ({} becomes $1, quoted for where it stands); exit 0 "
+            "records it done without running it again; exit 126/127 stops the run (exit 2).",
             metavar="SCRIPT",
         ),
     ] = None,
@@ -209,10 +210,9 @@ def run(
     if not json:
         view.summary(f"statequeue: {summary.text()}")
         return code
-    try:
+    # If the reader went away, the exit code still tells what happened.
+    with contextlib.suppress(BrokenPipeError):
         emit_json(_summary_json(summary, code))
-    except BrokenPipeError:
-        pass  # the reader went away: the exit code still tells what happened
     return code
 
 
