@@ -95,10 +95,6 @@ class RunSummary:
         return len(self.handed_back)
 
     @property
-    def settled(self) -> int:
-        return self.succeeded + self.failed
-
-    @property
     def clean_stop(self) -> bool:
         """Stopped by a signal, and every child stopped within --grace."""
         return self.stopped_by is not None and self.killed_on_stop == 0

@@ -137,8 +137,8 @@ def verify_argv(script: str, job: JobItem) -> list[str]:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one verify said: ``done`` on exit 0; ``broken`` on 126/127;
-    ``stopped`` when the run was stopped or the check timed out."""
+    """What one check said: ``done`` on exit 0, ``broken`` on 126 or 127; no
+    ``code`` when it was cut short (the run was stopped, or it timed out)."""
 
     code: int | None
     stderr: str = ""

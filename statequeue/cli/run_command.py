@@ -62,7 +62,11 @@ def run(
         str, typer.Option(help="Wait this long after TERM before KILL (timeouts, stops).")
     ] = "5s",
     retries: Annotated[
-        int, typer.Option(help="Retry a failing item up to N times, with exponential backoff.")
+        int,
+        typer.Option(
+            help="Retry up to N failures per episode of an item (it starts at enqueue, "
+            "`retry`, or a stop by a signal), with exponential backoff."
+        ),
     ] = 0,
     retry_delay: Annotated[
         str, typer.Option(help="Backoff before the first retry; doubles each time, with jitter.")
