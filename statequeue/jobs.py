@@ -23,7 +23,7 @@ import orjson
 from statequeue.durations import format_setting
 from statequeue.fileio import CRASH
 from statequeue.models import Claim, Outcome
-from statequeue.replacements import JobItem, has_token, replace
+from statequeue.replacements import JobItem, replace, template_tokens
 
 STDERR_TAIL_BYTES = 4096
 RESULT_MAX_BYTES = 1 << 20
@@ -55,10 +55,13 @@ def build_argv(
     """Replace every replacement string (``{}``, ``{.}``, ``{/}``, ``{//}``,
     ``{/.}``, ``{#}``, ``{%}``; see replacements.py) in each argument; with
     none anywhere, the item is appended as the last argument."""
-    if any(has_token(arg) for arg in template):
-        job = JobItem(item, item_id, slot)
-        return [replace(arg, job) for arg in template]
-    return [*template, item]
+    tokens = template_tokens(template)
+    if not tokens:
+        return [*template, item]
+    if tokens == {"{}"}:  # the common case, at str.replace speed (~5x the regex)
+        return [arg.replace("{}", item) for arg in template]
+    job = JobItem(item, item_id, slot)
+    return [replace(arg, job) for arg in template]
 
 
 def child_env(

@@ -21,6 +21,7 @@ and goes back to the same bytes in argv); a newline is an ordinary character.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,13 @@ NAMES: tuple[str, ...] = tuple("{" + key + "}" for key in _VALUES)
 
 def has_token(arg: str) -> bool:
     return TOKEN.search(arg) is not None
+
+
+@functools.lru_cache(maxsize=16)
+def template_tokens(template: tuple[str, ...]) -> frozenset[str]:
+    """The replacement strings used anywhere in a command template (one
+    template per run: cached, so that each item does not scan it again)."""
+    return frozenset(m.group(0) for arg in template for m in TOKEN.finditer(arg))
 
 
 def replace(arg: str, job: JobItem) -> str:
