@@ -54,6 +54,7 @@ class LiveItem:
         "crashes",
         "id",
         "interrupted",
+        "last_err",
         "last_seq",
         "loc",
         "not_before",
@@ -74,6 +75,7 @@ class LiveItem:
         self.reason = ""
         self.last_seq = 0
         self.interrupted = False  # its last attempt died with its runner
+        self.last_err = ""  # the last stderr line of its last unsuccessful attempt
         self.not_before = 0.0  # wall-clock time before which a retry must wait
 
     @property
@@ -370,6 +372,7 @@ class QueueState:
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("interrupted", False)
         item.not_before = rec.get("retry_at", 0.0)
+        item.last_err = last_line(rec.get("last", {}).get("err", ""))
         if state in self.ids_in:
             self.ids_in[state].add(item_id)
         if state is PENDING and item.not_before:
@@ -389,6 +392,8 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = False
+        if "err" in rec:  # status shows it for recent failures
+            item.last_err = last_line(rec["err"])
         item.not_before = rec.get("retry_at", 0.0)
         self._move(item, ItemState(rec["state"]))
 
@@ -437,6 +442,7 @@ class QueueState:
                 i.last_seq,
                 i.interrupted,
                 i.not_before,
+                i.last_err,
             ]
             for i in self.items.values()
         ]
@@ -480,8 +486,9 @@ class QueueState:
         if len(self.codes) != len(self.locs) or len(self.codes) < self.next_id:
             raise ValueError("checkpoint arrays do not match")
         for row in meta["items"]:
-            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb = row
+            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb = row[:10]
             item = LiveItem(item_id, loc, self.loader)
+            item.last_err = row[10] if len(row) > 10 else ""  # older checkpoints lack it
             item.state = STATE_OF[code]
             item.attempts, item.crashes = attempts, crashes
             item.runner, item.reason = runner, reason
@@ -498,6 +505,11 @@ class QueueState:
             return None
         span = max(now - recent[0], 1e-3)
         return len(recent) / span
+
+
+def last_line(text: str, width: int = 200) -> str:
+    """The last non-empty line of ``text`` (a stderr tail), cut to ``width``."""
+    return text.rstrip().rpartition("\n")[2][-width:]
 
 
 # Maps a state code to 1 for a live (not done) item, else 0.
