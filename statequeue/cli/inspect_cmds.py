@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,10 +12,13 @@ from statequeue.cli.app import app
 from statequeue.cli.completion import complete_state
 from statequeue.cli.event_text import describe_events
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
-from statequeue.cli.render import emit_json, plural, shown
+from statequeue.cli.render import emit_json, escaped, plural, shown
 from statequeue.errors import ItemNotFound, UsageError
 from statequeue.models import ItemState
 from statequeue.textsafe import record_json
+
+if TYPE_CHECKING:
+    from statequeue.views import ItemHistory
 
 StateOpt = Annotated[
     str | None,
@@ -149,7 +152,7 @@ def logs(
         typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
 
 
-def _check_attempt(h: Any, attempt: int) -> None:
+def _check_attempt(h: ItemHistory, attempt: int) -> None:
     """ItemNotFound unless the item has had attempt ``attempt``."""
     made = max((_attempt_of(e) for e in h.events), default=0)
     if attempt > made:
@@ -213,9 +216,7 @@ def results(
             )
         else:
             res = "" if r.result is None else orjson.dumps(r.result).decode()
-            line = (
-                f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{shown(r.reason or res, 400)}"
-            )
+            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{escaped(r.reason or res)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
     if writer is not None:
         text.flush()
