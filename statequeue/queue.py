@@ -167,10 +167,10 @@ class Queue:
                 f"queue {self.name!r} was opened in process {self._pid}, before a fork; "
                 "open a new Queue in this process"
             )
+        if not self._closed:
+            self._store = self._reopen()  # if this raises, the next call tries again
         self._lock = threading.RLock()  # another thread may have held it at the fork
         self._pid = os.getpid()
-        if not self._closed:
-            self._store = self._reopen()
 
     @contextmanager
     def _using(self) -> Iterator[RecordStore]:

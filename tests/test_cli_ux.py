@@ -261,6 +261,21 @@ def test_a_bad_item_on_stdin_is_named_by_line(sq_env: Env) -> None:
     assert done.stderr.startswith(b"statequeue: item 3 on stdin: item of 70000 bytes")
 
 
+def test_bad_items_in_a_file_or_arguments_are_named_by_position(
+    cli: Cli, tmp_path: Path, sq_home: Path
+) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(b"a\n\n\nb\n" + b"z" * 70000 + b"\n")
+    code, _, err = cli("enqueue", "--json", "--file", str(listing))
+    assert code == 2
+    assert err.startswith(f"statequeue: {listing}: line 5: item of 70000 bytes exceeds")
+    code, _, err = cli("enqueue", "a", "", "z" * 70000)
+    assert code == 2
+    assert err.startswith("statequeue: argument 3: item of 70000 bytes exceeds")
+    with Queue(home=sq_home) as q:
+        assert q.status().total == 0  # nothing was enqueued
+
+
 def test_retry_failed_is_fine_with_items_another_process_retried(
     odd_queue: Queue, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
