@@ -270,7 +270,8 @@ class Queue:
             return store.cancel(ids)
 
     def items(self, state: ItemState | None = None) -> list[ItemView]:
-        """Every item (or those in ``state``), in id order."""
+        """Every item (or those in ``state``), in id order, as a list (the lock
+        is not held while the caller iterates; ``store.items()`` streams)."""
         with self._using() as store:
             return list(store.items(state))
 
