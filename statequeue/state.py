@@ -392,8 +392,8 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = False
-        if "err" in rec:  # status shows it for recent failures
-            item.last_err = last_line(rec["err"])
+        # Status shows it for recent failures (none when this attempt wrote none).
+        item.last_err = last_line(rec["err"]) if "err" in rec else ""
         item.not_before = rec.get("retry_at", 0.0)
         self._move(item, ItemState(rec["state"]))
 

@@ -170,6 +170,22 @@ def test_status_shows_done_and_failed_apart_with_the_next_command(sq_home: Path,
     assert "`statequeue retry --failed`" in text
 
 
+def test_the_last_stderr_line_survives_compaction_and_reopening(odd_queue: Queue) -> None:
+    assert odd_queue.compact().archived == 0  # failed items stay in the journal
+    with Queue(home=odd_queue.path.parent) as q:  # type: ignore[union-attr]
+        lines = [f.stderr_last for f in q.status().recent_failures]
+    assert lines == ["last words \x1b[31mred"] * 2
+
+
+def test_the_last_stderr_line_is_the_last_attempts(sq_home: Path) -> None:
+    with Queue(home=sq_home) as q:
+        q.enqueue(["a"])
+        fail_all(q, stderr="first attempt\n")
+        q.retry([1])
+        fail_all(q, stderr="")  # the second attempt wrote nothing to stderr
+        assert [f.stderr_last for f in q.status().recent_failures] == [""]
+
+
 def test_status_fast_path_matches_the_full_cli_for_odd_items(
     odd_queue: Queue, sq_env: Env, cli: Cli
 ) -> None:
