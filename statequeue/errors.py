@@ -29,8 +29,27 @@ class InvalidQueueName(UsageError):
     """invalid queue name."""
 
 
-class ItemTooLarge(UsageError):
+class InvalidItem(UsageError):
+    """invalid item."""
+
+    index: int | None = None
+    """Where the item is in the input (0-based), when a batch was checked."""
+
+
+class ItemTooLarge(InvalidItem):
     """item is larger than the size limit."""
+
+
+class InvalidResult(UsageError):
+    """the result or reason cannot be stored as JSON."""
+
+
+class QueueClosed(UsageError):
+    """the queue is closed."""
+
+
+class QueueForked(UsageError):
+    """this Queue was opened in another process (before a fork); open a new Queue in this one."""
 
 
 class InvalidDuration(UsageError):

@@ -23,7 +23,7 @@ class ExitCode(IntEnum):
     IO_ERROR = 6
     """A write or fsync failed (disk full, I/O error); the queue is left recoverable."""
     NOT_FOUND = 7
-    """The named queue or item does not exist."""
+    """The named queue, item or attempt does not exist."""
     LOCKED = 8
     """The queue stayed locked by another process for longer than the lock timeout."""
     INTERRUPTED_INT = 130

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Collection, Iterable, Iterator
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statequeue.errors import ItemNotSettled, ItemTooLarge, UsageError
+from statequeue.errors import (
+    InvalidItem,
+    ItemNotSettled,
+    ItemTooLarge,
+    QueueClosed,
+    QueueForked,
+    UsageError,
+)
 from statequeue.identity import new_runner
 from statequeue.location import resolve_home, resolve_queue_name
 from statequeue.models import (
@@ -27,21 +36,26 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
-from statequeue.store.base import RecordStore
+from statequeue.records import check_json
+from statequeue.store.base import RETRYABLE, RecordStore
 
 if TYPE_CHECKING:
-    from statequeue.views import CompactResult, Status
+    from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
 
 MAX_ITEM_BYTES = 65536
 """The largest item, in bytes once encoded (Linux limits one argv element to 128 KiB)."""
 
 
 def check_item(item: str) -> str:
-    """Return ``item`` if it can be queued, else raise a UsageError subclass."""
+    """Return ``item`` if it can be queued, else raise InvalidItem (a UsageError)."""
+    if not isinstance(item, str):
+        raise InvalidItem(f"an item must be a str, not {type(item).__name__}")
     if not item:
-        raise UsageError("empty item")
+        raise InvalidItem("empty item")
     if "\0" in item:
-        raise UsageError("item contains a NUL byte, which no command argument can hold")
+        raise InvalidItem("item contains a NUL byte, which no command argument can hold")
+    if not item.isascii():
+        _check_bytes(item)
     if len(item) <= MAX_ITEM_BYTES // 4:  # 4 bytes per character at most: surely fits
         return item
     size = len(os.fsencode(item))
@@ -50,14 +64,47 @@ def check_item(item: str) -> str:
     return item
 
 
+def _check_bytes(text: str) -> None:
+    """InvalidItem if ``text`` holds a surrogate that stands for no byte (only
+    the API can pass one: decoding with surrogateescape never makes it)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        raise InvalidItem(
+            f"item holds a lone surrogate (U+{code:04X}) that stands for no byte"
+        ) from None
+
+
 def check_items(items: Iterable[str]) -> list[str]:
     """``check_item`` for each of ``items``, with the common case (short texts,
-    no NUL, none empty) decided by C-level passes over the whole list."""
+    no NUL, none empty, every one encodable) decided by C-level passes over the
+    whole list. A bad item's InvalidItem has its position in ``index``."""
     checked = list(items)
-    short = max(map(len, checked), default=0) <= MAX_ITEM_BYTES // 4
-    if short and all(checked) and "\0" not in "".join(checked):
-        return checked
-    return [check_item(i) for i in checked]
+    try:
+        short = max(map(len, checked), default=0) <= MAX_ITEM_BYTES // 4
+        joined = "".join(checked)
+        if short and all(checked) and "\0" not in joined and _encodable(joined):
+            return checked
+    except TypeError:
+        pass  # not all str: found and named below
+    for index, item in enumerate(checked):
+        try:
+            check_item(item)
+        except InvalidItem as exc:
+            exc.index = index
+            raise
+    return checked
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
@@ -71,6 +118,10 @@ class Queue:
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
     ``auto_compact``: dead records that trigger compaction as results are
     recorded (0 turns it off; default $STATEQUEUE_AUTO_COMPACT or 100,000).
+
+    A Queue may be shared by threads: its methods take turns on the store.
+    After ``os.fork`` the child reopens the queue on first use (a queue built
+    on a given ``store`` cannot be reopened: the child gets QueueForked).
     """
 
     def __init__(
@@ -82,17 +133,56 @@ class Queue:
         store: RecordStore | None = None,
         auto_compact: int | None = None,
     ) -> None:
+        self._reopen: Callable[[], RecordStore] | None = None
         if store is None:
             from statequeue.store.journal_store import JournalStore
 
-            store = JournalStore(queue_folder(name, home), create=create, auto_compact=auto_compact)
-        self.store = store
+            folder = queue_folder(name, home)
+            store = JournalStore(folder, create=create, auto_compact=auto_compact)
+            self._reopen = lambda: JournalStore(folder, create=False, auto_compact=auto_compact)
+        self._store = store
         self.name = store.name
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._closed = False
+
+    @property
+    def store(self) -> RecordStore:
+        """The store, for this process (reopened after a fork) and while open.
+
+        Calls made on it directly are not serialised between threads; the
+        Queue's own methods are."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        if self._closed:
+            raise QueueClosed(f"queue {self.name!r} is closed")
+        return self._store
+
+    def _after_fork(self) -> None:
+        # The parent's store shares its open files (and so its flocks) with
+        # this process: using it here would let both write the journal at once.
+        # It is dropped without close(), which could write under the parent's lock.
+        if self._reopen is None:
+            raise QueueForked(
+                f"queue {self.name!r} was opened in process {self._pid}, before a fork; "
+                "open a new Queue in this process"
+            )
+        if not self._closed:
+            self._store = self._reopen()  # if this raises, the next call tries again
+        self._lock = threading.RLock()  # another thread may have held it at the fork
+        self._pid = os.getpid()
+
+    @contextmanager
+    def _using(self) -> Iterator[RecordStore]:
+        """The store, held by this thread for one call."""
+        _ = self.store  # checks the process before taking a lock made before a fork
+        with self._lock:
+            yield self.store  # checked again: another thread may have closed it
 
     @property
     def path(self) -> Path | None:
         """The queue's folder, for a store that has one."""
-        folder = getattr(self.store, "folder", None)
+        folder = getattr(self._store, "folder", None)
         return folder if isinstance(folder, Path) else None
 
     def __enter__(self) -> Queue:
@@ -101,19 +191,33 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        self.store.close()
+        """Release the queue's files; later calls raise QueueClosed. Idempotent."""
+        if self._pid != os.getpid():
+            self._closed = True  # the parent's files are the parent's to close
+            return
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._store.close()
 
     def notices(self) -> list[str]:
         """Messages for the user, such as a torn tail repaired on open."""
-        return self.store.notices()
+        with self._using() as store:
+            return store.notices()
 
     def enqueue(self, items: Iterable[str]) -> EnqueueResult:
         """Add each item not already in the queue; returns how many were added and skipped.
 
         Every item is checked before anything is written, so bad input changes nothing.
         """
-        return self.store.enqueue(check_items(items))
+        checked = check_items(items)
+        with self._using() as store:
+            return store.enqueue(checked)
 
     def claim(
         self,
@@ -125,21 +229,61 @@ class Queue:
     ) -> Claim | None:
         """Claim the next due pending item for ``runner`` (only ids in ``among``,
         when given), recovering dead runners' items first."""
-        return self.store.claim(
-            runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
-        )
+        with self._using() as store:
+            return store.claim(
+                runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
+            )
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:
-        """Record an attempt's outcome durably; returns the item's new state."""
-        return self.store.finish(claim, outcome, retry_at=retry_at, sync=sync)
+        """Record an attempt's outcome durably; returns the item's new state.
+
+        InvalidResult if the result or reason cannot be stored as JSON (nothing
+        is recorded then, and the item stays claimed)."""
+        check_json(outcome.result, "result")
+        check_json(outcome.reason, "reason")
+        with self._using() as store:
+            return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
     def status(self) -> Status:
-        return self.store.status()
+        """Counts per state, live runners, recent failures, held items."""
+        with self._using() as store:
+            return store.status()
 
     def compact(self) -> CompactResult:
-        return self.store.compact()
+        """Rewrite the journal as a snapshot; finished results move to the archive."""
+        with self._using() as store:
+            return store.compact()
+
+    def retry(
+        self, ids: Sequence[int] | None = None, *, states: Collection[ItemState] = RETRYABLE
+    ) -> list[int]:
+        """Put failed or held items back as pending: ``ids``, or every item in
+        ``states``; returns the ids changed (see ``Store.retry``)."""
+        with self._using() as store:
+            return store.retry(ids, states=states)
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        """Cancel pending, failed or held items; returns the ids changed."""
+        with self._using() as store:
+            return store.cancel(ids)
+
+    def items(self, state: ItemState | None = None) -> list[ItemView]:
+        """Every item (or those in ``state``), in id order, as a list (the lock
+        is not held while the caller iterates; ``store.items()`` streams)."""
+        with self._using() as store:
+            return list(store.items(state))
+
+    def results(self, state: ItemState | None = None) -> list[ItemResult]:
+        """The stored result of every finished item (or those in ``state``)."""
+        with self._using() as store:
+            return list(store.results(state))
+
+    def history(self, item_id: int) -> ItemHistory:
+        """Everything recorded about one item; ItemNotFound if unknown."""
+        with self._using() as store:
+            return store.history(item_id)
 
     def work(
         self,
@@ -154,7 +298,8 @@ class Queue:
         the unsettled item is given back and runs again next time.
         """
         runner = new_runner(command=("python", *sys.argv[:1]))
-        self.store.register_runner(runner)
+        with self._using() as store:
+            store.register_runner(runner)
         current: WorkItem | None = None
         try:
             while True:
@@ -169,9 +314,15 @@ class Queue:
                     )
                 current = None
         finally:
+            self._end_work(runner.runner_id, current)
+
+    def _end_work(self, runner_id: str, current: WorkItem | None) -> None:
+        if self._closed:
+            return  # closing released the claim: recovery gives the item back
+        with self._using() as store:
             if current is not None and not current.settled:
-                self.store.release(current.claim, "abandoned: the work loop stopped early")
-            self.store.unregister_runner(runner.runner_id)
+                store.release(current.claim, "abandoned: the work loop stopped early")
+            store.unregister_runner(runner_id)
 
 
 class WorkItem:

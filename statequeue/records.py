@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from statequeue.errors import InvalidResult
+
 _CRC_PREFIX = b',"crc":"'
 _SUFFIX_LEN = len(_CRC_PREFIX) + 8 + 2  # ,"crc":"xxxxxxxx"}
 _crc32 = zlib.crc32
@@ -110,3 +112,12 @@ def item_text(record: Record) -> str:
     if isinstance(text, str):
         return text
     return os.fsdecode(base64.b64decode(record["itemx"]))
+
+
+def check_json(value: Any, what: str = "result") -> None:
+    """InvalidResult, naming the problem, unless ``value`` can go in a record
+    (orjson refuses sets, non-str keys, lone surrogates, nesting past 254)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidResult(f"{what} cannot be stored as JSON: {exc}") from None

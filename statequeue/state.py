@@ -55,6 +55,7 @@ class LiveItem:
         "failures",
         "id",
         "interrupted",
+        "last_err",
         "last_seq",
         "loc",
         "not_before",
@@ -79,6 +80,7 @@ class LiveItem:
         self.reason = ""
         self.last_seq = 0
         self.interrupted = False  # its last attempt died with its runner
+        self.last_err = ""  # the last stderr line of its last unsuccessful attempt
         self.not_before = 0.0  # wall-clock time before which a retry must wait
 
     @property
@@ -376,6 +378,7 @@ class QueueState:
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("interrupted", False)
         item.not_before = rec.get("retry_at", 0.0)
+        item.last_err = last_line(rec.get("last", {}).get("err", ""))
         if state in self.ids_in:
             self.ids_in[state].add(item_id)
         if state is PENDING and item.not_before:
@@ -395,6 +398,8 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = False
+        # Status shows it for recent failures (none when this attempt wrote none).
+        item.last_err = last_line(rec["err"]) if "err" in rec else ""
         item.not_before = rec.get("retry_at", 0.0)
         if not rec.get("ok"):
             item.failures += 1
@@ -451,6 +456,7 @@ class QueueState:
                 i.interrupted,
                 i.not_before,
                 i.failures,
+                i.last_err,
             ]
             for i in self.items.values()
         ]
@@ -496,8 +502,9 @@ class QueueState:
         for row in meta["items"]:
             # A row without ``failures`` (an older checkpoint) raises here, and
             # the caller replays the journal instead.
-            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row
+            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row[:11]
             item = LiveItem(item_id, loc, self.loader)
+            item.last_err = row[11] if len(row) > 11 else ""  # older checkpoints lack it
             item.state = STATE_OF[code]
             item.attempts, item.crashes = attempts, crashes
             item.runner, item.reason = runner, reason
@@ -515,6 +522,11 @@ class QueueState:
             return None
         span = max(now - recent[0], 1e-3)
         return len(recent) / span
+
+
+def last_line(text: str, width: int = 200) -> str:
+    """The last non-empty line of ``text`` (a stderr tail), cut to ``width``."""
+    return text.rstrip().rpartition("\n")[2][-width:]
 
 
 # Maps a state code to 1 for a live (not done) item, else 0.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statequeue.models import STATUS_SCHEMA, ItemState
+from statequeue.textsafe import item_json, record_json
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class Failure:
     item: str
     attempts: int
     reason: str
+    stderr_last: str = ""
+    """The last line its last attempt wrote to stderr ("" when none)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,13 @@ class Status:
                 for r in self.runners
             ],
             "recent_failures": [
-                {"id": f.item_id, "item": f.item, "attempts": f.attempts, "reason": f.reason}
+                {
+                    "id": f.item_id,
+                    **item_json(f.item),
+                    "attempts": f.attempts,
+                    "reason": f.reason,
+                    "stderr_last": f.stderr_last,
+                }
                 for f in self.recent_failures
             ],
             "held": list(self.held),
@@ -122,7 +131,7 @@ class ItemView:
         return {
             "schema": STATUS_SCHEMA,
             "id": self.item_id,
-            "item": self.item,
+            **item_json(self.item),
             "state": self.state.value,
             "attempts": self.attempts,
             "reason": self.reason,
@@ -147,7 +156,7 @@ class ItemResult:
         return {
             "schema": STATUS_SCHEMA,
             "id": self.item_id,
-            "item": self.item,
+            **item_json(self.item),
             "state": self.state.value,
             "attempt": self.attempt,
             "exit": self.exit_code,
@@ -175,9 +184,9 @@ class ItemHistory:
         return {
             "schema": STATUS_SCHEMA,
             "id": self.item_id,
-            "item": self.item,
+            **item_json(self.item),
             "state": self.state.value,
-            "events": list(self.events),
+            "events": [record_json(e) for e in self.events],
             "result": self.result,
             "stderr_tail": self.stderr_tail,
             "logs": list(self.log_paths),

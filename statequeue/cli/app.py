@@ -11,15 +11,28 @@ import sys
 from collections.abc import Sequence
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from statequeue.cli.errors import fail, run_guarded
+from statequeue.cli.errors import ReaderGone, fail, run_guarded
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
-from statequeue.cli.render import emit_json, err, human_bytes, status_text
+from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
 from statequeue.exitcodes import ExitCode
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            # click would turn this into exit 1, the code for "an item failed".
+            raise ReaderGone from exc
+
 
 app = typer.Typer(
     name="statequeue",
+    cls=_Group,
     help=(
         "A resumable, crash-safe work queue for the shell.\n\n"
         "Example: find . -name '*.pdf' | statequeue enqueue && "
@@ -28,12 +41,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    suggest_commands=False,  # click already says "Did you mean ...?"
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"statequeue {version('statequeue')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _global(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+def _global(
+    ctx: typer.Context,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
     ctx.obj = {"home": home, "queue": queue}
 
 
@@ -60,11 +92,15 @@ def enqueue(
 
     Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
     """
-    from statequeue.cli.input import read_items
+    from statequeue.cli.input import read_input
+    from statequeue.errors import InvalidItem
 
-    texts = read_items(items or [], file=file, null=null)
+    texts, positions = read_input(items or [], file=file, null=null)
     q = open_queue(ctx, home, queue, create=True)
-    result = q.enqueue(texts)
+    try:
+        result = q.enqueue(texts)
+    except InvalidItem as exc:
+        raise positions.locate(exc) from None
     if json:
         emit_json({"added": result.added, "skipped": result.skipped})
     else:
@@ -123,7 +159,8 @@ def compact(
     else:
         print(
             f"journal {human_bytes(r.bytes_before)} -> {human_bytes(r.bytes_after)}; "
-            f"archived {r.archived} finished item(s) (archive {human_bytes(r.archive_bytes)})"
+            f"archived {plural(r.archived, 'finished item')} "
+            f"(archive {human_bytes(r.archive_bytes)})"
         )
 
 

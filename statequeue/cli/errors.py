@@ -11,6 +11,10 @@ from statequeue.exitcodes import ExitCode
 PROG = "statequeue"
 
 
+class ReaderGone(Exception):
+    """The reader of our output went away (`statequeue list | head`)."""
+
+
 def fail(message: str, code: int) -> int:
     """Print ``message`` as one line on stderr; return ``code``."""
     line = " ".join(str(message).split())
@@ -45,16 +49,18 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
         return fail(f"error: {exc.format_message()}", int(ExitCode.USAGE))
     except KeyboardInterrupt:
         return fail("interrupted", int(ExitCode.INTERRUPTED_INT))
-    except BrokenPipeError:
-        # The reader of our output went away (`| head`): not an error of ours.
-        _silence_stdout()
+    except (BrokenPipeError, ReaderGone):
+        # The reader of our output went away (`| head`): not an error of ours,
+        # and quiet, as `ls | head` is.
+        silence_stdout()
         return 0
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         return fail(f"error:{where}: {exc.strerror or exc}", int(ExitCode.IO_ERROR))
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing more fails on the closed pipe."""
     import os
 
     try:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from statequeue.cli.app import app
+from statequeue.cli.completion import complete_state
+from statequeue.cli.event_text import describe_events
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
-from statequeue.cli.render import emit_json, shown
-from statequeue.errors import UsageError
+from statequeue.cli.render import emit_json, escaped, plural, shown
+from statequeue.errors import ItemNotFound, UsageError
 from statequeue.models import ItemState
+from statequeue.textsafe import record_json
+
+if TYPE_CHECKING:
+    from statequeue.views import ItemHistory
 
 StateOpt = Annotated[
     str | None,
@@ -21,6 +27,7 @@ StateOpt = Annotated[
         "-s",
         metavar="STATE",
         help="Only items in STATE: pending, running, done, failed, cancelled or held.",
+        autocompletion=complete_state,
     ),
 ]
 IdArg = Annotated[int, typer.Argument(help="The item id (see `statequeue list`).", min=1)]
@@ -88,21 +95,21 @@ def show(
     _write(f"state: {h.state.value}")
     _write("history (--retries counts failures per episode; `retry` or a stop starts one):")
     episode = 0
-    for ev in h.events:
+    for ev, line in zip(h.events, describe_events(h.events)[0], strict=True):
         if ev.get("episode", episode) != episode:
             episode = ev["episode"]
             _write(f" episode {episode}:")
-        _write(f"  {describe_event(ev)}")
+        _write(f"  {line}")
     if h.result is not None:
         import orjson
 
         _write("result: " + orjson.dumps(h.result).decode())
     if h.stderr_tail:
         _write("stderr (tail):")
-        for line in h.stderr_tail.rstrip("\n").splitlines()[-20:]:
-            _write(f"  {line}")
+        for line in h.stderr_tail.rstrip("\n").split("\n")[-20:]:
+            _write(f"  {shown(line, 400)}")
     for path in h.log_paths:
-        _write(f"log: {path}")
+        _write(f"log: {shown(path, 400)}")
 
 
 @app.command()
@@ -123,6 +130,8 @@ def logs(
     Example: statequeue logs 42 --follow
     """
     q = open_queue(ctx, home, queue, create=False)
+    if attempt is not None:
+        _check_attempt(q.store.history(item_id), attempt)
     out = sys.stdout.buffer
     shown_path: str | None = None
     offset = 0
@@ -145,6 +154,20 @@ def logs(
     if shown_path is None:
         which = f"attempt {attempt} of " if attempt else ""
         typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
+
+
+def _check_attempt(h: ItemHistory, attempt: int) -> None:
+    """ItemNotFound unless the item has had attempt ``attempt``."""
+    made = max((_attempt_of(e) for e in h.events), default=0)
+    if attempt > made:
+        raise ItemNotFound(f"item {h.item_id} has no attempt {attempt} (it has {made})")
+
+
+def _attempt_of(record: dict[str, Any]) -> int:
+    kind = record.get("t")
+    if kind == "item":  # carried over by compaction: counts its attempts so far
+        return int(record.get("attempts", 0))
+    return int(record.get("attempt", 0)) if kind in ("start", "end", "arch") else 0
 
 
 @app.command()
@@ -174,7 +197,8 @@ def results(
         import csv as csvmod
         import io
 
-        text = io.TextIOWrapper(out, encoding="utf-8", errors="backslashreplace", newline="")
+        # CSV is for programs: the item's exact bytes, as `find -print` gives them.
+        text = io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", newline="")
         writer = csvmod.writer(text)
         writer.writerow(["id", "item", "state", "attempt", "exit", "duration", "reason", "result"])
     for r in q.store.results(wanted):
@@ -196,7 +220,7 @@ def results(
             )
         else:
             res = "" if r.result is None else orjson.dumps(r.result).decode()
-            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{r.reason or res}"
+            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{escaped(r.reason or res)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
     if writer is not None:
         text.flush()
@@ -227,7 +251,7 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
         _write(f"no queues in {root}")
     for st in rows:
         counts = "  ".join(f"{k} {v}" for k, v in st.counts.items() if v)
-        _write(f"{st.queue}\t{st.total} items\t{counts or 'empty'}")
+        _write(f"{st.queue}\t{plural(st.total, 'item')}\t{counts or 'empty'}")
 
 
 @app.command()
@@ -254,19 +278,14 @@ def events(
 
     Example: statequeue events --follow --json | jq 'select(.t == "intr")'
     """
-    import orjson
-
     q = open_queue(ctx, home, queue, create=False)
     out = sys.stdout.buffer
     cursor: object | None = None
+    last: float | None = None
     try:
         while True:
             found, cursor = q.store.read_events(cursor)
-            for rec in found:
-                if json:
-                    out.write(orjson.dumps({"schema": 1, **rec}) + b"\n")
-                else:
-                    out.write(describe_event(rec).encode("utf-8", "replace") + b"\n")
+            last = _print_events(out, found, json, last)
             out.flush()
             if not follow:
                 return
@@ -275,32 +294,17 @@ def events(
         return
 
 
-def _runner(r: dict[str, Any]) -> str:
-    return str(r.get("runner", ""))[:8]
+def _print_events(
+    out: Any, records: list[dict[str, Any]], json: bool, last: float | None
+) -> float | None:
+    """Write ``records``; returns the last known time (see ``describe_events``)."""
+    import orjson
 
-
-_EVENT_TEXT: dict[str, Any] = {
-    "enq": lambda r: f"enqueued #{r['id']}",
-    "start": lambda r: f"start #{r['id']} attempt {r.get('attempt')} (runner {_runner(r)})",
-    "end": lambda r: (
-        f"end #{r['id']} attempt {r.get('attempt')}: {r.get('state')} "
-        f"({r.get('reason') or 'exit ' + str(r.get('exit', '?'))})"
-    ),
-    "intr": lambda r: f"recovered #{r['id']} -> {r.get('state')}: {r.get('reason', '')}",
-    "set": lambda r: f"#{r['id']} -> {r.get('state')} ({r.get('reason', '')})",
-    "run": lambda r: f"runner {_runner(r)} started (pid {r.get('pid')} on {r.get('host')})",
-    "stop": lambda r: f"runner {_runner(r)} stopped",
-    "pause": lambda r: "queue paused" if r.get("paused") else "queue resumed",
-    "snap": lambda r: f"snapshot: {r.get('archived')} archived, next id {r.get('next_id')}",
-    "item": lambda r: f"#{r['id']} carried over by compaction: {r.get('state')}",
-    "arch": lambda r: f"#{r['id']} archived",
-}
-
-
-def describe_event(rec: dict[str, Any]) -> str:
-    """One human-readable line for a journal record."""
-    at = rec.get("at")
-    when = time.strftime(" %Y-%m-%d %H:%M:%S", time.localtime(at)) if at else ""
-    fmt = _EVENT_TEXT.get(str(rec.get("t")))
-    text = fmt(rec) if fmt is not None else f"{rec.get('t')} record"
-    return f"seq {rec.get('seq', '?')}{when}  {text}"
+    if json:
+        for rec in records:
+            out.write(orjson.dumps({"schema": 1, **record_json(rec)}) + b"\n")
+        return last
+    lines, last = describe_events(records, last)
+    for line in lines:
+        out.write(line.encode("utf-8", "replace") + b"\n")
+    return last

@@ -78,15 +78,19 @@ def _fast_status(opts: _Fast) -> int:
 
 
 def _fast_enqueue(opts: _Fast) -> int:
-    from statequeue.cli.input import read_items
+    from statequeue.cli.input import read_input
+    from statequeue.errors import InvalidItem
     from statequeue.queue import Queue
 
-    texts = read_items(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
+    texts, where = read_input(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
     home, name = opts.values.get("home"), opts.values.get("queue")
     with Queue(name, home=home, create=True) as q:
         for notice in q.notices():
             sys.stderr.write(f"statequeue: {notice}\n")
-        result = q.enqueue(texts)
+        try:
+            result = q.enqueue(texts)
+        except InvalidItem as exc:
+            raise where.locate(exc) from None
     if "json" in opts.flags:
         sys.stdout.write(f'{{"added":{result.added},"skipped":{result.skipped}}}\n')
     else:
@@ -102,13 +106,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         full_main(args)
         return
-    from statequeue.cli.errors import fail
+    from statequeue.cli.errors import fail, silence_stdout
     from statequeue.errors import StateQueueError
 
     try:
         code = _fast_enqueue(opts) if opts.command == "enqueue" else _fast_status(opts)
+        sys.stdout.flush()
     except StateQueueError as exc:
         code = fail(exc.message, int(exc.exit_code))
+    except BrokenPipeError:
+        # The reader went away (`| head`): quiet, as in the full CLI. For
+        # enqueue, the items are queued all the same.
+        silence_stdout()
+        code = 0
     except OSError as exc:
         code = fail(f"error: {exc.strerror or exc}", 6)
     # Everything is written, fsynced and closed. Skip the interpreter's
@@ -117,5 +127,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     except OSError:
-        code = code or 6  # stdout closed under us: the items are queued all the same
+        code = code or 6  # stdout failed under us: the items are queued all the same
     os._exit(code)

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from statequeue.cli.app import app
+from statequeue.cli.completion import complete_queue
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
-from statequeue.cli.render import emit_json
+from statequeue.cli.render import emit_json, plural
 from statequeue.errors import UsageError
 from statequeue.exitcodes import ExitCode
 
@@ -40,9 +41,10 @@ def retry(
     if ids:
         changed = q.store.retry(ids)
     else:
-        wanted = {s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on}
-        chosen = [v.item_id for v in q.store.items() if v.state in wanted]
-        changed = q.store.retry(chosen)
+        # Chosen by the store under its lock: an item that a concurrent
+        # `retry --failed` already put back is not an error.
+        wanted = [s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on]
+        changed = q.store.retry(None, states=wanted)
     _report(changed, "put back as pending", json)
 
 
@@ -66,7 +68,7 @@ def _report(changed: list[int], what: str, json: bool) -> None:
     if json:
         emit_json({"schema": 1, "changed": changed})
     else:
-        print(f"{len(changed)} item(s) {what}")
+        print(f"{plural(len(changed), 'item')} {what}")
 
 
 @app.command()
@@ -147,7 +149,10 @@ def _lines(numbers: list[int]) -> str:
 @app.command("drop")
 def drop(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The queue to delete.", metavar="QUEUE")],
+    name: Annotated[
+        str,
+        typer.Argument(help="The queue to delete.", metavar="QUEUE", autocompletion=complete_queue),
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     home: HomeOpt = None,
 ) -> None:

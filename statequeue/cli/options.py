@@ -6,12 +6,15 @@ from typing import Annotated, Any
 
 import typer
 
+from statequeue.cli.completion import complete_queue
+
 HomeOpt = Annotated[
     str | None,
     typer.Option(
         "--home",
         metavar="DIR",
-        help="Folder holding the queues [env: STATEQUEUE_HOME; default: the user data dir].",
+        # The backslash stops rich from reading the brackets as markup.
+        help="Folder holding the queues \\[env: STATEQUEUE_HOME; default: the user data dir].",
         show_default=False,
     ),
 ]
@@ -21,8 +24,9 @@ QueueOpt = Annotated[
         "--queue",
         "-q",
         metavar="NAME",
-        help="Queue name [env: STATEQUEUE_QUEUE; default: default].",
+        help="Queue name \\[env: STATEQUEUE_QUEUE; default: default].",
         show_default=False,
+        autocompletion=complete_queue,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from statequeue.durations import format_duration
+from statequeue.textsafe import escaped, shown
 
 if TYPE_CHECKING:
     from statequeue.views import Status
@@ -37,46 +38,87 @@ def use_color(stream: Any = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def shown(item: str, width: int = 80) -> str:
-    """An item as it can be printed on one line (escapes, undecodable bytes)."""
-    text = item.encode("utf-8", "backslashreplace").decode("utf-8")
-    text = text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    return text if len(text) <= width else text[: width - 1] + "…"
+def plural(count: int, noun: str) -> str:
+    """``1 item``, ``2 items``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _share(part: int, total: int) -> str:
+    return f"{100 * part / total:.1f}%"
 
 
 def status_text(status: Status) -> str:
     c = status.counts
-    finished = c["done"] + c["failed"] + c["cancelled"]
-    share = f" ({100 * finished / status.total:.1f}% finished)" if status.total else ""
-    lines = [
-        f"queue {status.queue}: {status.total} items{share}",
-        "  " + "  ".join(f"{k} {c[k]}" for k in c),
-    ]
+    lines = [_status_headline(status), "  " + "  ".join(f"{k} {c[k]}" for k in c)]
     if status.paused:
         lines.append("PAUSED: runners take no new items (`statequeue resume`)")
     if status.rate and status.runners:
         eta = f", ETA {format_duration(status.eta)}" if status.eta else ""
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
-    if status.runners:
-        for r in status.runners:
-            items = ", ".join(str(i) for i in r.running) or "none"
-            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at))
-            lines.append(
-                f"runner: active (pid {r.pid} on {r.host}, since {since}, running items: {items})"
-            )
-    else:
-        lines.append("runner: none active")
+    lines += _runner_lines(status)
     if status.interrupted:
         ids = ", ".join(str(i) for i in status.interrupted[:20])
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
     if status.held:
         ids = ", ".join(str(i) for i in status.held[:20])
         lines.append(f"held (poison or on hold): {ids}")
-    if status.recent_failures:
-        lines.append("recent failures:")
-        for f in status.recent_failures:
-            lines.append(f"  #{f.item_id} {shown(f.item, 50)} (attempt {f.attempts}): {f.reason}")
+    lines += _failure_lines(status)
+    lines += _next_steps(status)
     return "\n".join(lines)
+
+
+def _status_headline(status: Status) -> str:
+    """Done and failed apart: a queue where everything failed is not "100% done"."""
+    c, total = status.counts, status.total
+    head = f"queue {status.queue}: {plural(total, 'item')}"
+    if not total:
+        return head
+    parts = [f"{_share(c['done'], total)} done"]
+    parts += [f"{_share(c[k], total)} {k}" for k in ("failed", "cancelled") if c[k]]
+    return f"{head} ({', '.join(parts)})"
+
+
+def _runner_lines(status: Status) -> list[str]:
+    if not status.runners:
+        return ["runner: none active"]
+    lines = []
+    for r in status.runners:
+        items = ", ".join(str(i) for i in r.running) or "none"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at))
+        where = f"pid {r.pid} on {shown(r.host)}, since {since}"
+        lines.append(f"runner: active ({where}, running items: {items})")
+    return lines
+
+
+def _failure_lines(status: Status) -> list[str]:
+    if not status.recent_failures:
+        return []
+    lines = ["recent failures:"]
+    for f in status.recent_failures:
+        lines.append(
+            f"  #{f.item_id} {shown(f.item, 50)} (attempt {f.attempts}): {shown(f.reason)}"
+        )
+        if f.stderr_last:
+            lines.append(f"      stderr: {shown(f.stderr_last, 100)}")
+    more = status.counts.get("failed", 0) - len(status.recent_failures)
+    if more > 0:
+        lines.append(f"  and {more} more: `{_command(status, 'list -s failed')}`")
+    return lines
+
+
+def _next_steps(status: Status) -> list[str]:
+    """The command to run next, ready to copy."""
+    steps = []
+    if status.counts.get("failed"):
+        steps.append(f"next: `{_command(status, 'retry --failed')}` runs the failed items again")
+    if status.counts.get("held"):
+        steps.append(f"next: `{_command(status, 'retry --held')}` runs the held items again")
+    return steps
+
+
+def _command(status: Status, args: str) -> str:
+    queue = "" if status.queue == "default" else f" -q {status.queue}"
+    return f"statequeue{queue} {args}"
 
 
 def watch_status(queue: Any, *, interval: float, json: bool) -> None:
@@ -117,4 +159,13 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-__all__ = ["emit_json", "err", "format_duration", "human_bytes", "shown", "status_text"]
+__all__ = [
+    "emit_json",
+    "err",
+    "escaped",
+    "format_duration",
+    "human_bytes",
+    "plural",
+    "shown",
+    "status_text",
+]

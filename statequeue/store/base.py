@@ -7,6 +7,7 @@ PostgreSQL store will implement the same ``Store`` methods.
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
 
 ENQUEUE_BATCH = 20_000
 RECENT_FAILURES = 5
+RETRYABLE = (ItemState.FAILED, ItemState.HELD)
 
 
 class Store(ABC):
@@ -104,10 +106,16 @@ class Store(ABC):
         """Release every resource; claims still held are left to recovery."""
 
     @abstractmethod
-    def retry(self, ids: Sequence[int] | None) -> list[int]:
-        """Put failed or held items back as pending (all of them when ``ids`` is
-        None); returns the ids changed. Raises ItemNotFound for an unknown id and
-        UsageError for an item in another state; then nothing is changed."""
+    def retry(
+        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
+    ) -> list[int]:
+        """Put failed or held items back as pending; returns the ids changed.
+
+        ``ids``: raises ItemNotFound for an unknown id and UsageError for an item
+        in another state; then nothing is changed. None: every item that is in
+        one of ``states`` (failed or held) at the moment of the change, chosen
+        and changed atomically, so items another process retried meanwhile are
+        simply not chosen (no error)."""
 
     @abstractmethod
     def cancel(self, ids: Sequence[int]) -> list[int]:
@@ -186,7 +194,10 @@ class RecordStore(Store):
         """Record that runners which died without unregistering are gone, so
         their records are not carried forever (nor probed on every claim)."""
         for rid in [r for r in state.runners if not self._runner_alive(r)]:
-            self._write([{"t": "stop", "runner": rid, "reason": "died"}], sync=False)
+            # "by": the process that noticed (`events` shows the runner as lost).
+            lost: Record = {"t": "stop", "runner": rid, "reason": "died", "at": _now()}
+            lost["by"] = os.getpid()
+            self._write([lost], sync=False)
             self._forget_runner(rid)
 
     def _maybe_compact(self, state: QueueState) -> None:
@@ -394,7 +405,7 @@ class RecordStore(Store):
 
     def unregister_runner(self, runner_id: str) -> None:
         with self._locked():
-            self._write([{"t": "stop", "runner": runner_id}], sync=True)
+            self._write([{"t": "stop", "runner": runner_id, "at": _now()}], sync=True)
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._locked() as state:
@@ -428,7 +439,8 @@ class RecordStore(Store):
                 counts={s.value: n for s, n in state.counts.items()},
                 runners=tuple(self._active_runners(state)),
                 recent_failures=tuple(
-                    Failure(i.id, i.text, i.attempts, i.reason) for i in failed[:RECENT_FAILURES]
+                    Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
+                    for i in failed[:RECENT_FAILURES]
                 ),
                 held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
                 interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
@@ -445,9 +457,13 @@ class RecordStore(Store):
         out, self._notices = self._notices, []
         return out
 
-    def retry(self, ids: Sequence[int] | None) -> list[int]:
-        allowed = (ItemState.FAILED, ItemState.HELD)
-        return self._set_state(ids, ItemState.PENDING, allowed, "retry")
+    def retry(
+        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
+    ) -> list[int]:
+        if ids is None:
+            chosen = tuple(s for s in RETRYABLE if s in states)
+            return self._set_state(None, ItemState.PENDING, chosen, "retry")
+        return self._set_state(ids, ItemState.PENDING, RETRYABLE, "retry")
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
@@ -467,8 +483,9 @@ class RecordStore(Store):
                 chosen = list(dict.fromkeys(ids))
                 for item_id in chosen:
                     self._check_state(state, item_id, allowed, verb)
+            at = _now()
             records: list[Record] = [
-                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user"}
+                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user", "at": at}
                 for i in chosen
             ]
             self._write(records, sync=True)
@@ -490,7 +507,7 @@ class RecordStore(Store):
 
     def set_paused(self, paused: bool) -> None:
         with self._locked():
-            self._write([{"t": "pause", "paused": paused}], sync=True)
+            self._write([{"t": "pause", "paused": paused, "at": _now()}], sync=True)
 
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
         from statequeue.views import ItemView
@@ -558,10 +575,16 @@ def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool)
         "attempt": item.attempts,
         "state": target.value,
         "reason": reason,
+        "at": _now(),
     }
     if crashed:
         rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
     return rec
+
+
+def _now() -> float:
+    """A record's time, for people reading `events` (never for ordering: seq does that)."""
+    return round(time.time(), 3)
 
 
 def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:

@@ -1,0 +1,97 @@
+"""One line per journal record, for `events` and `show`.
+
+Each line starts with the record's sequence number (labelled ``seq``, never
+to be confused with an item id, which is written ``#N``) and a time.
+Enqueue records carry no time of their own (the bulk enqueue path stays lean),
+so they show the time of the nearest record that has one, marked ``~``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from statequeue.textsafe import shown
+
+Record = dict[str, Any]
+NO_TIME = "-"
+
+
+def _runner(r: Record) -> str:
+    return shown(str(r.get("runner", ""))[:8])
+
+
+def _item(r: Record) -> str:
+    return f"#{r.get('id')}"
+
+
+def _stopped(r: Record) -> str:
+    if r.get("reason") != "died":
+        return f"runner {_runner(r)} stopped"
+    # Written by the process that found the runner's lock free while its
+    # start record stood: the runner was killed (-9) or crashed.
+    finder = f", noticed by pid {r['by']}" if "by" in r else ""
+    return f"runner {_runner(r)} lost (its lock was released without a stop record{finder})"
+
+
+def _ended(r: Record) -> str:
+    why = r.get("reason") or "exit " + str(r.get("exit", "?"))
+    return f"end {_item(r)} attempt {r.get('attempt')}: {r.get('state')} ({shown(str(why))})"
+
+
+_EVENT_TEXT: dict[str, Callable[[Record], str]] = {
+    "enq": lambda r: f"enqueued {_item(r)}",
+    "start": lambda r: f"start {_item(r)} attempt {r.get('attempt')} (runner {_runner(r)})",
+    "end": _ended,
+    "intr": lambda r: (
+        f"recovered {_item(r)} -> {r.get('state')}: {shown(str(r.get('reason', '')))}"
+    ),
+    "set": lambda r: f"{_item(r)} -> {r.get('state')} ({shown(str(r.get('reason', '')))})",
+    "run": lambda r: (
+        f"runner {_runner(r)} started (pid {r.get('pid')} on {shown(str(r.get('host')))})"
+    ),
+    "stop": _stopped,
+    "pause": lambda r: "queue paused" if r.get("paused") else "queue resumed",
+    "snap": lambda r: f"snapshot: {r.get('archived')} archived, next id {r.get('next_id')}",
+    "item": lambda r: f"{_item(r)} carried over by compaction: {r.get('state')}",
+    "arch": lambda r: f"{_item(r)} archived",
+}
+
+
+def record_time(rec: Record) -> float | None:
+    """When the record was written, if it says."""
+    at = rec.get("at", rec.get("since") if rec.get("t") == "run" else None)
+    return float(at) if isinstance(at, int | float) else None
+
+
+def describe_events(
+    records: Sequence[Record], last_time: float | None = None
+) -> tuple[list[str], float | None]:
+    """A line per record, and the last known time (pass it to the next call
+    when following). A record without a time gets the nearest earlier known
+    one, else the next later one in ``records``."""
+    times = [record_time(r) for r in records]
+    later: float | None = None
+    nearest: list[float | None] = [None] * len(records)
+    for i in range(len(records) - 1, -1, -1):
+        later = times[i] if times[i] is not None else later
+        nearest[i] = later
+    lines = []
+    for rec, at, after in zip(records, times, nearest, strict=True):
+        if at is not None:
+            last_time = at
+            lines.append(describe_event(rec, at))
+        else:
+            lines.append(describe_event(rec, last_time or after, approximate=True))
+    return lines, last_time
+
+
+def describe_event(rec: Record, at: float | None = None, *, approximate: bool = False) -> str:
+    """One human-readable line for a journal record."""
+    when = NO_TIME
+    if at is not None:
+        when = ("~" if approximate else "") + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    fmt = _EVENT_TEXT.get(str(rec.get("t")))
+    text = fmt(rec) if fmt is not None else f"{shown(str(rec.get('t')))} record"
+    return f"seq {rec.get('seq', '?')}  {when}  {text}"
