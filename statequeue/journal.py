@@ -141,8 +141,7 @@ def parse(
         record = decode(line)
         if record is None or (last_seq is not None and record["seq"] != last_seq + 1):
             line_no = first_line + len(out)
-            after = pos + len(line) + 1
-            _refuse_if_valid_after(data, after, path=path, line_no=line_no, record=record)
+            _refuse_if_damage(data[pos:], path=path, line_no=line_no, gap=record is not None)
             break
         append(record)
         if mark is not None:
@@ -152,13 +151,29 @@ def parse(
     return out, pos, last_seq
 
 
-def _refuse_if_valid_after(
-    data: bytes, start: int, *, path: str, line_no: int, record: records.Record | None
-) -> None:
-    for line in data[start:].split(b"\n"):
-        if records.decode(line) is not None:
-            reason = "bad checksum or malformed record" if record is None else "sequence gap"
-            raise CorruptJournal(path, line_no, f"{reason}, followed by valid records")
+def looks_like_record(line: bytes) -> bool:
+    """Whether a complete line that failed its checks was a record: it has a
+    record's opening, its checksum field or its closing (one flipped bit
+    breaks at most one of them). The unsynced bytes a power cut garbles
+    almost never have any."""
+    return line.startswith(b'{"') or line.endswith(b'"}') or b',"crc":"' in line
+
+
+def _refuse_if_damage(rest: bytes, *, path: str, line_no: int, gap: bool) -> None:
+    """``rest`` starts with a line that is not the next record. It is a torn
+    tail (a crash cut an append short; never acknowledged) only when no
+    complete line in it is, or was, a record, and no valid record follows.
+    Else raise CorruptJournal naming the line."""
+    lines = rest.split(b"\n")
+    if gap:
+        raise CorruptJournal(path, line_no, "sequence gap: a record is missing before this one")
+    for n, line in enumerate(lines):
+        complete = n < len(lines) - 1
+        if n > 0 and records.decode(line) is not None:
+            reason = "bad checksum or malformed record, followed by valid records"
+            raise CorruptJournal(path, line_no, reason)
+        if complete and looks_like_record(line):
+            raise CorruptJournal(path, line_no + n, "bad checksum or malformed record")
 
 
 class JournalFile:
@@ -238,8 +253,13 @@ class JournalFile:
             raise AssertionError("journal changed while its lock was held")
         torn = TornTail(str(self.path), self.offset, len(rest))
         if repair:
-            self._cut_to(self.offset, "repairing")
+            self.cut_torn(torn)
         return torn
+
+    def cut_torn(self, torn: TornTail) -> None:
+        """Durably cut the torn tail ``replay(repair=False)`` returned (the
+        caller holds the lock exclusively and has decided it is one)."""
+        self._cut_to(torn.offset, "repairing")
 
     def append(self, batch: Iterable[records.Record], *, sync: bool) -> list[int]:
         """Number, encode and write ``batch``; fsync when ``sync``. Returns

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -211,7 +212,9 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
     rows = []
     folders = (
-        sorted(p for p in root.iterdir() if (p / "journal.jsonl").exists()) if root.is_dir() else []
+        # A folder whose journal is gone but whose archive remains is a damaged
+        # queue (opening it refuses), never one to leave out silently.
+        sorted(p for p in root.iterdir() if _holds_queue(p)) if root.is_dir() else []
     )
     for folder in folders:
         with Queue(folder.name, home=root, create=False) as q:
@@ -224,6 +227,10 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     for st in rows:
         counts = "  ".join(f"{k} {v}" for k, v in st.counts.items() if v)
         _write(f"{st.queue}\t{st.total} items\t{counts or 'empty'}")
+
+
+def _holds_queue(folder: Path) -> bool:
+    return (folder / "journal.jsonl").exists() or (folder / "archive.jsonl").exists()
 
 
 @app.command()

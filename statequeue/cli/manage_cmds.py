@@ -121,7 +121,7 @@ def fsck(
         emit_json(report.to_json())
     else:
         for check in (report.journal, report.archive):
-            problems = []
+            problems = list(check.problems)
             if check.bad_lines:
                 problems.append(f"bad records at lines {_lines(check.bad_lines)}")
             if check.seq_errors:
@@ -132,6 +132,9 @@ def fsck(
         if report.repaired:
             for kept in report.kept:
                 print(f"kept the damaged file as {kept}")
+            if report.lost_ids:
+                lost = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in report.lost_ids)
+                print(f"no surviving record names item id(s) {lost}: left out, never reused")
             print("repaired: the valid records now form the queue")
     if report.damaged and not report.repaired:
         print("damage found: run `statequeue fsck --repair` to salvage", file=sys.stderr)

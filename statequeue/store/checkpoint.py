@@ -4,11 +4,16 @@ queue replays only the records written after it.
 ``state.ckpt`` is never the truth: the journal is. The checkpoint names the
 journal it was taken from (inode, the checksum of its first record, and the
 last bytes before its position), and is used only when all of them still match
-and its own checksum holds; anything else (a compaction, a repaired or
-truncated journal, a torn write, a newer format) means a full replay, after
-which a fresh checkpoint is written. Because losing it costs only time, it is
-written temp + rename without fsync: a crash can leave an old or empty file,
-never one that passes the checks with the wrong state.
+and its own checksum holds; anything else (a compaction, a repaired journal, a
+torn write, a newer format) means a full replay, after which a fresh
+checkpoint is written. Because losing it costs only time, it is written temp +
+rename without fsync: a crash can leave an old or empty file, never one that
+passes the checks with the wrong state.
+
+It is also evidence. It covers only fsynced records, and the bytes of a
+journal up to there never change while its inode and first record stay the
+same; so a checkpoint of this very journal at a position the journal no longer
+has proves that acknowledged records were lost (``Found.AHEAD``).
 
 Layout: ``MAGIC``, 8-byte header length, header JSON, state codes, record
 locators, CRC32 of everything before it.
@@ -19,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +163,32 @@ def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
     return header, body[start + size :]
 
 
-def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
+class Found(Enum):
+    """What ``restore`` made of the state checkpoint."""
+
+    NONE = "none"  # there is none
+    RESTORED = "restored"  # it matched: the state and read position are its
+    STALE = "stale"  # damaged, or of another journal: remove it once the journal opened
+    AHEAD = "ahead"  # of this journal, at a position it no longer has: records were lost
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The verdict on the checkpoint, and the journal position it names."""
+
+    found: Found
+    offset: int = 0
+    lines: int = 0
+
+
+def restore(folder: Path, journal: JournalFile, state: QueueState) -> Restore:
     """Load the checkpoint into ``state`` and move ``journal``'s read position to
-    it, if it matches the open journal; else leave both untouched and return False."""
+    it, if it matches the open journal; else leave both untouched. Never
+    changes a file: a checkpoint the journal cannot be opened without is
+    evidence for `fsck` (``remove_stale`` drops it after a clean open)."""
     path = folder / NAME
     if not path.exists():
-        return False
+        return Restore(Found.NONE)
     parsed = _parse(path)
     try:
         if parsed is None:
@@ -169,18 +196,36 @@ def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
         header, codes, locs = parsed
         where = header["journal"]
         offset, lines, last_seq = int(where["offset"]), int(where["lines"]), where["last_seq"]
-        if not _matches(journal, where) or not isinstance(last_seq, int):
-            raise ValueError("stale")
+        found = _compare(journal, where)
+        if found is not Found.RESTORED or not isinstance(last_seq, int):
+            return Restore(found if found is Found.AHEAD else Found.STALE, offset, lines)
         state.restore(header["state"], codes, locs)
     except (KeyError, TypeError, ValueError, IndexError, OSError):
-        # Stale or damaged for good (the journal it names is gone or changed):
-        # remove it, so that it can never match a journal that grows back.
         state.reset()
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return False
+        return Restore(Found.STALE)
     journal.offset, journal.lines, journal.last_seq = offset, lines, last_seq
-    return True
+    return Restore(Found.RESTORED, offset, lines)
+
+
+def remove_stale(folder: Path) -> None:
+    """Remove a state checkpoint that no longer matches (after the journal
+    opened cleanly without it), so that it can never match a journal that
+    grows back."""
+    with contextlib.suppress(OSError):
+        (folder / NAME).unlink()
+
+
+def known_ids(folder: Path) -> int:
+    """The highest item id either checkpoint knows of, matching or not (0 if
+    none can be read): a repair must never hand such an id out again."""
+    best = 0
+    parsed = _read(folder / NAME, MAGIC)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        best = int(parsed[0]["state"]["next_id"]) - 1 if parsed else 0
+    keys = _read(folder / KEYS_NAME, KEYS_MAGIC)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        best = max(best, int(keys[0]["count"]) if keys else 0)
+    return best
 
 
 def discard(folder: Path) -> None:
@@ -205,13 +250,22 @@ def _parse(path: Path) -> tuple[dict[str, Any], bytes, bytes] | None:
 
 
 def _matches(journal: JournalFile, where: dict[str, Any]) -> bool:
+    return _compare(journal, where) is Found.RESTORED
+
+
+def _compare(journal: JournalFile, where: dict[str, Any]) -> Found:
+    """RESTORED if ``where`` names ``journal`` at a position it still has,
+    AHEAD if it names this journal (inode and first record) at a position it
+    no longer has, else STALE."""
     offset = int(where["offset"])
     if where["inode"] != journal.inode or offset <= 0:
-        return False
+        return Found.STALE
+    if _first_line_crc(journal.fd) != where["head"]:
+        return Found.STALE
     if os.fstat(journal.fd).st_size < offset:
-        return False
+        return Found.AHEAD
     tail = os.pread(journal.fd, _TAIL, max(0, offset - _TAIL))
-    return bool(tail.hex() == where["tail"] and _first_line_crc(journal.fd) == where["head"])
+    return Found.RESTORED if tail.hex() == where["tail"] else Found.AHEAD
 
 
 def _first_line_crc(fd: int) -> str | None:

@@ -11,6 +11,16 @@ Steps, in this order, so that a crash at any point leaves a readable queue:
 
 Before step 2 completes, the old journal still names every item, and the
 archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it).
+
+The archive is never cut on the word of a header alone: before step 1, what it
+holds up to ``archive_size`` must be exactly the ``archived`` records the
+header counts, and every record past it must be an item the journal still
+names (one a crashed compaction archived early). Anything else is damage.
+
+The header says how many records follow it (``follow``): ids below ``next_id``
+are done unless an ``item`` record says otherwise, so a journal cut after the
+header would otherwise turn unfinished items into done ones. It also lists the
+ids below ``next_id`` that name no item (``absent``, left by `fsck --repair`).
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ def compact_journal(
 ) -> CompactResult:
     """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
     bytes_before = journal.offset
-    archive = _open_archive(archive_path, state.archive_size, ops=ops)
+    archive = _open_archive(archive_path, state, ops=ops)
     try:
         archived, last_end, texts = _archive_finished(journal, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
@@ -78,6 +88,10 @@ def compact_journal(
     for runner in state.runners.values():
         seq += 1
         lines.append({**runner, "seq": seq})
+    lines[0]["follow"] = len(lines) - 1
+    absent = state.absent_ids()
+    if absent:
+        lines[0]["absent"] = absent
     create_file(journal.path, lines, ops=ops)
     return CompactResult(
         bytes_before=bytes_before,
@@ -144,23 +158,52 @@ def _arch(item_id: int, text: str, fields: Record) -> Record:
     return {"t": "arch", "id": item_id, **item_fields(text), **fields}
 
 
-def _ignore(record: Record, loc: int) -> None:
-    """Replay callback for a file read only to validate it."""
+class _ArchiveCheck:
+    """Replay callback that checks the archive against the snapshot header:
+    ``archived`` records up to ``archive_size``, then only items the journal
+    still names (locator >= 0: it holds their record)."""
+
+    def __init__(self, state: QueueState) -> None:
+        self.state = state
+        self.vouched = 0
+        self.strangers = 0
+
+    def __call__(self, record: Record, loc: int) -> None:
+        if record.get("t") != "arch":
+            return
+        if loc < self.state.archive_size:
+            self.vouched += 1
+            return
+        item_id = record.get("id", 0)
+        locs = self.state.locs
+        if not (isinstance(item_id, int) and 0 < item_id < len(locs) and locs[item_id] >= 0):
+            self.strangers += 1
 
 
-def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
-    """The archive, open for appending after the ``size`` bytes the current
-    snapshot vouches for (a crashed compaction's tail is cut away)."""
+def _open_archive(path: Path, state: QueueState, *, ops: FileOps) -> JournalFile:
+    """The archive, open for appending after the ``archive_size`` bytes the
+    current snapshot vouches for (a crashed compaction's tail is cut away,
+    once it is shown to be one)."""
+    size = state.archive_size
     if not path.exists():
+        if size:
+            raise DamagedState(f"{path} is missing but the journal refers to it")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         os.close(fd)
         ops.fsync_dir(str(path.parent))
     archive = JournalFile(path, ops=ops)
     archive.open()
     try:
-        archive.replay(_ignore, repair=False)
+        check = _ArchiveCheck(state)
+        archive.replay(check, repair=False)
         if archive.offset < size:
             raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
+        if check.vouched != state.archived or check.strangers:
+            raise DamagedState(
+                f"{path}: holds {check.vouched} record(s) where the journal says "
+                f"{state.archived}, and {check.strangers} it does not name; refusing to "
+                "compact (run `statequeue fsck`)"
+            )
         if os.fstat(archive.fd).st_size != size:
             # A compaction crashed after appending here (its journal never took
             # effect, so those items are archived again), or a torn tail.

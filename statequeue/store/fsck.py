@@ -1,8 +1,14 @@
 """`fsck`: check every record of a queue's files, and salvage what is valid.
 
+It finds what opening refuses (promise 5): a bad record anywhere, even a
+complete last line; a missing, empty or cut header; a journal cut after a
+compaction (shorter than its header says) or behind its checkpoint.
+
 Repair never deletes: the damaged journal is kept beside the new one (a hard
 link named ``journal.jsonl.damaged-TIMESTAMP``) before the salvaged records
 replace it through the usual temp-file, fsync, rename, folder-fsync recipe.
+When the snapshot header is lost, a new one is rebuilt from everything that
+survives (archive, records, checkpoints), so no id is ever handed out twice.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ from pathlib import Path
 from statequeue import records
 from statequeue.errors import QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
-from statequeue.journal import create_file
+from statequeue.journal import JournalFile, create_file, looks_like_record
 from statequeue.records import Record
+from statequeue.state import QueueState
 from statequeue.store import checkpoint
-from statequeue.store.journal_store import wait_for_lock
+from statequeue.store.journal_store import ARCHIVE, JOURNAL, queue_history, wait_for_lock
 
 
 @dataclass
@@ -30,10 +37,11 @@ class FileCheck:
     bad_lines: list[int] = field(default_factory=list)
     seq_errors: list[int] = field(default_factory=list)
     torn_bytes: int = 0
+    problems: list[str] = field(default_factory=list)  # damage not tied to one line
 
     @property
     def damaged(self) -> bool:
-        return bool(self.bad_lines or self.seq_errors)
+        return bool(self.bad_lines or self.seq_errors or self.problems)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -42,6 +50,7 @@ class FileCheck:
             "bad_lines": self.bad_lines,
             "sequence_errors": self.seq_errors,
             "torn_tail_bytes": self.torn_bytes,
+            "problems": self.problems,
         }
 
 
@@ -53,6 +62,7 @@ class FsckReport:
     archive: FileCheck
     repaired: bool = False
     kept: list[str] = field(default_factory=list)
+    lost_ids: list[list[int]] = field(default_factory=list)  # [first, last] ranges
 
     @property
     def damaged(self) -> bool:
@@ -67,6 +77,7 @@ class FsckReport:
             "archive": self.archive.to_json(),
             "repaired": self.repaired,
             "kept_damaged_files": self.kept,
+            "lost_ids": self.lost_ids,
         }
 
 
@@ -95,66 +106,188 @@ def scan_file(path: Path) -> tuple[FileCheck, list[Record]]:
         valid.append(rec)
     check.valid = len(valid)
     # Bad lines with no valid record after them are a torn tail, which an
-    # ordinary open cuts away: not damage.
-    for number in [n for n in check.bad_lines if n > last_valid_line]:
-        check.torn_bytes += len(lines[number - 1]) + 1
-        check.bad_lines.remove(number)
+    # ordinary open cuts away -- unless one of them is (or was) a complete
+    # record: a bit flip in the last record is damage, as it is on open.
+    trailing = [n for n in check.bad_lines if n > last_valid_line]
+    if not any(looks_like_record(lines[n - 1]) for n in trailing):
+        for number in trailing:
+            check.torn_bytes += len(lines[number - 1]) + 1
+            check.bad_lines.remove(number)
     return check, valid
 
 
 def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckReport:
     """Check (and with ``repair``, salvage) the queue in ``folder``."""
-    journal_path = folder / "journal.jsonl"
-    if not journal_path.exists():
+    journal_path = folder / JOURNAL
+    if not journal_path.exists() and not queue_history(folder):
         raise QueueNotFound(f"no queue in {folder}")
     lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         wait_for_lock(lock_fd, folder / "lock")
         jcheck, jrecords = scan_file(journal_path)
-        acheck, arecords = scan_file(folder / "archive.jsonl")
+        acheck, arecords = scan_file(folder / ARCHIVE)
+        jcheck.problems += _journal_problems(folder, jcheck, jrecords)
+        acheck.problems += _archive_problems(folder / ARCHIVE, jrecords)
         report = FsckReport(jcheck, acheck)
         if repair and report.damaged:
-            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-            if acheck.damaged:
-                report.kept.append(_salvage(folder / "archive.jsonl", arecords, stamp, ops))
-            header = _header_for(jrecords, folder / "archive.jsonl", rebuilt=acheck.damaged)
-            body = [r for r in jrecords if r.get("t") != "snap"]
-            report.kept.append(_salvage(journal_path, [header, *body], stamp, ops))
-            report.repaired = True
+            _repair(folder, report, jrecords, arecords, ops)
         return report
     finally:
         os.close(lock_fd)
 
 
-def _header_for(jrecords: list[Record], archive: Path, *, rebuilt: bool) -> Record:
-    """The snapshot header of a salvaged journal, made to agree with the archive."""
-    old = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else {}
-    if old and not rebuilt:
-        archived, size = old["archived"], old["archive_size"]
+def _journal_problems(folder: Path, check: FileCheck, valid: list[Record]) -> list[str]:
+    """Damage to the journal as a whole, which opening refuses."""
+    path = folder / JOURNAL
+    if not path.exists():
+        return [f"missing, but {', '.join(queue_history(folder)[:3])} remain"]
+    header = _header_of(valid, check)
+    if header is None:
+        return ["line 1 is not a valid snapshot header (empty, cut or overwritten)"]
+    found: list[str] = []
+    missing = header["seq"] + header.get("follow", 0) - valid[-1]["seq"]
+    if missing > 0:
+        found.append(f"ends {missing} record(s) short of what its header says follows it")
+    ahead = _checkpoint_ahead(folder, path)
+    if ahead:
+        found.append(ahead)
+    return found
+
+
+def _header_of(valid: list[Record], check: FileCheck) -> Record | None:
+    """The journal's snapshot header, if line 1 holds a valid one."""
+    if not valid or 1 in check.bad_lines or valid[0].get("t") != "snap":
+        return None
+    return valid[0]
+
+
+def _checkpoint_ahead(folder: Path, path: Path) -> str | None:
+    """A message if the state checkpoint saw records of this journal that it no longer has."""
+    journal = JournalFile(path)
+    journal.open()
+    try:
+        found = checkpoint.restore(folder, journal, QueueState())
+    finally:
+        journal.close()
+    if found.found is not checkpoint.Found.AHEAD:
+        return None
+    return (
+        f"{checkpoint.NAME} saw {found.lines} fsynced record(s) ({found.offset} bytes) "
+        "that the journal no longer has"
+    )
+
+
+def _archive_problems(path: Path, jrecords: list[Record]) -> list[str]:
+    """An archive shorter than the journal's header says is damage too."""
+    header = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else None
+    if header is None or not header.get("archive_size"):
+        return []
+    size = path.stat().st_size if path.exists() else 0
+    _, end, count = _archive_extent(path, header["archive_size"], set())
+    if size < header["archive_size"] or end != header["archive_size"]:
+        return [f"shorter than the journal says ({end} < {header['archive_size']} bytes)"]
+    if count != header["archived"]:
+        return [f"holds {count} record(s) where the journal says {header['archived']}"]
+    return []
+
+
+def _repair(
+    folder: Path, report: FsckReport, jrecords: list[Record], arecords: list[Record], ops: FileOps
+) -> None:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    journal_path = folder / JOURNAL
+    if report.archive.damaged:
+        report.kept.append(_salvage(folder / ARCHIVE, arecords, stamp, ops))
+    header = _header_of(jrecords, report.journal)
+    body = [r for r in jrecords if r.get("t") != "snap"]
+    trusted = header is not None and not report.archive.damaged
+    new_header = _rebuilt_header(folder, header, body, trusted=trusted)
+    report.lost_ids = new_header.get("absent", [])
+    kept = _salvage(journal_path, [new_header, *body], stamp, ops)
+    if kept:
+        report.kept.append(kept)
+    report.repaired = True
+
+
+def _rebuilt_header(
+    folder: Path, old: Record | None, body: list[Record], *, trusted: bool
+) -> Record:
+    """The snapshot header of a salvaged journal, made to agree with the
+    archive; with ``old`` lost, rebuilt from everything that survives.
+
+    ``next_id`` is past every id the archive, the records and the checkpoints
+    know of; the ids below it that no surviving record names are ``absent``
+    (neither done nor listed, never reused)."""
+    body_ids = {r["id"] for r in body if r.get("t") in ("enq", "item")}
+    limit = old["archive_size"] if old is not None and trusted else None
+    arch_ids, size, archived = _archive_extent(folder / ARCHIVE, limit, body_ids)
+    known = max([0, *arch_ids, *body_ids, checkpoint.known_ids(folder)])
+    next_id = max(known + 1, old["next_id"] if old is not None else 1)
+    if old is not None:
+        watermark = old.get("watermark", 0)
     else:
-        _, records_ = scan_file(archive)
-        archived = sum(1 for r in records_ if r.get("t") == "arch")
-        size = archive.stat().st_size if archive.exists() else 0
-    return {
-        "seq": old.get("seq", 1),
+        watermark = min(body_ids, default=next_id) - 1
+    header: Record = {
+        "seq": old["seq"] if old is not None else 1,
         "t": "snap",
         "v": 1,
-        "next_id": old.get("next_id", 1),
+        "next_id": next_id,
         "archived": archived,
         "archive_size": size,
-        "watermark": old.get("watermark", 0),
-        "commands": old.get("commands", []),
-        "paused": old.get("paused", False),
+        "watermark": min(watermark, next_id - 1),
+        "commands": old.get("commands", []) if old is not None else [],
+        "paused": old.get("paused", False) if old is not None else False,
+        "follow": len(body),
     }
+    absent = _ranges(set(range(1, next_id)) - set(arch_ids) - body_ids)
+    if absent:
+        header["absent"] = absent
+    return header
+
+
+def _archive_extent(path: Path, limit: int | None, stop_ids: set[int]) -> tuple[list[int], int, int]:
+    """(ids, byte size, record count) of the archive's valid records up to
+    ``limit`` bytes (all, if None), stopping before the first damaged line or
+    the first record of an item in ``stop_ids`` (the journal still names it:
+    a crashed compaction archived it early, and the next one will again)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0, 0
+    if limit is not None:
+        data = data[:limit]
+    ids: list[int] = []
+    pos = 0
+    for line in data.split(b"\n")[:-1]:
+        rec = records.decode(line)
+        if rec is None or rec.get("id") in stop_ids:
+            break
+        if rec.get("t") == "arch":
+            ids.append(rec["id"])
+        pos += len(line) + 1
+    return ids, pos, len(ids)
+
+
+def _ranges(ids: set[int]) -> list[list[int]]:
+    """Sorted ``ids`` as [first, last] runs."""
+    out: list[list[int]] = []
+    for item_id in sorted(ids):
+        if out and out[-1][1] == item_id - 1:
+            out[-1][1] = item_id
+        else:
+            out.append([item_id, item_id])
+    return out
 
 
 def _salvage(path: Path, valid: list[Record], stamp: str, ops: FileOps) -> str:
-    """Keep ``path`` as a damaged copy, then replace it with ``valid`` renumbered."""
+    """Keep ``path`` as a damaged copy (if it exists), then replace it with
+    ``valid`` renumbered. Returns the kept copy's path ("" if none)."""
     kept = path.with_name(f"{path.name}.damaged-{stamp}")
-    os.link(path, kept)
-    ops.fsync_dir(str(path.parent))
+    if path.exists():
+        os.link(path, kept)
+        ops.fsync_dir(str(path.parent))
     first = valid[0]["seq"] if valid else 1
     renumbered = [{**r, "seq": first + i} for i, r in enumerate(valid)]
     create_file(path, renumbered, ops=ops)
     checkpoint.discard(path.parent)
-    return str(kept)
+    return str(kept) if kept.exists() else ""

@@ -24,7 +24,7 @@ from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from statequeue.errors import (
     CorruptJournal,
@@ -38,6 +38,7 @@ from statequeue.errors import (
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import (
     JournalFile,
+    TornTail,
     create_file,
     iter_records,
     parse,
@@ -51,6 +52,7 @@ from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
 from statequeue.store.base import RecordStore
+from statequeue.store.checkpoint import Found
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
@@ -99,8 +101,10 @@ class JournalStore(RecordStore):
         self._lock_fd = -1
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
-        if not (folder / JOURNAL).exists() and not create:
-            raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
+        if not (folder / JOURNAL).exists():
+            _refuse_if_not_new(folder)
+            if not create:
+                raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
         self._prepare(create)
 
     # -- opening ---------------------------------------------------------------
@@ -121,12 +125,14 @@ class JournalStore(RecordStore):
             raise UsageError(f"cannot open {self.folder / LOCK}: {exc.strerror}") from None
         with self._flock():
             path = self.folder / JOURNAL
-            self._remove_stale_temp_files()
-            if not path.exists() or path.stat().st_size == 0:
-                # A new queue, or one whose creation crashed before its header
-                # was written: nothing was ever acknowledged in it.
+            if not path.exists():
+                # A new queue (or one whose creation died before its journal
+                # was renamed into place), unless something says otherwise.
+                _refuse_if_not_new(self.folder)
                 create_file(path, [_header(seq=1)], ops=self.ops)
             self._reload()
+            # Only now that the journal opened: a damaged queue is left as found.
+            self._remove_stale_temp_files()
 
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
@@ -145,28 +151,65 @@ class JournalStore(RecordStore):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _reload(self) -> None:
+        """Read the journal afresh (from the checkpoint, when it matches).
+
+        Nothing on disk changes until the journal is known to be whole: a
+        torn tail is cut, and a stale checkpoint removed, only after every
+        check passed (promise 5: a refused queue is left byte for byte)."""
         self.journal.open()
         self.state.reset()
         self._archived = None
         self._checkpoint_lines = 0
-        self.restored_from_checkpoint = self.checkpoint_every > 0 and checkpoint.restore(
-            self.folder, self.journal, self.state
-        )
-        covered = self.journal.lines if self.restored_from_checkpoint else 0
-        if self.restored_from_checkpoint and not self._replay_after_checkpoint():
-            # The records after it do not follow on from it: trust the journal
-            # alone, from its first byte (a torn tail is cut only by this replay).
+        found = checkpoint.Restore(checkpoint.Found.NONE)
+        if self.checkpoint_every > 0:
+            found = checkpoint.restore(self.folder, self.journal, self.state)
+        torn = self._replay_after_checkpoint() if found.found is Found.RESTORED else False
+        restored = torn is not False
+        if torn is False:
+            # No checkpoint, or the records after it do not follow on from it:
+            # trust the journal alone, from its first byte.
             self.journal.open()
             self.state.reset()
-            self.restored_from_checkpoint = False
-            covered = 0
-            checkpoint.discard(self.folder)
-        self._checkpoint_lines = covered
-        self._catch_up()
-        self.replayed_on_open = self.journal.lines - covered
-        if self.state.next_id == 1 and self.journal.lines == 0:
-            raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
+            torn = self.journal.replay(self.state.apply, repair=False)
+        self._refuse_if_incomplete(found)
+        if torn is not None:
+            self.journal.cut_torn(torn)
+            self._notices.append(torn.describe())
+        if found.found is Found.STALE:
+            checkpoint.remove_stale(self.folder)
+        elif found.found is Found.RESTORED and not restored:
+            checkpoint.discard(self.folder)  # it matched, yet the records after it disagree
+        self.restored_from_checkpoint = restored
+        self._checkpoint_lines = found.lines if restored else 0
+        self.replayed_on_open = self.journal.lines - self._checkpoint_lines
         self._maybe_checkpoint()
+
+    def _refuse_if_incomplete(self, found: checkpoint.Restore) -> None:
+        """Raise DamagedState unless the journal just read starts with its
+        snapshot header and holds every record that header and the checkpoint
+        vouch for (a cut there is damage, not a torn tail)."""
+        journal = self.journal
+        path = journal.path
+        first = decode(read_line(journal.fd, 0).removesuffix(b"\n")) if journal.lines else None
+        if first is None or first.get("t") != "snap":
+            raise DamagedState(
+                f"{path}: line 1 is not a valid snapshot header (the file is empty, cut or "
+                "overwritten); refusing to open (run `statequeue fsck --repair` to rebuild it)"
+            )
+        missing = self.state.snap_end - (journal.last_seq or 0)
+        if missing > 0:
+            raise DamagedState(
+                f"{path}: ends {missing} record(s) short of what its snapshot header says "
+                "follows it (cut after a compaction); refusing to open "
+                "(run `statequeue fsck --repair` to salvage the valid records)"
+            )
+        if found.found is Found.AHEAD:
+            raise DamagedState(
+                f"{path}: {self.folder / checkpoint.NAME} saw {found.lines} fsynced record(s) "
+                f"({found.offset} bytes) but the journal has {journal.lines} that follow on: "
+                "acknowledged records were lost; refusing to open "
+                "(run `statequeue fsck --repair` to salvage the valid records)"
+            )
 
     def _least_on_close(self) -> int:
         """New records that make a checkpoint worth writing when a command ends:
@@ -192,11 +235,12 @@ class JournalStore(RecordStore):
         checkpoint.save(self.folder, self.journal, self.state)
         self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
 
-    def _replay_after_checkpoint(self) -> bool:
+    def _replay_after_checkpoint(self) -> TornTail | Literal[False] | None:
         """Replay the records after a restored checkpoint, changing nothing on
-        disk; False if they do not continue it cleanly (a torn tail, a gap)."""
+        disk: the torn tail after them (None if none), or False if they do not
+        continue it cleanly (a gap, damage: a full replay tells which)."""
         try:
-            return self.journal.replay(self.state.apply, repair=False) is None
+            return self.journal.replay(self.state.apply, repair=False)
         except CorruptJournal:
             return False
 
@@ -616,6 +660,33 @@ def read_archive(path: Path, size: int) -> Iterator[Record]:
     for record in found:
         if record.get("t") == "arch":
             yield record
+
+
+# What a queue folder holds only once its journal has existed: a folder with
+# any of them and no journal is a damaged queue, never a new one.
+_HISTORY = (ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
+_HISTORY_DIRS = ("logs", "claims", "runners")
+
+
+def queue_history(folder: Path) -> list[str]:
+    """The files in ``folder`` that show a queue lived there (empty for a
+    folder that is missing, empty, or left by a creation that died early)."""
+    found = [name for name in _HISTORY if (folder / name).exists()]
+    found += [p.name for p in folder.glob(f"{JOURNAL}.damaged-*")]
+    for sub in _HISTORY_DIRS:
+        with suppress(FileNotFoundError, NotADirectoryError):
+            found += [f"{sub}/{entry}" for entry in sorted(os.listdir(folder / sub))[:1]]
+    return found
+
+
+def _refuse_if_not_new(folder: Path) -> None:
+    """Raise DamagedState if ``folder`` has no journal but a queue lived there."""
+    history = queue_history(folder)
+    if history:
+        raise DamagedState(
+            f"{folder / JOURNAL} is missing but {', '.join(history[:3])} remain; refusing "
+            "to start an empty queue in its place (run `statequeue fsck --repair` to rebuild it)"
+        )
 
 
 def _header(*, seq: int) -> Record:
