@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import CorruptJournal
+from statequeue.errors import CorruptJournal, DamagedState
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from statequeue.store import checkpoint, journal_store
@@ -85,9 +85,9 @@ def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
     assert "item-5" not in taken  # its retry is due only far ahead
 
 
-def _cut_journal_and_rewrite(folder: Path) -> None:
-    # A power cut lost the journal's unsynced tail, which the checkpoint had
-    # seen; the next writer then appended different records over that range.
+def _cut_journal_behind_checkpoint(folder: Path) -> None:
+    # The checkpoint covers only fsynced records (it is saved after an
+    # fsync), so a journal that lost records it saw lost acknowledged ones.
     parsed = checkpoint._parse(folder / checkpoint.NAME)
     assert parsed is not None
     offset = parsed[0]["journal"]["offset"]
@@ -95,10 +95,19 @@ def _cut_journal_and_rewrite(folder: Path) -> None:
     data = path.read_bytes()
     cut = data.rfind(b"\n", 0, data.rfind(b"\n", 0, offset - 1)) + 1  # two records back
     path.write_bytes(data[:cut])
-    store = JournalStore(folder, create=False)
-    store.checkpoint_every = 0
-    store.enqueue([f"other-{i}" for i in range(30)])
-    store.close()
+
+
+def test_a_journal_cut_behind_its_checkpoint_is_refused(tmp_path: Path) -> None:
+    # This case used to be "ignore the checkpoint and open what is left",
+    # which turned a loss of acknowledged records into a silent torn tail
+    # (issue 10, point 2). It is damage now, and nothing is changed.
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    _cut_journal_behind_checkpoint(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(DamagedState, match="acknowledged records were lost"):
+        JournalStore(folder, create=False)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
 
 
 def _flip_a_checkpoint_byte(folder: Path) -> None:
@@ -136,7 +145,6 @@ def _checkpoint_of_another_queue(folder: Path) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        _cut_journal_and_rewrite,
         _flip_a_checkpoint_byte,
         _truncate_checkpoint,
         _empty_checkpoint,

@@ -158,6 +158,10 @@ def _arch(item_id: int, text: str, fields: Record) -> Record:
     return {"t": "arch", "id": item_id, **item_fields(text), **fields}
 
 
+def _ignore(record: Record, loc: int) -> None:
+    """Replay callback for a file read only to validate it."""
+
+
 class _ArchiveCheck:
     """Replay callback that checks the archive against the snapshot header:
     ``archived`` records up to ``archive_size``, then only items the journal

@@ -223,10 +223,9 @@ def _rebuilt_header(
     arch_ids, size, archived = _archive_extent(folder / ARCHIVE, limit, body_ids)
     known = max([0, *arch_ids, *body_ids, checkpoint.known_ids(folder)])
     next_id = max(known + 1, old["next_id"] if old is not None else 1)
-    if old is not None:
-        watermark = old.get("watermark", 0)
-    else:
-        watermark = min(body_ids, default=next_id) - 1
+    # The watermark only starts the pending cursor: lower is always safe.
+    first_named = min(body_ids, default=next_id) - 1
+    watermark = old.get("watermark", 0) if old is not None else first_named
     header: Record = {
         "seq": old["seq"] if old is not None else 1,
         "t": "snap",
@@ -245,7 +244,9 @@ def _rebuilt_header(
     return header
 
 
-def _archive_extent(path: Path, limit: int | None, stop_ids: set[int]) -> tuple[list[int], int, int]:
+def _archive_extent(
+    path: Path, limit: int | None, stop_ids: set[int]
+) -> tuple[list[int], int, int]:
     """(ids, byte size, record count) of the archive's valid records up to
     ``limit`` bytes (all, if None), stopping before the first damaged line or
     the first record of an item in ``stop_ids`` (the journal still names it:

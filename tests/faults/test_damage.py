@@ -158,7 +158,7 @@ def test_a_genuinely_new_queue_is_still_created(
         for sub in ("claims", "runners", "logs"):
             (folder / sub).mkdir(mode=0o700)
         (folder / "lock").touch(mode=0o600)
-    code, out, err = cli(capsys, "enqueue", "a", "b")
+    code, _, err = cli(capsys, "enqueue", "a", "b")
     assert code == 0, err
     assert cli(capsys, "status", "--json")[0] == 0
 
