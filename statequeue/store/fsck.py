@@ -25,7 +25,8 @@ from statequeue.journal import JournalFile, create_file, looks_like_record
 from statequeue.records import Record
 from statequeue.state import QueueState
 from statequeue.store import checkpoint
-from statequeue.store.journal_store import ARCHIVE, JOURNAL, queue_history, wait_for_lock
+from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
+from statequeue.store.journal_store import wait_for_lock
 
 
 @dataclass
@@ -140,7 +141,7 @@ def _journal_problems(folder: Path, check: FileCheck, valid: list[Record]) -> li
     """Damage to the journal as a whole, which opening refuses."""
     path = folder / JOURNAL
     if not path.exists():
-        return [f"missing, but {', '.join(queue_history(folder)[:3])} remain"]
+        return [f"missing, but the folder still holds {', '.join(queue_history(folder)[:3])}"]
     header = _header_of(valid, check)
     if header is None:
         return ["line 1 is not a valid snapshot header (empty, cut or overwritten)"]

@@ -53,12 +53,13 @@ from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
 from statequeue.store.base import RecordStore
 from statequeue.store.checkpoint import Found
+from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
+from statequeue.store.integrity import JOURNAL as JOURNAL
+from statequeue.store.integrity import refuse_if_incomplete, refuse_if_not_new
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
 
-JOURNAL = "journal.jsonl"
-ARCHIVE = "archive.jsonl"
 LOCK = "lock"
 LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -102,7 +103,7 @@ class JournalStore(RecordStore):
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
         if not (folder / JOURNAL).exists():
-            _refuse_if_not_new(folder)
+            refuse_if_not_new(folder)
             if not create:
                 raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
         self._prepare(create)
@@ -128,7 +129,7 @@ class JournalStore(RecordStore):
             if not path.exists():
                 # A new queue (or one whose creation died before its journal
                 # was renamed into place), unless something says otherwise.
-                _refuse_if_not_new(self.folder)
+                refuse_if_not_new(self.folder)
                 create_file(path, [_header(seq=1)], ops=self.ops)
             self._reload()
             # Only now that the journal opened: a damaged queue is left as found.
@@ -171,7 +172,7 @@ class JournalStore(RecordStore):
             self.journal.open()
             self.state.reset()
             torn = self.journal.replay(self.state.apply, repair=False)
-        self._refuse_if_incomplete(found)
+        refuse_if_incomplete(self.journal, self.state, found)
         if torn is not None:
             self.journal.cut_torn(torn)
             self._notices.append(torn.describe())
@@ -183,33 +184,6 @@ class JournalStore(RecordStore):
         self._checkpoint_lines = found.lines if restored else 0
         self.replayed_on_open = self.journal.lines - self._checkpoint_lines
         self._maybe_checkpoint()
-
-    def _refuse_if_incomplete(self, found: checkpoint.Restore) -> None:
-        """Raise DamagedState unless the journal just read starts with its
-        snapshot header and holds every record that header and the checkpoint
-        vouch for (a cut there is damage, not a torn tail)."""
-        journal = self.journal
-        path = journal.path
-        first = decode(read_line(journal.fd, 0).removesuffix(b"\n")) if journal.lines else None
-        if first is None or first.get("t") != "snap":
-            raise DamagedState(
-                f"{path}: line 1 is not a valid snapshot header (the file is empty, cut or "
-                "overwritten); refusing to open (run `statequeue fsck --repair` to rebuild it)"
-            )
-        missing = self.state.snap_end - (journal.last_seq or 0)
-        if missing > 0:
-            raise DamagedState(
-                f"{path}: ends {missing} record(s) short of what its snapshot header says "
-                "follows it (cut after a compaction); refusing to open "
-                "(run `statequeue fsck --repair` to salvage the valid records)"
-            )
-        if found.found is Found.AHEAD:
-            raise DamagedState(
-                f"{path}: {self.folder / checkpoint.NAME} saw {found.lines} fsynced record(s) "
-                f"({found.offset} bytes) but the journal has {journal.lines} that follow on: "
-                "acknowledged records were lost; refusing to open "
-                "(run `statequeue fsck --repair` to salvage the valid records)"
-            )
 
     def _least_on_close(self) -> int:
         """New records that make a checkpoint worth writing when a command ends:
@@ -660,33 +634,6 @@ def read_archive(path: Path, size: int) -> Iterator[Record]:
     for record in found:
         if record.get("t") == "arch":
             yield record
-
-
-# What a queue folder holds only once its journal has existed: a folder with
-# any of them and no journal is a damaged queue, never a new one.
-_HISTORY = (ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
-_HISTORY_DIRS = ("logs", "claims", "runners")
-
-
-def queue_history(folder: Path) -> list[str]:
-    """The files in ``folder`` that show a queue lived there (empty for a
-    folder that is missing, empty, or left by a creation that died early)."""
-    found = [name for name in _HISTORY if (folder / name).exists()]
-    found += [p.name for p in folder.glob(f"{JOURNAL}.damaged-*")]
-    for sub in _HISTORY_DIRS:
-        with suppress(FileNotFoundError, NotADirectoryError):
-            found += [f"{sub}/{entry}" for entry in sorted(os.listdir(folder / sub))[:1]]
-    return found
-
-
-def _refuse_if_not_new(folder: Path) -> None:
-    """Raise DamagedState if ``folder`` has no journal but a queue lived there."""
-    history = queue_history(folder)
-    if history:
-        raise DamagedState(
-            f"{folder / JOURNAL} is missing but {', '.join(history[:3])} remain; refusing "
-            "to start an empty queue in its place (run `statequeue fsck --repair` to rebuild it)"
-        )
 
 
 def _header(*, seq: int) -> Record:
