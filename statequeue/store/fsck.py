@@ -179,16 +179,23 @@ def _checkpoint_ahead(folder: Path, path: Path) -> str | None:
 
 
 def _archive_problems(path: Path, jrecords: list[Record]) -> list[str]:
-    """An archive shorter than the journal's header says is damage too."""
+    """The archive disagreeing with the journal's header is damage too: shorter
+    than it says, another count up to there, or records past it of items the
+    journal does not name (compaction would refuse to cut them)."""
     header = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else None
-    if header is None or not header.get("archive_size"):
+    if header is None or not path.exists():
         return []
-    size = path.stat().st_size if path.exists() else 0
-    _, end, count = _archive_extent(path, header["archive_size"], set())
-    if size < header["archive_size"] or end != header["archive_size"]:
-        return [f"shorter than the journal says ({end} < {header['archive_size']} bytes)"]
-    if count != header["archived"]:
-        return [f"holds {count} record(s) where the journal says {header['archived']}"]
+    size = header.get("archive_size", 0)
+    ids, _, _ = _archive_extent(path, None, set())
+    _, vouched_end, vouched = _archive_extent(path, size, set())
+    if vouched_end != size:
+        return [f"shorter than the journal says ({vouched_end} < {size} bytes)"]
+    if vouched != header.get("archived", 0):
+        return [f"holds {vouched} record(s) where the journal says {header['archived']}"]
+    named = {r["id"] for r in jrecords if r.get("t") in ("enq", "item")}
+    strangers = [i for i in ids[vouched:] if i not in named]
+    if strangers:
+        return [f"holds {len(strangers)} record(s) past what the journal vouches for"]
     return []
 
 

@@ -177,6 +177,29 @@ def test_a_folder_with_history_but_no_journal_is_not_new(
     assert files_of(folder) == before
 
 
+def test_compact_never_cuts_the_archive_on_a_header_that_does_not_vouch_for_it(
+    compacted: Path, tmp_path: Path
+) -> None:
+    # A valid but fresh journal (restored from an old backup, or written by
+    # an older statequeue) beside a full archive: its header says the archive
+    # is empty, and compaction used to cut it to that size.
+    folder = tmp_path / "q"
+    shutil.copytree(compacted, folder)
+    JournalStore(tmp_path / "fresh", create=True).close()
+    shutil.copy(tmp_path / "fresh" / JOURNAL, folder / JOURNAL)
+    archive = (folder / ARCHIVE).read_bytes()
+    store = JournalStore(folder, create=False)
+    try:
+        with pytest.raises(DamagedState, match="archive"):
+            store.compact()
+    finally:
+        store.close()
+    assert (folder / ARCHIVE).read_bytes() == archive
+    assert fsck(folder, repair=False).archive.damaged
+    assert fsck(folder, repair=True).repaired
+    assert _ids_agree(folder) == list(range(1, 101))
+
+
 # -- point 2: a journal cut after a compaction, or behind its checkpoint -------
 
 
