@@ -9,7 +9,7 @@ import orjson
 
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, Outcome
-from statequeue.store.journal_store import ARCHIVE, JournalStore
+from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
 
 
 def _retried_once(store: JournalStore, text: str) -> None:
@@ -94,6 +94,10 @@ def test_an_archive_written_without_attempt_summaries_still_reads(tmp_path: Path
         del rec["tries"]
         old.append(encode(rec))
     (folder / ARCHIVE).write_bytes(b"".join(old))
+    header = decode((folder / JOURNAL).read_bytes().splitlines()[0])
+    assert header is not None and header["t"] == "snap"
+    header["archive_size"] = (folder / ARCHIVE).stat().st_size
+    (folder / JOURNAL).write_bytes(encode(header))
     store = JournalStore(folder, create=False)
     try:
         assert _attempts_listed(store) == {1: 2}

@@ -46,7 +46,7 @@ def compact_journal(
     bytes_before = journal.offset
     archive = _open_archive(archive_path, state, ops=ops)
     try:
-        archived, last_end, texts = _archive_finished(journal, state, archive)
+        archived, last_end, texts, tries = _archive_finished(journal, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
         archive_size = archive.offset
     finally:
@@ -84,6 +84,8 @@ def compact_journal(
                 rec["interrupted"] = True
         if item_id in last_end:
             rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
+        if item_id in tries:
+            rec["tries"] = tries[item_id][-_TRIES_KEPT:]  # its attempts so far, for `show`
         lines.append(rec)
     for runner in state.runners.values():
         seq += 1
@@ -107,16 +109,18 @@ _ARCHIVE_BATCH = 20_000
 
 def _archive_finished(
     journal: JournalFile, state: QueueState, archive: JournalFile
-) -> tuple[int, dict[int, Record], dict[int, str]]:
-    """Stream the journal once: append every finished item (with its result) to
-    the archive as its final ``end`` is seen, and collect the last result and
-    the text of each live item. Returns (items archived, live item id -> last
-    result, live item id -> text).
+) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]]]:
+    """Stream the journal once: append every finished item (with its result and
+    its attempts' summaries) to the archive as its final ``end`` is seen, and
+    collect the last result, the text and the attempts of each live item.
+    Returns (items archived, live item id -> last result, live item id -> text,
+    live item id -> attempts).
 
     Done is terminal, so an ``end`` with state done is an item's last word; a
     text is held only from the item's enqueue to that ``end``.
     """
     texts: dict[int, str] = {}
+    tries: dict[int, list[Record]] = {}  # held from enqueue (or carry-over) until archived
     live_texts: dict[int, str] = {}
     last_end: dict[int, Record] = {}
     batch: list[Record] = []
@@ -138,24 +142,43 @@ def _archive_finished(
                         last_end[item_id] = rec["last"]
                 else:
                     texts[item_id] = item_text(rec)
-            elif kind == "end":
+                if rec.get("tries"):
+                    tries[item_id] = rec["tries"]
+            elif kind in ("end", "intr"):
+                tries.setdefault(item_id, []).append(_try(rec))
+            if kind == "end":
                 fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
                 if is_live(item_id):
                     last_end[item_id] = fields
                 elif rec["state"] == ItemState.DONE.value and item_id in texts:
-                    batch.append(_arch(item_id, texts.pop(item_id), fields))
+                    batch.append(_arch(item_id, texts.pop(item_id), fields, tries))
             if len(batch) >= _ARCHIVE_BATCH:
                 archive.append(batch, sync=False)
                 archived += len(batch)
                 batch = []
         # Finished items without a done `end` (a salvaged journal): archived bare.
-        batch += [_arch(i, text, {}) for i, text in sorted(texts.items())]
+        batch += [_arch(i, text, {}, tries) for i, text in sorted(texts.items())]
         archive.append(batch, sync=False)
-    return archived + len(batch), last_end, live_texts
+    return archived + len(batch), last_end, live_texts, tries
 
 
-def _arch(item_id: int, text: str, fields: Record) -> Record:
-    return {"t": "arch", "id": item_id, **item_fields(text), **fields}
+_TRY_KEYS = ("t", "seq", "attempt", "state", "exit", "sig", "reason", "dur", "at")
+_TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
+
+
+def _try(rec: Record) -> Record:
+    """The summary of one attempt's outcome (an ``end``, or an ``intr`` when
+    its runner died) that the item carries through compactions into the
+    archive, so `show` still lists every attempt (issue 11, point 21)."""
+    return {k: rec[k] for k in _TRY_KEYS if k in rec}
+
+
+def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]]) -> Record:
+    rec: Record = {"t": "arch", "id": item_id, **item_fields(text), **fields}
+    done = tries.pop(item_id, None)
+    if done:
+        rec["tries"] = done[-_TRIES_KEPT:]
+    return rec
 
 
 def _ignore(record: Record, loc: int) -> None:
