@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,13 +224,18 @@ def _rebuilt_header(
     """The snapshot header of a salvaged journal, made to agree with the
     archive; with ``old`` lost, rebuilt from everything that survives.
 
-    ``next_id`` is past every id the archive, the records and the checkpoints
-    know of; the ids below it that no surviving record names are ``absent``
-    (neither done nor listed, never reused)."""
+    With the header lost, ``next_id`` is past every id the archive, the
+    records and the checkpoints know of; with it kept, past the checkpoints'
+    (the records' own ids count on replay). The ids below it that no surviving
+    record names are ``absent`` (neither done nor listed, never reused)."""
     body_ids = {r["id"] for r in body if r.get("t") in ("enq", "item")}
     limit = old["archive_size"] if old is not None and trusted else None
     arch_ids, size, archived = _archive_extent(folder / ARCHIVE, limit, body_ids)
-    known = max([0, *arch_ids, *body_ids, checkpoint.known_ids(folder)])
+    # The journal's own records raise next_id on replay, so a kept header
+    # needs only what the archive and the checkpoints remember beyond them.
+    known = max([checkpoint.known_ids(folder), *arch_ids])
+    if old is None:
+        known = max([known, *body_ids])
     next_id = max(known + 1, old["next_id"] if old is not None else 1)
     # The watermark only starts the pending cursor: lower is always safe.
     first_named = min(body_ids, default=next_id) - 1
@@ -246,7 +252,7 @@ def _rebuilt_header(
         "paused": old.get("paused", False) if old is not None else False,
         "follow": len(body),
     }
-    absent = _ranges(set(range(1, next_id)) - set(arch_ids) - body_ids)
+    absent = _unnamed(next_id, arch_ids, body_ids)
     if absent:
         header["absent"] = absent
     return header
@@ -277,14 +283,22 @@ def _archive_extent(
     return ids, pos, len(ids)
 
 
-def _ranges(ids: set[int]) -> list[list[int]]:
-    """Sorted ``ids`` as [first, last] runs."""
+def _unnamed(next_id: int, *named: Iterable[int]) -> list[list[int]]:
+    """[first, last] runs of the ids below ``next_id`` that none of ``named``
+    holds (one byte per id: a repair of a big queue stays small)."""
+    seen = bytearray(max(next_id, 1))
+    seen[0] = 1
+    for ids in named:
+        for item_id in ids:
+            if 0 < item_id < next_id:
+                seen[item_id] = 1
     out: list[list[int]] = []
-    for item_id in sorted(ids):
-        if out and out[-1][1] == item_id - 1:
-            out[-1][1] = item_id
-        else:
-            out.append([item_id, item_id])
+    start = seen.find(0)
+    while start >= 0:
+        end = seen.find(1, start)
+        end = len(seen) if end < 0 else end
+        out.append([start, end - 1])
+        start = seen.find(0, end)
     return out
 
 

@@ -157,21 +157,9 @@ class JournalStore(RecordStore):
         Nothing on disk changes until the journal is known to be whole: a
         torn tail is cut, and a stale checkpoint removed, only after every
         check passed (promise 5: a refused queue is left byte for byte)."""
-        self.journal.open()
-        self.state.reset()
         self._archived = None
         self._checkpoint_lines = 0
-        found = checkpoint.Restore(checkpoint.Found.NONE)
-        if self.checkpoint_every > 0:
-            found = checkpoint.restore(self.folder, self.journal, self.state)
-        torn = self._replay_after_checkpoint() if found.found is Found.RESTORED else False
-        restored = torn is not False
-        if torn is False:
-            # No checkpoint, or the records after it do not follow on from it:
-            # trust the journal alone, from its first byte.
-            self.journal.open()
-            self.state.reset()
-            torn = self.journal.replay(self.state.apply, repair=False)
+        found, torn, restored = self._read_journal()
         refuse_if_incomplete(self.journal, self.state, found)
         if torn is not None:
             self.journal.cut_torn(torn)
@@ -184,6 +172,25 @@ class JournalStore(RecordStore):
         self._checkpoint_lines = found.lines if restored else 0
         self.replayed_on_open = self.journal.lines - self._checkpoint_lines
         self._maybe_checkpoint()
+
+    def _read_journal(self) -> tuple[checkpoint.Restore, TornTail | None, bool]:
+        """Replay the journal into the state, from the checkpoint when it
+        matches, changing nothing on disk. Returns the verdict on the
+        checkpoint, the torn tail found (not cut yet), and whether the state
+        came from the checkpoint."""
+        self.journal.open()
+        self.state.reset()
+        found = checkpoint.Restore(Found.NONE)
+        if self.checkpoint_every > 0:
+            found = checkpoint.restore(self.folder, self.journal, self.state)
+        torn = self._replay_after_checkpoint() if found.found is Found.RESTORED else False
+        if torn is not False:
+            return found, torn, True
+        # No checkpoint, or the records after it do not follow on from it:
+        # trust the journal alone, from its first byte.
+        self.journal.open()
+        self.state.reset()
+        return found, self.journal.replay(self.state.apply, repair=False), False
 
     def _least_on_close(self) -> int:
         """New records that make a checkpoint worth writing when a command ends:
