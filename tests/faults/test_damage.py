@@ -220,6 +220,10 @@ def test_a_journal_cut_after_compaction_is_damage(tmp_path: Path, keep: str) -> 
     assert files_of(folder) == before
     assert fsck(folder, repair=False).damaged
     assert files_of(folder) == before
+    # The repair names the items it could not save instead of calling them done.
+    kept = 0 if keep == "header only" else 3
+    assert fsck(folder, repair=True).lost_ids == [[5 + kept, 10]]
+    assert _ids_agree(folder) == list(range(1, 5 + kept))
 
 
 def test_a_journal_shorter_than_its_checkpoint_is_damage(tmp_path: Path) -> None:
