@@ -127,6 +127,7 @@ def _archive_finished(
     archived = 0
     codes = state.codes
     done_codes = (0, CODE[ItemState.DONE])
+    done = ItemState.DONE.value
 
     def is_live(item_id: int) -> bool:
         return 0 < item_id < len(codes) and codes[item_id] not in done_codes
@@ -144,13 +145,15 @@ def _archive_finished(
                     texts[item_id] = item_text(rec)
                 if rec.get("tries"):
                     tries[item_id] = rec["tries"]
-            elif kind in ("end", "intr"):
+            elif kind == "intr" or (kind == "end" and (rec["state"] != done or item_id in tries)):
+                # An item done at its first attempt needs no summary: its
+                # ``arch`` record is that attempt (the usual case costs nothing).
                 tries.setdefault(item_id, []).append(_try(rec))
             if kind == "end":
                 fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
                 if is_live(item_id):
                     last_end[item_id] = fields
-                elif rec["state"] == ItemState.DONE.value and item_id in texts:
+                elif rec["state"] == done and item_id in texts:
                     batch.append(_arch(item_id, texts.pop(item_id), fields, tries))
             if len(batch) >= _ARCHIVE_BATCH:
                 archive.append(batch, sync=False)
