@@ -9,6 +9,7 @@ import orjson
 
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, Outcome
+from statequeue.records import decode, encode
 from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
 
 
@@ -84,8 +85,6 @@ def test_an_archive_written_without_attempt_summaries_still_reads(tmp_path: Path
     store.compact()
     store.close()
     # Strip the new fields, as an older statequeue wrote the archive.
-    from statequeue.records import decode, encode
-
     lines = (folder / ARCHIVE).read_bytes().splitlines()
     old = []
     for line in lines:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from statequeue.models import Outcome
 from statequeue.store import checkpoint
 from statequeue.store.fsck import fsck
 from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
+from tests.conftest import STATEQUEUE
 from tests.faults.helpers import record_starts
 
 DAMAGED = 5
@@ -130,10 +132,6 @@ def test_damaged_journal_is_refused_and_nothing_is_written(
 def test_the_installed_cli_refuses_a_flipped_header(
     compacted: Path, sq_home: Path, sq_env: dict[str, str]
 ) -> None:
-    import subprocess
-
-    from tests.conftest import STATEQUEUE
-
     folder = sq_home / "default"
     shutil.copytree(compacted, folder)
     _flip(folder / JOURNAL)
