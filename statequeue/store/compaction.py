@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.errors import DamagedState
 from statequeue.fileio import FileOps
 from statequeue.gcpause import gc_paused
 from statequeue.journal import JournalFile, create_file, iter_records
-from statequeue.location import FILE_MODE
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import CODE, QueueState
 from statequeue.views import CompactResult
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 
 def compact_journal(
@@ -34,7 +37,7 @@ def compact_journal(
 ) -> CompactResult:
     """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
     bytes_before = journal.offset
-    archive = _open_archive(archive_path, state.archive_size, ops=ops)
+    archive = _open_archive(journal.folder, archive_path.name, state.archive_size, ops=ops)
     try:
         archived, last_end, texts = _archive_finished(journal, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
@@ -78,10 +81,10 @@ def compact_journal(
     for runner in state.runners.values():
         seq += 1
         lines.append({**runner, "seq": seq})
-    create_file(journal.path, lines, ops=ops)
+    create_file(journal.folder, journal.name, lines, ops=ops)
     return CompactResult(
         bytes_before=bytes_before,
-        bytes_after=journal.path.stat().st_size,
+        bytes_after=journal.folder.stat(journal.name).st_size,
         archived=archived,
         archive_bytes=archive_size,
     )
@@ -148,14 +151,15 @@ def _ignore(record: Record, loc: int) -> None:
     """Replay callback for a file read only to validate it."""
 
 
-def _open_archive(path: Path, size: int, *, ops: FileOps) -> JournalFile:
+def _open_archive(folder: QueueFolder, name: str, size: int, *, ops: FileOps) -> JournalFile:
     """The archive, open for appending after the ``size`` bytes the current
     snapshot vouches for (a crashed compaction's tail is cut away)."""
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    path = folder.path / name
+    if not folder.exists(name):
+        fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
-        ops.fsync_dir(str(path.parent))
-    archive = JournalFile(path, ops=ops)
+        ops.fsync_dir(folder.itself())
+    archive = JournalFile(folder, name, ops=ops)
     archive.open()
     try:
         archive.replay(_ignore, repair=False)

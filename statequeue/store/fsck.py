@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statequeue import records
-from statequeue.errors import QueueNotFound
+from statequeue.errors import NoAccess, QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import create_file
 from statequeue.records import Record
 from statequeue.store import checkpoint
+from statequeue.store.folder import QueueFolder
 from statequeue.store.journal_store import wait_for_lock
 
 
@@ -70,11 +71,11 @@ class FsckReport:
         }
 
 
-def scan_file(path: Path) -> tuple[FileCheck, list[Record]]:
-    """Check every line of ``path``; returns the check and the valid records."""
-    check = FileCheck(str(path))
+def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
+    """Check every line of ``name``; returns the check and the valid records."""
+    check = FileCheck(folder.shown(name))
     try:
-        data = path.read_bytes()
+        data = folder.read_bytes(name)
     except FileNotFoundError:
         return check, []
     lines = data.split(b"\n")
@@ -104,37 +105,62 @@ def scan_file(path: Path) -> tuple[FileCheck, list[Record]]:
 
 def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckReport:
     """Check (and with ``repair``, salvage) the queue in ``folder``."""
-    journal_path = folder / "journal.jsonl"
-    if not journal_path.exists():
-        raise QueueNotFound(f"no queue in {folder}")
-    lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        wait_for_lock(lock_fd, folder / "lock")
-        jcheck, jrecords = scan_file(journal_path)
-        acheck, arecords = scan_file(folder / "archive.jsonl")
+        qdir = QueueFolder.open(folder, create=False)
+    except QueueNotFound:
+        raise QueueNotFound(f"no queue in {folder}") from None
+    try:
+        if not qdir.exists("journal.jsonl"):
+            raise QueueNotFound(f"no queue in {folder}")
+        return _check(qdir, repair=repair, ops=ops)
+    finally:
+        qdir.close()
+
+
+def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
+    lock_fd = _open_lock(qdir, repair=repair)
+    try:
+        if lock_fd >= 0:
+            wait_for_lock(lock_fd, qdir.path / "lock")
+        jcheck, jrecords = scan_file(qdir, "journal.jsonl")
+        acheck, arecords = scan_file(qdir, "archive.jsonl")
         report = FsckReport(jcheck, acheck)
         if repair and report.damaged:
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
             if acheck.damaged:
-                report.kept.append(_salvage(folder / "archive.jsonl", arecords, stamp, ops))
-            header = _header_for(jrecords, folder / "archive.jsonl", rebuilt=acheck.damaged)
+                report.kept.append(_salvage(qdir, "archive.jsonl", arecords, stamp, ops))
+            header = _header_for(jrecords, qdir, rebuilt=acheck.damaged)
             body = [r for r in jrecords if r.get("t") != "snap"]
-            report.kept.append(_salvage(journal_path, [header, *body], stamp, ops))
+            report.kept.append(_salvage(qdir, "journal.jsonl", [header, *body], stamp, ops))
             report.repaired = True
         return report
     finally:
-        os.close(lock_fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)
 
 
-def _header_for(jrecords: list[Record], archive: Path, *, rebuilt: bool) -> Record:
+def _open_lock(qdir: QueueFolder, *, repair: bool) -> int:
+    """The queue's lock file; a check without --repair needs only read access."""
+    try:
+        return qdir.open_file("lock", os.O_RDWR | os.O_CREAT)
+    except NoAccess:
+        if repair:
+            raise
+    try:
+        return qdir.open_file("lock", os.O_RDONLY)  # flock needs no write access
+    except FileNotFoundError:
+        return -1
+
+
+def _header_for(jrecords: list[Record], qdir: QueueFolder, *, rebuilt: bool) -> Record:
     """The snapshot header of a salvaged journal, made to agree with the archive."""
     old = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else {}
     if old and not rebuilt:
         archived, size = old["archived"], old["archive_size"]
     else:
-        _, records_ = scan_file(archive)
+        _, records_ = scan_file(qdir, "archive.jsonl")
         archived = sum(1 for r in records_ if r.get("t") == "arch")
-        size = archive.stat().st_size if archive.exists() else 0
+        size = qdir.stat("archive.jsonl").st_size if qdir.exists("archive.jsonl") else 0
     return {
         "seq": old.get("seq", 1),
         "t": "snap",
@@ -148,13 +174,13 @@ def _header_for(jrecords: list[Record], archive: Path, *, rebuilt: bool) -> Reco
     }
 
 
-def _salvage(path: Path, valid: list[Record], stamp: str, ops: FileOps) -> str:
-    """Keep ``path`` as a damaged copy, then replace it with ``valid`` renumbered."""
-    kept = path.with_name(f"{path.name}.damaged-{stamp}")
-    os.link(path, kept)
-    ops.fsync_dir(str(path.parent))
+def _salvage(qdir: QueueFolder, name: str, valid: list[Record], stamp: str, ops: FileOps) -> str:
+    """Keep ``name`` as a damaged copy, then replace it with ``valid`` renumbered."""
+    kept = f"{name}.damaged-{stamp}"
+    qdir.link(name, kept)
+    ops.fsync_dir(qdir.itself())
     first = valid[0]["seq"] if valid else 1
     renumbered = [{**r, "seq": first + i} for i, r in enumerate(valid)]
-    create_file(path, renumbered, ops=ops)
-    checkpoint.discard(path.parent)
-    return str(kept)
+    create_file(qdir, name, renumbered, ops=ops)
+    checkpoint.discard(qdir)
+    return qdir.shown(kept)

@@ -31,6 +31,7 @@ from statequeue.errors import (
     DamagedState,
     DurabilityError,
     LockTimeout,
+    NoAccess,
     QueueNotFound,
     StateQueueError,
     UsageError,
@@ -45,12 +46,12 @@ from statequeue.journal import (
     read_line,
     scan_item_texts,
 )
-from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
 from statequeue.store.base import RecordStore
+from statequeue.store.folder import SUBFOLDERS, QueueFolder
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
@@ -82,7 +83,9 @@ class JournalStore(RecordStore):
         super().__init__(folder.name)
         self.folder = folder
         self.ops = ops
-        self.journal = JournalFile(folder / JOURNAL, ops=ops)
+        self.dir = QueueFolder.open(folder, create=create)
+        self.read_only = False  # the user may read the queue but not write it
+        self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self._claims: dict[int, int] = {}
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
@@ -99,45 +102,59 @@ class JournalStore(RecordStore):
         self._lock_fd = -1
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
-        if not (folder / JOURNAL).exists() and not create:
+        if not self.dir.exists(JOURNAL) and not create:
+            self.dir.close()
             raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
         self._prepare(create)
 
     # -- opening ---------------------------------------------------------------
 
     def _prepare(self, create: bool) -> None:
-        if create and ensure_dir(self.folder):
-            try:
-                self.ops.fsync_dir(str(self.folder.parent))
-            except OSError as exc:
-                raise durability_error("creating", str(self.folder), exc) from None
-        for sub in ("claims", "runners", "logs"):
-            ensure_dir(self.folder / sub)
-        try:
-            self._lock_fd = os.open(
-                self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
-            )
-        except OSError as exc:
-            raise UsageError(f"cannot open {self.folder / LOCK}: {exc.strerror}") from None
+        self._lock_fd = self._open_lock(create)
+        if not self.read_only:
+            for sub in SUBFOLDERS:
+                self.dir.subfolder(sub, create=True)
         with self._flock():
-            path = self.folder / JOURNAL
             self._remove_stale_temp_files()
-            if not path.exists() or path.stat().st_size == 0:
+            if not self.dir.exists(JOURNAL) or self.dir.stat(JOURNAL).st_size == 0:
                 # A new queue, or one whose creation crashed before its header
                 # was written: nothing was ever acknowledged in it.
-                create_file(path, [_header(seq=1)], ops=self.ops)
+                create_file(self.dir, JOURNAL, [_header(seq=1)], ops=self.ops)
             self._reload()
+
+    def _open_lock(self, create: bool) -> int:
+        """The lock file, open for writing; if the user may not write the queue
+        (and is not creating it), open read-only and make this store read-only:
+        it reads as usual, and a write is refused with NoAccess naming the file."""
+        try:
+            return self.dir.open_file(LOCK, os.O_RDWR | os.O_CREAT)
+        except NoAccess:
+            if create:
+                raise
+        self.read_only = True
+        self.journal.writable = False
+        try:
+            return self.dir.open_file(LOCK, os.O_RDONLY)  # flock needs no write access
+        except FileNotFoundError:
+            return -1  # nothing to lock against: no writer could create it either
 
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
         # holds: any found now was left by a process that died mid-rewrite.
-        for name in (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME):
-            for tmp in self.folder.glob(f".{name}.*.tmp"):
+        if self.read_only:
+            return
+        kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
+        prefixes = tuple(f".{name}." for name in kinds)
+        for tmp in self.dir.names():
+            if tmp.startswith(prefixes) and tmp.endswith(".tmp"):
                 with suppress(FileNotFoundError):
-                    tmp.unlink()
+                    self.dir.unlink(tmp)
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
+        if self._lock_fd < 0:  # a read-only queue without a lock file
+            yield
+            return
         wait_for_lock(self._lock_fd, self.folder / LOCK, self._lock_limit)
         try:
             yield
@@ -150,7 +167,7 @@ class JournalStore(RecordStore):
         self._archived = None
         self._checkpoint_lines = 0
         self.restored_from_checkpoint = self.checkpoint_every > 0 and checkpoint.restore(
-            self.folder, self.journal, self.state
+            self.dir, self.journal, self.state
         )
         covered = self.journal.lines if self.restored_from_checkpoint else 0
         if self.restored_from_checkpoint and not self._replay_after_checkpoint():
@@ -160,7 +177,7 @@ class JournalStore(RecordStore):
             self.state.reset()
             self.restored_from_checkpoint = False
             covered = 0
-            checkpoint.discard(self.folder)
+            checkpoint.discard(self.dir)
         self._checkpoint_lines = covered
         self._catch_up()
         self.replayed_on_open = self.journal.lines - covered
@@ -180,7 +197,7 @@ class JournalStore(RecordStore):
         By default that is CHECKPOINT_EVERY or an eighth of the item count,
         whichever is larger, so its cost (which grows with the queue) stays a
         small share of the work it saves. Caller holds the lock."""
-        if self.checkpoint_every <= 0 or (self._bulk and least is None):
+        if self.checkpoint_every <= 0 or self.read_only or (self._bulk and least is None):
             return
         if least is None:
             least = max(self.checkpoint_every, len(self.state.codes) // 8)
@@ -189,7 +206,7 @@ class JournalStore(RecordStore):
         # A checkpoint must never cover records that a power cut could still
         # take away (start records and group commits are not fsynced yet).
         self.journal.sync()
-        checkpoint.save(self.folder, self.journal, self.state)
+        checkpoint.save(self.dir, self.journal, self.state)
         self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
 
     def _replay_after_checkpoint(self) -> bool:
@@ -201,7 +218,7 @@ class JournalStore(RecordStore):
             return False
 
     def _catch_up(self) -> None:
-        torn = self.journal.replay(self.state.apply, repair=True)
+        torn = self.journal.replay(self.state.apply, repair=not self.read_only)
         if torn is not None:
             self._notices.append(torn.describe())
 
@@ -273,16 +290,16 @@ class JournalStore(RecordStore):
         with self._locked():
             self.journal.sync()
 
-    def _claim_path(self, item_id: int) -> Path:
-        return self.folder / "claims" / f"{item_id}.lock"
+    def _claim_path(self, item_id: int) -> tuple[QueueFolder, str, str]:
+        return self.dir, "claims", f"{item_id}.lock"
 
     def _claim_free(self, item: LiveItem) -> bool:
         if item.id in self._claims:
             return False
-        return _lock_is_free(self._claim_path(item.id))
+        return _lock_is_free(*self._claim_path(item.id))
 
     def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
-        fd = _try_lock(self._claim_path(item_id), create=True)
+        fd = _try_lock(*self._claim_path(item_id), create=True)
         if fd is None:
             return None
         self._claims[item_id] = fd
@@ -298,33 +315,33 @@ class JournalStore(RecordStore):
         # next claim create a fresh one and run a second copy alongside.
         path = self._claim_path(item_id)
         try:
-            probe = _try_lock(path, create=False)
+            probe = _try_lock(*path, create=False)
         except FileNotFoundError:
             return
         if probe is not None:
             with suppress(FileNotFoundError):
-                os.unlink(path)
+                self.dir.unlink(path[2], sub=path[1])
             os.close(probe)
 
     def _runner_alive(self, runner_id: str) -> bool:
         if runner_id in self._runner_locks:
             return True
-        return not _lock_is_free(self.folder / "runners" / f"{runner_id}.lock")
+        return not _lock_is_free(self.dir, "runners", f"{runner_id}.lock")
 
     def _forget_runner(self, runner_id: str) -> None:
-        path = self.folder / "runners" / f"{runner_id}.lock"
+        path = f"{runner_id}.lock"
         try:
-            probe = _try_lock(path, create=False)
+            probe = _try_lock(self.dir, "runners", path, create=False)
         except FileNotFoundError:
             return
         if probe is not None:  # still free while we hold it: nobody is using it
             with suppress(FileNotFoundError):
-                os.unlink(path)
+                self.dir.unlink(path, sub="runners")
             os.close(probe)
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        path = self.folder / "runners" / f"{runner.runner_id}.lock"
-        fd = _try_lock(path, create=True)
+        path = f"{runner.runner_id}.lock"
+        fd = _try_lock(self.dir, "runners", path, create=True)
         if fd is None:
             raise UsageError(f"runner id {runner.runner_id} is already in use")
         self._runner_locks[runner.runner_id] = fd
@@ -332,7 +349,7 @@ class JournalStore(RecordStore):
             super().register_runner(runner, exclusive=exclusive)
         except BaseException:
             del self._runner_locks[runner.runner_id]
-            os.unlink(path)
+            self.dir.unlink(path, sub="runners")
             os.close(fd)
             raise
 
@@ -341,7 +358,7 @@ class JournalStore(RecordStore):
         fd = self._runner_locks.pop(runner_id, None)
         if fd is not None:
             with suppress(FileNotFoundError):
-                os.unlink(self.folder / "runners" / f"{runner_id}.lock")
+                self.dir.unlink(f"{runner_id}.lock", sub="runners")
             os.close(fd)
 
     def _known_keys(self, state: QueueState) -> Container[str]:
@@ -356,8 +373,7 @@ class JournalStore(RecordStore):
             # Dedupe must hold for items compaction moved out: load their keys
             # once, only when something is enqueued.
             self._archived = {
-                item_text(r): r["id"]
-                for r in read_archive(self.folder / ARCHIVE, state.archive_size)
+                item_text(r): r["id"] for r in read_archive(self.dir, ARCHIVE, state.archive_size)
             }
         live = super()._known_keys(state)
         return _Either(live, self._archived) if self._archived else live
@@ -376,7 +392,7 @@ class JournalStore(RecordStore):
     def _cached_keys(self) -> tuple[dict[str, int], int] | None:
         """Every item text (text -> id) from keys.ckpt plus the records after
         it, and how many came from those records; None if it does not match."""
-        cached = checkpoint.load_keys(self.folder, self.journal)
+        cached = checkpoint.load_keys(self.dir, self.journal)
         if cached is None:
             return None
         keys, offset = cached
@@ -393,7 +409,7 @@ class JournalStore(RecordStore):
         state = self.state
         fresh = state.enqueued_texts() if self._keys_were_empty else None
         self._keys_were_empty = False
-        if self.checkpoint_every <= 0 or self._archived is None:
+        if self.checkpoint_every <= 0 or self._archived is None or self.read_only:
             return
         texts: list[str] | None = None
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
@@ -404,7 +420,7 @@ class JournalStore(RecordStore):
             return
         self._save_keys = False
         self.journal.sync()  # as for the state checkpoint
-        checkpoint.save_keys(self.folder, self.journal, texts)
+        checkpoint.save_keys(self.dir, self.journal, texts)
 
     def _texts_in_memory(self, state: QueueState) -> list[str] | None:
         """Every item text in id order from the dedupe keys this process holds
@@ -422,7 +438,7 @@ class JournalStore(RecordStore):
             return
         rows = [
             (r["id"], item_text(r), r.get("attempt", 0))
-            for r in read_archive(self.folder / ARCHIVE, self.state.archive_size)
+            for r in read_archive(self.dir, ARCHIVE, self.state.archive_size)
         ]
         rows.sort()  # archived in completion order; listed in id order
         for item_id, text, attempt in rows:
@@ -434,12 +450,20 @@ class JournalStore(RecordStore):
         return iter_records(self.journal.fd, self.journal.offset, path=str(self.journal.path))
 
     def _archive_records(self) -> Iterator[Record]:
-        return read_archive(self.folder / ARCHIVE, self.state.archive_size)
+        return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    @property
+    def logs_fd(self) -> int:
+        """The fd of the ``logs`` folder, for the runner to open logs relative to."""
+        return self.dir.subfolder("logs", create=not self.read_only)
 
     def _log_paths(self, item_id: int) -> tuple[str, ...]:
-        logs = self.folder / "logs"
-        found = sorted(logs.glob(f"{item_id}.*.log"), key=lambda p: int(p.name.split(".")[1]))
-        return tuple(str(p) for p in found)
+        prefix = f"{item_id}."
+        found = sorted(
+            (n for n in self.dir.names("logs") if n.startswith(prefix) and n.endswith(".log")),
+            key=lambda n: int(n.split(".")[1]),
+        )
+        return tuple(self.dir.shown(n, "logs") for n in found)
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
@@ -486,7 +510,7 @@ class JournalStore(RecordStore):
         self._reload()
         if carried is not None:
             # The texts did not change, only the journal they are checked against.
-            checkpoint.save_keys(self.folder, self.journal, carried)
+            checkpoint.save_keys(self.dir, self.journal, carried)
         return result
 
     def _keys_to_carry(self, state: QueueState) -> list[str] | None:
@@ -499,7 +523,7 @@ class JournalStore(RecordStore):
         texts = self._texts_in_memory(state)
         if texts is not None:
             return texts
-        if not (self.folder / checkpoint.KEYS_NAME).exists():
+        if not self.dir.exists(checkpoint.KEYS_NAME):
             return None
         found = self._cached_keys()
         return None if found is None else checkpoint.texts_by_id(found[0], state.next_id)
@@ -523,6 +547,7 @@ class JournalStore(RecordStore):
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+        self.dir.close()
 
 
 def auto_compact_threshold() -> int:
@@ -596,12 +621,13 @@ class _Either:
         return key in self.first or key in self.second
 
 
-def read_archive(path: Path, size: int) -> Iterator[Record]:
+def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""
     if size == 0:
         return
+    path = folder.path / name
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = folder.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
         raise DamagedState(f"{path} is missing but the journal refers to it") from None
     try:
@@ -630,9 +656,9 @@ def _header(*, seq: int) -> Record:
     }
 
 
-def _try_lock(path: Path, *, create: bool) -> int | None:
-    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-    fd = os.open(path, flags, FILE_MODE)
+def _try_lock(folder: QueueFolder, sub: str, name: str, *, create: bool) -> int | None:
+    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    fd = folder.open_file(name, flags, sub=sub)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -643,10 +669,10 @@ def _try_lock(path: Path, *, create: bool) -> int | None:
     return fd
 
 
-def _lock_is_free(path: Path) -> bool:
-    """True when nobody holds a flock on ``path`` (a missing file is free)."""
+def _lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
+    """True when nobody holds a flock on ``name`` in ``sub`` (a missing file is free)."""
     try:
-        fd = _try_lock(path, create=False)
+        fd = _try_lock(folder, sub, name, create=False)
     except FileNotFoundError:
         return True
     if fd is None:
