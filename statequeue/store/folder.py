@@ -20,7 +20,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from statequeue.errors import NoAccess, QueueNotFound, UnsafeFolder
-from statequeue.fileio import FolderEntry
+from statequeue.fileio import DEFAULT_OPS, FileOps, FolderEntry, durability_error
 from statequeue.location import DIR_MODE, FILE_MODE, ensure_dir
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -39,12 +39,12 @@ class QueueFolder:
         self._subs: dict[str, int] = {}
 
     @classmethod
-    def open(cls, path: Path, *, create: bool) -> QueueFolder:
+    def open(cls, path: Path, *, create: bool, ops: FileOps = DEFAULT_OPS) -> QueueFolder:
         """Open (with ``create``, make) the queue folder ``path`` after checking
         its home and itself; QueueNotFound if it is missing and not ``create``."""
         home_fd = open_home(path.parent, create=create)
         try:
-            fd = _open_queue_dir(home_fd, path, create=create)
+            fd = _open_queue_dir(home_fd, path, create=create, ops=ops)
         finally:
             os.close(home_fd)
         try:
@@ -223,7 +223,7 @@ def remove_queue_folder(path: Path) -> None:
         os.close(home_fd)
 
 
-def _open_queue_dir(home_fd: int, path: Path, *, create: bool) -> int:
+def _open_queue_dir(home_fd: int, path: Path, *, create: bool, ops: FileOps) -> int:
     name = path.name
     try:
         return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=home_fd)
@@ -233,8 +233,11 @@ def _open_queue_dir(home_fd: int, path: Path, *, create: bool) -> int:
     except OSError as exc:
         raise _not_a_folder(exc, path) from None
     _make_dir(home_fd, name, str(path))
-    # The new folder's name is durable before anything in it is acknowledged.
-    os.fsync(home_fd)
+    try:
+        # The new folder's name is durable before anything in it is acknowledged.
+        ops.fsync_dir(FolderEntry(str(path.parent), home_fd, "."))
+    except OSError as exc:
+        raise durability_error("creating", str(path), exc) from None
     try:
         return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=home_fd)
     except OSError as exc:

@@ -83,7 +83,7 @@ class JournalStore(RecordStore):
         super().__init__(folder.name)
         self.folder = folder
         self.ops = ops
-        self.dir = QueueFolder.open(folder, create=create)
+        self.dir = QueueFolder.open(folder, create=create, ops=ops)
         self.read_only = False  # the user may read the queue but not write it
         self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self._claims: dict[int, int] = {}
@@ -105,7 +105,11 @@ class JournalStore(RecordStore):
         if not self.dir.exists(JOURNAL) and not create:
             self.dir.close()
             raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
-        self._prepare(create)
+        try:
+            self._prepare(create)
+        except BaseException:
+            self._close_files()
+            raise
 
     # -- opening ---------------------------------------------------------------
 
@@ -539,6 +543,9 @@ class JournalStore(RecordStore):
             # Leave a checkpoint for the next opener (status, run) to start from.
             with suppress(StateQueueError), self._locked():
                 self._maybe_checkpoint(self._least_on_close())
+        self._close_files()
+
+    def _close_files(self) -> None:
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
         for rid in list(self._runner_locks):
