@@ -278,3 +278,11 @@ def test_a_write_to_a_read_only_queue_names_the_file(read_only_queue: Path, sq_e
     done = sq(sq_env, "run", "--", "true", wrap=_without_write_access())
     one_line_error(done, 2, f"cannot write {read_only_queue}/", "Permission denied")
     assert _snapshot(read_only_queue) == before
+
+
+def test_logs_does_not_print_a_linked_log(queue: Path, sq_env: Env, outside: Path) -> None:
+    (queue / "logs" / "1.1.log").symlink_to(outside / "victim")
+    done = sq(sq_env, "logs", "1")
+    assert "secret" not in done.stdout
+    assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    untouched(outside)

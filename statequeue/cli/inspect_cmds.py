@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Annotated, Any
@@ -128,7 +129,7 @@ def logs(
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
         if shown_path is not None:
-            with open(shown_path, "rb") as f:
+            with open(os.open(shown_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
                 f.seek(offset)
                 data = f.read()
             out.write(data)
