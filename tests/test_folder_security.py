@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.fileio import FileOps, FolderEntry
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
 from statequeue.queue import Queue
+from statequeue.store.journal_store import JournalStore
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
@@ -286,3 +290,49 @@ def test_logs_does_not_print_a_linked_log(queue: Path, sq_env: Env, outside: Pat
     assert "secret" not in done.stdout
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
     untouched(outside)
+
+
+def test_a_queue_folder_swapped_for_a_link_while_open_is_not_followed(
+    sq_home: Path, outside: Path
+) -> None:
+    # Everything is opened relative to the folder fd taken at open: replacing
+    # the folder's path by a link afterwards redirects nothing.
+    store = JournalStore(sq_home / "q", create=True)
+    try:
+        store.enqueue(["a", "b"])
+        (sq_home / "q").rename(sq_home / "moved")
+        (sq_home / "q").symlink_to(outside)
+        claim = store.claim(new_runner())
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True))
+        store.compact()
+        assert store.status().counts["done"] == 1
+    finally:
+        store.close()
+    untouched(outside)
+    assert (sq_home / "moved" / "archive.jsonl").stat().st_size > 0
+
+
+def test_creating_a_queue_makes_its_folder_durable_through_file_ops(sq_home: Path) -> None:
+    # The crash-point and power-loss layers see the home's fsync (the new
+    # folder's name) before the journal's rename, and renames relative to the fd.
+    seen: list[tuple[str, str]] = []
+
+    class Recording(FileOps):
+        def fsync_dir(self, path: str) -> None:
+            seen.append(("dirfsync", str(path)))
+            super().fsync_dir(path)
+
+        def replace(self, src: str, dst: str) -> None:
+            seen.append(("rename", str(dst)))
+            assert isinstance(dst, FolderEntry)
+            super().replace(src, dst)
+
+    sq_home.mkdir(mode=0o700)
+    JournalStore(sq_home / "q", create=True, ops=Recording()).close()
+    journal = str(sq_home / "q" / "journal.jsonl")
+    assert seen[:3] == [
+        ("dirfsync", str(sq_home)),
+        ("rename", journal),
+        ("dirfsync", str(sq_home / "q")),
+    ]
