@@ -19,7 +19,7 @@ import stat
 from contextlib import suppress
 from pathlib import Path
 
-from statequeue.errors import NoAccess, QueueNotFound, UnsafeFolder
+from statequeue.errors import NoAccess, QueueNotFound, UnsafeFolder, UsageError
 from statequeue.fileio import DEFAULT_OPS, FileOps, FolderEntry, durability_error
 from statequeue.location import DIR_MODE, FILE_MODE, ensure_dir
 
@@ -179,7 +179,7 @@ def open_home(home: Path, *, create: bool) -> int:
         ensure_dir(home)
         fd = os.open(home, _DIR_FLAGS)
     except NotADirectoryError:
-        raise UnsafeFolder(f"home {home} is not a folder") from None
+        raise UsageError(f"home {home} exists and is not a folder") from None
     try:
         check_owner(os.fstat(fd), home, "home folder")
     except BaseException:
@@ -265,7 +265,7 @@ def _not_a_folder(exc: OSError, path: Path, *, link: bool | None = None) -> Exce
             f"(remove the link with `rm {path}`, or point --home at the real folder)"
         )
     if exc.errno == errno.ENOTDIR:
-        return UnsafeFolder(f"{path} exists and is not a folder")
+        return UsageError(f"{path} exists and is not a folder")
     if exc.errno in _DENIED:
         return NoAccess(f"cannot read {path}: {exc.strerror}")
     exc.filename = str(path)

@@ -458,8 +458,12 @@ class JournalStore(RecordStore):
 
     @property
     def logs_fd(self) -> int:
-        """The fd of the ``logs`` folder, for the runner to open logs relative to."""
-        return self.dir.subfolder("logs", create=not self.read_only)
+        """The fd of the ``logs`` folder, for the runner to open logs relative
+        to (-1 if a read-only queue has none)."""
+        try:
+            return self.dir.subfolder("logs", create=not self.read_only)
+        except FileNotFoundError:
+            return -1
 
     def _log_paths(self, item_id: int) -> tuple[str, ...]:
         prefix = f"{item_id}."
