@@ -12,12 +12,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue import records
-from statequeue.errors import CorruptJournal
+from statequeue.errors import CorruptJournal, NoAccess
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.gcpause import gc_paused
-from statequeue.location import FILE_MODE
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 _READ_CHUNK = 1 << 20
 _REPLAY_CHUNK = 4 << 20  # bounds the decoded records held at once
@@ -31,7 +34,15 @@ class TornTail:
     offset: int
     length: int
 
-    def describe(self) -> str:
+    def describe(self, *, cut: bool = True) -> str:
+        """The notice for it: ``cut`` says whether it was cut (a read-only
+        queue leaves it for the next writer, and must not claim a repair)."""
+        if not cut:
+            return (
+                f"{self.path}: found a torn tail of {self.length} byte(s) at offset "
+                f"{self.offset} (a crash interrupted an append; no acknowledged record was "
+                "lost); left in place: the queue is read-only for you, its next writer cuts it"
+            )
         return (
             f"{self.path}: repaired a torn tail: cut {self.length} byte(s) at offset "
             f"{self.offset} (a crash interrupted an append; no acknowledged record was lost)"
@@ -179,8 +190,11 @@ def _refuse_if_damage(rest: bytes, *, path: str, line_no: int, gap: bool) -> Non
 class JournalFile:
     """An open journal (or archive) file and how far this process has read it."""
 
-    def __init__(self, path: Path, *, ops: FileOps = DEFAULT_OPS) -> None:
-        self.path = path
+    def __init__(self, folder: QueueFolder, name: str, *, ops: FileOps = DEFAULT_OPS) -> None:
+        self.folder = folder  # the file is opened relative to it, never through a link
+        self.name = name
+        self.path: Path = folder.path / name
+        self.writable = True  # False: opened read-only (the user may not write the queue)
         self.ops = ops
         self.fd = -1
         self.inode = 0
@@ -191,7 +205,8 @@ class JournalFile:
     def open(self) -> None:
         """Open the existing file at ``path`` and start reading from its beginning."""
         self.close()
-        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
+        self.fd = self.folder.open_file(self.name, flags)
         self.inode = os.fstat(self.fd).st_ino
         self.offset = self.lines = 0
         self.last_seq = None
@@ -204,7 +219,7 @@ class JournalFile:
     def replaced(self) -> bool:
         """True when the path now names another file (compaction replaced it)."""
         try:
-            return os.stat(self.path).st_ino != self.inode
+            return self.folder.stat(self.name).st_ino != self.inode
         except FileNotFoundError:
             return True
 
@@ -289,6 +304,8 @@ class JournalFile:
         """Write ``count`` already encoded lines, numbered from ``last_seq + 1``;
         fsync when ``sync``. On a failed write or fsync the file is cut back to
         its last good record and DurabilityError is raised (never retried)."""
+        if not self.writable:
+            raise NoAccess(f"cannot write {self.path}: Permission denied")
         try:
             self.ops.write_all(self.fd, data)
             if sync:
@@ -322,32 +339,31 @@ class JournalFile:
             self.ops.truncate(self.fd, self.offset)
 
 
-def create_file(path: Path, lines: Iterable[records.Record], *, ops: FileOps) -> None:
-    """Durably write a new file at ``path`` holding ``lines`` (atomic: temp + rename).
+def create_file(
+    folder: QueueFolder, name: str, lines: Iterable[records.Record], *, ops: FileOps
+) -> None:
+    """Durably write a new file ``name`` in ``folder`` holding ``lines`` (atomic:
+    temp + rename).
 
     Recipe: temp file in the same folder (O_EXCL, 0600), write, fsync, rename
-    over ``path``, fsync the folder.
+    over ``name``, fsync the folder.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     payload = b"".join(records.encode(r) for r in lines)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
-        os.unlink(tmp)  # left by a crashed run of this same pid; never a live file
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        folder.unlink(tmp)  # left by a crashed run of this same pid; never a live file
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
             ops.write_all(fd, payload)
             ops.fsync(fd)
         finally:
             os.close(fd)
-        ops.replace(str(tmp), str(path))
-        ops.fsync_dir(str(path.parent))
+        ops.replace(folder.entry(tmp), folder.entry(name))
+        ops.fsync_dir(folder.itself())
     except OSError as exc:
-        _unlink_quietly(tmp)
-        raise durability_error("writing", str(path), exc) from None
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+        with contextlib.suppress(OSError):
+            folder.unlink(tmp)
+        raise durability_error("writing", folder.shown(name), exc) from None

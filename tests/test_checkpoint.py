@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from statequeue.errors import CorruptJournal, DamagedState
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from statequeue.store import checkpoint, journal_store
+from statequeue.store.folder import QueueFolder
 from statequeue.store.journal_store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
 
@@ -51,12 +53,22 @@ def _busy_queue(folder: Path) -> None:
     store.close()
 
 
+@contextmanager
+def _opened(folder: Path) -> Iterator[QueueFolder]:
+    qdir = QueueFolder.open(folder, create=False)
+    try:
+        yield qdir
+    finally:
+        qdir.close()
+
+
 def _fresh_replay(folder: Path, tmp_path: Path) -> tuple[object, ...]:
     """The fingerprint of a copy of ``folder`` opened without any checkpoint."""
     copy = tmp_path / "no-checkpoint"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)
-    checkpoint.discard(copy)
+    with _opened(copy) as qdir:
+        checkpoint.discard(qdir)
     store = JournalStore(copy, create=False)
     store.checkpoint_every = 0
     try:
@@ -88,7 +100,8 @@ def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
 def _cut_journal_behind_checkpoint(folder: Path) -> None:
     # The checkpoint covers only fsynced records (it is saved after an
     # fsync), so a journal that lost records it saw lost acknowledged ones.
-    parsed = checkpoint._parse(folder / checkpoint.NAME)
+    with _opened(folder) as qdir:
+        parsed = checkpoint._parse(qdir, checkpoint.NAME)
     assert parsed is not None
     offset = parsed[0]["journal"]["offset"]
     path = folder / JOURNAL
@@ -317,11 +330,12 @@ def test_records_that_do_not_follow_on_from_a_checkpoint_mean_a_full_replay(
     # refuse the queue or cut acknowledged records as a "torn tail".
     folder = tmp_path / "q"
     _busy_queue(folder)
-    parsed = checkpoint._parse(folder / checkpoint.NAME)
-    assert parsed is not None
-    header, codes, locs = parsed
-    header["journal"]["last_seq"] -= 1
-    checkpoint._write(folder / checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
+    with _opened(folder) as qdir:
+        parsed = checkpoint._parse(qdir, checkpoint.NAME)
+        assert parsed is not None
+        header, codes, locs = parsed
+        header["journal"]["last_seq"] -= 1
+        checkpoint._write(qdir, checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
     before = (folder / JOURNAL).read_bytes()
     store = JournalStore(folder, create=False)
     try:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -129,7 +129,7 @@ def logs(
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
         if shown_path is not None:
-            with open(shown_path, "rb") as f:
+            with open(os.open(shown_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
                 f.seek(offset)
                 data = f.read()
             out.write(data)
@@ -208,13 +208,14 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     """
     from statequeue.location import resolve_home
     from statequeue.queue import Queue
+    from statequeue.store.integrity import holds_queue
 
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
     rows = []
     folders = (
         # A folder whose journal is gone but whose archive remains is a damaged
         # queue (opening it refuses), never one to leave out silently.
-        sorted(p for p in root.iterdir() if _holds_queue(p)) if root.is_dir() else []
+        sorted(p for p in root.iterdir() if holds_queue(p)) if root.is_dir() else []
     )
     for folder in folders:
         with Queue(folder.name, home=root, create=False) as q:
@@ -227,10 +228,6 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     for st in rows:
         counts = "  ".join(f"{k} {v}" for k, v in st.counts.items() if v)
         _write(f"{st.queue}\t{st.total} items\t{counts or 'empty'}")
-
-
-def _holds_queue(folder: Path) -> bool:
-    return (folder / "journal.jsonl").exists() or (folder / "archive.jsonl").exists()
 
 
 @app.command()

@@ -160,9 +160,8 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    import shutil
-
     from statequeue.queue import Queue
+    from statequeue.store.folder import remove_queue_folder
 
     q = Queue(name, home=home if home is not None else (ctx.obj or {}).get("home"), create=False)
     try:
@@ -179,7 +178,7 @@ def drop(
             raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
         typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
     assert folder is not None
-    shutil.rmtree(folder)
+    remove_queue_folder(folder)
     print(f"dropped queue {name!r}")
 
 

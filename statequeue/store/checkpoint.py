@@ -26,14 +26,16 @@ import os
 import zlib
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from statequeue.errors import StateQueueError
 from statequeue.journal import JournalFile, read_line
-from statequeue.location import FILE_MODE
 from statequeue.state import QueueState
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 NAME = "state.ckpt"
 MAGIC = b"SQCKPT1\n"
@@ -42,7 +44,7 @@ KEYS_MAGIC = b"SQKEYS1\n"
 _TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
 
 
-def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
+def save(folder: QueueFolder, journal: JournalFile, state: QueueState) -> bool:
     """Write a checkpoint of ``state`` as of ``journal.offset`` (caller holds the
     queue lock and has applied every record up to there). False if it could not
     be written; the queue works the same without it."""
@@ -51,10 +53,10 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
         return False
     meta, codes, locs = state.export()
     header = {"journal": where, "codes": len(codes), "locs": len(locs), "state": meta}
-    return _write(folder / NAME, MAGIC, header, (codes, locs))
+    return _write(folder, NAME, MAGIC, header, (codes, locs))
 
 
-def save_keys(folder: Path, journal: JournalFile, texts: list[str]) -> bool:
+def save_keys(folder: QueueFolder, journal: JournalFile, texts: list[str]) -> bool:
     """Write every item text (``texts[i]`` is item ``i + 1``'s, archived items
     included; "" for an id without one) as of ``journal.offset``, for dedupe
     without reading the journal and archive."""
@@ -63,7 +65,7 @@ def save_keys(folder: Path, journal: JournalFile, texts: list[str]) -> bool:
         return False
     # Items never hold NUL, so it separates them.
     blob = "\0".join(texts).encode("utf-8", "surrogateescape")
-    return _write(folder / KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
+    return _write(folder, KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
 
 
 def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
@@ -75,13 +77,12 @@ def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
     return texts
 
 
-def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] | None:
+def load_keys(folder: QueueFolder, journal: JournalFile) -> tuple[dict[str, int], int] | None:
     """The saved item texts (text -> id) and the journal offset they cover, if
     the keys checkpoint still matches the open journal."""
-    path = folder / KEYS_NAME
-    if not path.exists():
+    if not folder.exists(KEYS_NAME):
         return None
-    parsed = _read(path, KEYS_MAGIC)
+    parsed = _read(folder, KEYS_NAME, KEYS_MAGIC)
     try:
         if parsed is None:
             raise ValueError("damaged")
@@ -94,7 +95,7 @@ def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] 
             raise ValueError("damaged")
     except (KeyError, TypeError, ValueError, OSError):
         with contextlib.suppress(OSError):
-            path.unlink()
+            folder.unlink(KEYS_NAME)
         return None
     keys = dict(zip(texts, range(1, count + 1), strict=True))
     keys.pop("", None)
@@ -120,32 +121,34 @@ def _position(journal: JournalFile) -> dict[str, Any] | None:
     }
 
 
-def _write(path: Path, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]) -> bool:
+def _write(
+    folder: QueueFolder, name: str, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]
+) -> bool:
     encoded = orjson.dumps(header)
     body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
     payload = body + zlib.crc32(body).to_bytes(4, "little")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    except (OSError, StateQueueError):  # a link or no access: the queue works without it
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            folder.unlink(tmp)
         return False
     return True
 
 
-def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
+def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
     """The header and the bytes after it, if the file is intact."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = folder.read_bytes(name)
+    except (OSError, StateQueueError):
         return None
     if len(data) < len(magic) + 12 or not data.startswith(magic):
         return None
@@ -181,15 +184,14 @@ class Restore:
     lines: int = 0
 
 
-def restore(folder: Path, journal: JournalFile, state: QueueState) -> Restore:
+def restore(folder: QueueFolder, journal: JournalFile, state: QueueState) -> Restore:
     """Load the checkpoint into ``state`` and move ``journal``'s read position to
     it, if it matches the open journal; else leave both untouched. Never
     changes a file: a checkpoint the journal cannot be opened without is
     evidence for `fsck` (``remove_stale`` drops it after a clean open)."""
-    path = folder / NAME
-    if not path.exists():
+    if not folder.exists(NAME):
         return Restore(Found.NONE)
-    parsed = _parse(path)
+    parsed = _parse(folder, NAME)
     try:
         if parsed is None:
             raise ValueError("damaged")
@@ -207,36 +209,38 @@ def restore(folder: Path, journal: JournalFile, state: QueueState) -> Restore:
     return Restore(Found.RESTORED, offset, lines)
 
 
-def remove_stale(folder: Path) -> None:
+def remove_stale(folder: QueueFolder) -> None:
     """Remove a state checkpoint that no longer matches (after the journal
     opened cleanly without it), so that it can never match a journal that
-    grows back."""
+    grows back. Not ours to remove (a read-only queue): it stays stale."""
     with contextlib.suppress(OSError):
-        (folder / NAME).unlink()
+        folder.unlink(NAME)
 
 
-def known_ids(folder: Path) -> int:
+def known_ids(folder: QueueFolder) -> int:
     """The highest item id either checkpoint knows of, matching or not (0 if
     none can be read): a repair must never hand such an id out again."""
     best = 0
-    parsed = _read(folder / NAME, MAGIC)
+    parsed = _read(folder, NAME, MAGIC)
     with contextlib.suppress(KeyError, TypeError, ValueError):
         best = int(parsed[0]["state"]["next_id"]) - 1 if parsed else 0
-    keys = _read(folder / KEYS_NAME, KEYS_MAGIC)
+    keys = _read(folder, KEYS_NAME, KEYS_MAGIC)
     with contextlib.suppress(KeyError, TypeError, ValueError):
         best = max(best, int(keys[0]["count"]) if keys else 0)
     return best
 
 
-def discard(folder: Path) -> None:
+def discard(folder: QueueFolder) -> None:
     """Remove the checkpoints (after a repair rewrote the journal)."""
     for name in (NAME, KEYS_NAME):
-        with contextlib.suppress(FileNotFoundError):
-            (folder / name).unlink()
+        # Not there, or not ours to remove (a read-only queue): a stale
+        # checkpoint never matches the journal it did not come from.
+        with contextlib.suppress(OSError):
+            folder.unlink(name)
 
 
-def _parse(path: Path) -> tuple[dict[str, Any], bytes, bytes] | None:
-    parsed = _read(path, MAGIC)
+def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], bytes, bytes] | None:
+    parsed = _read(folder, name, MAGIC)
     if parsed is None:
         return None
     header, arrays = parsed

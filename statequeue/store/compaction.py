@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.errors import DamagedState
 from statequeue.fileio import FileOps
 from statequeue.gcpause import gc_paused
 from statequeue.journal import JournalFile, create_file, iter_records
-from statequeue.location import FILE_MODE
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import CODE, QueueState
 from statequeue.views import CompactResult
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 
 def compact_journal(
@@ -44,7 +47,7 @@ def compact_journal(
 ) -> CompactResult:
     """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
     bytes_before = journal.offset
-    archive = _open_archive(archive_path, state, ops=ops)
+    archive = _open_archive(journal.folder, archive_path.name, state, ops=ops)
     try:
         archived, last_end, texts, tries = _archive_finished(journal, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
@@ -94,10 +97,10 @@ def compact_journal(
     absent = state.absent_ids()
     if absent:
         lines[0]["absent"] = absent
-    create_file(journal.path, lines, ops=ops)
+    create_file(journal.folder, journal.name, lines, ops=ops)
     return CompactResult(
         bytes_before=bytes_before,
-        bytes_after=journal.path.stat().st_size,
+        bytes_after=journal.folder.stat(journal.name).st_size,
         archived=archived,
         archive_bytes=archive_size,
     )
@@ -210,18 +213,21 @@ class _ArchiveCheck:
             self.strangers += 1
 
 
-def _open_archive(path: Path, state: QueueState, *, ops: FileOps) -> JournalFile:
+def _open_archive(
+    folder: QueueFolder, name: str, state: QueueState, *, ops: FileOps
+) -> JournalFile:
     """The archive, open for appending after the ``archive_size`` bytes the
     current snapshot vouches for (a crashed compaction's tail is cut away,
     once it is shown to be one)."""
     size = state.archive_size
-    if not path.exists():
+    path = folder.path / name
+    if not folder.exists(name):
         if size:
             raise DamagedState(f"{path} is missing but the journal refers to it")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
-        ops.fsync_dir(str(path.parent))
-    archive = JournalFile(path, ops=ops)
+        ops.fsync_dir(folder.itself())
+    archive = JournalFile(folder, name, ops=ops)
     archive.open()
     try:
         check = _ArchiveCheck(state)

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statequeue import records
-from statequeue.errors import QueueNotFound
+from statequeue.errors import NoAccess, QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import JournalFile, create_file, looks_like_record
 from statequeue.records import Record
 from statequeue.state import QueueState
 from statequeue.store import checkpoint
+from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
 from statequeue.store.journal_store import wait_for_lock
 
@@ -83,11 +84,11 @@ class FsckReport:
         }
 
 
-def scan_file(path: Path) -> tuple[FileCheck, list[Record]]:
-    """Check every line of ``path``; returns the check and the valid records."""
-    check = FileCheck(str(path))
+def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
+    """Check every line of ``name``; returns the check and the valid records."""
+    check = FileCheck(folder.shown(name))
     try:
-        data = path.read_bytes()
+        data = folder.read_bytes(name)
     except FileNotFoundError:
         return check, []
     lines = data.split(b"\n")
@@ -120,29 +121,53 @@ def scan_file(path: Path) -> tuple[FileCheck, list[Record]]:
 
 def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckReport:
     """Check (and with ``repair``, salvage) the queue in ``folder``."""
-    journal_path = folder / JOURNAL
-    if not journal_path.exists() and not queue_history(folder):
-        raise QueueNotFound(f"no queue in {folder}")
-    lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        wait_for_lock(lock_fd, folder / "lock")
-        jcheck, jrecords = scan_file(journal_path)
-        acheck, arecords = scan_file(folder / ARCHIVE)
-        jcheck.problems += _journal_problems(folder, jcheck, jrecords)
-        acheck.problems += _archive_problems(folder / ARCHIVE, jrecords)
+        qdir = QueueFolder.open(folder, create=False)
+    except QueueNotFound:
+        raise QueueNotFound(f"no queue in {folder}") from None
+    try:
+        if not qdir.exists(JOURNAL) and not queue_history(qdir):
+            raise QueueNotFound(f"no queue in {folder}")
+        return _check(qdir, repair=repair, ops=ops)
+    finally:
+        qdir.close()
+
+
+def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
+    lock_fd = _open_lock(qdir, repair=repair)
+    try:
+        if lock_fd >= 0:
+            wait_for_lock(lock_fd, qdir.path / "lock")
+        jcheck, jrecords = scan_file(qdir, JOURNAL)
+        acheck, arecords = scan_file(qdir, ARCHIVE)
+        jcheck.problems += _journal_problems(qdir, jcheck, jrecords)
+        acheck.problems += _archive_problems(qdir, jrecords)
         report = FsckReport(jcheck, acheck)
         if repair and report.damaged:
-            _repair(folder, report, jrecords, arecords, ops)
+            _repair(qdir, report, jrecords, arecords, ops)
         return report
     finally:
-        os.close(lock_fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)
 
 
-def _journal_problems(folder: Path, check: FileCheck, valid: list[Record]) -> list[str]:
+def _open_lock(qdir: QueueFolder, *, repair: bool) -> int:
+    """The queue's lock file; a check without --repair needs only read access."""
+    try:
+        return qdir.open_file("lock", os.O_RDWR | os.O_CREAT)
+    except NoAccess:
+        if repair:
+            raise
+    try:
+        return qdir.open_file("lock", os.O_RDONLY)  # flock needs no write access
+    except FileNotFoundError:
+        return -1
+
+
+def _journal_problems(qdir: QueueFolder, check: FileCheck, valid: list[Record]) -> list[str]:
     """Damage to the journal as a whole, which opening refuses."""
-    path = folder / JOURNAL
-    if not path.exists():
-        return [f"missing, but the folder still holds {', '.join(queue_history(folder)[:3])}"]
+    if not qdir.exists(JOURNAL):
+        return [f"missing, but the folder still holds {', '.join(queue_history(qdir)[:3])}"]
     header = _header_of(valid, check)
     if header is None:
         return ["line 1 is not a valid snapshot header (empty, cut or overwritten)"]
@@ -150,7 +175,7 @@ def _journal_problems(folder: Path, check: FileCheck, valid: list[Record]) -> li
     missing = header["seq"] + header.get("follow", 0) - valid[-1]["seq"]
     if missing > 0:
         found.append(f"ends {missing} record(s) short of what its header says follows it")
-    ahead = _checkpoint_ahead(folder, path)
+    ahead = _checkpoint_ahead(qdir)
     if ahead:
         found.append(ahead)
     return found
@@ -163,12 +188,13 @@ def _header_of(valid: list[Record], check: FileCheck) -> Record | None:
     return valid[0]
 
 
-def _checkpoint_ahead(folder: Path, path: Path) -> str | None:
+def _checkpoint_ahead(qdir: QueueFolder) -> str | None:
     """A message if the state checkpoint saw records of this journal that it no longer has."""
-    journal = JournalFile(path)
+    journal = JournalFile(qdir, JOURNAL)
+    journal.writable = False  # only read: a check needs no write access
     journal.open()
     try:
-        found = checkpoint.restore(folder, journal, QueueState())
+        found = checkpoint.restore(qdir, journal, QueueState())
     finally:
         journal.close()
     if found.found is not checkpoint.Found.AHEAD:
@@ -179,16 +205,16 @@ def _checkpoint_ahead(folder: Path, path: Path) -> str | None:
     )
 
 
-def _archive_problems(path: Path, jrecords: list[Record]) -> list[str]:
+def _archive_problems(qdir: QueueFolder, jrecords: list[Record]) -> list[str]:
     """The archive disagreeing with the journal's header is damage too: shorter
     than it says, another count up to there, or records past it of items the
     journal does not name (compaction would refuse to cut them)."""
     header = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else None
-    if header is None or not path.exists():
+    if header is None or not qdir.exists(ARCHIVE):
         return []
     size = header.get("archive_size", 0)
-    ids, _, _ = _archive_extent(path, None, set())
-    _, vouched_end, vouched = _archive_extent(path, size, set())
+    ids, _, _ = _archive_extent(qdir, None, set())
+    _, vouched_end, vouched = _archive_extent(qdir, size, set())
     if vouched_end != size:
         return [f"shorter than the journal says ({vouched_end} < {size} bytes)"]
     if vouched != header.get("archived", 0):
@@ -201,25 +227,28 @@ def _archive_problems(path: Path, jrecords: list[Record]) -> list[str]:
 
 
 def _repair(
-    folder: Path, report: FsckReport, jrecords: list[Record], arecords: list[Record], ops: FileOps
+    qdir: QueueFolder,
+    report: FsckReport,
+    jrecords: list[Record],
+    arecords: list[Record],
+    ops: FileOps,
 ) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    journal_path = folder / JOURNAL
     if report.archive.damaged:
-        report.kept.append(_salvage(folder / ARCHIVE, arecords, stamp, ops))
+        report.kept.append(_salvage(qdir, ARCHIVE, arecords, stamp, ops))
     header = _header_of(jrecords, report.journal)
     body = [r for r in jrecords if r.get("t") != "snap"]
     trusted = header is not None and not report.archive.damaged
-    new_header = _rebuilt_header(folder, header, body, trusted=trusted)
+    new_header = _rebuilt_header(qdir, header, body, trusted=trusted)
     report.lost_ids = new_header.get("absent", [])
-    kept = _salvage(journal_path, [new_header, *body], stamp, ops)
+    kept = _salvage(qdir, JOURNAL, [new_header, *body], stamp, ops)
     if kept:
         report.kept.append(kept)
     report.repaired = True
 
 
 def _rebuilt_header(
-    folder: Path, old: Record | None, body: list[Record], *, trusted: bool
+    qdir: QueueFolder, old: Record | None, body: list[Record], *, trusted: bool
 ) -> Record:
     """The snapshot header of a salvaged journal, made to agree with the
     archive; with ``old`` lost, rebuilt from everything that survives.
@@ -230,10 +259,10 @@ def _rebuilt_header(
     record names are ``absent`` (neither done nor listed, never reused)."""
     body_ids = {r["id"] for r in body if r.get("t") in ("enq", "item")}
     limit = old["archive_size"] if old is not None and trusted else None
-    arch_ids, size, archived = _archive_extent(folder / ARCHIVE, limit, body_ids)
+    arch_ids, size, archived = _archive_extent(qdir, limit, body_ids)
     # The journal's own records raise next_id on replay, so a kept header
     # needs only what the archive and the checkpoints remember beyond them.
-    known = max([checkpoint.known_ids(folder), *arch_ids])
+    known = max([checkpoint.known_ids(qdir), *arch_ids])
     if old is None:
         known = max([known, *body_ids])
     next_id = max(known + 1, old["next_id"] if old is not None else 1)
@@ -259,14 +288,14 @@ def _rebuilt_header(
 
 
 def _archive_extent(
-    path: Path, limit: int | None, stop_ids: set[int]
+    qdir: QueueFolder, limit: int | None, stop_ids: set[int]
 ) -> tuple[list[int], int, int]:
     """(ids, byte size, record count) of the archive's valid records up to
     ``limit`` bytes (all, if None), stopping before the first damaged line or
     the first record of an item in ``stop_ids`` (the journal still names it:
     a crashed compaction archived it early, and the next one will again)."""
     try:
-        data = path.read_bytes()
+        data = qdir.read_bytes(ARCHIVE)
     except FileNotFoundError:
         return [], 0, 0
     if limit is not None:
@@ -302,15 +331,16 @@ def _unnamed(next_id: int, *named: Iterable[int]) -> list[list[int]]:
     return out
 
 
-def _salvage(path: Path, valid: list[Record], stamp: str, ops: FileOps) -> str:
-    """Keep ``path`` as a damaged copy (if it exists), then replace it with
+def _salvage(qdir: QueueFolder, name: str, valid: list[Record], stamp: str, ops: FileOps) -> str:
+    """Keep ``name`` as a damaged copy (if it exists), then replace it with
     ``valid`` renumbered. Returns the kept copy's path ("" if none)."""
-    kept = path.with_name(f"{path.name}.damaged-{stamp}")
-    if path.exists():
-        os.link(path, kept)
-        ops.fsync_dir(str(path.parent))
+    kept = f"{name}.damaged-{stamp}"
+    existed = qdir.exists(name)
+    if existed:
+        qdir.link(name, kept)
+        ops.fsync_dir(qdir.itself())
     first = valid[0]["seq"] if valid else 1
     renumbered = [{**r, "seq": first + i} for i, r in enumerate(valid)]
-    create_file(path, renumbered, ops=ops)
-    checkpoint.discard(path.parent)
-    return str(kept) if kept.exists() else ""
+    create_file(qdir, name, renumbered, ops=ops)
+    checkpoint.discard(qdir)
+    return qdir.shown(kept) if existed else ""

@@ -10,15 +10,14 @@ is missing or holds nothing of one. `fsck` reports the same conditions.
 
 from __future__ import annotations
 
-import os
-from contextlib import suppress
 from pathlib import Path
 
-from statequeue.errors import DamagedState
+from statequeue.errors import DamagedState, NoAccess, UsageError
 from statequeue.journal import JournalFile, read_line
 from statequeue.records import decode
 from statequeue.state import QueueState
 from statequeue.store import checkpoint
+from statequeue.store.folder import QueueFolder
 
 JOURNAL = "journal.jsonl"
 ARCHIVE = "archive.jsonl"
@@ -31,23 +30,42 @@ _HISTORY_DIRS = ("logs", "claims", "runners")
 _REPAIR = "(run `statequeue fsck --repair` to salvage the valid records)"
 
 
-def queue_history(folder: Path) -> list[str]:
+def queue_history(folder: QueueFolder) -> list[str]:
     """The files in ``folder`` that show a queue lived there (empty for a
-    folder that is missing, empty, or left by a creation that died early)."""
-    found = [name for name in _HISTORY if (folder / name).exists()]
-    found += sorted(p.name for p in folder.glob(f"{JOURNAL}.damaged-*"))
+    folder that is empty, or left by a creation that died early). Looked up
+    relative to the open folder, never through a link (a linked subfolder
+    raises UnsafeFolder, as opening the queue would)."""
+    found = [name for name in _HISTORY if folder.exists(name)]
+    found += sorted(n for n in folder.names() if n.startswith(f"{JOURNAL}.damaged-"))
     for sub in _HISTORY_DIRS:
-        with suppress(FileNotFoundError, NotADirectoryError):
-            found += [f"{sub}/{entry}" for entry in sorted(os.listdir(folder / sub))[:1]]
+        found += [f"{sub}/{entry}" for entry in sorted(folder.names(sub))[:1]]
     return found
 
 
-def refuse_if_not_new(folder: Path) -> None:
+def holds_queue(path: Path) -> bool:
+    """Whether the folder ``path`` holds a queue: its journal, or an archive
+    left without one (a damaged queue, which opening refuses). Looked up
+    relative to the folder opened and checked as any queue folder is (a link
+    or another user's folder raises UnsafeFolder); False for a plain file."""
+    try:
+        folder = QueueFolder.open(path, create=False)
+    except NoAccess:
+        raise
+    except UsageError:  # a file beside the queues, not a folder
+        return False
+    try:
+        return folder.exists(JOURNAL) or folder.exists(ARCHIVE)
+    finally:
+        folder.close()
+
+
+def refuse_if_not_new(folder: QueueFolder) -> None:
     """Raise DamagedState if ``folder`` has no journal but a queue lived there."""
     history = queue_history(folder)
     if history:
         raise DamagedState(
-            f"{folder / JOURNAL} is missing but the folder still holds {', '.join(history[:3])}; "
+            f"{folder.shown(JOURNAL)} is missing but the folder still holds "
+            f"{', '.join(history[:3])}; "
             "refusing to start an empty queue in its place "
             "(run `statequeue fsck --repair` to rebuild it)"
         )
