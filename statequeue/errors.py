@@ -115,5 +115,15 @@ class LockTimeout(StateQueueError):
     exit_code = ExitCode.LOCKED
 
 
+class UnsafeFolder(StateQueueError):
+    """a folder is not safe: another user owns it, group or others can write it, or it is a link."""
+
+    exit_code = ExitCode.UNSAFE_FOLDER
+
+
+class NoAccess(UsageError):
+    """cannot access a file of the queue."""
+
+
 class ItemNotSettled(UsageError):
     """the previous work item was neither marked done nor failed."""

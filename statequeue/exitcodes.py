@@ -26,6 +26,8 @@ class ExitCode(IntEnum):
     """The named queue, item or attempt does not exist."""
     LOCKED = 8
     """The queue stayed locked by another process for longer than the lock timeout."""
+    UNSAFE_FOLDER = 9
+    """The home or queue folder is owned by another user, writable by group or others, or a link."""
     INTERRUPTED_INT = 130
     """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
     INTERRUPTED_TERM = 143

@@ -45,6 +45,25 @@ class CrashPoints:
 CRASH = CrashPoints(os.environ.get(CRASH_ENV))
 
 
+class FolderEntry(str):
+    """A name relative to an open folder fd, shown (and compared) as its full path.
+
+    A ``str``, so that it passes through ``FileOps``, whose test layers take and
+    inspect plain paths, while ``FileOps`` itself acts relative to ``dir_fd``
+    (so no component of the path can be swapped for a link meanwhile).
+    ``name`` "." is the folder itself.
+    """
+
+    dir_fd: int
+    name: str
+
+    def __new__(cls, shown: str, dir_fd: int, name: str) -> FolderEntry:
+        entry = super().__new__(cls, shown)
+        entry.dir_fd = dir_fd
+        entry.name = name
+        return entry
+
+
 class FileOps:
     """Plain POSIX file operations, following DESIGN.md's durability recipe."""
 
@@ -64,6 +83,9 @@ class FileOps:
     def fsync_dir(self, path: str) -> None:
         """fsync the folder ``path`` so that a create or rename in it is durable."""
         CRASH.hit("dirfsync")
+        if isinstance(path, FolderEntry) and path.name == ".":
+            os.fsync(path.dir_fd)  # the folder is held open already
+            return
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
@@ -73,6 +95,9 @@ class FileOps:
     def replace(self, src: str, dst: str) -> None:
         """Atomically rename ``src`` over ``dst``."""
         CRASH.hit("rename")
+        if isinstance(src, FolderEntry) and isinstance(dst, FolderEntry):
+            os.replace(src.name, dst.name, src_dir_fd=src.dir_fd, dst_dir_fd=dst.dir_fd)
+            return
         os.replace(src, dst)
 
     def truncate(self, fd: int, size: int) -> None:

@@ -41,6 +41,9 @@ class JobSpec:
     template: tuple[str, ...]
     queue: str
     log_dir: Path
+    log_dir_fd: int = -1
+    """``log_dir`` held open (relative to the queue folder, never through a
+    link): logs and results are opened relative to it. -1: by path."""
     log_limit: int = 1 << 20
     item_on_stdin: bool = False
     live: OutputSink | None = None
@@ -99,11 +102,15 @@ class Job:
         stem = f"{spec.log_dir}/{claim.item_id}.{claim.attempt}"
         self.log_file = f"{stem}.log"
         self.result_file = f"{stem}.result"
+        self._name = f"{claim.item_id}.{claim.attempt}"  # within log_dir_fd
         self.has_log = False  # True once this attempt's log file was opened
         self._log_fd = -1
         self._logged = 0
         self._tail = bytearray()
         self.pipes: dict[int, int] = {}
+        # The child writes its result by path: a file (or planted link) left
+        # there must not receive it, nor be read back as this attempt's result.
+        self._unlink(f"{self._name}.result")
         self.pid = self._spawn()
         self.pidfd = _pidfd(self.pid)
 
@@ -182,8 +189,8 @@ class Job:
             return  # the limit was passed and marked
         if self._log_fd < 0:
             try:
-                self._log_fd = os.open(
-                    self.log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+                self._log_fd = self._open(
+                    f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
                 )
             except OSError:
                 self._logged = self.spec.log_limit + 1
@@ -278,15 +285,17 @@ class Job:
 
     def _read_result(self) -> Any:
         try:
-            fd = os.open(self.result_file, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._open(f"{self._name}.result", os.O_RDONLY)
         except FileNotFoundError:  # the common case: no result, nothing to unlink
             return None
+        except OSError as exc:  # a link (ELOOP) is not followed: its target stays out
+            self._unlink(f"{self._name}.result")
+            return {"error": f"result file not read: {exc.strerror}"}
         try:
             with open(fd, "rb") as f:
                 raw = f.read(RESULT_MAX_BYTES + 1)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.result_file)
+            self._unlink(f"{self._name}.result")
         if len(raw) > RESULT_MAX_BYTES:
             return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
         try:
@@ -302,6 +311,20 @@ class Job:
             self.warnings.append(note)
             return {"error": note}
         return value
+
+    def _open(self, name: str, flags: int) -> int:
+        """Open ``name`` in the log folder, never following a link."""
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+        if self.spec.log_dir_fd < 0:
+            return os.open(f"{self.spec.log_dir}/{name}", flags, 0o600)
+        return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
+
+    def _unlink(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if self.spec.log_dir_fd < 0:
+                os.unlink(f"{self.spec.log_dir}/{name}")
+            else:
+                os.unlink(name, dir_fd=self.spec.log_dir_fd)
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""

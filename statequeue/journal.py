@@ -12,12 +12,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue import records
-from statequeue.errors import CorruptJournal
+from statequeue.errors import CorruptJournal, NoAccess
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.gcpause import gc_paused
-from statequeue.location import FILE_MODE
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 _READ_CHUNK = 1 << 20
 _REPLAY_CHUNK = 4 << 20  # bounds the decoded records held at once
@@ -31,7 +34,15 @@ class TornTail:
     offset: int
     length: int
 
-    def describe(self) -> str:
+    def describe(self, *, cut: bool = True) -> str:
+        """The notice for it: ``cut`` says whether it was cut (a read-only
+        queue leaves it for the next writer, and must not claim a repair)."""
+        if not cut:
+            return (
+                f"{self.path}: found a torn tail of {self.length} byte(s) at offset "
+                f"{self.offset} (a crash interrupted an append; no acknowledged record was "
+                "lost); left in place: the queue is read-only for you, its next writer cuts it"
+            )
         return (
             f"{self.path}: repaired a torn tail: cut {self.length} byte(s) at offset "
             f"{self.offset} (a crash interrupted an append; no acknowledged record was lost)"
@@ -141,8 +152,7 @@ def parse(
         record = decode(line)
         if record is None or (last_seq is not None and record["seq"] != last_seq + 1):
             line_no = first_line + len(out)
-            after = pos + len(line) + 1
-            _refuse_if_valid_after(data, after, path=path, line_no=line_no, record=record)
+            _refuse_if_damage(data[pos:], path=path, line_no=line_no, gap=record is not None)
             break
         append(record)
         if mark is not None:
@@ -152,20 +162,39 @@ def parse(
     return out, pos, last_seq
 
 
-def _refuse_if_valid_after(
-    data: bytes, start: int, *, path: str, line_no: int, record: records.Record | None
-) -> None:
-    for line in data[start:].split(b"\n"):
-        if records.decode(line) is not None:
-            reason = "bad checksum or malformed record" if record is None else "sequence gap"
-            raise CorruptJournal(path, line_no, f"{reason}, followed by valid records")
+def looks_like_record(line: bytes) -> bool:
+    """Whether a complete line that failed its checks was a record: it has a
+    record's opening, its checksum field or its closing (one flipped bit
+    breaks at most one of them). The unsynced bytes a power cut garbles
+    almost never have any."""
+    return line.startswith(b'{"') or line.endswith(b'"}') or b',"crc":"' in line
+
+
+def _refuse_if_damage(rest: bytes, *, path: str, line_no: int, gap: bool) -> None:
+    """``rest`` starts with a line that is not the next record. It is a torn
+    tail (a crash cut an append short; never acknowledged) only when no
+    complete line in it is, or was, a record, and no valid record follows.
+    Else raise CorruptJournal naming the line."""
+    lines = rest.split(b"\n")
+    if gap:
+        raise CorruptJournal(path, line_no, "sequence gap: a record is missing before this one")
+    for n, line in enumerate(lines):
+        complete = n < len(lines) - 1
+        if n > 0 and records.decode(line) is not None:
+            reason = "bad checksum or malformed record, followed by valid records"
+            raise CorruptJournal(path, line_no, reason)
+        if complete and looks_like_record(line):
+            raise CorruptJournal(path, line_no + n, "bad checksum or malformed record")
 
 
 class JournalFile:
     """An open journal (or archive) file and how far this process has read it."""
 
-    def __init__(self, path: Path, *, ops: FileOps = DEFAULT_OPS) -> None:
-        self.path = path
+    def __init__(self, folder: QueueFolder, name: str, *, ops: FileOps = DEFAULT_OPS) -> None:
+        self.folder = folder  # the file is opened relative to it, never through a link
+        self.name = name
+        self.path: Path = folder.path / name
+        self.writable = True  # False: opened read-only (the user may not write the queue)
         self.ops = ops
         self.fd = -1
         self.inode = 0
@@ -176,7 +205,8 @@ class JournalFile:
     def open(self) -> None:
         """Open the existing file at ``path`` and start reading from its beginning."""
         self.close()
-        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
+        self.fd = self.folder.open_file(self.name, flags)
         self.inode = os.fstat(self.fd).st_ino
         self.offset = self.lines = 0
         self.last_seq = None
@@ -189,7 +219,7 @@ class JournalFile:
     def replaced(self) -> bool:
         """True when the path now names another file (compaction replaced it)."""
         try:
-            return os.stat(self.path).st_ino != self.inode
+            return self.folder.stat(self.name).st_ino != self.inode
         except FileNotFoundError:
             return True
 
@@ -238,8 +268,13 @@ class JournalFile:
             raise AssertionError("journal changed while its lock was held")
         torn = TornTail(str(self.path), self.offset, len(rest))
         if repair:
-            self._cut_to(self.offset, "repairing")
+            self.cut_torn(torn)
         return torn
+
+    def cut_torn(self, torn: TornTail) -> None:
+        """Durably cut the torn tail ``replay(repair=False)`` returned (the
+        caller holds the lock exclusively and has decided it is one)."""
+        self._cut_to(torn.offset, "repairing")
 
     def append(self, batch: Iterable[records.Record], *, sync: bool) -> list[int]:
         """Number, encode and write ``batch``; fsync when ``sync``. Returns
@@ -269,6 +304,8 @@ class JournalFile:
         """Write ``count`` already encoded lines, numbered from ``last_seq + 1``;
         fsync when ``sync``. On a failed write or fsync the file is cut back to
         its last good record and DurabilityError is raised (never retried)."""
+        if not self.writable:
+            raise NoAccess(f"cannot write {self.path}: Permission denied")
         try:
             self.ops.write_all(self.fd, data)
             if sync:
@@ -302,32 +339,31 @@ class JournalFile:
             self.ops.truncate(self.fd, self.offset)
 
 
-def create_file(path: Path, lines: Iterable[records.Record], *, ops: FileOps) -> None:
-    """Durably write a new file at ``path`` holding ``lines`` (atomic: temp + rename).
+def create_file(
+    folder: QueueFolder, name: str, lines: Iterable[records.Record], *, ops: FileOps
+) -> None:
+    """Durably write a new file ``name`` in ``folder`` holding ``lines`` (atomic:
+    temp + rename).
 
     Recipe: temp file in the same folder (O_EXCL, 0600), write, fsync, rename
-    over ``path``, fsync the folder.
+    over ``name``, fsync the folder.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     payload = b"".join(records.encode(r) for r in lines)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
-        os.unlink(tmp)  # left by a crashed run of this same pid; never a live file
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        folder.unlink(tmp)  # left by a crashed run of this same pid; never a live file
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
             ops.write_all(fd, payload)
             ops.fsync(fd)
         finally:
             os.close(fd)
-        ops.replace(str(tmp), str(path))
-        ops.fsync_dir(str(path.parent))
+        ops.replace(folder.entry(tmp), folder.entry(name))
+        ops.fsync_dir(folder.itself())
     except OSError as exc:
-        _unlink_quietly(tmp)
-        raise durability_error("writing", str(path), exc) from None
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+        with contextlib.suppress(OSError):
+            folder.unlink(tmp)
+        raise durability_error("writing", folder.shown(name), exc) from None

@@ -103,6 +103,9 @@ class QueueState:
         self.archived = 0
         self.archive_size = 0
         self.watermark = 0
+        # Seq of the last record the compaction that wrote the snapshot header
+        # put after it (0: no header applied, or one that does not say).
+        self.snap_end = 0
         # Dedupe keys (text -> id) are built only when something is enqueued
         # (see the stores' _known_keys); status and run never pay for them.
         self.keys: dict[str, int] | None = None
@@ -312,11 +315,38 @@ class QueueState:
         self.codes[0] = 0
         self.locs = array("q", [-1]) * self.next_id
         self.counts[DONE] = self.next_id - 1
+        for first, last in rec.get("absent", ()):
+            self._forget_ids(first, last)
+        # A journal that ends before the records written after this header
+        # was cut, not torn: the store refuses it (promise 5).
+        self.snap_end = rec["seq"] + rec.get("follow", 0)
         # The cursor, not the heap, finds the snapshot's pending items (the
         # cursor skips done codes in C): the heap would cost ~36 bytes each.
         self._cursor = min(self.watermark + 1, self.next_id)
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
+
+    def _forget_ids(self, first: int, last: int) -> None:
+        """Ids ``first``..``last`` that no surviving record names (a salvaged
+        queue lost them): neither done nor listed, and never handed out again."""
+        first, last = max(first, 1), min(last, self.next_id - 1)
+        if first > last:
+            return
+        gone = self.codes[first : last + 1].count(D_CODE)
+        self.codes[first : last + 1] = bytes(last + 1 - first)
+        self.counts[DONE] -= gone
+
+    def absent_ids(self) -> list[list[int]]:
+        """Ranges [first, last] of the ids below ``next_id`` that name no item."""
+        mask = self.codes[: self.next_id].translate(_ABSENT_MASK)
+        out: list[list[int]] = []
+        found = mask.find(1, 1)
+        while found >= 0:
+            end = mask.find(0, found)
+            end = len(mask) if end < 0 else end
+            out.append([found, end - 1])
+            found = mask.find(1, end)
+        return out
 
     def _on_enq(self, rec: Record, loc: int) -> None:
         self._add(rec["id"], loc, PENDING)
@@ -465,6 +495,7 @@ class QueueState:
             "archived": self.archived,
             "archive_size": self.archive_size,
             "watermark": self.watermark,
+            "snap_end": self.snap_end,
             "paused": self.paused,
             "orphans": self.orphans,
             "commands": self.commands,
@@ -485,6 +516,7 @@ class QueueState:
         self.archived = meta["archived"]
         self.archive_size = meta["archive_size"]
         self.watermark = meta["watermark"]
+        self.snap_end = int(meta.get("snap_end", 0))
         self.paused = bool(meta["paused"])
         self.orphans = meta["orphans"]
         self.commands = meta["commands"]
@@ -531,6 +563,8 @@ def last_line(text: str, width: int = 200) -> str:
 
 # Maps a state code to 1 for a live (not done) item, else 0.
 _LIVE_MASK = bytes(0 if code in (0, D_CODE) else 1 for code in range(256))
+# Maps the code of "no such item" to 1, every other code to 0.
+_ABSENT_MASK = bytes(1 if code == 0 else 0 for code in range(256))
 
 
 _HANDLERS: dict[str, Callable[[QueueState, Record, int], None]] = {

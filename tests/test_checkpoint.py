@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from statequeue.errors import CorruptJournal
+from statequeue.errors import CorruptJournal, DamagedState
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from statequeue.store import checkpoint, journal_store
+from statequeue.store.folder import QueueFolder
 from statequeue.store.journal_store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
 
@@ -51,12 +53,22 @@ def _busy_queue(folder: Path) -> None:
     store.close()
 
 
+@contextmanager
+def _opened(folder: Path) -> Iterator[QueueFolder]:
+    qdir = QueueFolder.open(folder, create=False)
+    try:
+        yield qdir
+    finally:
+        qdir.close()
+
+
 def _fresh_replay(folder: Path, tmp_path: Path) -> tuple[object, ...]:
     """The fingerprint of a copy of ``folder`` opened without any checkpoint."""
     copy = tmp_path / "no-checkpoint"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(folder, copy)
-    checkpoint.discard(copy)
+    with _opened(copy) as qdir:
+        checkpoint.discard(qdir)
     store = JournalStore(copy, create=False)
     store.checkpoint_every = 0
     try:
@@ -85,20 +97,30 @@ def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
     assert "item-5" not in taken  # its retry is due only far ahead
 
 
-def _cut_journal_and_rewrite(folder: Path) -> None:
-    # A power cut lost the journal's unsynced tail, which the checkpoint had
-    # seen; the next writer then appended different records over that range.
-    parsed = checkpoint._parse(folder / checkpoint.NAME)
+def _cut_journal_behind_checkpoint(folder: Path) -> None:
+    # The checkpoint covers only fsynced records (it is saved after an
+    # fsync), so a journal that lost records it saw lost acknowledged ones.
+    with _opened(folder) as qdir:
+        parsed = checkpoint._parse(qdir, checkpoint.NAME)
     assert parsed is not None
     offset = parsed[0]["journal"]["offset"]
     path = folder / JOURNAL
     data = path.read_bytes()
     cut = data.rfind(b"\n", 0, data.rfind(b"\n", 0, offset - 1)) + 1  # two records back
     path.write_bytes(data[:cut])
-    store = JournalStore(folder, create=False)
-    store.checkpoint_every = 0
-    store.enqueue([f"other-{i}" for i in range(30)])
-    store.close()
+
+
+def test_a_journal_cut_behind_its_checkpoint_is_refused(tmp_path: Path) -> None:
+    # This case used to be "ignore the checkpoint and open what is left",
+    # which turned a loss of acknowledged records into a silent torn tail
+    # (issue 10, point 2). It is damage now, and nothing is changed.
+    folder = tmp_path / "q"
+    _busy_queue(folder)
+    _cut_journal_behind_checkpoint(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(DamagedState, match="acknowledged records were lost"):
+        JournalStore(folder, create=False)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
 
 
 def _flip_a_checkpoint_byte(folder: Path) -> None:
@@ -136,7 +158,6 @@ def _checkpoint_of_another_queue(folder: Path) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        _cut_journal_and_rewrite,
         _flip_a_checkpoint_byte,
         _truncate_checkpoint,
         _empty_checkpoint,
@@ -309,11 +330,12 @@ def test_records_that_do_not_follow_on_from_a_checkpoint_mean_a_full_replay(
     # refuse the queue or cut acknowledged records as a "torn tail".
     folder = tmp_path / "q"
     _busy_queue(folder)
-    parsed = checkpoint._parse(folder / checkpoint.NAME)
-    assert parsed is not None
-    header, codes, locs = parsed
-    header["journal"]["last_seq"] -= 1
-    checkpoint._write(folder / checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
+    with _opened(folder) as qdir:
+        parsed = checkpoint._parse(qdir, checkpoint.NAME)
+        assert parsed is not None
+        header, codes, locs = parsed
+        header["journal"]["last_seq"] -= 1
+        checkpoint._write(qdir, checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
     before = (folder / JOURNAL).read_bytes()
     store = JournalStore(folder, create=False)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -141,7 +142,7 @@ def logs(
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
         if shown_path is not None:
-            with open(shown_path, "rb") as f:
+            with open(os.open(shown_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
                 f.seek(offset)
                 data = f.read()
             out.write(data)
@@ -235,11 +236,14 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     """
     from statequeue.location import resolve_home
     from statequeue.queue import Queue
+    from statequeue.store.integrity import holds_queue
 
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
     rows = []
     folders = (
-        sorted(p for p in root.iterdir() if (p / "journal.jsonl").exists()) if root.is_dir() else []
+        # A folder whose journal is gone but whose archive remains is a damaged
+        # queue (opening it refuses), never one to leave out silently.
+        sorted(p for p in root.iterdir() if holds_queue(p)) if root.is_dir() else []
     )
     for folder in folders:
         with Queue(folder.name, home=root, create=False) as q:

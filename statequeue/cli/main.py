@@ -120,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         silence_stdout()
         code = 0
     except OSError as exc:
-        code = fail(f"error: {exc.strerror or exc}", 6)
+        where = f" {exc.filename}" if exc.filename else ""  # name the file, as run_guarded does
+        code = fail(f"error:{where}: {exc.strerror or exc}", 6)
     # Everything is written, fsynced and closed. Skip the interpreter's
     # teardown, which would free a million item strings one by one (~0.4 s).
     try:

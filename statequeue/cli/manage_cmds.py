@@ -123,7 +123,7 @@ def fsck(
         emit_json(report.to_json())
     else:
         for check in (report.journal, report.archive):
-            problems = []
+            problems = list(check.problems)
             if check.bad_lines:
                 problems.append(f"bad records at lines {_lines(check.bad_lines)}")
             if check.seq_errors:
@@ -134,6 +134,9 @@ def fsck(
         if report.repaired:
             for kept in report.kept:
                 print(f"kept the damaged file as {kept}")
+            if report.lost_ids:
+                lost = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in report.lost_ids)
+                print(f"no surviving record names item id(s) {lost}: left out, never reused")
             print("repaired: the valid records now form the queue")
     if report.damaged and not report.repaired:
         print("damage found: run `statequeue fsck --repair` to salvage", file=sys.stderr)
@@ -162,9 +165,8 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    import shutil
-
     from statequeue.queue import Queue
+    from statequeue.store.folder import remove_queue_folder
 
     q = Queue(name, home=home if home is not None else (ctx.obj or {}).get("home"), create=False)
     try:
@@ -181,7 +183,7 @@ def drop(
             raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
         typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
     assert folder is not None
-    shutil.rmtree(folder)
+    remove_queue_folder(folder)
     print(f"dropped queue {name!r}")
 
 

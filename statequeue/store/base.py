@@ -12,6 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
@@ -514,8 +515,12 @@ class RecordStore(Store):
 
         with self._locked() as st:
             merged: list[ItemView] = []
+            started: dict[int, int] = {}  # a done item's attempts: from its last start
             for r in self._journal_records():
-                if r.get("t") not in ("enq", "item"):
+                kind = r.get("t")
+                if kind == "start":
+                    started[r["id"]] = r["attempt"]
+                if kind not in ("enq", "item"):
                     continue
                 item_id = r["id"]
                 current = st.state_of(item_id) or ItemState.DONE
@@ -524,6 +529,11 @@ class RecordStore(Store):
                 live = st.items.get(item_id)
                 attempts, reason = (live.attempts, live.reason) if live else (0, "")
                 merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
+                if kind == "item":
+                    started[item_id] = r.get("attempts", 0)
+        merged = [
+            replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
+        ]
         merged.sort(key=lambda v: v.item_id)
         # The archive is in completion order, and an item retried after a
         # compaction can finish with a lower id than archived ones: merge by id.

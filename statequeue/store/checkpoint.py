@@ -4,11 +4,16 @@ queue replays only the records written after it.
 ``state.ckpt`` is never the truth: the journal is. The checkpoint names the
 journal it was taken from (inode, the checksum of its first record, and the
 last bytes before its position), and is used only when all of them still match
-and its own checksum holds; anything else (a compaction, a repaired or
-truncated journal, a torn write, a newer format) means a full replay, after
-which a fresh checkpoint is written. Because losing it costs only time, it is
-written temp + rename without fsync: a crash can leave an old or empty file,
-never one that passes the checks with the wrong state.
+and its own checksum holds; anything else (a compaction, a repaired journal, a
+torn write, a newer format) means a full replay, after which a fresh
+checkpoint is written. Because losing it costs only time, it is written temp +
+rename without fsync: a crash can leave an old or empty file, never one that
+passes the checks with the wrong state.
+
+It is also evidence. It covers only fsynced records, and the bytes of a
+journal up to there never change while its inode and first record stay the
+same; so a checkpoint of this very journal at a position the journal no longer
+has proves that acknowledged records were lost (``Found.AHEAD``).
 
 Layout: ``MAGIC``, 8-byte header length, header JSON, state codes, record
 locators, CRC32 of everything before it.
@@ -19,14 +24,18 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from statequeue.errors import StateQueueError
 from statequeue.journal import JournalFile, read_line
-from statequeue.location import FILE_MODE
 from statequeue.state import QueueState
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
 
 NAME = "state.ckpt"
 MAGIC = b"SQCKPT1\n"
@@ -35,7 +44,7 @@ KEYS_MAGIC = b"SQKEYS1\n"
 _TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
 
 
-def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
+def save(folder: QueueFolder, journal: JournalFile, state: QueueState) -> bool:
     """Write a checkpoint of ``state`` as of ``journal.offset`` (caller holds the
     queue lock and has applied every record up to there). False if it could not
     be written; the queue works the same without it."""
@@ -44,10 +53,10 @@ def save(folder: Path, journal: JournalFile, state: QueueState) -> bool:
         return False
     meta, codes, locs = state.export()
     header = {"journal": where, "codes": len(codes), "locs": len(locs), "state": meta}
-    return _write(folder / NAME, MAGIC, header, (codes, locs))
+    return _write(folder, NAME, MAGIC, header, (codes, locs))
 
 
-def save_keys(folder: Path, journal: JournalFile, texts: list[str]) -> bool:
+def save_keys(folder: QueueFolder, journal: JournalFile, texts: list[str]) -> bool:
     """Write every item text (``texts[i]`` is item ``i + 1``'s, archived items
     included; "" for an id without one) as of ``journal.offset``, for dedupe
     without reading the journal and archive."""
@@ -56,7 +65,7 @@ def save_keys(folder: Path, journal: JournalFile, texts: list[str]) -> bool:
         return False
     # Items never hold NUL, so it separates them.
     blob = "\0".join(texts).encode("utf-8", "surrogateescape")
-    return _write(folder / KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
+    return _write(folder, KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
 
 
 def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
@@ -68,13 +77,12 @@ def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
     return texts
 
 
-def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] | None:
+def load_keys(folder: QueueFolder, journal: JournalFile) -> tuple[dict[str, int], int] | None:
     """The saved item texts (text -> id) and the journal offset they cover, if
     the keys checkpoint still matches the open journal."""
-    path = folder / KEYS_NAME
-    if not path.exists():
+    if not folder.exists(KEYS_NAME):
         return None
-    parsed = _read(path, KEYS_MAGIC)
+    parsed = _read(folder, KEYS_NAME, KEYS_MAGIC)
     try:
         if parsed is None:
             raise ValueError("damaged")
@@ -87,7 +95,7 @@ def load_keys(folder: Path, journal: JournalFile) -> tuple[dict[str, int], int] 
             raise ValueError("damaged")
     except (KeyError, TypeError, ValueError, OSError):
         with contextlib.suppress(OSError):
-            path.unlink()
+            folder.unlink(KEYS_NAME)
         return None
     keys = dict(zip(texts, range(1, count + 1), strict=True))
     keys.pop("", None)
@@ -113,32 +121,34 @@ def _position(journal: JournalFile) -> dict[str, Any] | None:
     }
 
 
-def _write(path: Path, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]) -> bool:
+def _write(
+    folder: QueueFolder, name: str, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]
+) -> bool:
     encoded = orjson.dumps(header)
     body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
     payload = body + zlib.crc32(body).to_bytes(4, "little")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    except (OSError, StateQueueError):  # a link or no access: the queue works without it
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            folder.unlink(tmp)
         return False
     return True
 
 
-def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
+def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
     """The header and the bytes after it, if the file is intact."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = folder.read_bytes(name)
+    except (OSError, StateQueueError):
         return None
     if len(data) < len(magic) + 12 or not data.startswith(magic):
         return None
@@ -156,42 +166,81 @@ def _read(path: Path, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
     return header, body[start + size :]
 
 
-def restore(folder: Path, journal: JournalFile, state: QueueState) -> bool:
+class Found(Enum):
+    """What ``restore`` made of the state checkpoint."""
+
+    NONE = "none"  # there is none
+    RESTORED = "restored"  # it matched: the state and read position are its
+    STALE = "stale"  # damaged, or of another journal: remove it once the journal opened
+    AHEAD = "ahead"  # of this journal, at a position it no longer has: records were lost
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The verdict on the checkpoint, and the journal position it names."""
+
+    found: Found
+    offset: int = 0
+    lines: int = 0
+
+
+def restore(folder: QueueFolder, journal: JournalFile, state: QueueState) -> Restore:
     """Load the checkpoint into ``state`` and move ``journal``'s read position to
-    it, if it matches the open journal; else leave both untouched and return False."""
-    path = folder / NAME
-    if not path.exists():
-        return False
-    parsed = _parse(path)
+    it, if it matches the open journal; else leave both untouched. Never
+    changes a file: a checkpoint the journal cannot be opened without is
+    evidence for `fsck` (``remove_stale`` drops it after a clean open)."""
+    if not folder.exists(NAME):
+        return Restore(Found.NONE)
+    parsed = _parse(folder, NAME)
     try:
         if parsed is None:
             raise ValueError("damaged")
         header, codes, locs = parsed
         where = header["journal"]
         offset, lines, last_seq = int(where["offset"]), int(where["lines"]), where["last_seq"]
-        if not _matches(journal, where) or not isinstance(last_seq, int):
-            raise ValueError("stale")
+        found = _compare(journal, where)
+        if found is not Found.RESTORED or not isinstance(last_seq, int):
+            return Restore(found if found is Found.AHEAD else Found.STALE, offset, lines)
         state.restore(header["state"], codes, locs)
     except (KeyError, TypeError, ValueError, IndexError, OSError):
-        # Stale or damaged for good (the journal it names is gone or changed):
-        # remove it, so that it can never match a journal that grows back.
         state.reset()
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return False
+        return Restore(Found.STALE)
     journal.offset, journal.lines, journal.last_seq = offset, lines, last_seq
-    return True
+    return Restore(Found.RESTORED, offset, lines)
 
 
-def discard(folder: Path) -> None:
+def remove_stale(folder: QueueFolder) -> None:
+    """Remove a state checkpoint that no longer matches (after the journal
+    opened cleanly without it), so that it can never match a journal that
+    grows back. Not ours to remove (a read-only queue): it stays stale."""
+    with contextlib.suppress(OSError):
+        folder.unlink(NAME)
+
+
+def known_ids(folder: QueueFolder) -> int:
+    """The highest item id either checkpoint knows of, matching or not (0 if
+    none can be read): a repair must never hand such an id out again."""
+    best = 0
+    parsed = _read(folder, NAME, MAGIC)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        best = int(parsed[0]["state"]["next_id"]) - 1 if parsed else 0
+    keys = _read(folder, KEYS_NAME, KEYS_MAGIC)
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        best = max(best, int(keys[0]["count"]) if keys else 0)
+    return best
+
+
+def discard(folder: QueueFolder) -> None:
     """Remove the checkpoints (after a repair rewrote the journal)."""
     for name in (NAME, KEYS_NAME):
-        with contextlib.suppress(FileNotFoundError):
-            (folder / name).unlink()
+        # Not there, or not ours to remove (a read-only queue): a stale
+        # checkpoint never matches the journal it did not come from.
+        with contextlib.suppress(OSError):
+            folder.unlink(name)
 
 
-def _parse(path: Path) -> tuple[dict[str, Any], bytes, bytes] | None:
-    parsed = _read(path, MAGIC)
+def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], bytes, bytes] | None:
+    parsed = _read(folder, name, MAGIC)
     if parsed is None:
         return None
     header, arrays = parsed
@@ -205,13 +254,22 @@ def _parse(path: Path) -> tuple[dict[str, Any], bytes, bytes] | None:
 
 
 def _matches(journal: JournalFile, where: dict[str, Any]) -> bool:
+    return _compare(journal, where) is Found.RESTORED
+
+
+def _compare(journal: JournalFile, where: dict[str, Any]) -> Found:
+    """RESTORED if ``where`` names ``journal`` at a position it still has,
+    AHEAD if it names this journal (inode and first record) at a position it
+    no longer has, else STALE."""
     offset = int(where["offset"])
     if where["inode"] != journal.inode or offset <= 0:
-        return False
+        return Found.STALE
+    if _first_line_crc(journal.fd) != where["head"]:
+        return Found.STALE
     if os.fstat(journal.fd).st_size < offset:
-        return False
+        return Found.AHEAD
     tail = os.pread(journal.fd, _TAIL, max(0, offset - _TAIL))
-    return bool(tail.hex() == where["tail"] and _first_line_crc(journal.fd) == where["head"])
+    return Found.RESTORED if tail.hex() == where["tail"] else Found.AHEAD
 
 
 def _first_line_crc(fd: int) -> str | None:

@@ -25,8 +25,11 @@ def item_history(
     log_paths: tuple[str, ...] = (),
 ) -> ItemHistory | None:
     """Everything recorded about ``item_id``, or None if it was never enqueued."""
-    events = [r for r in archive if r.get("id") == item_id and r.get("t") == "arch"]
-    events += [r for r in journal if r.get("id") == item_id and r.get("t") in _ITEM_RECORDS]
+    found = [r for r in archive if r.get("id") == item_id and r.get("t") == "arch"]
+    found += [r for r in journal if r.get("id") == item_id and r.get("t") in _ITEM_RECORDS]
+    # Compaction folds the attempts of an item into its ``item`` or ``arch``
+    # record (``tries``): list them again where their own records stood.
+    events = [e for r in found for e in (*({**t, "id": item_id} for t in r.get("tries", ())), r)]
     text = next((item_text(r) for r in events if r.get("t") in ("enq", "item", "arch")), None)
     if text is None:
         return None
@@ -116,4 +119,4 @@ def _with_episodes(events: list[Record]) -> Iterator[dict[str, Any]]:
 
 
 def _public(r: Record) -> dict[str, Any]:
-    return {k: v for k, v in r.items() if k != "crc"}
+    return {k: v for k, v in r.items() if k not in ("crc", "tries")}

@@ -24,13 +24,14 @@ from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from statequeue.errors import (
     CorruptJournal,
     DamagedState,
     DurabilityError,
     LockTimeout,
+    NoAccess,
     QueueNotFound,
     StateQueueError,
     UsageError,
@@ -38,6 +39,7 @@ from statequeue.errors import (
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import (
     JournalFile,
+    TornTail,
     create_file,
     iter_records,
     parse,
@@ -45,18 +47,20 @@ from statequeue.journal import (
     read_line,
     scan_item_texts,
 )
-from statequeue.location import FILE_MODE, ensure_dir
 from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
 from statequeue.store.base import RecordStore
+from statequeue.store.checkpoint import Found
+from statequeue.store.folder import SUBFOLDERS, QueueFolder
+from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
+from statequeue.store.integrity import JOURNAL as JOURNAL
+from statequeue.store.integrity import refuse_if_incomplete, refuse_if_not_new
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
 
-JOURNAL = "journal.jsonl"
-ARCHIVE = "archive.jsonl"
 LOCK = "lock"
 LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 60.0
@@ -82,7 +86,10 @@ class JournalStore(RecordStore):
         super().__init__(folder.name)
         self.folder = folder
         self.ops = ops
-        self.journal = JournalFile(folder / JOURNAL, ops=ops)
+        self.dir = QueueFolder.open(folder, create=create, ops=ops)
+        self.read_only = False  # the user may read the queue but not write it
+        self._torn_left: TornTail | None = None  # reported, not cut (read-only)
+        self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self._claims: dict[int, int] = {}
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
@@ -99,45 +106,66 @@ class JournalStore(RecordStore):
         self._lock_fd = -1
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
-        if not (folder / JOURNAL).exists() and not create:
-            raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
-        self._prepare(create)
+        try:
+            if not self.dir.exists(JOURNAL):
+                refuse_if_not_new(self.dir)
+                if not create:
+                    raise QueueNotFound(f"no queue named {folder.name!r} in {folder.parent}")
+            self._prepare(create)
+        except BaseException:
+            self._close_files()
+            raise
 
     # -- opening ---------------------------------------------------------------
 
     def _prepare(self, create: bool) -> None:
-        if create and ensure_dir(self.folder):
-            try:
-                self.ops.fsync_dir(str(self.folder.parent))
-            except OSError as exc:
-                raise durability_error("creating", str(self.folder), exc) from None
-        for sub in ("claims", "runners", "logs"):
-            ensure_dir(self.folder / sub)
-        try:
-            self._lock_fd = os.open(
-                self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
-            )
-        except OSError as exc:
-            raise UsageError(f"cannot open {self.folder / LOCK}: {exc.strerror}") from None
+        self._lock_fd = self._open_lock(create)
+        if not self.read_only:
+            for sub in SUBFOLDERS:
+                self.dir.subfolder(sub, create=True)
         with self._flock():
-            path = self.folder / JOURNAL
-            self._remove_stale_temp_files()
-            if not path.exists() or path.stat().st_size == 0:
-                # A new queue, or one whose creation crashed before its header
-                # was written: nothing was ever acknowledged in it.
-                create_file(path, [_header(seq=1)], ops=self.ops)
+            if not self.dir.exists(JOURNAL):
+                # A new queue (or one whose creation died before its journal
+                # was renamed into place), unless something says otherwise.
+                refuse_if_not_new(self.dir)
+                create_file(self.dir, JOURNAL, [_header(seq=1)], ops=self.ops)
             self._reload()
+            # Only now that the journal opened: a damaged queue is left as found.
+            self._remove_stale_temp_files()
+
+    def _open_lock(self, create: bool) -> int:
+        """The lock file, open for writing; if the user may not write the queue
+        (and is not creating it), open read-only and make this store read-only:
+        it reads as usual, and a write is refused with NoAccess naming the file."""
+        try:
+            return self.dir.open_file(LOCK, os.O_RDWR | os.O_CREAT)
+        except NoAccess:
+            if create:
+                raise
+        self.read_only = True
+        self.journal.writable = False
+        try:
+            return self.dir.open_file(LOCK, os.O_RDONLY)  # flock needs no write access
+        except FileNotFoundError:
+            return -1  # nothing to lock against: no writer could create it either
 
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
         # holds: any found now was left by a process that died mid-rewrite.
-        for name in (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME):
-            for tmp in self.folder.glob(f".{name}.*.tmp"):
+        if self.read_only:
+            return
+        kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
+        prefixes = tuple(f".{name}." for name in kinds)
+        for tmp in self.dir.names():
+            if tmp.startswith(prefixes) and tmp.endswith(".tmp"):
                 with suppress(FileNotFoundError):
-                    tmp.unlink()
+                    self.dir.unlink(tmp)
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
+        if self._lock_fd < 0:  # a read-only queue without a lock file
+            yield
+            return
         wait_for_lock(self._lock_fd, self.folder / LOCK, self._lock_limit)
         try:
             yield
@@ -145,28 +173,46 @@ class JournalStore(RecordStore):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _reload(self) -> None:
-        self.journal.open()
-        self.state.reset()
+        """Read the journal afresh (from the checkpoint, when it matches).
+
+        Nothing on disk changes until the journal is known to be whole: a
+        torn tail is cut, and a stale checkpoint removed, only after every
+        check passed (promise 5: a refused queue is left byte for byte)."""
         self._archived = None
         self._checkpoint_lines = 0
-        self.restored_from_checkpoint = self.checkpoint_every > 0 and checkpoint.restore(
-            self.folder, self.journal, self.state
-        )
-        covered = self.journal.lines if self.restored_from_checkpoint else 0
-        if self.restored_from_checkpoint and not self._replay_after_checkpoint():
-            # The records after it do not follow on from it: trust the journal
-            # alone, from its first byte (a torn tail is cut only by this replay).
-            self.journal.open()
-            self.state.reset()
-            self.restored_from_checkpoint = False
-            covered = 0
-            checkpoint.discard(self.folder)
-        self._checkpoint_lines = covered
-        self._catch_up()
-        self.replayed_on_open = self.journal.lines - covered
-        if self.state.next_id == 1 and self.journal.lines == 0:
-            raise DamagedState(f"{self.journal.path}: no valid record; refusing to open")
+        found, torn, restored = self._read_journal()
+        refuse_if_incomplete(self.journal, self.state, found)
+        if torn is not None:
+            if not self.read_only:  # a read-only queue leaves it for its next writer
+                self.journal.cut_torn(torn)
+            self._note_torn(torn)
+        if found.found is Found.STALE:
+            checkpoint.remove_stale(self.dir)
+        elif found.found is Found.RESTORED and not restored:
+            checkpoint.discard(self.dir)  # it matched, yet the records after it disagree
+        self.restored_from_checkpoint = restored
+        self._checkpoint_lines = found.lines if restored else 0
+        self.replayed_on_open = self.journal.lines - self._checkpoint_lines
         self._maybe_checkpoint()
+
+    def _read_journal(self) -> tuple[checkpoint.Restore, TornTail | None, bool]:
+        """Replay the journal into the state, from the checkpoint when it
+        matches, changing nothing on disk. Returns the verdict on the
+        checkpoint, the torn tail found (not cut yet), and whether the state
+        came from the checkpoint."""
+        self.journal.open()
+        self.state.reset()
+        found = checkpoint.Restore(Found.NONE)
+        if self.checkpoint_every > 0:
+            found = checkpoint.restore(self.dir, self.journal, self.state)
+        torn = self._replay_after_checkpoint() if found.found is Found.RESTORED else False
+        if torn is not False:
+            return found, torn, True
+        # No checkpoint, or the records after it do not follow on from it:
+        # trust the journal alone, from its first byte.
+        self.journal.open()
+        self.state.reset()
+        return found, self.journal.replay(self.state.apply, repair=False), False
 
     def _least_on_close(self) -> int:
         """New records that make a checkpoint worth writing when a command ends:
@@ -180,7 +226,7 @@ class JournalStore(RecordStore):
         By default that is CHECKPOINT_EVERY or an eighth of the item count,
         whichever is larger, so its cost (which grows with the queue) stays a
         small share of the work it saves. Caller holds the lock."""
-        if self.checkpoint_every <= 0 or (self._bulk and least is None):
+        if self.checkpoint_every <= 0 or self.read_only or (self._bulk and least is None):
             return
         if least is None:
             least = max(self.checkpoint_every, len(self.state.codes) // 8)
@@ -189,21 +235,31 @@ class JournalStore(RecordStore):
         # A checkpoint must never cover records that a power cut could still
         # take away (start records and group commits are not fsynced yet).
         self.journal.sync()
-        checkpoint.save(self.folder, self.journal, self.state)
+        checkpoint.save(self.dir, self.journal, self.state)
         self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
 
-    def _replay_after_checkpoint(self) -> bool:
+    def _replay_after_checkpoint(self) -> TornTail | Literal[False] | None:
         """Replay the records after a restored checkpoint, changing nothing on
-        disk; False if they do not continue it cleanly (a torn tail, a gap)."""
+        disk: the torn tail after them (None if none), or False if they do not
+        continue it cleanly (a gap, damage: a full replay tells which)."""
         try:
-            return self.journal.replay(self.state.apply, repair=False) is None
+            return self.journal.replay(self.state.apply, repair=False)
         except CorruptJournal:
             return False
 
     def _catch_up(self) -> None:
-        torn = self.journal.replay(self.state.apply, repair=True)
+        torn = self.journal.replay(self.state.apply, repair=not self.read_only)
         if torn is not None:
-            self._notices.append(torn.describe())
+            self._note_torn(torn)
+
+    def _note_torn(self, torn: TornTail) -> None:
+        """Report a torn tail: cut, or on a read-only queue left in place (said
+        once, though every read finds it again)."""
+        if self.read_only:
+            if torn == self._torn_left:
+                return
+            self._torn_left = torn
+        self._notices.append(torn.describe(cut=not self.read_only))
 
     # -- RecordStore hooks -----------------------------------------------------
 
@@ -273,16 +329,16 @@ class JournalStore(RecordStore):
         with self._locked():
             self.journal.sync()
 
-    def _claim_path(self, item_id: int) -> Path:
-        return self.folder / "claims" / f"{item_id}.lock"
+    def _claim_path(self, item_id: int) -> tuple[QueueFolder, str, str]:
+        return self.dir, "claims", f"{item_id}.lock"
 
     def _claim_free(self, item: LiveItem) -> bool:
         if item.id in self._claims:
             return False
-        return _lock_is_free(self._claim_path(item.id))
+        return _lock_is_free(*self._claim_path(item.id))
 
     def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
-        fd = _try_lock(self._claim_path(item_id), create=True)
+        fd = _try_lock(*self._claim_path(item_id), create=True)
         if fd is None:
             return None
         self._claims[item_id] = fd
@@ -298,33 +354,33 @@ class JournalStore(RecordStore):
         # next claim create a fresh one and run a second copy alongside.
         path = self._claim_path(item_id)
         try:
-            probe = _try_lock(path, create=False)
+            probe = _try_lock(*path, create=False)
         except FileNotFoundError:
             return
         if probe is not None:
             with suppress(FileNotFoundError):
-                os.unlink(path)
+                self.dir.unlink(path[2], sub=path[1])
             os.close(probe)
 
     def _runner_alive(self, runner_id: str) -> bool:
         if runner_id in self._runner_locks:
             return True
-        return not _lock_is_free(self.folder / "runners" / f"{runner_id}.lock")
+        return not _lock_is_free(self.dir, "runners", f"{runner_id}.lock")
 
     def _forget_runner(self, runner_id: str) -> None:
-        path = self.folder / "runners" / f"{runner_id}.lock"
+        path = f"{runner_id}.lock"
         try:
-            probe = _try_lock(path, create=False)
+            probe = _try_lock(self.dir, "runners", path, create=False)
         except FileNotFoundError:
             return
         if probe is not None:  # still free while we hold it: nobody is using it
             with suppress(FileNotFoundError):
-                os.unlink(path)
+                self.dir.unlink(path, sub="runners")
             os.close(probe)
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        path = self.folder / "runners" / f"{runner.runner_id}.lock"
-        fd = _try_lock(path, create=True)
+        path = f"{runner.runner_id}.lock"
+        fd = _try_lock(self.dir, "runners", path, create=True)
         if fd is None:
             raise UsageError(f"runner id {runner.runner_id} is already in use")
         self._runner_locks[runner.runner_id] = fd
@@ -332,7 +388,7 @@ class JournalStore(RecordStore):
             super().register_runner(runner, exclusive=exclusive)
         except BaseException:
             del self._runner_locks[runner.runner_id]
-            os.unlink(path)
+            self.dir.unlink(path, sub="runners")
             os.close(fd)
             raise
 
@@ -341,7 +397,7 @@ class JournalStore(RecordStore):
         fd = self._runner_locks.pop(runner_id, None)
         if fd is not None:
             with suppress(FileNotFoundError):
-                os.unlink(self.folder / "runners" / f"{runner_id}.lock")
+                self.dir.unlink(f"{runner_id}.lock", sub="runners")
             os.close(fd)
 
     def _known_keys(self, state: QueueState) -> Container[str]:
@@ -356,8 +412,7 @@ class JournalStore(RecordStore):
             # Dedupe must hold for items compaction moved out: load their keys
             # once, only when something is enqueued.
             self._archived = {
-                item_text(r): r["id"]
-                for r in read_archive(self.folder / ARCHIVE, state.archive_size)
+                item_text(r): r["id"] for r in read_archive(self.dir, ARCHIVE, state.archive_size)
             }
         live = super()._known_keys(state)
         return _Either(live, self._archived) if self._archived else live
@@ -376,7 +431,7 @@ class JournalStore(RecordStore):
     def _cached_keys(self) -> tuple[dict[str, int], int] | None:
         """Every item text (text -> id) from keys.ckpt plus the records after
         it, and how many came from those records; None if it does not match."""
-        cached = checkpoint.load_keys(self.folder, self.journal)
+        cached = checkpoint.load_keys(self.dir, self.journal)
         if cached is None:
             return None
         keys, offset = cached
@@ -393,7 +448,7 @@ class JournalStore(RecordStore):
         state = self.state
         fresh = state.enqueued_texts() if self._keys_were_empty else None
         self._keys_were_empty = False
-        if self.checkpoint_every <= 0 or self._archived is None:
+        if self.checkpoint_every <= 0 or self._archived is None or self.read_only:
             return
         texts: list[str] | None = None
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
@@ -404,7 +459,7 @@ class JournalStore(RecordStore):
             return
         self._save_keys = False
         self.journal.sync()  # as for the state checkpoint
-        checkpoint.save_keys(self.folder, self.journal, texts)
+        checkpoint.save_keys(self.dir, self.journal, texts)
 
     def _texts_in_memory(self, state: QueueState) -> list[str] | None:
         """Every item text in id order from the dedupe keys this process holds
@@ -422,7 +477,7 @@ class JournalStore(RecordStore):
             return
         rows = [
             (r["id"], item_text(r), r.get("attempt", 0))
-            for r in read_archive(self.folder / ARCHIVE, self.state.archive_size)
+            for r in read_archive(self.dir, ARCHIVE, self.state.archive_size)
         ]
         rows.sort()  # archived in completion order; listed in id order
         for item_id, text, attempt in rows:
@@ -434,12 +489,24 @@ class JournalStore(RecordStore):
         return iter_records(self.journal.fd, self.journal.offset, path=str(self.journal.path))
 
     def _archive_records(self) -> Iterator[Record]:
-        return read_archive(self.folder / ARCHIVE, self.state.archive_size)
+        return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    @property
+    def logs_fd(self) -> int:
+        """The fd of the ``logs`` folder, for the runner to open logs relative
+        to (-1 if a read-only queue has none)."""
+        try:
+            return self.dir.subfolder("logs", create=not self.read_only)
+        except FileNotFoundError:
+            return -1
 
     def _log_paths(self, item_id: int) -> tuple[str, ...]:
-        logs = self.folder / "logs"
-        found = sorted(logs.glob(f"{item_id}.*.log"), key=lambda p: int(p.name.split(".")[1]))
-        return tuple(str(p) for p in found)
+        prefix = f"{item_id}."
+        found = sorted(
+            (n for n in self.dir.names("logs") if n.startswith(prefix) and n.endswith(".log")),
+            key=lambda n: int(n.split(".")[1]),
+        )
+        return tuple(self.dir.shown(n, "logs") for n in found)
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
@@ -486,7 +553,7 @@ class JournalStore(RecordStore):
         self._reload()
         if carried is not None:
             # The texts did not change, only the journal they are checked against.
-            checkpoint.save_keys(self.folder, self.journal, carried)
+            checkpoint.save_keys(self.dir, self.journal, carried)
         return result
 
     def _keys_to_carry(self, state: QueueState) -> list[str] | None:
@@ -499,7 +566,7 @@ class JournalStore(RecordStore):
         texts = self._texts_in_memory(state)
         if texts is not None:
             return texts
-        if not (self.folder / checkpoint.KEYS_NAME).exists():
+        if not self.dir.exists(checkpoint.KEYS_NAME):
             return None
         found = self._cached_keys()
         return None if found is None else checkpoint.texts_by_id(found[0], state.next_id)
@@ -515,6 +582,9 @@ class JournalStore(RecordStore):
             # Leave a checkpoint for the next opener (status, run) to start from.
             with suppress(StateQueueError), self._locked():
                 self._maybe_checkpoint(self._least_on_close())
+        self._close_files()
+
+    def _close_files(self) -> None:
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
         for rid in list(self._runner_locks):
@@ -523,6 +593,7 @@ class JournalStore(RecordStore):
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+        self.dir.close()
 
 
 def auto_compact_threshold() -> int:
@@ -596,12 +667,13 @@ class _Either:
         return key in self.first or key in self.second
 
 
-def read_archive(path: Path, size: int) -> Iterator[Record]:
+def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""
     if size == 0:
         return
+    path = folder.path / name
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = folder.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
         raise DamagedState(f"{path} is missing but the journal refers to it") from None
     try:
@@ -630,9 +702,9 @@ def _header(*, seq: int) -> Record:
     }
 
 
-def _try_lock(path: Path, *, create: bool) -> int | None:
-    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-    fd = os.open(path, flags, FILE_MODE)
+def _try_lock(folder: QueueFolder, sub: str, name: str, *, create: bool) -> int | None:
+    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    fd = folder.open_file(name, flags, sub=sub)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -643,10 +715,10 @@ def _try_lock(path: Path, *, create: bool) -> int | None:
     return fd
 
 
-def _lock_is_free(path: Path) -> bool:
-    """True when nobody holds a flock on ``path`` (a missing file is free)."""
+def _lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
+    """True when nobody holds a flock on ``name`` in ``sub`` (a missing file is free)."""
     try:
-        fd = _try_lock(path, create=False)
+        fd = _try_lock(folder, sub, name, create=False)
     except FileNotFoundError:
         return True
     if fd is None:
