@@ -253,6 +253,7 @@ def bare_job(tmp_path: Path, *, log_limit: int = 1 << 20) -> Job:
     job.spec = JobSpec(template=("x",), queue="q", log_dir=tmp_path, log_limit=log_limit)
     job.log_file = str(tmp_path / "1.1.log")
     job.result_file = str(tmp_path / "1.1.result")
+    job._name = "1.1"  # within log_dir (log_dir_fd -1: opened by path)
     job.has_log, job._log_fd, job._logged = False, -1, 0
     job.warnings = []
     return job
