@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -165,26 +166,41 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    from statequeue.queue import Queue
     from statequeue.store.folder import remove_queue_folder
 
-    q = Queue(name, home=home if home is not None else (ctx.obj or {}).get("home"), create=False)
+    folder = _refuse_if_running(name, home if home is not None else (ctx.obj or {}).get("home"))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
+        typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
+    remove_queue_folder(folder)
+    print(f"dropped queue {name!r}")
+
+
+def _refuse_if_running(name: str, home: str | None) -> Path:
+    """The queue's folder, once no runner is active on it. A damaged queue
+    (which cannot be opened) can still be dropped: its runner locks decide."""
+    from statequeue.errors import DamagedState
+    from statequeue.queue import Queue, queue_folder
+    from statequeue.store.journal_store import runner_locks_held
+
+    try:
+        q = Queue(name, home=home, create=False)
+    except DamagedState:
+        folder = queue_folder(name, home)
+        if runner_locks_held(folder):
+            raise UsageError(f"queue {name!r} has an active runner; stop it first") from None
+        return folder
     try:
         runners = q.store.active_runners()
         if runners:
             raise UsageError(
                 f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
             )
-        folder = q.path
+        assert q.path is not None
+        return q.path
     finally:
         q.close()
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
-        typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
-    assert folder is not None
-    remove_queue_folder(folder)
-    print(f"dropped queue {name!r}")
 
 
 app.command("rm", help="Delete a queue (same as `drop`).\n\nExample: statequeue rm old --yes")(drop)

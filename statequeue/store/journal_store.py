@@ -715,6 +715,16 @@ def _try_lock(folder: QueueFolder, sub: str, name: str, *, create: bool) -> int 
     return fd
 
 
+def runner_locks_held(path: Path) -> bool:
+    """Whether a runner holds its lock in the queue folder at ``path``, read
+    without opening the journal (for `drop` of a queue too damaged to open)."""
+    folder = QueueFolder.open(path, create=False)
+    try:
+        return not all(_lock_is_free(folder, "runners", n) for n in folder.names("runners"))
+    finally:
+        folder.close()
+
+
 def _lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
     """True when nobody holds a flock on ``name`` in ``sub`` (a missing file is free)."""
     try:

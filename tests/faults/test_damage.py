@@ -365,3 +365,36 @@ def test_repair_rebuilds_a_missing_journal_from_the_archive(
     assert fsck(folder, repair=False).damaged
     assert fsck(folder, repair=True).repaired
     assert _ids_agree(folder) == list(range(1, 101))
+
+
+def test_a_queue_too_damaged_to_open_can_still_be_dropped(
+    compacted: Path, sq_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = sq_home / "default"
+    shutil.copytree(compacted, folder)
+    _flip(folder / JOURNAL)
+    code, out, err = cli(capsys, "drop", "default", "--yes")
+    assert code == 0, err
+    assert "dropped" in out
+    assert not folder.exists()
+
+
+def test_drop_of_a_damaged_queue_still_waits_for_its_runner(
+    compacted: Path, sq_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fcntl
+    import os
+
+    folder = sq_home / "default"
+    shutil.copytree(compacted, folder)
+    _flip(folder / JOURNAL)
+    (folder / "runners").mkdir(exist_ok=True)
+    fd = os.open(folder / "runners" / "r1.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        code, _, err = cli(capsys, "drop", "default", "--yes")
+    finally:
+        os.close(fd)
+    assert code == 2, err
+    assert "active runner" in err
+    assert folder.exists()
