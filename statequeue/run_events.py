@@ -101,6 +101,8 @@ class RunSummary:
 
     def text(self) -> str:
         """One line for the user: items by outcome, then attempts."""
+        if not (self.attempts or self.verified or self.retried or self.released):
+            return "nothing to do: no pending item is due"
         parts = [f"{self.succeeded} ok"]
         if self.verified:
             parts[0] += f" ({self.verified} verified, not run)"

@@ -159,6 +159,7 @@ def test_nothing_to_do_exits_0_or_the_code_asked_for(env: dict[str, str]) -> Non
     enqueue(env)  # the queue exists, with nothing in it
     out = sq(env, "run", "--", "true")
     assert out.returncode == 0, out.stderr
+    assert "nothing to do" in out.stderr
     assert sq(env, "run", "--exit-empty", "3", "--", "true").returncode == 3
 
 
