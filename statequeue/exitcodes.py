@@ -26,6 +26,9 @@ class ExitCode(IntEnum):
     """The named queue or item does not exist."""
     LOCKED = 8
     """The queue stayed locked by another process for longer than the lock timeout."""
+    RESOURCES = 9
+    """`run` could not start a single child for lack of open files, processes or
+    memory; the items it took were given back, pending."""
     INTERRUPTED_INT = 130
     """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
     INTERRUPTED_TERM = 143

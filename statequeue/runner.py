@@ -1,13 +1,15 @@
 """The runner: claim items, run the command for each, record every result.
 
-One loop, no threads: it waits on the children's pidfds and pipes, a wakeup
-pipe for signals, and the nearest deadline (a timeout, a kill after the grace
+One loop, no threads: it waits on the keeper's socket (which reports the
+children's exits), the children's pipes, a wakeup pipe for signals, and the
+nearest deadline (a timeout, a kill after the grace
 period, a retry coming due, a poll for new items with ``follow``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import selectors
@@ -19,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statequeue.errors import UsageError
+from statequeue.errors import ResourcesExhausted, UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink, build_argv, child_env
+from statequeue.keeper import Keeper
 from statequeue.models import (
     Claim,
     ItemState,
@@ -31,11 +34,14 @@ from statequeue.models import (
     RunnerInfo,
 )
 from statequeue.queue import Queue
-from statequeue.reaper import Reaper
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
 VERIFY_TIMEOUT = 600.0
+# Spawn errors that say the runner (or the machine) is short of something,
+# not that the item's command is wrong: the item is given back, uncounted.
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+_KEEPER = object()  # selector tag of the keeper's socket
 
 
 @dataclass(frozen=True)
@@ -148,12 +154,13 @@ class Runner:
             live=live,
         )
         self.summary = RunSummary()
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, Job] = {}  # by the keeper's token (a pid may be reused)
+        self._concurrency = options.jobs  # lowered when spawning runs short of resources
         self._stop_signal: int | None = None
         self._stop_count = 0
         self._taking = True
         self._taken: set[int] = set()
-        self.reaper: Reaper | None = None
+        self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -191,8 +198,10 @@ class Runner:
             self._loop(deadline)
         finally:
             self._shutdown()
-            if self.reaper is not None:
-                self.reaper.close()
+            if self.keeper is not None:
+                # The keeper kills what is left of the items (a detached
+                # descendant), then releases their claims.
+                self.keeper.close()
             store.unregister_runner(self.info.runner_id)
             self._selector.close()
             os.close(self._wake_r)
@@ -229,16 +238,22 @@ class Runner:
         return {job.claim.item_id for job in self.jobs.values()}
 
     def _fill_slots(self) -> None:
-        while len(self.jobs) < self.options.jobs and self._taking:
+        while len(self.jobs) < self._concurrency and self._taking:
             scope = self._scope()
             if scope is not None and not scope:
                 return
-            claim = self.queue.claim(
-                self.info,
-                on_interrupted=self.options.on_interrupted,
-                max_crashes=self.options.max_crashes,
-                among=scope,
-            )
+            try:
+                claim = self.queue.claim(
+                    self.info,
+                    on_interrupted=self.options.on_interrupted,
+                    max_crashes=self.options.max_crashes,
+                    among=scope,
+                )
+            except OSError as exc:  # the claim's lock file could not be opened
+                if exc.errno not in RESOURCE_ERRNOS:
+                    raise
+                self._short_of_resources(exc)
+                return
             if claim is None:
                 return
             self._taken.add(claim.item_id)
@@ -251,26 +266,38 @@ class Runner:
             self._start(claim)
 
     def _start(self, claim: Claim) -> None:
-        # The reaper must be up before the first child exists: a runner killed
-        # while the reaper was still starting (tens of ms) left that child
-        # unwatched (found by test_poison_item_is_held_after_max_crashes in CI).
-        reaper = self._reaper()
         try:
-            job = Job(claim, self.spec)
+            job = Job(claim, self.spec, self._keeper())
         except OSError as exc:
+            if exc.errno in RESOURCE_ERRNOS:
+                self.queue.store.release(claim, f"not started: {exc.strerror or exc}")
+                self._short_of_resources(exc)
+                return
             outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
             self.on_event(self._record(claim, outcome, None))
             return
-        reaper.watch(job.pid)  # at once: only microseconds after the spawn are unwatched
-        self.jobs[job.pid] = job
+        self.jobs[job.token] = job
         self.summary.started += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
         for fd in job.pipes:
             self._selector.register(fd, selectors.EVENT_READ, job)
-        if job.pidfd >= 0:
-            self._selector.register(job.pidfd, selectors.EVENT_READ, job)
         self.on_event(ItemStarted(claim))
+
+    def _short_of_resources(self, exc: OSError) -> None:
+        """Run fewer items at once: as many as run now, which fit. With none
+        running there is nothing to wait for: stop (the items stay pending)."""
+        reason = exc.strerror or str(exc)
+        if not self.jobs:
+            raise ResourcesExhausted(
+                f"cannot start any command: {reason}; stopped, the items stay pending "
+                "(raise the limit, e.g. `ulimit -n`, or lower --jobs)"
+            )
+        if len(self.jobs) < self._concurrency:
+            self._concurrency = len(self.jobs)
+            self.on_event(
+                Notice(f"warning: {reason}: running at most {self._concurrency} items at once")
+            )
 
     def _verified(self, claim: Claim) -> bool:
         """Run --verify for an interrupted item; on exit 0 record it done.
@@ -355,20 +382,23 @@ class Runner:
             for t in (job.deadline, job.kill_at):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
-            if job.pidfd < 0:
-                wait = min(wait, 0.05)  # no pidfd on this platform: poll
         return wait
 
-    def _reaper(self) -> Reaper:
-        if self.reaper is None:
-            self.reaper = Reaper()  # started with the first child, not before
-        return self.reaper
+    def _keeper(self) -> Keeper:
+        if self.keeper is None:
+            # Started with the first child, not before; it is the parent of
+            # every child, so nothing of an item ever runs unwatched.
+            self.keeper = Keeper(self.queue.name)
+            self._selector.register(self.keeper.fileno(), selectors.EVENT_READ, _KEEPER)
+        return self.keeper
 
     def _wait(self, timeout: float) -> None:
         for key, _ in self._selector.select(timeout):
             job = key.data
             if job is None:
                 _drain_pipe(self._wake_r)
+            elif job is _KEEPER:
+                self._keeper().receive()  # exits, recorded in keeper.exits
             elif key.fd in job.pipes and not job.read(key.fd):
                 self._selector.unregister(key.fd)
                 job.close_pipe(key.fd)
@@ -393,11 +423,9 @@ class Runner:
                 # Stopped or timed out: what is left of its process group (a
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
-            del self.jobs[job.pid]
-            self._reaper().forget(job.pid)  # before the reap frees its pid
-            for fd in [*job.pipes, job.pidfd]:
-                if fd >= 0:  # pipes at end of file were unregistered already
-                    self._selector.unregister(fd)
+            del self.jobs[job.token]
+            for fd in job.pipes:  # pipes at end of file were unregistered already
+                self._selector.unregister(fd)
             results.append((job, job.finish()))
         self._record_batch(results)
 
@@ -469,7 +497,6 @@ class Runner:
         """On an unexpected error: kill children and give their items back."""
         for job in list(self.jobs.values()):
             job.signal_group(signal.SIGKILL)
-            self._reaper().forget(job.pid)
             job.reap()
             job.close()
             # Best effort: if this fails too, recovery finds the item on the next run.
