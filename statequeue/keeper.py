@@ -43,6 +43,9 @@ class Keeper:
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    # Not our stderr: a keeper that stays for a detached
+                    # leftover would hold `statequeue run 2>&1 | cat` open.
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                     (os.POSIX_SPAWN_DUP2, theirs.fileno(), kp.SOCKET_FD),
                 ],
                 setsid=True,  # terminal signals must not reach it
