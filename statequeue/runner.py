@@ -199,8 +199,8 @@ class Runner:
         finally:
             self._shutdown()
             if self.keeper is not None:
-                # The keeper kills what is left of the items (a detached
-                # descendant), then releases their claims.
+                # The keeper exits, or stays until a detached leftover of an
+                # item has ended, holding that item's claim.
                 self.keeper.close()
             store.unregister_runner(self.info.runner_id)
             self._selector.close()

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.keeper_process import KeeperProcess, Leader
 from tests.acceptance.test_runner import (
     Procs,
     alive,
@@ -295,3 +298,55 @@ def test_with_no_fd_to_spare_the_run_stops_with_a_clear_error(env: dict[str, str
     assert "Too many open files" in out.stderr
     counts = status(env)["counts"]
     assert counts["pending"] == 1 and counts["failed"] == 0  # given back, not failed
+
+
+# -- how the keeper attributes a reparented orphan (unit level) ---------------------
+
+
+@pytest.fixture
+def keeper() -> Iterator[KeeperProcess]:
+    mine, theirs = socket.socketpair()
+    try:
+        yield KeeperProcess(mine, "q")
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_an_orphan_of_no_known_item_holds_every_item_held(
+    keeper: KeeperProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keeper.held = {1: [], 2: []}
+    found = {100: 1, 101: -1, 102: 7}  # 7: not an item the keeper holds
+    monkeypatch.setattr(keeper, "item_of", found.__getitem__)
+    owners = keeper.attribute([100, 101, 102])
+    assert owners == {100: {1}, 101: {1, 2}, 102: {1, 2}}
+
+
+def test_only_items_no_process_is_left_of_are_released(
+    keeper: KeeperProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keeper.held = {1: [], 2: [], 3: []}
+    keeper.finished = {1, 2}  # item 3's leader still runs
+    keeper.leaders = {50: Leader(token=9, item=3, pid=50)}
+    monkeypatch.setattr(keeper, "has_children", lambda: True)
+    monkeypatch.setattr(keeper, "children_timed", lambda now: [50, 100])
+    monkeypatch.setattr(keeper, "item_of", {100: 2}.__getitem__)
+    keeper.settle(now=0.0)
+    assert set(keeper.held) == {2, 3} and keeper.finished == {2}
+
+
+def test_an_orphan_is_attributed_by_the_queue_and_id_in_its_environment(
+    keeper: KeeperProcess,
+) -> None:
+    env = {**os.environ, "STATEQUEUE_QUEUE": "q", "STATEQUEUE_ID": "5"}
+    procs = [
+        subprocess.Popen(["sleep", "30"], env=env),
+        subprocess.Popen(["sleep", "30"], env={**env, "STATEQUEUE_QUEUE": "other"}),
+    ]
+    try:
+        assert [keeper.item_of(p.pid) for p in procs] == [5, -1]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
