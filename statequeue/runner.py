@@ -2,8 +2,8 @@
 
 One loop, no threads: it waits on the keeper's socket (which reports the
 children's exits), the children's pipes, a wakeup pipe for signals, and the
-nearest deadline (a timeout, a kill after the grace
-period, a retry coming due, a poll for new items with ``follow``).
+nearest deadline (a timeout, a kill after the grace period, a retry coming
+due, a poll for new items with ``follow``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ IDLE_TICK = 1.0
 VERIFY_TIMEOUT = 600.0
 # Spawn errors that say the runner (or the machine) is short of something,
 # not that the item's command is wrong: the item is given back, uncounted.
-RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+# ENOBUFS and ETOOMANYREFS: passing the child's fds to the keeper failed.
+RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
+)
 _KEEPER = object()  # selector tag of the keeper's socket
 
 
