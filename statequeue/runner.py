@@ -273,7 +273,8 @@ class Runner:
             job = Job(claim, self.spec, self._keeper())
         except OSError as exc:
             if exc.errno in RESOURCE_ERRNOS:
-                self.queue.store.release(claim, f"not started: {exc.strerror or exc}")
+                reason = f"not started: {exc.strerror or exc}"
+                self.queue.store.release(claim, reason, uncounted=True)
                 self._short_of_resources(exc)
                 return
             outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")

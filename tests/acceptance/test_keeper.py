@@ -268,6 +268,8 @@ def test_running_out_of_fds_is_the_runners_problem_not_the_items(
     )
     ends = [r for r in journal(sq_home) if r.get("t") == "end"]
     assert not [r for r in ends if not r["ok"]], "an item was failed for the runner's EMFILE"
+    # Uncounted: an attempt that could not start gives its number out again.
+    assert {r["attempt"] for r in ends} <= {1}, "an attempt that never began was counted"
     if out.returncode == 9:  # stopped: then nothing may be lost or counted
         assert status(env)["counts"]["pending"] == 40, out.stderr
         return
