@@ -197,16 +197,18 @@ class KeeperProcess:
 
     # -- children ---------------------------------------------------------------
 
-    def reap(self) -> None:
+    def reap(self) -> list[tuple[int, int]]:
         """Collect every exited child; a stopped item's group is killed before
-        its leader is reaped (while the group id still names it)."""
+        its leader is reaped (while the group id still names it). Returns the
+        leaders' (token, exit code), for ``report`` once claims are settled."""
+        exits: list[tuple[int, int]] = []
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
-                return
+                return exits
             if info is None:
-                return
+                return exits
             pid = info.si_pid
             leader = self.leaders.pop(pid, None)
             if leader is not None and (leader.stopping or self.ending):
@@ -217,7 +219,11 @@ class KeeperProcess:
             if leader is not None:
                 del self.by_token[leader.token]
                 self.finished.add(leader.item)
-                self.reply(EXITED, leader.token, os.waitstatus_to_exitcode(status))
+                exits.append((leader.token, os.waitstatus_to_exitcode(status)))
+
+    def report(self, exits: list[tuple[int, int]]) -> None:
+        for token, code in exits:
+            self.reply(EXITED, token, code)
 
     def settle(self, now: float) -> None:
         """Release the claims of finished items no process is left of."""
@@ -329,10 +335,11 @@ def children() -> list[int]:
 
 
 def become_subreaper() -> None:
-    import ctypes
-
+    """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
     pr_set_child_subreaper = 36
-    with contextlib.suppress(OSError, AttributeError):
+    with contextlib.suppress(ImportError, OSError, AttributeError):
+        import ctypes
+
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
 
@@ -361,11 +368,13 @@ def main() -> None:
                 if keeper.ending or keeper.goodbye:
                     poller.unregister(sock.fileno())
                     sock.close()
-        keeper.reap()
+        exits = keeper.reap()
         if keeper.ending:
             keeper.kill_all()
         else:
+            # Claims first: the runner may retry the item as soon as it hears.
             keeper.settle(time.monotonic())
+        keeper.report(exits)
         if (keeper.ending or keeper.goodbye) and not keeper.has_children():
             break
     keeper.release(set(keeper.held))

@@ -37,6 +37,7 @@ from statequeue.queue import Queue
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
+HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
 VERIFY_TIMEOUT = 600.0
 # Spawn errors that say the runner (or the machine) is short of something,
 # not that the item's command is wrong: the item is given back, uncounted.
@@ -354,7 +355,7 @@ class Runner:
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         due = self._next_retry(scope)
         if due is not None:
-            return max(0.0, min(due - time.time(), IDLE_TICK))
+            return min(_until(due), IDLE_TICK)
         if self.options.follow and scope is None:
             return FOLLOW_POLL
         return None
@@ -379,7 +380,7 @@ class Runner:
             scope = self._scope()
             due = self._next_retry(scope)
             if due is not None:
-                wait = min(wait, max(0.0, due - time.time()))
+                wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, FOLLOW_POLL)
         for job in self.jobs.values():
@@ -527,6 +528,14 @@ def _wait_step(proc: Any) -> int | None:
     except subprocess.TimeoutExpired:
         return None
     return code
+
+
+def _until(due: float) -> float:
+    """Seconds until a retry is due. One due already was not claimable just
+    now: its claim is still held (by a detached leftover of its last attempt,
+    or by the keeper about to let go), so look again soon, without spinning."""
+    wait = due - time.time()
+    return wait if wait > 0 else HELD_POLL
 
 
 def _drain_pipe(fd: int) -> None:
