@@ -60,16 +60,12 @@ RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, s
 def claim_target(index: int) -> int:
     """The fd number a child gets its ``index``-th claim fd at: high, so the
     ``exec 9>lockfile`` idiom in a worker never replaces it."""
-    soft, _ = _nofile()
-    return min(CLAIM_FD, soft - 1) - index
-
-
-def _nofile() -> tuple[int, int]:
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    inf = resource.RLIM_INFINITY
-    return (1 << 20 if soft == inf else soft), (1 << 20 if hard == inf else hard)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = CLAIM_FD + 1
+    return min(CLAIM_FD, soft - 1) - index
 
 
 class Leader:
@@ -85,6 +81,8 @@ class Leader:
 
 
 class KeeperProcess:
+    """The keeper's state: its children, and the claims it holds for them."""
+
     def __init__(self, sock: socket.socket, queue: str) -> None:
         self.sock = sock
         self.queue = queue
@@ -113,7 +111,7 @@ class KeeperProcess:
         for level, kind, raw in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 usable = len(raw) - len(raw) % 4
-                self.fds += struct.unpack(f"<{usable // 4}i", raw[:usable])
+                self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
         if flags & socket.MSG_CTRUNC:
             self.truncated = True  # out of fds: some were lost, so the request fails
         if not data:
