@@ -54,6 +54,7 @@ SPAWNED, FAILED, EXITED, LINGERING = 1, 2, 3, 4
 MAX_FDS = 8
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
+MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
 RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
 
 
@@ -96,7 +97,9 @@ class KeeperProcess:
         self.truncated = False
         self.ending = False  # the runner died: kill everything left
         self.goodbye = False  # the run ended: wait for what is left
-        self.next_scan = 0.0
+        self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
+        self.idle_until = 0.0  # nor before (while only a detached leftover lives)
+        self.idle_gap = 0.0
         self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
 
     # -- requests -------------------------------------------------------------
@@ -214,6 +217,7 @@ class KeeperProcess:
                     os.killpg(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
             self.owners.pop(pid, None)
+            self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
             if leader is not None:
                 del self.by_token[leader.token]
                 self.finished.add(leader.item)
@@ -230,12 +234,17 @@ class KeeperProcess:
         if not self.has_children():
             self.release(set(self.finished))
             return
-        if now < self.next_scan and len(self.finished) < FORCE_SCAN_AT:
+        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
             return
         alive = {leader.item for leader in self.leaders.values()}
         for owners in self.attribute(self.children_timed(now)).values():
             alive |= owners
-        self.release(self.finished - alive)
+        free = self.finished - alive
+        self.release(free)
+        # Nothing came free: a detached leftover lives on. Look less and less
+        # often (up to once a second) until another child exits.
+        self.idle_gap = 0.0 if free else min(MAX_IDLE_GAP, max(0.01, 2 * self.idle_gap))
+        self.idle_until = now + self.idle_gap
 
     def has_children(self) -> bool:
         try:
@@ -283,7 +292,7 @@ class KeeperProcess:
     def children_timed(self, now: float) -> list[int]:
         began = time.monotonic()
         found = children()
-        self.next_scan = now + SCAN_COST_SHARE * (time.monotonic() - began)
+        self.cost_until = now + SCAN_COST_SHARE * (time.monotonic() - began)
         return found
 
     def kill_all(self) -> None:
@@ -302,7 +311,7 @@ class KeeperProcess:
         if self.ending:
             return 0.05  # children may appear without a SIGCHLD (reparented)
         if self.finished:
-            return max(0.001, self.next_scan - now)
+            return max(0.001, max(self.cost_until, self.idle_until) - now)
         return None
 
 
