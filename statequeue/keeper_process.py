@@ -246,6 +246,10 @@ class KeeperProcess:
         self.idle_gap = 0.0 if free else min(MAX_IDLE_GAP, max(0.01, 2 * self.idle_gap))
         self.idle_until = now + self.idle_gap
 
+    def settle_if_childless(self) -> None:
+        if self.finished and not self.has_children():
+            self.release(set(self.finished))
+
     def has_children(self) -> bool:
         try:
             os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -379,9 +383,13 @@ def main() -> None:
         if keeper.ending:
             keeper.kill_all()
         else:
-            # Claims first: the runner may retry the item as soon as it hears.
-            keeper.settle(time.monotonic())
+            # Claims first when that is cheap (no child left: the common -j1
+            # case), as the runner may retry the item as soon as it hears;
+            # a /proc scan, though, must not delay the news.
+            keeper.settle_if_childless()
         keeper.report(exits)
+        if not keeper.ending:
+            keeper.settle(time.monotonic())
         if (keeper.ending or keeper.goodbye) and not keeper.has_children():
             break
     keeper.release(set(keeper.held))
