@@ -93,13 +93,14 @@ class Job:
         self._logged = 0
         self._tail = bytearray()
         self.pipes: dict[int, int] = {}
-        self.token, self.pid = self._spawn()
+        self.token = self._spawn()
 
-    def _spawn(self) -> tuple[int, int]:
+    def _spawn(self) -> int:
         """Have the keeper start the child: in its own session (so its whole
         process group can be signalled), stdout and stderr on pipes, and the
         claim's fds at high numbers (so ``exec 9>file`` in a worker keeps them).
-        Raises OSError if a pipe or the spawn fails (EMFILE, EAGAIN: see runner)."""
+        Raises OSError if a pipe fails (EMFILE: see runner); a failed spawn
+        shows later, in ``spawn_error``."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         streams = [out_w]
         try:
@@ -115,7 +116,7 @@ class Job:
         try:
             if self.spec.item_on_stdin:
                 streams.append(_memfd(os.fsencode(self.claim.item) + b"\n"))
-            spawned = self.keeper.spawn(
+            token = self.keeper.spawn(
                 item_id=self.claim.item_id,
                 argv=argv,
                 env=env,
@@ -132,7 +133,7 @@ class Job:
         for fd, stream in ((out_r, 1), (err_r, 2)):
             os.set_blocking(fd, False)
             self.pipes[fd] = stream
-        return spawned
+        return token
 
     # -- output ------------------------------------------------------------------
 
@@ -207,8 +208,15 @@ class Job:
             self.keeper.signal(self.token, signum)
 
     def exited(self) -> bool:
-        """True once the keeper reported the child's exit."""
-        return self.returncode is not None or self.token in self.keeper.exits
+        """True once the keeper reported the child's exit (or failed spawn)."""
+        if self.returncode is not None:
+            return True
+        return self.token in self.keeper.exits or self.token in self.keeper.failed
+
+    def spawn_error(self) -> OSError | None:
+        """Why the child could not be started, if it could not."""
+        code = self.keeper.failed.pop(self.token, None)
+        return None if code is None else OSError(code, os.strerror(code))
 
     def reap(self) -> int:
         """The exited child's status (exit code, or -signal), waiting for it."""

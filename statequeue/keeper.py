@@ -2,7 +2,7 @@
 
 The runner never forks: it asks the keeper to start each child, passing the
 child's stdin, stdout and stderr and the item's claim fds with SCM_RIGHTS,
-and waits for the reply (the pid, or the errno of a failed spawn). Exits come
+and goes on without waiting. A failed spawn (its errno) and every exit come
 back as messages on the same socket, which the runner's selector watches.
 Signals to a child's process group go through the keeper too: it alone knows
 whether the group's leader is still unreaped, i.e. whether the group id still
@@ -57,8 +57,9 @@ class Keeper:
             theirs.close()
         self._sock = mine
         self._inbox = bytearray()
-        self._spawned: dict[int, tuple[int, int]] = {}  # token -> (kind, pid or errno)
+        self.failed: dict[int, int] = {}  # token -> errno of its failed spawn
         self.exits: dict[int, int] = {}  # token -> exit code (or -signal)
+        self._lingering = False
         self._tokens = 0
 
     def fileno(self) -> int:
@@ -72,21 +73,16 @@ class Keeper:
         env: Mapping[str, str],
         streams: Sequence[int],
         claim_fds: Sequence[int],
-    ) -> tuple[int, int]:
-        """Start ``argv`` in a new session with ``streams`` (stdout, stderr and
-        optionally stdin) and the claim fds; returns (token, pid). Raises
-        OSError with the errno of a failed spawn, KeeperLost if it is gone."""
+    ) -> int:
+        """Have ``argv`` started in a new session with ``streams`` (stdout,
+        stderr and optionally stdin) and the claim fds; returns its token. If
+        the spawn fails, ``failed`` gets its errno; KeeperLost if it is gone."""
         self._tokens += 1
         token = self._tokens
         has_stdin = len(streams) > 2
         request = (kp.SPAWN, token, item_id, list(argv), dict(env), int(has_stdin))
         self._send(request, [*streams, *claim_fds])
-        while token not in self._spawned:
-            self.receive()
-        kind, value = self._spawned.pop(token)
-        if kind == kp.FAILED:
-            raise OSError(value, os.strerror(value))
-        return token, value
+        return token
 
     def signal(self, token: int, signum: int) -> None:
         """Signal the process group of ``token``'s child, if it is not reaped yet."""
@@ -106,14 +102,19 @@ class Keeper:
         for kind, token, value in kp.REPLY.iter_unpack(self._inbox[:end]):
             if kind == kp.EXITED:
                 self.exits[token] = value
+            elif kind == kp.FAILED:
+                self.failed[token] = value
             else:
-                self._spawned[token] = (kind, value)
+                self._lingering = True
         del self._inbox[:end]
 
     def wait_exit(self, token: int) -> int:
-        """The exit code of ``token``'s child, waiting for it to end."""
-        while token not in self.exits:
+        """The exit code of ``token``'s child, waiting for it to end (-1 if it
+        never started)."""
+        while token not in self.exits and token not in self.failed:
             self.receive()
+        if self.failed.pop(token, None) is not None:
+            return -1
         return self.exits.pop(token)
 
     def _send(self, request: tuple[Any, ...], fds: Sequence[int]) -> None:
@@ -135,11 +136,10 @@ class Keeper:
         long-lived library process it stays a zombie until that one exits)."""
         with contextlib.suppress(OSError, KeeperLost):
             self._send((kp.GOODBYE, 0, 0), [])
-            while True:
+            while not self._lingering:
                 self.receive()
-                if self._spawned.pop(0, None) is not None:  # lingering
-                    self._sock.close()
-                    return
+            self._sock.close()
+            return
         self._sock.close()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)

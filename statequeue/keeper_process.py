@@ -49,7 +49,7 @@ HEADER = struct.Struct("<II")  # payload length, number of fds sent
 SPAWN, SIGNAL, GOODBYE = 1, 2, 3
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
-SPAWNED, FAILED, EXITED, LINGERING = 1, 2, 3, 4
+FAILED, EXITED, LINGERING = 2, 3, 4
 
 MAX_FDS = 8
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
@@ -147,16 +147,16 @@ class KeeperProcess:
         try:
             if any(fd < 0 for fd in fds):
                 raise OSError(-min(fds), os.strerror(-min(fds)))
-            pid = self.spawn(request, fds)
+            self.spawn(request, fds)
         except OSError as exc:
             for fd in fds:
                 if fd >= 0:
                     os.close(fd)
             self.reply(FAILED, token, exc.errno or errno.EIO)
-            return
-        self.reply(SPAWNED, token, pid)
+        # A started child is not reported: the runner does not wait for it (a
+        # reply per spawn cost a wakeup of the runner per item).
 
-    def spawn(self, request: tuple[Any, ...], fds: list[int]) -> int:
+    def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
         _, token, item, argv, env, has_stdin = request
         streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
@@ -167,21 +167,16 @@ class KeeperProcess:
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
-        try:
-            pid = os.posix_spawnp(
-                argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
-        except BaseException:
-            for fd in streams:
-                os.close(fd)
-            raise
+        # On failure, ``handle`` closes every fd of the request.
+        pid = os.posix_spawnp(
+            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+        )
         for fd in streams:
             os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
         self.held.setdefault(item, []).extend(claims)
         self.finished.discard(item)
-        return pid
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)

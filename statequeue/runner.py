@@ -273,13 +273,7 @@ class Runner:
         try:
             job = Job(claim, self.spec, self._keeper())
         except OSError as exc:
-            if exc.errno in RESOURCE_ERRNOS:
-                reason = f"not started: {exc.strerror or exc}"
-                self.queue.store.release(claim, reason, uncounted=True)
-                self._short_of_resources(exc)
-                return
-            outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
-            self.on_event(self._record(claim, outcome, None))
+            self._not_started(claim, exc)
             return
         self.jobs[job.token] = job
         self.summary.started += 1
@@ -288,6 +282,17 @@ class Runner:
         for fd in job.pipes:
             self._selector.register(fd, selectors.EVENT_READ, job)
         self.on_event(ItemStarted(claim))
+
+    def _not_started(self, claim: Claim, exc: OSError) -> None:
+        """The command could not be started for ``claim``: the item fails,
+        unless the runner was short of resources (then it goes back, uncounted)."""
+        if exc.errno in RESOURCE_ERRNOS:
+            reason = f"not started: {exc.strerror or exc}"
+            self.queue.store.release(claim, reason, uncounted=True)
+            self._short_of_resources(exc)
+            return
+        outcome = Outcome(ok=False, reason=f"cannot start command: {exc.strerror or exc}")
+        self.on_event(self._record(claim, outcome, None))
 
     def _short_of_resources(self, exc: OSError) -> None:
         """Run fewer items at once: as many as run now, which fit. With none
@@ -423,7 +428,16 @@ class Runner:
         if not finished:
             return
         results = []
+        unstarted: list[tuple[Job, OSError]] = []
         for job in finished:
+            if (error := job.spawn_error()) is not None:
+                del self.jobs[job.token]
+                for fd in job.pipes:
+                    self._selector.unregister(fd)
+                job.close()
+                self.summary.started -= 1
+                unstarted.append((job, error))
+                continue
             if job.stop_reason:
                 # Stopped or timed out: what is left of its process group (a
                 # descendant that ignored TERM) must not outlive the attempt.
@@ -433,6 +447,9 @@ class Runner:
                 self._selector.unregister(fd)
             results.append((job, job.finish()))
         self._record_batch(results)
+        # After the batch: this may stop the run (no child could start).
+        for job, error in unstarted:
+            self._not_started(job.claim, error)
 
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
         # Nothing is reported, and no slot refilled, before every end record is

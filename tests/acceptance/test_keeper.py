@@ -352,3 +352,15 @@ def test_an_orphan_is_attributed_by_the_queue_and_id_in_its_environment(
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_command_that_cannot_start_fails_its_items_and_the_run_goes_on(
+    env: dict[str, str],
+) -> None:
+    enqueue(env, "a", "b")
+    out = sq(env, "run", "--", "/nonexistent/command")
+    assert out.returncode == 1, out.stderr
+    assert "keeper" not in out.stderr, out.stderr
+    st = status(env)
+    assert st["counts"]["failed"] == 2
+    assert all("cannot start command" in f["reason"] for f in st["recent_failures"]), st
