@@ -52,6 +52,7 @@ REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING = 2, 3, 4
 
 MAX_FDS = 8
+LOST = -1  # in the queue of received fds: some of the batch before it were lost
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
@@ -94,7 +95,6 @@ class KeeperProcess:
         self.owners: dict[int, frozenset[int]] = {}  # orphan pid -> items it may be of
         self.inbox = bytearray()
         self.fds: list[int] = []
-        self.truncated = False
         self.ending = False  # the runner died: kill everything left
         self.goodbye = False  # the run ended: wait for what is left
         self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
@@ -116,7 +116,9 @@ class KeeperProcess:
                 usable = len(raw) - len(raw) % 4
                 self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
         if flags & socket.MSG_CTRUNC:
-            self.truncated = True  # out of fds: some were lost, so the request fails
+            # Out of fds: some of this batch were lost, so its request fails.
+            # (A read returns the fds of one sendmsg at most: one request's.)
+            self.fds.append(LOST)
         if not data:
             self.ending = True
             return
@@ -127,12 +129,18 @@ class KeeperProcess:
                 return
             request = marshal.loads(bytes(self.inbox[HEADER.size : HEADER.size + size]))
             del self.inbox[: HEADER.size + size]
-            fds, self.fds = self.fds[:nfds], self.fds[nfds:]
-            if self.truncated and nfds:
-                # The runner waits for each spawn's reply, so every fd queued
-                # belongs to this request.
-                fds, self.fds, self.truncated = [*fds, *self.fds, -errno.EMFILE], [], False
-            self.handle(request, fds)
+            self.handle(request, self.take_fds(nfds))
+
+    def take_fds(self, count: int) -> list[int]:
+        """The next request's ``count`` fds, in the order they came; ending
+        with LOST if some of them were lost."""
+        batch = self.fds[:count]
+        if LOST in batch:
+            batch = batch[: batch.index(LOST) + 1]
+        del self.fds[: len(batch)]
+        if len(batch) < count and batch[-1:] != [LOST]:
+            batch.append(LOST)  # cannot happen: a request's fds come with its first byte
+        return batch
 
     def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
         if request[0] == SIGNAL:
@@ -145,8 +153,8 @@ class KeeperProcess:
             return
         token = request[1]
         try:
-            if any(fd < 0 for fd in fds):
-                raise OSError(-min(fds), os.strerror(-min(fds)))
+            if LOST in fds:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
             self.spawn(request, fds)
         except OSError as exc:
             for fd in fds:

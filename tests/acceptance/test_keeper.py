@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.keeper_process import KeeperProcess, Leader
+from statequeue.keeper_process import LOST, KeeperProcess, Leader
 from tests.acceptance.test_runner import (
     Procs,
     alive,
@@ -364,3 +364,13 @@ def test_a_command_that_cannot_start_fails_its_items_and_the_run_goes_on(
     st = status(env)
     assert st["counts"]["failed"] == 2
     assert all("cannot start command" in f["reason"] for f in st["recent_failures"]), st
+
+
+def test_fds_lost_in_transit_fail_their_own_request_only(keeper: KeeperProcess) -> None:
+    # Three requests' fds queued: the second lost some (MSG_CTRUNC: the
+    # keeper was out of fds); the first and third keep theirs.
+    keeper.fds = [10, 11, 20, LOST, 30, 31]
+    assert keeper.take_fds(2) == [10, 11]
+    assert keeper.take_fds(3) == [20, LOST]
+    assert keeper.take_fds(2) == [30, 31]
+    assert keeper.fds == []
