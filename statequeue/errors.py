@@ -127,3 +127,13 @@ class NoAccess(UsageError):
 
 class ItemNotSettled(UsageError):
     """the previous work item was neither marked done nor failed."""
+
+
+class KeeperLost(StateQueueError):
+    """the run's keeper process ended unexpectedly; stopped (unfinished items run again)."""
+
+
+class ResourcesExhausted(StateQueueError):
+    """the runner ran out of a system resource (open files, processes or memory)."""
+
+    exit_code = ExitCode.RESOURCES

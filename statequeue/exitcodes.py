@@ -28,6 +28,9 @@ class ExitCode(IntEnum):
     """The queue stayed locked by another process for longer than the lock timeout."""
     UNSAFE_FOLDER = 9
     """The home or queue folder is owned by another user, writable by group or others, or a link."""
+    RESOURCES = 10
+    """`run` could not start a single child for lack of open files, processes or
+    memory; the items it took were given back, pending."""
     INTERRUPTED_INT = 130
     """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
     INTERRUPTED_TERM = 143

@@ -2,9 +2,10 @@
 
 The child runs in its own process group (so a timeout or a stop reaches its
 descendants too), with stdin from /dev/null or the item, and its stdout and
-stderr read through pipes into a size-bounded log. It is started with
-posix_spawn (no fork of the interpreter); the runner's reaper (reaper.py)
-kills its process group if the runner dies.
+stderr read through pipes into a size-bounded log. The run's keeper
+(keeper.py) starts it with posix_spawn (no fork of an interpreter), is its
+parent, reports its exit, and holds its claim until no process of the item
+is left.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 import orjson
 
 from statequeue.durations import format_setting
+from statequeue.errors import KeeperLost
 from statequeue.fileio import CRASH
+from statequeue.keeper import Keeper
 from statequeue.models import Claim, Outcome
 from statequeue.replacements import JobItem, replace, template_tokens
 
@@ -86,9 +89,10 @@ def child_env(
 class Job:
     """A running child for one claim."""
 
-    def __init__(self, claim: Claim, spec: JobSpec, *, slot: int = 1) -> None:
+    def __init__(self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int = 1) -> None:
         self.claim = claim
         self.spec = spec
+        self.keeper = keeper
         self.slot = slot  # {%}: which of the --jobs slots runs it
         self.started = time.monotonic()
         self.deadline: float | None = None
@@ -111,44 +115,51 @@ class Job:
         # The child writes its result by path: a file (or planted link) left
         # there must not receive it, nor be read back as this attempt's result.
         self._unlink(f"{self._name}.result")
-        self.pid = self._spawn()
-        self.pidfd = _pidfd(self.pid)
+        self.program = ""  # argv[0], once built
+        self.token = self._spawn()
 
     def _spawn(self) -> int:
-        """Start the child with posix_spawn: in its own session (so its whole
+        """Have the keeper start the child: in its own session (so its whole
         process group can be signalled), stdout and stderr on pipes, and the
-        claim's lock fds inherited (dup2 onto themselves clears close-on-exec)."""
+        claim's fds at high numbers (so ``exec 9>file`` in a worker keeps them).
+        Raises OSError if a pipe fails (EMFILE: see runner); a failed spawn
+        shows later, in ``spawn_error``."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        stdin_fd = -1
-        actions: list[tuple[Any, ...]] = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_w, 1),
-            (os.POSIX_SPAWN_DUP2, err_w, 2),
-        ]
-        if self.spec.item_on_stdin:
-            stdin_fd = _memfd(os.fsencode(self.claim.item) + b"\n")
-            actions[0] = (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
-        actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in self.claim.inherit_fds]
+        streams = [out_w]
+        try:
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        except BaseException:
+            for fd in (out_r, out_w):
+                os.close(fd)
+            raise
+        streams.append(err_w)
         argv = build_argv(
             self.spec.template, self.claim.item, item_id=self.claim.item_id, slot=self.slot
         )
+        self.program = argv[0]  # named in the reason if it cannot be started
         env = child_env(self.claim, self.spec.queue, self.result_file, self.spec.base_env)
         CRASH.hit("spawn")
         try:
-            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+            if self.spec.item_on_stdin:
+                streams.append(_memfd(os.fsencode(self.claim.item) + b"\n"))
+            token = self.keeper.spawn(
+                item_id=self.claim.item_id,
+                argv=argv,
+                env=env,
+                streams=streams,
+                claim_fds=self.claim.inherit_fds,
+            )
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
             raise
         finally:
-            for fd in (out_w, err_w, stdin_fd):
-                if fd >= 0:
-                    os.close(fd)
+            for fd in streams:
+                os.close(fd)
         for fd, stream in ((out_r, 1), (err_r, 2)):
             os.set_blocking(fd, False)
             self.pipes[fd] = stream
-        return pid
+        return token
 
     # -- output ------------------------------------------------------------------
 
@@ -218,27 +229,29 @@ class Job:
     # -- stopping ------------------------------------------------------------------
 
     def signal_group(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
+        """Signal the child's process group. The keeper does it, and only while
+        the child is unreaped (its pid, so its group id, is still reserved);
+        once signalled, the rest of the group is killed when the child exits."""
+        with contextlib.suppress(KeeperLost):  # nothing left to signal
+            self.keeper.signal(self.token, signum)
 
     def exited(self) -> bool:
-        """True once the child has exited. It is not reaped yet (its pid, and so
-        its process group id, stays reserved until ``reap``)."""
+        """True once the keeper reported the child's exit (or failed spawn)."""
         if self.returncode is not None:
             return True
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
+        return self.token in self.keeper.exits or self.token in self.keeper.failed
+
+    def spawn_error(self) -> OSError | None:
+        """Why the child could not be started, if it could not."""
+        code = self.keeper.failed.pop(self.token, None)
+        return None if code is None else OSError(code, os.strerror(code), self.program)
 
     def reap(self) -> int:
-        """Collect the exited child's status (exit code, or -signal)."""
+        """The exited child's status (exit code, or -signal), waiting for it."""
         if self.returncode is None:
             try:
-                _, status = os.waitpid(self.pid, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
+                self.returncode = self.keeper.wait_exit(self.token)
+            except KeeperLost:
                 self.returncode = -1
         return self.returncode
 
@@ -338,20 +351,6 @@ class Job:
         if self._log_fd >= 0:
             os.close(self._log_fd)
             self._log_fd = -1
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-
-
-def _pidfd(pid: int) -> int:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return -1
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return -1
-    return fd
 
 
 def _memfd(data: bytes) -> int:

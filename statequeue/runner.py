@@ -1,13 +1,15 @@
 """The runner: claim items, run the command for each, record every result.
 
-One loop, no threads: it waits on the children's pidfds and pipes, a wakeup
-pipe for signals, and the nearest deadline (a timeout, a kill after the grace
-period, a retry coming due, a poll for new items with ``follow``).
+One loop, no threads: it waits on the keeper's socket (which reports the
+children's exits), the children's pipes, a wakeup pipe for signals, and the
+nearest deadline (a timeout, a kill after the grace period, a retry coming
+due, a poll for new items with ``follow``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import selectors
@@ -18,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from statequeue.errors import UsageError
+from statequeue.errors import ResourcesExhausted, UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
+from statequeue.keeper import Keeper
 from statequeue.models import (
     Claim,
     ItemState,
@@ -30,7 +33,6 @@ from statequeue.models import (
     RunnerInfo,
 )
 from statequeue.queue import Queue
-from statequeue.reaper import Reaper
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
 
@@ -47,7 +49,15 @@ __all__ = [
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
+HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
 VERIFY_TIMEOUT = 600.0
+# Spawn errors that say the runner (or the machine) is short of something,
+# not that the item's command is wrong: the item is given back, uncounted.
+# ENOBUFS and ETOOMANYREFS: passing the child's fds to the keeper failed.
+RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
+)
+_KEEPER = object()  # selector tag of the keeper's socket
 
 
 @dataclass(frozen=True)
@@ -134,12 +144,13 @@ class Runner:
                 timeout=options.timeout or VERIFY_TIMEOUT,
                 stopping=lambda: self._stop_signal is not None,
             )
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, Job] = {}  # by the keeper's token (a pid may be reused)
+        self._concurrency = options.jobs  # lowered when spawning runs short of resources
         self._stop_signal: int | None = None
         self._stop_count = 0
         self._taking = True
         self._taken: set[int] = set()
-        self.reaper: Reaper | None = None
+        self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -185,8 +196,10 @@ class Runner:
             self._loop(deadline)
         finally:
             self._shutdown()
-            if self.reaper is not None:
-                self.reaper.close()
+            if self.keeper is not None:
+                # The keeper exits, or stays until a detached leftover of an
+                # item has ended, holding that item's claim.
+                self.keeper.close()
             store.unregister_runner(self.info.runner_id)
             self._selector.close()
             os.close(self._wake_r)
@@ -236,16 +249,22 @@ class Runner:
         return {job.claim.item_id for job in self.jobs.values()}
 
     def _fill_slots(self) -> None:
-        while len(self.jobs) < self.options.jobs and self._taking:
+        while len(self.jobs) < self._concurrency and self._taking:
             scope = self._scope()
             if scope is not None and not scope:
                 return
-            claim = self.queue.claim(
-                self.info,
-                on_interrupted=self.options.on_interrupted,
-                max_crashes=self.options.max_crashes,
-                among=scope,
-            )
+            try:
+                claim = self.queue.claim(
+                    self.info,
+                    on_interrupted=self.options.on_interrupted,
+                    max_crashes=self.options.max_crashes,
+                    among=scope,
+                )
+            except OSError as exc:  # the claim's lock file could not be opened
+                if exc.errno not in RESOURCE_ERRNOS:
+                    raise
+                self._short_of_resources(exc)
+                return
             if claim is None:
                 return
             self._taken.add(claim.item_id)
@@ -263,28 +282,17 @@ class Runner:
         return next(n for n in range(1, self.options.jobs + 1) if n not in used)
 
     def _start(self, claim: Claim) -> None:
-        # The reaper must be up before the first child exists: a runner killed
-        # while the reaper was still starting (tens of ms) left that child
-        # unwatched (found by test_poison_item_is_held_after_max_crashes in CI).
-        reaper = self._reaper()
         try:
-            job = Job(claim, self.spec, slot=self._free_slot())
+            job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
         except OSError as exc:
-            # Specific to this item (the program checked before the run is
-            # there): e.g. a program named by the item, or an argv too long.
-            what = exc.filename or self.options.command[0]
-            reason = f"cannot start command {what!r}: {exc.strerror or exc}"
-            self.on_event(self._record(claim, Outcome(ok=False, reason=reason), None))
+            self._not_started(claim, exc)
             return
-        reaper.watch(job.pid)  # at once: only microseconds after the spawn are unwatched
-        self.jobs[job.pid] = job
+        self.jobs[job.token] = job
         self.summary.attempts += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
         for fd in job.pipes:
             self._selector.register(fd, selectors.EVENT_READ, job)
-        if job.pidfd >= 0:
-            self._selector.register(job.pidfd, selectors.EVENT_READ, job)
         self.on_event(ItemStarted(claim))
 
     def _verify_wanted(self, claim: Claim) -> bool:
@@ -293,6 +301,36 @@ class Runner:
         if self.verifier is None:
             return False
         return claim.interrupted or (self.options.verify_first and claim.attempt == 1)
+
+    def _not_started(self, claim: Claim, exc: OSError) -> None:
+        """The command could not be started for ``claim``: the item fails,
+        unless the runner was short of resources (then it goes back, uncounted)."""
+        if exc.errno in RESOURCE_ERRNOS:
+            reason = f"not started: {exc.strerror or exc}"
+            self.queue.store.release(claim, reason, uncounted=True)
+            self._short_of_resources(exc)
+            return
+        # Specific to this item (the program was checked before the run): e.g.
+        # a program named by the item, or an argv too long.
+        what = exc.filename or self.options.command[0]
+        reason = f"cannot start command {what!r}: {exc.strerror or exc}"
+        outcome = Outcome(ok=False, reason=reason)
+        self.on_event(self._record(claim, outcome, None))
+
+    def _short_of_resources(self, exc: OSError) -> None:
+        """Run fewer items at once: as many as run now, which fit. With none
+        running there is nothing to wait for: stop (the items stay pending)."""
+        reason = exc.strerror or str(exc)
+        if not self.jobs:
+            raise ResourcesExhausted(
+                f"cannot start any command: {reason}; stopped, the items stay pending "
+                "(raise the limit, e.g. `ulimit -n`, or lower --jobs)"
+            )
+        if len(self.jobs) < self._concurrency:
+            self._concurrency = len(self.jobs)
+            self.on_event(
+                Notice(f"warning: {reason}: running at most {self._concurrency} items at once")
+            )
 
     def _verified(self, claim: Claim) -> bool:
         """Run --verify for ``claim``; on exit 0 record it done without running it.
@@ -327,7 +365,7 @@ class Runner:
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         due = self._next_retry(scope)
         if due is not None:
-            return max(0.0, min(due - time.time(), IDLE_TICK))
+            return min(_until(due), IDLE_TICK)
         if self.options.follow and scope is None:
             return FOLLOW_POLL
         return None
@@ -352,27 +390,30 @@ class Runner:
             scope = self._scope()
             due = self._next_retry(scope)
             if due is not None:
-                wait = min(wait, max(0.0, due - time.time()))
+                wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, FOLLOW_POLL)
         for job in self.jobs.values():
             for t in (job.deadline, job.kill_at):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
-            if job.pidfd < 0:
-                wait = min(wait, 0.05)  # no pidfd on this platform: poll
         return wait
 
-    def _reaper(self) -> Reaper:
-        if self.reaper is None:
-            self.reaper = Reaper()  # started with the first child, not before
-        return self.reaper
+    def _keeper(self) -> Keeper:
+        if self.keeper is None:
+            # Started with the first child, not before; it is the parent of
+            # every child, so nothing of an item ever runs unwatched.
+            self.keeper = Keeper(self.queue.name)
+            self._selector.register(self.keeper.fileno(), selectors.EVENT_READ, _KEEPER)
+        return self.keeper
 
     def _wait(self, timeout: float) -> None:
         for key, _ in self._selector.select(timeout):
             job = key.data
             if job is None:
                 _drain_pipe(self._wake_r)
+            elif job is _KEEPER:
+                self._keeper().receive()  # exits, recorded in keeper.exits
             elif key.fd in job.pipes and not job.read(key.fd):
                 self._selector.unregister(key.fd)
                 job.close_pipe(key.fd)
@@ -394,18 +435,28 @@ class Runner:
         if not finished:
             return
         results = []
+        unstarted: list[tuple[Job, OSError]] = []
         for job in finished:
+            if (error := job.spawn_error()) is not None:
+                del self.jobs[job.token]
+                for fd in job.pipes:
+                    self._selector.unregister(fd)
+                job.close()
+                self.summary.attempts -= 1
+                unstarted.append((job, error))
+                continue
             if job.stop_reason:
                 # Stopped or timed out: what is left of its process group (a
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
-            del self.jobs[job.pid]
-            self._reaper().forget(job.pid)  # before the reap frees its pid
-            for fd in [*job.pipes, job.pidfd]:
-                if fd >= 0:  # pipes at end of file were unregistered already
-                    self._selector.unregister(fd)
+            del self.jobs[job.token]
+            for fd in job.pipes:  # pipes at end of file were unregistered already
+                self._selector.unregister(fd)
             results.append((job, job.finish()))
         self._record_batch(results)
+        # After the batch: this may stop the run (no child could start).
+        for job, error in unstarted:
+            self._not_started(job.claim, error)
 
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
         # Nothing is reported, and no slot refilled, before every end record is
@@ -479,7 +530,6 @@ class Runner:
         """On an unexpected error: kill children and give their items back."""
         for job in list(self.jobs.values()):
             job.signal_group(signal.SIGKILL)
-            self._reaper().forget(job.pid)
             job.reap()
             job.close()
             # Best effort: if this fails too, recovery finds the item on the next run.
@@ -495,6 +545,14 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
+
+
+def _until(due: float) -> float:
+    """Seconds until a retry is due. One due already was not claimable just
+    now: its claim is still held (by a detached leftover of its last attempt,
+    or by the keeper about to let go), so look again soon, without spinning."""
+    wait = due - time.time()
+    return wait if wait > 0 else HELD_POLL
 
 
 def _drain_pipe(fd: int) -> None:

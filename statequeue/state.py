@@ -438,6 +438,7 @@ class QueueState:
     def _on_intr(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
         item.crashes = rec.get("crashes", item.crashes)
+        item.attempts = rec.get("attempts", item.attempts)  # an attempt that never began
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("crashed", False)

@@ -151,10 +151,18 @@ def test_a_linked_log_is_not_overwritten(queue: Path, sq_env: Env, outside: Path
 
 
 def test_a_linked_claim_creates_nothing(queue: Path, sq_env: Env, outside: Path) -> None:
-    (queue / "claims" / "1.lock").symlink_to(outside / "created-by-claim")
-    one_line_error(sq(sq_env, "run", "--", "true"), UNSAFE, "1.lock", "symbolic link")
+    (queue / "claims.lock").symlink_to(outside / "created-by-claim")
+    one_line_error(sq(sq_env, "run", "--", "true"), UNSAFE, "claims.lock", "symbolic link")
     untouched(outside)
     assert sq(sq_env, "status", "--json").returncode == 0  # the queue is still fine
+
+
+def test_a_linked_per_item_claim_of_an_older_version_creates_nothing(
+    queue: Path, sq_env: Env, outside: Path
+) -> None:
+    (queue / "claims" / "1.lock").symlink_to(outside / "created-by-claim")
+    sq(sq_env, "run", "--", "true")
+    untouched(outside)
 
 
 def test_a_linked_archive_is_not_overwritten(queue: Path, sq_env: Env, outside: Path) -> None:

@@ -72,9 +72,11 @@ class Store(ABC):
         pending, due at that wall-clock time. Releases the claim."""
 
     @abstractmethod
-    def release(self, claim: Claim, reason: str) -> None:
+    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         """Give a claimed item back as pending without counting a crash (the
-        runner was stopped by a signal). Releases the claim."""
+        runner was stopped by a signal). With ``uncounted`` the attempt never
+        began (the runner could not start it): it does not count either, and
+        its number is given out again. Releases the claim."""
 
     @abstractmethod
     def sync(self) -> None:
@@ -371,12 +373,14 @@ class RecordStore(Store):
             self._maybe_compact(state)
             return target
 
-    def release(self, claim: Claim, reason: str) -> None:
+    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         with self._locked() as state:
             item = self._claimed_item(state, claim)
             # An item claimed after a crash keeps that mark (a --verify stopped
             # by a signal, or that could not run, must be able to settle it later).
             rec = _recovered(item, ItemState.PENDING, reason, crashed=claim.interrupted)
+            if uncounted:
+                rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
 

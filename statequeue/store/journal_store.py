@@ -5,13 +5,18 @@ Layout of a queue folder (0700; files 0600)::
     journal.jsonl   live records: a snapshot header, then events since
     archive.jsonl   results of finished items moved out by compaction
     lock            flock'd for every read-modify-write; never renamed
-    claims/ID.lock  held by the runner of item ID and inherited by its child
+    claims.lock     claims: byte ID is write-locked (an OFD lock) while item ID
+                    is claimed; never renamed or deleted
+    claims/ID.lock  claims of platforms without OFD locks (and of older versions)
     runners/ID.lock held by a live runner for its whole life
     logs/           per-item output
 
-Liveness is told by flock, not by pid: the kernel drops a lock when the last
-process holding it dies, so a claim is free exactly when the runner and every
-child that inherited the claim are gone (promises 3 and 4).
+Liveness is told by locks, not by pid: the kernel drops a lock when the last
+process holding it dies, so a claim is free exactly when the runner, the run's
+keeper and every child that inherited the claim are gone (promises 3 and 4).
+All claims live in one file, not one file per item, so that deleting files
+under ``claims/`` (a natural "clear stale locks" reflex) cannot free a claim
+that a live process holds.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
 import time
 from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -62,6 +68,10 @@ if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
+CLAIMS = "claims.lock"
+# struct flock (64-bit Linux): type, whence, start, len, pid; l_pid is 0 for OFD locks.
+_FLOCK = struct.Struct("@hhqqi4x")
+_OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK") and _FLOCK.size == 32
 LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 60.0
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
@@ -91,6 +101,7 @@ class JournalStore(RecordStore):
         self._torn_left: TornTail | None = None  # reported, not cut (read-only)
         self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self._claims: dict[int, int] = {}
+        self._claims_probe = -1  # claims.lock, opened once, to test other holders' claims
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
         self._broken: DurabilityError | None = None
@@ -330,15 +341,30 @@ class JournalStore(RecordStore):
             self.journal.sync()
 
     def _claim_path(self, item_id: int) -> tuple[QueueFolder, str, str]:
+        """The per-item claim file (no OFD locks, or an older version's claim)."""
         return self.dir, "claims", f"{item_id}.lock"
 
     def _claim_free(self, item: LiveItem) -> bool:
         if item.id in self._claims:
             return False
+        if _OFD_LOCKS:
+            if self._claims_probe < 0:
+                self._claims_probe = _open_claims_probe(self.dir)
+            if self._claims_probe >= 0 and _range_locked(self._claims_probe, item.id):
+                return False
         return _lock_is_free(*self._claim_path(item.id))
 
     def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
-        fd = _try_lock(*self._claim_path(item_id), create=True)
+        fd: int | None
+        if not _OFD_LOCKS:
+            fd = _try_lock(*self._claim_path(item_id), create=True)
+        else:
+            # Its own open file description per claim: the lock lasts until
+            # the runner, the keeper and the child have all closed theirs.
+            fd = self.dir.open_file(CLAIMS, os.O_RDWR | os.O_CREAT)
+            if not _lock_range(fd, item_id):
+                os.close(fd)
+                fd = None
         if fd is None:
             return None
         self._claims[item_id] = fd
@@ -349,6 +375,8 @@ class JournalStore(RecordStore):
         if fd is None:
             return
         os.close(fd)
+        if _OFD_LOCKS:
+            return
         # Remove the lock file only if nobody else holds it. A descendant of
         # the child may still hold it: deleting the file then would let the
         # next claim create a fresh one and run a second copy alongside.
@@ -587,6 +615,9 @@ class JournalStore(RecordStore):
     def _close_files(self) -> None:
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
+        if self._claims_probe >= 0:
+            os.close(self._claims_probe)
+            self._claims_probe = -1
         for rid in list(self._runner_locks):
             os.close(self._runner_locks.pop(rid))
         self.journal.close()
@@ -735,3 +766,31 @@ def _lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def _open_claims_probe(folder: QueueFolder) -> int:
+    """claims.lock opened to test others' claims (F_OFD_GETLK needs no write
+    access, so a read-only queue can be inspected); -1 if it does not exist
+    yet (nobody has claimed anything through it)."""
+    try:
+        return folder.open_file(CLAIMS, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1
+
+
+def _lock_range(fd: int, item_id: int) -> bool:
+    """Write-lock byte ``item_id`` of the claims file; False if another holds it."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, item_id, 1, 0))
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _range_locked(fd: int, item_id: int) -> bool:
+    """True when another open file description holds byte ``item_id``."""
+    probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, item_id, 1, 0)
+    found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
+    return bool(_FLOCK.unpack(found)[0] != fcntl.F_UNLCK)

@@ -17,7 +17,7 @@ pid. From that log:
 Only processes started here are killed, by pid (and then their process group,
 before they are reaped, to sweep helpers such as a --verify command). The
 workers of ``statequeue run`` are in their own sessions and die with their
-runner (PR_SET_PDEATHSIG); in ``orphans`` mode the work runs in a background
+runner (the run's keeper kills them); in ``orphans`` mode the work runs in a background
 subshell that outlives the runner on purpose (promise 4: "even when ... its
 child lives on"). ``Harness.close`` kills and reaps every process started here,
 then waits until no item's claim lock is held (no orphaned work is left).
@@ -47,18 +47,36 @@ STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or "statequeue"
 
 # The worker: $0 is the item; KILLLOOP_LOG and KILLLOOP_WORK come from the
 # runner's environment. `echo ... >>` is one O_APPEND write.
+# The runner's pid: the parent of the run's keeper, which is the parent of sh.
 _WORK = (
-    'echo "start $0 $STATEQUEUE_ATTEMPT $PPID" >> "$KILLLOOP_LOG"; '
+    'read -r _ _ _ runner _ < "/proc/$PPID/stat"; '
+    'echo "start $0 $STATEQUEUE_ATTEMPT $runner" >> "$KILLLOOP_LOG"; '
     'sleep "$KILLLOOP_WORK"; '
-    'echo "end $0 $STATEQUEUE_ATTEMPT $PPID" >> "$KILLLOOP_LOG"'
+    'echo "end $0 $STATEQUEUE_ATTEMPT $runner" >> "$KILLLOOP_LOG"'
 )
-# The same work in a background subshell: it outlives `sh` (which dies with
-# the runner) and keeps the inherited claim lock until it ends.
+# The same work in a background subshell, which may outlive `sh`; the keeper
+# holds the item's claim until it has ended (or killed it with the runner).
 _ORPHAN_WORK = "{ " + _WORK + "; } & wait"
 # --verify: did an attempt of this item reach its last action?
 _VERIFY = 'grep -q "^end $0 " "$KILLLOOP_LOG"'
 
 POLL = 0.002  # seconds between checks while awaiting an event
+
+
+def _ofd_claims_free(path: Path) -> bool:
+    """True when no byte of the claims file is locked (OFD locks: one per claim)."""
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        probe = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)  # 0: to the end
+        found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("@hhqqi4x", found)[0] == fcntl.F_UNLCK)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -213,7 +231,7 @@ class Proc:
         os.kill(self.pid, signal.SIGKILL)
         # Not reaped yet, so the group id is still ours: sweep any helper it
         # started in its own group (a --verify command). Job children are in
-        # their own sessions and die with it through PR_SET_PDEATHSIG.
+        # their own sessions and die with it: the run's keeper kills them.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         self.returncode = self.popen.wait()
@@ -469,6 +487,8 @@ class Harness:
 
     def claims_free(self) -> bool:
         """True when no process holds an item's claim lock (no attempt is alive)."""
+        if not _ofd_claims_free(self.home / self.queue / "claims.lock"):
+            return False
         folder = self.home / self.queue / "claims"
         try:
             names = os.listdir(folder)

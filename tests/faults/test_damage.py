@@ -161,7 +161,9 @@ def test_a_genuinely_new_queue_is_still_created(
     assert cli(capsys, "status", "--json")[0] == 0
 
 
-@pytest.mark.parametrize("leftover", ["logs/1.1.log", "claims/3.lock", "state.ckpt", "keys.ckpt"])
+@pytest.mark.parametrize(
+    "leftover", ["logs/1.1.log", "claims/3.lock", "claims.lock", "state.ckpt", "keys.ckpt"]
+)
 def test_a_folder_with_history_but_no_journal_is_not_new(
     sq_home: Path, capsys: pytest.CaptureFixture[str], leftover: str
 ) -> None:

@@ -1,0 +1,402 @@
+"""The keeper: one small process per run that is the parent of every child.
+
+The runner asks it (over a unix socket, sending the child's pipes and claim
+fds with SCM_RIGHTS) to start each item's command. The keeper is a child
+subreaper (PR_SET_CHILD_SUBREAPER), so a descendant that detaches -- new
+session, closed fds, double fork -- is reparented to it when its parent dies,
+never to init. It holds a copy of every item's claim fd and closes it only
+once no process of that item is left, so neither a retry nor the next run
+starts a second copy while one lives (promise 4).
+
+When the runner dies (the socket reaches end of file without a goodbye: kill
+-9, a crash), its items are in flight and will be recovered, so the keeper
+SIGKILLs every process left of them -- the items' process groups, then every
+child that appears, which it may kill by pid because an unreaped child keeps
+its pid -- until it has no child at all, then releases the claims and exits.
+When the run ends normally (goodbye), every item is settled: a detached
+process an item left behind may go on, and the keeper stays until the last
+one has exited, holding its item's claim so no retry overlaps it.
+
+Attribution of a reparented orphan: the STATEQUEUE_ID in its environment
+(which survives setsid and closed fds), else every item the keeper holds at
+that moment (an orphan's dead parent belonged to a held item). Finding the
+keeper's children needs a /proc scan when the kernel lacks the cheap
+``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
+whenever ``waitid`` says the keeper has no child at all.
+
+This file runs as a script under ``python -I -S``: standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+SOCKET_FD = 3  # where the keeper finds its end of the socket
+CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
+
+# runner -> keeper: a header, then a marshal payload; fds ride on the header.
+HEADER = struct.Struct("<II")  # payload length, number of fds sent
+SPAWN, SIGNAL, GOODBYE = 1, 2, 3
+# keeper -> runner: fixed-size replies.
+REPLY = struct.Struct("<Bqq")  # kind, token, value
+FAILED, EXITED, LINGERING = 2, 3, 4
+
+MAX_FDS = 8
+LOST = -1  # in the queue of received fds: some of the batch before it were lost
+SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
+FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
+MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
+RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def claim_target(index: int) -> int:
+    """The fd number a child gets its ``index``-th claim fd at: high, so the
+    ``exec 9>lockfile`` idiom in a worker never replaces it."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = CLAIM_FD + 1
+    return min(CLAIM_FD, soft - 1) - index
+
+
+class Leader:
+    """A child the keeper started for the runner: one attempt of one item."""
+
+    __slots__ = ("item", "pid", "stopping", "token")
+
+    def __init__(self, token: int, item: int, pid: int) -> None:
+        self.token = token
+        self.item = item
+        self.pid = pid
+        self.stopping = False
+
+
+class KeeperProcess:
+    """The keeper's state: its children, and the claims it holds for them."""
+
+    def __init__(self, sock: socket.socket, queue: str) -> None:
+        self.sock = sock
+        self.queue = queue
+        self.leaders: dict[int, Leader] = {}  # pid -> leader
+        self.by_token: dict[int, Leader] = {}
+        self.held: dict[int, list[int]] = {}  # item id -> claim fds held for it
+        self.finished: set[int] = set()  # held items whose leader is reaped
+        self.owners: dict[int, frozenset[int]] = {}  # orphan pid -> items it may be of
+        self.inbox = bytearray()
+        self.fds: list[int] = []
+        self.ending = False  # the runner died: kill everything left
+        self.goodbye = False  # the run ended: wait for what is left
+        self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
+        self.idle_until = 0.0  # nor before (while only a detached leftover lives)
+        self.idle_gap = 0.0
+        self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
+
+    # -- requests -------------------------------------------------------------
+
+    def receive(self) -> None:
+        try:
+            data, ancdata, flags, _ = self.sock.recvmsg(
+                65536, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError:
+            data, ancdata, flags = b"", [], 0
+        for level, kind, raw in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(raw) - len(raw) % 4
+                self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
+        if flags & socket.MSG_CTRUNC:
+            # Out of fds: some of this batch were lost, so its request fails.
+            # (A read returns the fds of one sendmsg at most: one request's.)
+            self.fds.append(LOST)
+        if not data:
+            self.ending = True
+            return
+        self.inbox += data
+        while len(self.inbox) >= HEADER.size and not self.goodbye:
+            size, nfds = HEADER.unpack_from(self.inbox)
+            if len(self.inbox) < HEADER.size + size:
+                return
+            request = marshal.loads(bytes(self.inbox[HEADER.size : HEADER.size + size]))
+            del self.inbox[: HEADER.size + size]
+            self.handle(request, self.take_fds(nfds))
+
+    def take_fds(self, count: int) -> list[int]:
+        """The next request's ``count`` fds, in the order they came; ending
+        with LOST if some of them were lost."""
+        batch = self.fds[:count]
+        if LOST in batch:
+            batch = batch[: batch.index(LOST) + 1]
+        del self.fds[: len(batch)]
+        if len(batch) < count and batch[-1:] != [LOST]:
+            batch.append(LOST)  # cannot happen: a request's fds come with its first byte
+        return batch
+
+    def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        if request[0] == SIGNAL:
+            self.signal(request[1], request[2])
+            return
+        if request[0] == GOODBYE:
+            self.goodbye = True
+            if self.has_children():
+                self.reply(LINGERING, 0, 0)  # so the runner does not wait for us
+            return
+        token = request[1]
+        try:
+            if LOST in fds:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            self.spawn(request, fds)
+        except OSError as exc:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            self.reply(FAILED, token, exc.errno or errno.EIO)
+        # A started child is not reported: the runner does not wait for it (a
+        # reply per spawn cost a wakeup of the runner per item).
+
+    def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        _, token, item, argv, env, has_stdin = request
+        streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
+        actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        if has_stdin:
+            actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
+        actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
+        actions += [
+            (os.POSIX_SPAWN_DUP2, fd, target)
+            for fd, target in zip(claims, self.claim_targets, strict=False)
+        ]
+        # On failure, ``handle`` closes every fd of the request.
+        pid = os.posix_spawnp(
+            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+        )
+        for fd in streams:
+            os.close(fd)
+        leader = Leader(token, item, pid)
+        self.leaders[pid] = self.by_token[token] = leader
+        self.held.setdefault(item, []).extend(claims)
+        self.finished.discard(item)
+
+    def signal(self, token: int, signum: int) -> None:
+        leader = self.by_token.get(token)
+        if leader is None:  # already reaped: its group id may be reused, so no signal
+            return
+        leader.stopping = True
+        # Unreaped, the leader keeps its pid, so its group id names its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader.pid, signum)
+
+    def reply(self, kind: int, token: int, value: int) -> None:
+        with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+            self.sock.sendall(REPLY.pack(kind, token, value))
+
+    # -- children ---------------------------------------------------------------
+
+    def reap(self) -> list[tuple[int, int]]:
+        """Collect every exited child; a stopped item's group is killed before
+        its leader is reaped (while the group id still names it). Returns the
+        leaders' (token, exit code), for ``report`` once claims are settled."""
+        exits: list[tuple[int, int]] = []
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return exits
+            if info is None:
+                return exits
+            pid = info.si_pid
+            leader = self.leaders.pop(pid, None)
+            if leader is not None and (leader.stopping or self.ending):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            self.owners.pop(pid, None)
+            self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
+            if leader is not None:
+                del self.by_token[leader.token]
+                self.finished.add(leader.item)
+                exits.append((leader.token, os.waitstatus_to_exitcode(status)))
+
+    def report(self, exits: list[tuple[int, int]]) -> None:
+        for token, code in exits:
+            self.reply(EXITED, token, code)
+
+    def settle(self, now: float) -> None:
+        """Release the claims of finished items no process is left of."""
+        if not self.finished:
+            return
+        if not self.has_children():
+            self.release(set(self.finished))
+            return
+        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
+            return
+        alive = {leader.item for leader in self.leaders.values()}
+        for owners in self.attribute(self.children_timed(now)).values():
+            alive |= owners
+        free = self.finished - alive
+        self.release(free)
+        # Nothing came free: a detached leftover lives on. Look less and less
+        # often (up to once a second) until another child exits.
+        self.idle_gap = 0.0 if free else min(MAX_IDLE_GAP, max(0.01, 2 * self.idle_gap))
+        self.idle_until = now + self.idle_gap
+
+    def settle_if_childless(self) -> None:
+        if self.finished and not self.has_children():
+            self.release(set(self.finished))
+
+    def has_children(self) -> bool:
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
+    def release(self, items: set[int]) -> None:
+        for item in items:
+            for fd in self.held.pop(item, ()):
+                os.close(fd)
+            self.finished.discard(item)
+
+    def attribute(self, children: list[int]) -> dict[int, frozenset[int]]:
+        """Which items each child that is not a leader may belong to."""
+        owners = {}
+        everyone = frozenset(self.held)
+        for pid in children:
+            if pid in self.leaders:
+                continue
+            known = self.owners.get(pid)
+            if known is None:
+                item = self.item_of(pid)
+                known = frozenset((item,)) if item in self.held else everyone
+            owners[pid] = known
+        self.owners = owners
+        return owners
+
+    def item_of(self, pid: int) -> int:
+        """The STATEQUEUE_ID in ``pid``'s environment, or -1."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            return -1
+        found = dict(v.split(b"=", 1) for v in env if b"=" in v)
+        if found.get(b"STATEQUEUE_QUEUE", b"").decode(errors="replace") != self.queue:
+            return -1
+        try:
+            return int(found.get(b"STATEQUEUE_ID", b"-1"))
+        except ValueError:
+            return -1
+
+    def children_timed(self, now: float) -> list[int]:
+        began = time.monotonic()
+        found = children()
+        self.cost_until = now + SCAN_COST_SHARE * (time.monotonic() - began)
+        return found
+
+    def kill_all(self) -> None:
+        """The runner is gone: kill what is left of every item."""
+        for leader in self.leaders.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader.pid, signal.SIGKILL)
+        if not self.has_children():
+            return
+        for pid in children():
+            # An unreaped child keeps its pid: this cannot hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def timeout(self, now: float) -> float | None:
+        if self.ending:
+            return 0.05  # children may appear without a SIGCHLD (reparented)
+        if self.finished:
+            return max(0.001, max(self.cost_until, self.idle_until) - now)
+        return None
+
+
+def children() -> list[int]:
+    """The keeper's children (zombies included)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        pass  # CONFIG_PROC_CHILDREN is off: scan every process
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(ImportError, OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def main() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    os.set_inheritable(SOCKET_FD, False)
+    sock = socket.socket(fileno=SOCKET_FD)
+    become_subreaper()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    keeper = KeeperProcess(sock, sys.argv[1] if len(sys.argv) > 1 else "")
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        now = time.monotonic()
+        wait = keeper.timeout(now)
+        for fd, _ in poller.poll(None if wait is None else wait * 1000):
+            if fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+            else:
+                keeper.receive()
+                if keeper.ending or keeper.goodbye:
+                    poller.unregister(sock.fileno())
+                    sock.close()
+        exits = keeper.reap()
+        if keeper.ending:
+            keeper.kill_all()
+        else:
+            # Claims first when that is cheap (no child left: the common -j1
+            # case), as the runner may retry the item as soon as it hears;
+            # a /proc scan, though, must not delay the news.
+            keeper.settle_if_childless()
+        keeper.report(exits)
+        if not keeper.ending:
+            keeper.settle(time.monotonic())
+        if (keeper.ending or keeper.goodbye) and not keeper.has_children():
+            break
+    keeper.release(set(keeper.held))
+
+
+if __name__ == "__main__":
+    main()
