@@ -3,6 +3,7 @@ that the --verify script is valid shell and can run, and what recovery did."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -64,6 +65,7 @@ class Verifier:
     base_env: Mapping[str, str]
     timeout: float
     stopping: Callable[[], bool]
+    log_dir_fd: int = -1  # result_dir held open (see JobSpec.log_dir_fd)
     shown_failure: bool = False
 
     def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[str]]:
@@ -73,9 +75,15 @@ class Verifier:
         argv = verify_argv(self.script, JobItem(claim.item, claim.item_id, slot))
         result = f"{self.result_dir}/{claim.item_id}.verify"
         env = child_env(claim, self.queue, result, self.base_env)
-        verdict = run_verify(
-            argv, env, timeout=self.timeout, stop=self.stopping, pass_fds=claim.inherit_fds
-        )
+        # The hook may write to $STATEQUEUE_RESULT by path: a file or link left
+        # there must not receive it (nothing reads it back).
+        self._remove(f"{claim.item_id}.verify")
+        try:
+            verdict = run_verify(
+                argv, env, timeout=self.timeout, stop=self.stopping, pass_fds=claim.inherit_fds
+            )
+        finally:
+            self._remove(f"{claim.item_id}.verify")
         if verdict.broken:
             raise VerifyBroken(self._broken_message(claim, verdict))
         notes: list[str] = []
@@ -89,6 +97,13 @@ class Verifier:
                 f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
             )
         return verdict, notes
+
+    def _remove(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if self.log_dir_fd >= 0:
+                os.unlink(name, dir_fd=self.log_dir_fd)
+            else:
+                os.unlink(f"{self.result_dir}/{name}")
 
     def _broken_message(self, claim: Claim, verdict: Verdict) -> str:
         lines = last_lines(verdict.stderr)

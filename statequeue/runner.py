@@ -143,6 +143,7 @@ class Runner:
                 base_env=self.spec.base_env,
                 timeout=options.timeout or VERIFY_TIMEOUT,
                 stopping=lambda: self._stop_signal is not None,
+                log_dir_fd=self.spec.log_dir_fd,
             )
         self.jobs: dict[int, Job] = {}  # by the keeper's token (a pid may be reused)
         self._concurrency = options.jobs  # lowered when spawning runs short of resources

@@ -189,6 +189,17 @@ def test_a_linked_result_is_neither_read_nor_written(
     assert "secret" not in (queue / "journal.jsonl").read_text()
 
 
+def test_a_linked_verify_result_is_not_written_through(
+    queue: Path, sq_env: Env, outside: Path
+) -> None:
+    (queue / "logs" / "1.verify").symlink_to(outside / "victim")
+    hook = 'echo written > "$STATEQUEUE_RESULT"'
+    done = sq(sq_env, "run", "--verify-first", "--verify", hook, "--", "true")
+    assert done.returncode == 0, done.stderr
+    untouched(outside)
+    assert not (queue / "logs" / "1.verify").exists()
+
+
 def test_a_linked_journal_is_refused(queue: Path, sq_env: Env, outside: Path) -> None:
     (queue / "journal.jsonl").replace(outside / "journal.jsonl")
     (queue / "journal.jsonl").symlink_to(outside / "journal.jsonl")
