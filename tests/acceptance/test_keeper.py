@@ -129,27 +129,6 @@ if os.environ["STATEQUEUE_ATTEMPT"] == "1":
 )
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    folder = tmp_path / "w"
-    (folder / "pids").mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
-def env(sq_env: dict[str, str], work: Path) -> dict[str, str]:
-    return {**sq_env, "SQT_DIR": str(work)}
-
-
-@pytest.fixture
-def procs(env: dict[str, str], work: Path) -> Iterator[Procs]:
-    p = Procs(env, work / "pids")
-    try:
-        yield p
-    finally:
-        p.cleanup()
-
-
 def escaped_alive(work: Path) -> bool:
     return any(alive(p) for p in pids_in(work / "escaped"))
 

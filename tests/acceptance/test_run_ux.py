@@ -9,10 +9,7 @@ import pty
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from statequeue import Queue
 from tests.acceptance.test_runner import (
@@ -33,27 +30,6 @@ from tests.conftest import STATEQUEUE
 RECORD_PID = 'echo $$ >> "$SQT_DIR/pids/$STATEQUEUE_ID.$STATEQUEUE_ATTEMPT"\n'
 COUNT_RUN = 'echo "$STATEQUEUE_ATTEMPT" >> "$SQT_DIR/runs.$STATEQUEUE_ID"\n'
 HANG_IF_FLAGGED = 'if [ -e "$SQT_DIR/hang" ]; then exec sleep 30; fi\n'
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    folder = tmp_path / "w"
-    (folder / "pids").mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
-def env(sq_env: dict[str, str], work: Path) -> dict[str, str]:
-    return {**sq_env, "SQT_DIR": str(work)}
-
-
-@pytest.fixture
-def procs(env: dict[str, str], work: Path) -> Iterator[Procs]:
-    p = Procs(env, work / "pids")
-    try:
-        yield p
-    finally:
-        p.cleanup()
 
 
 # Set-up and checks go through the library in this process (a CLI start costs

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,27 +154,6 @@ def kill9(proc: subprocess.Popen[str]) -> None:
     proc.kill()  # SIGKILL, by pid: the runner gets no chance to record anything
     proc.communicate(timeout=10)
     assert proc.returncode == -signal.SIGKILL
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    folder = tmp_path / "w"
-    (folder / "pids").mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
-def env(sq_env: dict[str, str], work: Path) -> dict[str, str]:
-    return {**sq_env, "SQT_DIR": str(work)}
-
-
-@pytest.fixture
-def procs(env: dict[str, str], work: Path) -> Iterator[Procs]:
-    p = Procs(env, work / "pids")
-    try:
-        yield p
-    finally:
-        p.cleanup()
 
 
 # -- how the command is run -----------------------------------------------------
