@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from statequeue.errors import ResourcesExhausted, UsageError
+from statequeue.errors import KeeperLost, ResourcesExhausted, UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
@@ -285,8 +285,14 @@ class Runner:
     def _start(self, claim: Claim) -> None:
         try:
             job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
+        except KeeperLost:
+            # Nothing of the item runs without the keeper: give it back as if
+            # never claimed, then stop (the run cannot watch its children).
+            self.queue.store.release(claim, "not started: the keeper is gone", uncounted=True)
+            raise
         except OSError as exc:
-            self._not_started(claim, exc)
+            if self._not_started(claim, exc):
+                self._short_of_resources(exc)
             return
         self.jobs[job.token] = job
         self.summary.attempts += 1
@@ -303,20 +309,22 @@ class Runner:
             return False
         return claim.interrupted or (self.options.verify_first and claim.attempt == 1)
 
-    def _not_started(self, claim: Claim, exc: OSError) -> None:
+    def _not_started(self, claim: Claim, exc: OSError) -> bool:
         """The command could not be started for ``claim``: the item fails,
-        unless the runner was short of resources (then it goes back, uncounted)."""
+        unless the runner was short of resources (then it goes back, uncounted,
+        and this returns True: the caller lowers the concurrency once every
+        such claim is back)."""
         if exc.errno in RESOURCE_ERRNOS:
             reason = f"not started: {exc.strerror or exc}"
             self.queue.store.release(claim, reason, uncounted=True)
-            self._short_of_resources(exc)
-            return
+            return True
         # Specific to this item (the program was checked before the run): e.g.
         # a program named by the item, or an argv too long.
         what = exc.filename or self.options.command[0]
         reason = f"cannot start command {what!r}: {exc.strerror or exc}"
         outcome = Outcome(ok=False, reason=reason)
         self.on_event(self._record(claim, outcome, None))
+        return False
 
     def _short_of_resources(self, exc: OSError) -> None:
         """Run fewer items at once: as many as run now, which fit. With none
@@ -455,9 +463,11 @@ class Runner:
                 self._selector.unregister(fd)
             results.append((job, job.finish()))
         self._record_batch(results)
-        # After the batch: this may stop the run (no child could start).
-        for job, error in unstarted:
-            self._not_started(job.claim, error)
+        # Every claim that did not start goes back (or fails) before the run
+        # may stop for want of resources: none may be left claimed.
+        short = [error for job, error in unstarted if self._not_started(job.claim, error)]
+        if short:
+            self._short_of_resources(short[0])
 
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
         # Nothing is reported, and no slot refilled, before every end record is

@@ -90,6 +90,19 @@ class LiveItem:
         return self._text
 
 
+def starts_episode(rec: Record) -> bool:
+    """True for a record that starts a new episode of an item's life (what
+    ``run --retries`` counts failures within): a user's ``retry`` (a ``set``
+    back to pending), or a runner stopped by a signal handing the item back
+    (``release``: an ``intr`` that counts no crash). Not crash recovery (it
+    counts ``crashes``), and not an attempt given back uncounted because the
+    runner was short of resources (it restores ``attempts``)."""
+    if rec.get("state") != PENDING.value:
+        return False
+    kind = rec.get("t")
+    return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
+
+
 class QueueState:
     """Counts, live items, the pending order and the dedupe keys of one queue."""
 
@@ -442,9 +455,7 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("crashed", False)
-        if "crashes" not in rec:
-            # Written by ``release`` (a runner stopped by a user's signal), not
-            # by crash recovery (which always counts ``crashes``): a new episode.
+        if starts_episode(rec):
             item.failures = 0
         self._move(item, ItemState(rec["state"]))
 
@@ -454,7 +465,8 @@ class QueueState:
         item.last_seq = rec["seq"]
         if rec["state"] == PENDING.value:
             item.crashes = 0
-            item.failures = 0  # a user's retry starts a new episode
+        if starts_episode(rec):
+            item.failures = 0
         self._move(item, ItemState(rec["state"]))
 
     def _on_run(self, rec: Record, loc: int) -> None:

@@ -105,3 +105,32 @@ def test_an_archive_written_without_attempt_summaries_still_reads(tmp_path: Path
         assert orjson.loads(orjson.dumps(events[0]))["attempt"] == 2
     finally:
         store.close()
+
+
+def _episodes(store: JournalStore, item_id: int) -> list[tuple[str, int]]:
+    """(kind, episode) of each start/end/intr/set event `show` lists."""
+    kinds = ("start", "end", "intr", "set")
+    return [(e["t"], e["episode"]) for e in store.history(item_id).events if e["t"] in kinds]
+
+
+def test_episodes_are_numbered_the_same_after_compaction(tmp_path: Path) -> None:
+    # A crash (recovered: same episode), a failure for good, a user's retry
+    # (a new episode), then done: `show` numbers them the same afterwards.
+    crashed = JournalStore(tmp_path / "q", create=True)
+    crashed.enqueue(["a"])
+    assert crashed.claim(new_runner()) is not None
+    crashed.close()  # its claim is free, no end record: as after a kill -9
+    store = JournalStore(tmp_path / "q", create=False)
+    try:
+        assert store.recover().retried == [1]
+        _finish_next(store, ok=False)
+        store.retry([1])
+        _finish_next(store)
+        before = _episodes(store, 1)
+        assert {n for kind, n in before if kind == "end"} == {1, 2}
+        store.compact()
+        after = _episodes(store, 1)
+        assert [n for kind, n in after if kind == "end"] == [1, 2]
+        assert [n for kind, n in after if kind == "intr"] == [1]
+    finally:
+        store.close()

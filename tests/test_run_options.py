@@ -198,6 +198,22 @@ def test_a_crash_does_not_start_an_episode(tmp_path: Path) -> None:
     q.close()
 
 
+def test_an_attempt_given_back_uncounted_keeps_the_episode(tmp_path: Path) -> None:
+    # The runner could not start the attempt (out of fds): as if never claimed,
+    # so neither the attempt nor the episode's failure count starts over.
+    q = Queue("ep", home=tmp_path)
+    q.enqueue(["a"])
+    fail_once(q, retry=True)
+    claim = claim_of(q)
+    assert (claim.attempt, claim.failures) == (2, 1)
+    q.store.release(claim, "not started: Too many open files", uncounted=True)
+    again = claim_of(q)
+    assert (again.attempt, again.failures) == (2, 1)
+    shown = q.store.history(1)
+    assert {e.get("episode") for e in shown.events} == {1}
+    q.close()
+
+
 def test_episode_failures_survive_reopen_checkpoint_and_compaction(tmp_path: Path) -> None:
     q = Queue("ep", home=tmp_path)
     q.enqueue(["a", "b"])

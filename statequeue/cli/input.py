@@ -39,11 +39,6 @@ class Positions:
         return type(exc)(f"{self.name(exc.index)}: {exc.message}")
 
 
-def read_items(args: list[str], *, file: str | None, null: bool) -> list[str]:
-    """Items from ``args``, else from ``file`` or stdin; empty lines are ignored."""
-    return read_input(args, file=file, null=null)[0]
-
-
 def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[str], Positions]:
     """Items from ``args``, else from ``file`` or stdin; empty lines are ignored.
     Returns them with what names their positions in error messages.

@@ -142,9 +142,10 @@ def logs(
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
         if shown_path is not None:
-            with open(os.open(shown_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            # Read through the store (relative to the queue folder, no link
+            # followed); the path only names the attempt: logs/ID.N.log.
+            logged = int(os.path.basename(shown_path).split(".")[1])
+            data = q.store.read_log(item_id, logged, offset) or b""
             out.write(data)
             out.flush()
             offset += len(data)

@@ -151,6 +151,11 @@ class Store(ABC):
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""
 
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        """The output attempt ``attempt`` of item ``item_id`` logged, from byte
+        ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
+        return None
+
 
 class RecordStore(Store):
     """Store logic over a ``QueueState``: subclasses persist records and tell

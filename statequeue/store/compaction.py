@@ -150,9 +150,13 @@ def _archive_finished(
                     texts[item_id] = item_text(rec)
                 if rec.get("tries"):
                     tries[item_id] = rec["tries"]
-            elif kind == "intr" or (kind == "end" and (rec["state"] != done or item_id in tries)):
+            elif kind in ("intr", "set") or (
+                kind == "end" and (rec["state"] != done or item_id in tries)
+            ):
                 # An item done at its first attempt needs no summary: its
                 # ``arch`` record is that attempt (the usual case costs nothing).
+                # A user's retry or cancel (``set``) is kept too: it starts an
+                # episode that `show` must still number after compaction.
                 tries.setdefault(item_id, []).append(_try(rec))
             if kind == "end":
                 fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
@@ -170,7 +174,22 @@ def _archive_finished(
     return archived + len(batch), last_end, live_texts, tries
 
 
-_TRY_KEYS = ("t", "seq", "attempt", "state", "exit", "sig", "reason", "dur", "at")
+# ``crashes``/``attempts`` tell crash recovery and an uncounted give-back
+# from a stop (see ``state.starts_episode``).
+_TRY_KEYS = (
+    "t",
+    "seq",
+    "attempt",
+    "state",
+    "exit",
+    "sig",
+    "reason",
+    "dur",
+    "at",
+    "crashes",
+    "crashed",
+    "attempts",
+)
 _TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
 
 

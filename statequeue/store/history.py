@@ -11,7 +11,7 @@ from typing import Any
 
 from statequeue.models import ItemState
 from statequeue.records import Record, item_text
-from statequeue.state import QueueState
+from statequeue.state import QueueState, starts_episode
 from statequeue.views import ItemHistory, ItemResult
 
 _ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "set", "arch"})
@@ -97,16 +97,6 @@ def _last_result(r: Record) -> Record:
         return r
     last: Record = r.get("last", {}) if r.get("t") == "item" else {}
     return last
-
-
-def starts_episode(r: Record) -> bool:
-    """True for a record that starts a new episode of an item's life (what
-    ``run --retries`` counts within): a user's ``retry``, or a stopped runner
-    handing the item back (a ``release``, which counts no crash)."""
-    kind, state = r.get("t"), r.get("state")
-    if kind == "set":
-        return state == ItemState.PENDING.value
-    return kind == "intr" and state == ItemState.PENDING.value and "crashes" not in r
 
 
 def _with_episodes(events: list[Record]) -> Iterator[dict[str, Any]]:

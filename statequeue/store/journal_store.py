@@ -536,6 +536,15 @@ class JournalStore(RecordStore):
         )
         return tuple(self.dir.shown(n, "logs") for n in found)
 
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        try:
+            fd = self.dir.open_file(f"{item_id}.{attempt}.log", os.O_RDONLY, sub="logs")
+        except FileNotFoundError:
+            return None
+        with open(fd, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
         with self._locked():

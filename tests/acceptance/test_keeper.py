@@ -10,6 +10,7 @@ later attempt records "overlap" in $SQT_DIR/events if one still runs.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -23,7 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from statequeue import Queue
+from statequeue.errors import ResourcesExhausted
 from statequeue.keeper_process import LOST, KeeperProcess, Leader
+from statequeue.models import ItemState
+from statequeue.runner import Runner, RunOptions
 from tests.acceptance.test_runner import (
     Procs,
     alive,
@@ -355,3 +360,47 @@ def test_fds_lost_in_transit_fail_their_own_request_only(keeper: KeeperProcess) 
     assert keeper.take_fds(3) == [20, LOST]
     assert keeper.take_fds(2) == [30, 31]
     assert keeper.fds == []
+
+
+class _KeeperOutOfProcesses:
+    """A keeper whose every spawn fails with EAGAIN, reported later, as the
+    real keeper reports a failed posix_spawn."""
+
+    def __init__(self, queue: str) -> None:
+        self._r, self._w = os.pipe()
+        self.failed: dict[int, int] = {}
+        self.exits: dict[int, int] = {}
+        self._tokens = 0
+
+    def fileno(self) -> int:
+        return self._r
+
+    def spawn(self, **request: object) -> int:
+        self._tokens += 1
+        self.failed[self._tokens] = errno.EAGAIN
+        os.write(self._w, b"!")
+        return self._tokens
+
+    def receive(self) -> None:
+        os.read(self._r, 4096)
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+
+def test_spawns_failing_together_give_back_every_claim(
+    sq_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # -j4 and every spawn refused at once: the run stops (exit 10), and no
+    # item may stay claimed (it would count as a runner crash next time).
+    monkeypatch.setattr("statequeue.runner.Keeper", _KeeperOutOfProcesses)
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(["a", "b", "c", "d"])
+        runner = Runner(q, RunOptions(command=("true",), jobs=4))
+        with pytest.raises(ResourcesExhausted):
+            runner.run()
+        st = q.status()
+    assert st.counts[ItemState.PENDING] == 4, st.counts
+    assert st.counts[ItemState.RUNNING] == 0
+    assert not st.interrupted
