@@ -182,7 +182,7 @@ def _refuse_if_running(name: str, home: str | None) -> Path:
     (which cannot be opened) can still be dropped: its runner locks decide."""
     from statequeue.errors import DamagedState
     from statequeue.queue import Queue, queue_folder
-    from statequeue.store.journal_store import runner_locks_held
+    from statequeue.store.locks import runner_locks_held
 
     try:
         q = Queue(name, home=home, create=False)

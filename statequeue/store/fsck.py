@@ -28,7 +28,7 @@ from statequeue.state import QueueState
 from statequeue.store import checkpoint
 from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
-from statequeue.store.journal_store import wait_for_lock
+from statequeue.store.locks import wait_for_lock
 
 
 @dataclass

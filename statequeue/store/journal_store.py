@@ -21,11 +21,8 @@ that a live process holds.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
-import struct
-import time
 from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate
@@ -36,7 +33,6 @@ from statequeue.errors import (
     CorruptJournal,
     DamagedState,
     DurabilityError,
-    LockTimeout,
     NoAccess,
     QueueNotFound,
     StateQueueError,
@@ -63,17 +59,23 @@ from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
 from statequeue.store.integrity import JOURNAL as JOURNAL
 from statequeue.store.integrity import refuse_if_incomplete, refuse_if_not_new
+from statequeue.store.locks import (
+    CLAIMS,
+    OFD_LOCKS,
+    lock_is_free,
+    lock_range,
+    lock_timeout,
+    open_claims_probe,
+    range_locked,
+    try_lock,
+    unlink_if_free,
+    wait_for_lock,
+)
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
-CLAIMS = "claims.lock"
-# struct flock (64-bit Linux): type, whence, start, len, pid; l_pid is 0 for OFD locks.
-_FLOCK = struct.Struct("@hhqqi4x")
-_OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLK") and _FLOCK.size == 32
-LOCK_TIMEOUT_ENV = "STATEQUEUE_LOCK_TIMEOUT"
-DEFAULT_LOCK_TIMEOUT = 60.0
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
 DEFAULT_AUTO_COMPACT = 100_000
 CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
@@ -347,22 +349,22 @@ class JournalStore(RecordStore):
     def _claim_free(self, item: LiveItem) -> bool:
         if item.id in self._claims:
             return False
-        if _OFD_LOCKS:
+        if OFD_LOCKS:
             if self._claims_probe < 0:
-                self._claims_probe = _open_claims_probe(self.dir)
-            if self._claims_probe >= 0 and _range_locked(self._claims_probe, item.id):
+                self._claims_probe = open_claims_probe(self.dir)
+            if self._claims_probe >= 0 and range_locked(self._claims_probe, item.id):
                 return False
-        return _lock_is_free(*self._claim_path(item.id))
+        return lock_is_free(*self._claim_path(item.id))
 
     def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
         fd: int | None
-        if not _OFD_LOCKS:
-            fd = _try_lock(*self._claim_path(item_id), create=True)
+        if not OFD_LOCKS:
+            fd = try_lock(*self._claim_path(item_id), create=True)
         else:
             # Its own open file description per claim: the lock lasts until
             # the runner, the keeper and the child have all closed theirs.
             fd = self.dir.open_file(CLAIMS, os.O_RDWR | os.O_CREAT)
-            if not _lock_range(fd, item_id):
+            if not lock_range(fd, item_id):
                 os.close(fd)
                 fd = None
         if fd is None:
@@ -375,40 +377,24 @@ class JournalStore(RecordStore):
         if fd is None:
             return
         os.close(fd)
-        if _OFD_LOCKS:
+        if OFD_LOCKS:
             return
         # Remove the lock file only if nobody else holds it. A descendant of
         # the child may still hold it: deleting the file then would let the
         # next claim create a fresh one and run a second copy alongside.
-        path = self._claim_path(item_id)
-        try:
-            probe = _try_lock(*path, create=False)
-        except FileNotFoundError:
-            return
-        if probe is not None:
-            with suppress(FileNotFoundError):
-                self.dir.unlink(path[2], sub=path[1])
-            os.close(probe)
+        unlink_if_free(*self._claim_path(item_id))
 
     def _runner_alive(self, runner_id: str) -> bool:
         if runner_id in self._runner_locks:
             return True
-        return not _lock_is_free(self.dir, "runners", f"{runner_id}.lock")
+        return not lock_is_free(self.dir, "runners", f"{runner_id}.lock")
 
     def _forget_runner(self, runner_id: str) -> None:
-        path = f"{runner_id}.lock"
-        try:
-            probe = _try_lock(self.dir, "runners", path, create=False)
-        except FileNotFoundError:
-            return
-        if probe is not None:  # still free while we hold it: nobody is using it
-            with suppress(FileNotFoundError):
-                self.dir.unlink(path, sub="runners")
-            os.close(probe)
+        unlink_if_free(self.dir, "runners", f"{runner_id}.lock")
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         path = f"{runner.runner_id}.lock"
-        fd = _try_lock(self.dir, "runners", path, create=True)
+        fd = try_lock(self.dir, "runners", path, create=True)
         if fd is None:
             raise UsageError(f"runner id {runner.runner_id} is already in use")
         self._runner_locks[runner.runner_id] = fd
@@ -663,39 +649,6 @@ def _records_setting(name: str, default: int) -> int:
         raise UsageError(f"{name} must be a number of records or off, not {raw!r}") from None
 
 
-def lock_timeout() -> float:
-    """Seconds to wait for the queue lock: $STATEQUEUE_LOCK_TIMEOUT, default 60."""
-    raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_LOCK_TIMEOUT
-    except ValueError:
-        raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, not {raw!r}") from None
-
-
-def wait_for_lock(fd: int, path: Path, limit: float | None = None) -> None:
-    """flock ``fd`` exclusively, waiting up to the lock timeout (then LockTimeout)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    limit = lock_timeout() if limit is None else limit
-    deadline = time.monotonic() + limit
-    pause = 0.001
-    while True:
-        time.sleep(pause)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise LockTimeout(
-                    f"{path} is held by another process (waited {limit:g}s; "
-                    f"set {LOCK_TIMEOUT_ENV} to wait longer)"
-                ) from None
-            pause = min(pause * 2, 0.05)
-
-
 class _Either:
     """Membership in either of two key sets (live journal, archive)."""
 
@@ -740,66 +693,3 @@ def _header(*, seq: int) -> Record:
         "archive_size": 0,
         "watermark": 0,
     }
-
-
-def _try_lock(folder: QueueFolder, sub: str, name: str, *, create: bool) -> int | None:
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    fd = folder.open_file(name, flags, sub=sub)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
-        raise
-    return fd
-
-
-def runner_locks_held(path: Path) -> bool:
-    """Whether a runner holds its lock in the queue folder at ``path``, read
-    without opening the journal (for `drop` of a queue too damaged to open)."""
-    folder = QueueFolder.open(path, create=False)
-    try:
-        return not all(_lock_is_free(folder, "runners", n) for n in folder.names("runners"))
-    finally:
-        folder.close()
-
-
-def _lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
-    """True when nobody holds a flock on ``name`` in ``sub`` (a missing file is free)."""
-    try:
-        fd = _try_lock(folder, sub, name, create=False)
-    except FileNotFoundError:
-        return True
-    if fd is None:
-        return False
-    os.close(fd)
-    return True
-
-
-def _open_claims_probe(folder: QueueFolder) -> int:
-    """claims.lock opened to test others' claims (F_OFD_GETLK needs no write
-    access, so a read-only queue can be inspected); -1 if it does not exist
-    yet (nobody has claimed anything through it)."""
-    try:
-        return folder.open_file(CLAIMS, os.O_RDONLY)
-    except FileNotFoundError:
-        return -1
-
-
-def _lock_range(fd: int, item_id: int) -> bool:
-    """Write-lock byte ``item_id`` of the claims file; False if another holds it."""
-    try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, item_id, 1, 0))
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
-
-
-def _range_locked(fd: int, item_id: int) -> bool:
-    """True when another open file description holds byte ``item_id``."""
-    probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, item_id, 1, 0)
-    found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe)
-    return bool(_FLOCK.unpack(found)[0] != fcntl.F_UNLCK)
