@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import (
-    InvalidItem,
     ItemNotSettled,
-    ItemTooLarge,
     QueueClosed,
     QueueForked,
     UsageError,
 )
 from statequeue.identity import new_runner
+from statequeue.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exported: public API
+from statequeue.items import check_item as check_item
+from statequeue.items import check_items
 from statequeue.location import resolve_home, resolve_queue_name
 from statequeue.models import (
     Claim,
@@ -37,74 +38,10 @@ from statequeue.models import (
     RunnerInfo,
 )
 from statequeue.records import check_json
-from statequeue.store.base import RETRYABLE, RecordStore
+from statequeue.store.base import RETRYABLE, Store
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
-
-MAX_ITEM_BYTES = 65536
-"""The largest item, in bytes once encoded (Linux limits one argv element to 128 KiB)."""
-
-
-def check_item(item: str) -> str:
-    """Return ``item`` if it can be queued, else raise InvalidItem (a UsageError)."""
-    if not isinstance(item, str):
-        raise InvalidItem(f"an item must be a str, not {type(item).__name__}")
-    if not item:
-        raise InvalidItem("empty item")
-    if "\0" in item:
-        raise InvalidItem("item contains a NUL byte, which no command argument can hold")
-    if not item.isascii():
-        _check_bytes(item)
-    if len(item) <= MAX_ITEM_BYTES // 4:  # 4 bytes per character at most: surely fits
-        return item
-    size = len(os.fsencode(item))
-    if size > MAX_ITEM_BYTES:
-        raise ItemTooLarge(f"item of {size} bytes exceeds the {MAX_ITEM_BYTES}-byte limit")
-    return item
-
-
-def _check_bytes(text: str) -> None:
-    """InvalidItem if ``text`` holds a surrogate that stands for no byte (only
-    the API can pass one: decoding with surrogateescape never makes it)."""
-    try:
-        os.fsencode(text)
-    except UnicodeEncodeError as exc:
-        code = ord(text[exc.start])
-        raise InvalidItem(
-            f"item holds a lone surrogate (U+{code:04X}) that stands for no byte"
-        ) from None
-
-
-def check_items(items: Iterable[str]) -> list[str]:
-    """``check_item`` for each of ``items``, with the common case (short texts,
-    no NUL, none empty, every one encodable) decided by C-level passes over the
-    whole list. A bad item's InvalidItem has its position in ``index``."""
-    checked = list(items)
-    try:
-        short = max(map(len, checked), default=0) <= MAX_ITEM_BYTES // 4
-        joined = "".join(checked)
-        if short and all(checked) and "\0" not in joined and _encodable(joined):
-            return checked
-    except TypeError:
-        pass  # not all str: found and named below
-    for index, item in enumerate(checked):
-        try:
-            check_item(item)
-        except InvalidItem as exc:
-            exc.index = index
-            raise
-    return checked
-
-
-def _encodable(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        os.fsencode(text)
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
@@ -130,10 +67,10 @@ class Queue:
         *,
         home: str | os.PathLike[str] | None = None,
         create: bool = True,
-        store: RecordStore | None = None,
+        store: Store | None = None,
         auto_compact: int | None = None,
     ) -> None:
-        self._reopen: Callable[[], RecordStore] | None = None
+        self._reopen: Callable[[], Store] | None = None
         if store is None:
             from statequeue.store.journal_store import JournalStore
 
@@ -147,7 +84,7 @@ class Queue:
         self._closed = False
 
     @property
-    def store(self) -> RecordStore:
+    def store(self) -> Store:
         """The store, for this process (reopened after a fork) and while open.
 
         Calls made on it directly are not serialised between threads; the
@@ -173,7 +110,7 @@ class Queue:
         self._pid = os.getpid()
 
     @contextmanager
-    def _using(self) -> Iterator[RecordStore]:
+    def _using(self) -> Iterator[Store]:
         """The store, held by this thread for one call."""
         _ = self.store  # checks the process before taking a lock made before a fork
         with self._lock:

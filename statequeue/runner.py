@@ -368,9 +368,8 @@ class Runner:
         """How long to sleep with no child running, or None to end the run."""
         if not self._taking:
             return None
-        state = self.queue.store.state
         scope = self._scope()
-        if state.paused and (scope is None or scope):
+        if self.queue.store.is_paused() and (scope is None or scope):
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         due = self._next_retry(scope)
         if due is not None:
@@ -381,15 +380,7 @@ class Runner:
 
     def _next_retry(self, scope: set[int] | None) -> float | None:
         """When the next deferred retry this run may take comes due."""
-        state = self.queue.store.state
-        if scope is None:
-            return state.next_due()
-        waits = [
-            item.not_before
-            for i in scope
-            if (item := state.items.get(i)) is not None and item.state.value == "pending"
-        ]
-        return min(waits) if waits else None
+        return self.queue.store.next_due(scope)
 
     def _next_deadline(self) -> float:
         now = time.monotonic()

@@ -14,9 +14,9 @@ import pytest
 from statequeue.errors import RunnerActive, StateQueueError
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, OnInterrupted, Outcome
-from statequeue.store.base import RecordStore
 from statequeue.store.journal_store import JournalStore
 from statequeue.store.memory import MemoryStore
+from statequeue.store.record_store import RecordStore
 
 OK = Outcome(ok=True)
 BAD = Outcome(ok=False, exit_code=1, reason="exit code 1")
@@ -111,7 +111,7 @@ def test_retry_at_defers_the_item_without_blocking_others(harness: Harness) -> N
     assert other is not None and other.item == "next"
     store.finish(other, OK)
     assert store.claim(runner) is None
-    assert store.state.next_due() is not None
+    assert store.next_due() is not None
 
 
 def test_due_retry_is_claimed_with_the_next_attempt(harness: Harness) -> None:

@@ -53,7 +53,6 @@ from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
-from statequeue.store.base import RecordStore
 from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -71,6 +70,7 @@ from statequeue.store.locks import (
     unlink_if_free,
     wait_for_lock,
 )
+from statequeue.store.record_store import RecordStore
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemView

@@ -15,7 +15,7 @@ from statequeue.errors import DamagedState
 from statequeue.models import RunnerInfo
 from statequeue.records import Record, item_text
 from statequeue.state import LiveItem, QueueState
-from statequeue.store.base import RecordStore
+from statequeue.store.record_store import RecordStore
 from statequeue.views import CompactResult
 
 
