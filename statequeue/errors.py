@@ -137,3 +137,23 @@ class ResourcesExhausted(StateQueueError):
     """the runner ran out of a system resource (open files, processes or memory)."""
 
     exit_code = ExitCode.RESOURCES
+
+
+class InvalidStoreUrl(UsageError):
+    """invalid store URL (expected postgresql://... or a libpq conninfo)."""
+
+
+class StoreUnreachable(StateQueueError):
+    """cannot reach the PostgreSQL store."""
+
+    exit_code = ExitCode.STORE_UNREACHABLE
+
+
+class SchemaTooNew(StateQueueError):
+    """the database's statequeue schema is newer than this statequeue; upgrade statequeue."""
+
+    exit_code = ExitCode.SCHEMA_TOO_NEW
+
+
+class ClaimLost(StateQueueError):
+    """the claim is no longer held (its fencing token is stale); nothing was recorded."""

@@ -31,6 +31,11 @@ class ExitCode(IntEnum):
     RESOURCES = 10
     """`run` could not start a single child for lack of open files, processes or
     memory; the items it took were given back, pending."""
+    STORE_UNREACHABLE = 11
+    """The PostgreSQL store could not be reached: a refused connection, a failed
+    login, a missing database, or the server went away; nothing more was changed."""
+    SCHEMA_TOO_NEW = 12
+    """The database's statequeue schema is newer than this statequeue; upgrade it."""
     INTERRUPTED_INT = 130
     """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
     INTERRUPTED_TERM = 143

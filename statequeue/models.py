@@ -66,6 +66,9 @@ class Claim:
     """Failed attempts in the item's current episode (since it was enqueued,
     retried by a user, or handed back when a runner was stopped): what
     ``run --retries`` counts."""
+    token: int | None = None
+    """The claim's fencing token, for stores that fence (PostgreSQL): every
+    write about this attempt names it, and changes nothing once it is stale."""
     inherit_fds: tuple[int, ...] = ()
     """File descriptors a child process must inherit while it runs the item.
 

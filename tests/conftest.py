@@ -31,3 +31,6 @@ def sq_env(sq_home: Path) -> dict[str, str]:
     env["STATEQUEUE_HOME"] = str(sq_home)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+from tests.pg import pg_cluster, pg_url  # noqa: E402, F401  (fixtures for every test)

@@ -1,6 +1,6 @@
-"""The store contract, run against every store (journal and memory).
+"""The store contract, run against every store (journal, memory and PostgreSQL).
 
-A second backend must pass this file unchanged: add it to ``STORES``.
+A new backend must pass this file unchanged: add it to ``STORES``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from statequeue.identity import new_runner
 from statequeue.models import ItemState, OnInterrupted, Outcome
 from statequeue.store.journal_store import JournalStore
 from statequeue.store.memory import MemoryStore
-from statequeue.store.record_store import RecordStore
+from statequeue.store.base import Store
 
 OK = Outcome(ok=True)
 BAD = Outcome(ok=False, exit_code=1, reason="exit code 1")
@@ -25,19 +25,27 @@ BAD = Outcome(ok=False, exit_code=1, reason="exit code 1")
 class Harness:
     """Opens a store and simulates the death of the processes using it."""
 
-    def __init__(self, kind: str, folder: Path) -> None:
+    def __init__(self, kind: str, folder: Path, url: str = "") -> None:
         self.kind = kind
         self.folder = folder
-        self.opened: list[RecordStore] = []
+        self.url = url
+        self.opened: list[Store] = []
         self._memory = MemoryStore("q")
 
-    def open(self) -> RecordStore:
-        store: RecordStore
-        store = self._memory if self.kind == "memory" else JournalStore(self.folder, create=True)
+    def open(self) -> Store:
+        store: Store
+        if self.kind == "memory":
+            store = self._memory
+        elif self.kind == "postgres":
+            from statequeue.store.postgres import PostgresStore
+
+            store = PostgresStore(self.url, "q")
+        else:
+            store = JournalStore(self.folder, create=True)
         self.opened.append(store)
         return store
 
-    def crash(self, store: RecordStore) -> RecordStore:
+    def crash(self, store: Store) -> Store:
         """The process holding ``store`` dies; return a fresh process's store."""
         if isinstance(store, MemoryStore):
             store.crash()
@@ -50,17 +58,18 @@ class Harness:
             store.close()
 
 
-STORES = ["journal", "memory"]
+STORES = ["journal", "memory", "postgres"]
 
 
 @pytest.fixture(params=STORES)
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    h = Harness(request.param, tmp_path / "q")
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else ""
+    h = Harness(request.param, tmp_path / "q", url)
     yield h
     h.close()
 
 
-def counts(store: RecordStore) -> dict[str, int]:
+def counts(store: Store) -> dict[str, int]:
     return {k: v for k, v in store.status().counts.items() if v}
 
 
@@ -142,7 +151,7 @@ def test_live_claim_is_never_recovered(harness: Harness) -> None:
     store.enqueue(["a"])
     claim = store.claim(new_runner())
     assert claim is not None
-    other = harness.open() if harness.kind == "journal" else store
+    other = harness.open() if harness.kind != "memory" else store
     assert other.claim(new_runner()) is None
     assert other.status().counts["running"] == 1
 
@@ -197,7 +206,7 @@ def test_exclusive_runner_registration(harness: Harness) -> None:
     store = harness.open()
     first = new_runner()
     store.register_runner(first, exclusive=True)
-    other = harness.open() if harness.kind == "journal" else store
+    other = harness.open() if harness.kind != "memory" else store
     with pytest.raises(RunnerActive):
         other.register_runner(new_runner(), exclusive=True)
     assert [r.runner_id for r in other.active_runners()] == [first.runner_id]

@@ -1,0 +1,87 @@
+"""Opening a connection from a store URL, with the password kept out of every message.
+
+A URL is ``postgresql://...`` (or ``postgres://``) or a libpq conninfo
+(``host=... dbname=...``); the ``PG*`` variables, ``.pgpass`` and ``sslmode``
+work as libpq defines them, since libpq itself parses what is given here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+
+from statequeue.errors import InvalidStoreUrl, StateQueueError, StoreUnreachable
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+_URL_PASSWORD = re.compile(r"(?P<keep>://[^/@:?#]*:)[^@/?#]*@")
+_PARAM_PASSWORD = re.compile(r"(?P<keep>[?&]password=)[^&#]*", re.IGNORECASE)
+_CONNINFO_PASSWORD = re.compile(
+    r"(?P<keep>\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
+)
+
+
+def is_store_url(spec: str) -> bool:
+    """True when ``spec`` names a PostgreSQL store (a URL or a conninfo)."""
+    return spec.startswith(("postgresql://", "postgres://")) or "=" in spec
+
+
+def mask(text: str, url: str = "") -> str:
+    """``text`` with any password (in URL, query or conninfo form) shown as ***."""
+    text = _URL_PASSWORD.sub(r"\g<keep>***@", text)
+    text = _PARAM_PASSWORD.sub(r"\g<keep>***", text)
+    text = _CONNINFO_PASSWORD.sub(r"\g<keep>***", text)
+    password = _password_of(url)
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+def _password_of(url: str) -> str:
+    try:
+        return str(psycopg.conninfo.conninfo_to_dict(url).get("password") or "")
+    except psycopg.Error:
+        return ""
+
+
+def check_url(url: str) -> None:
+    """InvalidStoreUrl, naming the problem (never the password), if libpq cannot parse it."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        reason = " ".join(mask(str(exc), url).split())
+        raise InvalidStoreUrl(f"invalid store URL {mask(url)!r}: {reason}") from None
+
+
+def connect(url: str) -> Connection:
+    """An autocommit connection (transactions are always explicit), or StoreUnreachable."""
+    check_url(url)
+    try:
+        return psycopg.connect(url, autocommit=True, application_name="statequeue")
+    except psycopg.Error as exc:
+        raise unreachable(exc, url) from None
+
+
+def unreachable(exc: BaseException, url: str) -> StoreUnreachable:
+    reason = " ".join(mask(str(exc), url).split()) or type(exc).__name__
+    return StoreUnreachable(f"cannot reach the PostgreSQL store {mask(url)}: {reason}")
+
+
+@contextmanager
+def guarded(url: str) -> Iterator[None]:
+    """Turn a lost connection into StoreUnreachable and any other database
+    error into a StateQueueError, both with the password masked."""
+    try:
+        yield
+    except StateQueueError:
+        raise
+    except psycopg.OperationalError as exc:
+        raise unreachable(exc, url) from None
+    except psycopg.Error as exc:
+        reason = " ".join(mask(str(exc), url).split())
+        raise StateQueueError(f"the PostgreSQL store failed: {reason}") from None

@@ -1,0 +1,181 @@
+"""What the PostgreSQL store reads back: status, listings, results, history, events.
+
+Each function reads one queue through an open connection; none writes,
+except ``status``, which first folds the count deltas into the counters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from statequeue.models import ItemState
+from statequeue.records import Record, item_fields
+from statequeue.state import last_line
+from statequeue.store.postgres import sql
+from statequeue.store.postgres.connection import Connection
+from statequeue.views import ActiveRunner, Failure, ItemHistory, ItemResult, ItemView, Status
+
+PAGE = 5_000
+RECENT_FAILURES = 5
+RATE_WINDOW = 60.0
+
+
+def text_of(item: bytes) -> str:
+    """An item's bytes as the str the code holds (surrogateescape for non-UTF-8)."""
+    return os.fsdecode(bytes(item))  # bytea may arrive as memoryview
+
+
+def roll_up_counts(conn: Connection, queue: str) -> None:
+    with conn.transaction():
+        conn.execute(sql.ROLL_UP_COUNTS, {"q": queue})
+
+
+def counts(conn: Connection, queue: str) -> dict[str, int]:
+    found = {s.value: 0 for s in ItemState}
+    for state, n in conn.execute(sql.COUNTS, {"q": queue}):
+        found[str(state)] = int(n)
+    return found
+
+
+def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
+    rows = conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall()
+    return [
+        ActiveRunner(
+            runner_id=str(rid),
+            pid=int(pid),
+            host=str(host),
+            started_at=float(since),
+            running=tuple(running),
+        )
+        for rid, pid, host, since, running in rows
+    ]
+
+
+def status(conn: Connection, queue: str, paused: bool) -> Status:
+    roll_up_counts(conn, queue)
+    q = {"q": queue}
+    failed = conn.execute(
+        "SELECT l.id, i.item, l.attempts, l.reason, l.last_err FROM statequeue.live l"
+        " JOIN statequeue.items i ON i.queue = l.queue AND i.id = l.id"
+        " WHERE l.queue = %(q)s AND l.state = 'failed' ORDER BY l.changed_at DESC, l.id DESC"
+        " LIMIT %(n)s",
+        {**q, "n": RECENT_FAILURES},
+    ).fetchall()
+    held = conn.execute(
+        "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'held' ORDER BY id", q
+    ).fetchall()
+    interrupted = conn.execute(sql.INTERRUPTED, q).fetchall()
+    return Status(
+        queue=queue,
+        counts=counts(conn, queue),
+        runners=tuple(active_runners(conn, queue)),
+        recent_failures=tuple(
+            Failure(int(i), text_of(b), int(a), str(r), last_line(str(e)))
+            for i, b, a, r, e in failed
+        ),
+        held=tuple(int(r[0]) for r in held),
+        interrupted=tuple(int(r[0]) for r in interrupted),
+        paused=paused,
+        rate=_rate(conn, queue),
+    )
+
+
+def _rate(conn: Connection, queue: str) -> float | None:
+    now = time.time()
+    row = conn.execute(
+        "SELECT count(*), min(at) FROM statequeue.results WHERE queue = %(q)s AND at >= %(since)s",
+        {"q": queue, "since": now - RATE_WINDOW},
+    ).fetchone()
+    if row is None or int(row[0]) < 2:
+        return None
+    return int(row[0]) / max(now - float(row[1]), 1e-3)
+
+
+def items(conn: Connection, queue: str, state: ItemState | None) -> Iterator[ItemView]:
+    after = 0
+    while True:
+        rows = conn.execute(
+            sql.ITEMS_PAGE,
+            {"q": queue, "after": after, "state": state.value if state else None, "limit": PAGE},
+        ).fetchall()
+        for item_id, item, current, attempts, reason in rows:
+            yield ItemView(
+                int(item_id), text_of(item), ItemState(current), int(attempts), str(reason)
+            )
+        if len(rows) < PAGE:
+            return
+        after = int(rows[-1][0])
+
+
+def results(conn: Connection, queue: str, state: ItemState | None) -> Iterator[ItemResult]:
+    row = conn.execute("SELECT next_id FROM statequeue.queues WHERE name = %s", (queue,)).fetchone()
+    end = int(row[0]) if row else 1
+    for after in range(0, end, PAGE):
+        rows = conn.execute(
+            sql.RESULTS_PAGE, {"q": queue, "after": after, "upto": after + PAGE}
+        ).fetchall()
+        for item_id, item, st, attempt, code, dur, reason, result, current in rows:
+            if current != st or current not in ("done", "failed"):
+                continue  # retried since, or running again: not a finished item now
+            if state is not None and current != state.value:
+                continue
+            yield ItemResult(
+                int(item_id),
+                text_of(item),
+                ItemState(current),
+                int(attempt),
+                code,
+                dur,
+                str(reason),
+                result,
+                archived=False,
+            )
+
+
+def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
+    row = conn.execute(
+        "SELECT i.item, coalesce(l.state, i.state) FROM statequeue.items i"
+        " LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id"
+        " WHERE i.queue = %(q)s AND i.id = %(id)s",
+        {"q": queue, "id": item_id},
+    ).fetchone()
+    if row is None:
+        return None
+    text = text_of(row[0])
+    # Enqueue events are written one per batch: the item's own is rebuilt here.
+    events: list[dict[str, Any]] = [{"t": "enq", "id": item_id, **item_fields(text)}]
+    for seq, body in conn.execute(
+        "SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND id = %(id)s"
+        " AND body->>'t' <> 'enq' ORDER BY seq",
+        {"q": queue, "id": item_id},
+    ):
+        events.append({**body, "seq": seq})
+    last = conn.execute(
+        "SELECT result, err FROM statequeue.results WHERE queue = %(q)s AND id = %(id)s"
+        " ORDER BY token DESC LIMIT 1",
+        {"q": queue, "id": item_id},
+    ).fetchone()
+    return ItemHistory(
+        item_id=item_id,
+        item=text,
+        state=ItemState(row[1]),
+        events=tuple(events),
+        result=last[0] if last else None,
+        stderr_tail=str(last[1]) if last else "",
+    )
+
+
+def read_events(conn: Connection, queue: str, cursor: object | None) -> tuple[list[Record], object]:
+    # TODO(step 3): a plain seq cursor misses an event that commits late;
+    # build it from pg_current_snapshot() as the research notes describe.
+    after = cursor if isinstance(cursor, int) else 0
+    rows = conn.execute(
+        "SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND seq > %(after)s"
+        " ORDER BY seq LIMIT %(n)s",
+        {"q": queue, "after": after, "n": PAGE},
+    ).fetchall()
+    records: list[Record] = [{**body, "seq": seq} for seq, body in rows]
+    return records, (int(rows[-1][0]) if rows else after)

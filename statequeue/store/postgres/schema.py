@@ -1,0 +1,160 @@
+"""The PostgreSQL schema, as numbered migrations applied under an advisory lock.
+
+Each migration runs in the transaction that records its number, so a crash
+leaves the schema at one version or the next, never between. A database whose
+recorded version is newer than ``MIGRATIONS`` knows is refused: this code
+would misread tables it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from statequeue.errors import SchemaTooNew
+
+if TYPE_CHECKING:
+    from statequeue.store.postgres.connection import Connection
+
+LOCK_CLASS = 1936810353
+"""First key of every advisory lock statequeue takes (the second names what is locked)."""
+MIGRATION_LOCK = 0
+"""Second key of the lock that serialises migrations; sessions use 1 and up."""
+
+_V1 = """
+CREATE SCHEMA IF NOT EXISTS statequeue;
+CREATE TABLE statequeue.queues (
+    name text PRIMARY KEY,
+    paused boolean NOT NULL DEFAULT false,
+    next_id bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+-- Every item ever enqueued. ``state`` is authoritative once the item left the
+-- hot table (done or cancelled); until then ``live`` holds its state.
+CREATE TABLE statequeue.items (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    item bytea NOT NULL,
+    key bytea GENERATED ALWAYS AS (sha256(item)) STORED,
+    state text NOT NULL DEFAULT 'pending',
+    attempts integer NOT NULL DEFAULT 0,
+    reason text NOT NULL DEFAULT '',
+    PRIMARY KEY (queue, id)
+);
+-- Exact dedupe over the bytes: a plain unique index on a long bytea would
+-- exceed the btree row limit, its sha256 does not.
+CREATE UNIQUE INDEX items_key ON statequeue.items (queue, key);
+-- The hot table: unfinished items only, so claims never walk history.
+-- token and lease_until are the claim's fence and lease (leases: step 2).
+CREATE TABLE statequeue.live (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    state text NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    crashes integer NOT NULL DEFAULT 0,
+    failures integer NOT NULL DEFAULT 0,
+    interrupted boolean NOT NULL DEFAULT false,
+    retry_at double precision,
+    reason text NOT NULL DEFAULT '',
+    last_err text NOT NULL DEFAULT '',
+    changed_at double precision NOT NULL DEFAULT 0,
+    token bigint,
+    runner text,
+    holder bigint,
+    lease_until timestamptz,
+    PRIMARY KEY (queue, id)
+);
+CREATE INDEX live_pending ON statequeue.live (queue, id) WHERE state = 'pending';
+CREATE INDEX live_state ON statequeue.live (queue, state) WHERE state <> 'pending';
+CREATE UNIQUE INDEX live_token ON statequeue.live (token) WHERE token IS NOT NULL;
+CREATE SEQUENCE statequeue.tokens;
+CREATE SEQUENCE statequeue.sessions MINVALUE 1 MAXVALUE 2147483647 CYCLE;
+-- One row per finished attempt; the primary key allows one result per token.
+CREATE TABLE statequeue.results (
+    token bigint PRIMARY KEY,
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    attempt integer NOT NULL,
+    state text NOT NULL,
+    ok boolean NOT NULL,
+    exit_code integer,
+    signal integer,
+    duration double precision,
+    reason text NOT NULL DEFAULT '',
+    result jsonb,
+    err text NOT NULL DEFAULT '',
+    at double precision NOT NULL
+);
+CREATE INDEX results_item ON statequeue.results (queue, id, token);
+CREATE INDEX results_at ON statequeue.results (queue, at);
+CREATE TABLE statequeue.events (
+    seq bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    id bigint,
+    body jsonb NOT NULL
+);
+CREATE INDEX events_queue ON statequeue.events (queue, seq);
+CREATE INDEX events_item ON statequeue.events (queue, id, seq) WHERE id IS NOT NULL;
+-- Counts per state: writers insert deltas (no hot row to fight over),
+-- status rolls them up into ``counts``.
+CREATE TABLE statequeue.count_deltas (
+    queue text NOT NULL,
+    state text NOT NULL,
+    delta bigint NOT NULL
+);
+CREATE TABLE statequeue.counts (
+    queue text NOT NULL,
+    state text NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (queue, state)
+);
+CREATE TABLE statequeue.runners (
+    queue text NOT NULL,
+    runner_id text NOT NULL,
+    pid integer NOT NULL,
+    host text NOT NULL,
+    boot text NOT NULL,
+    since double precision NOT NULL,
+    command jsonb NOT NULL,
+    session bigint NOT NULL,
+    stopped_at double precision,
+    PRIMARY KEY (queue, runner_id)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
+
+
+def schema_version(conn: Connection) -> int:
+    """The version recorded in the database (0: never migrated)."""
+    found = conn.execute("SELECT to_regclass('statequeue.schema_version') IS NOT NULL").fetchone()
+    if not found or not found[0]:
+        return 0
+    row = conn.execute("SELECT max(version) FROM statequeue.schema_version").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(conn: Connection) -> tuple[int, int]:
+    """Bring the schema up to date; returns (version before, version after).
+
+    SchemaTooNew when the database is ahead of this code (nothing is changed)."""
+    with conn.transaction():
+        # Held to the end of the transaction: two processes opening an empty
+        # database at once migrate it once.
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
+        before = schema_version(conn)
+        if before > len(MIGRATIONS):
+            raise SchemaTooNew(
+                f"the database's statequeue schema is version {before}, newer than this "
+                f"statequeue knows (version {len(MIGRATIONS)}); upgrade statequeue"
+            )
+        if before == 0:
+            conn.execute(
+                "CREATE SCHEMA IF NOT EXISTS statequeue;"
+                "CREATE TABLE IF NOT EXISTS statequeue.schema_version ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        for number in range(before + 1, len(MIGRATIONS) + 1):
+            conn.execute(MIGRATIONS[number - 1].encode())
+            conn.execute("INSERT INTO statequeue.schema_version (version) VALUES (%s)", (number,))
+    return before, len(MIGRATIONS)

@@ -1,0 +1,140 @@
+"""The statements the PostgreSQL store runs, named for what they do.
+
+Queue names and items are always parameters, never spliced into the text.
+"""
+
+from __future__ import annotations
+
+from statequeue.store.postgres.schema import LOCK_CLASS
+
+ALIVE = f"""EXISTS (
+    SELECT 1 FROM pg_locks k
+    WHERE k.locktype = 'advisory' AND k.granted
+      AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND k.classid = {LOCK_CLASS}::oid AND k.objsubid = 2 AND k.objid = {{col}}::oid
+)"""
+"""True while the session ``col`` names holds its advisory lock, i.e. its
+connection is open. Step 1's liveness test; step 2 replaces it with leases."""
+
+ENQUEUE = """
+WITH input AS (
+    SELECT b, ord FROM unnest(%(items)s::bytea[]) WITH ORDINALITY AS u(b, ord)
+), fresh AS (
+    SELECT b, row_number() OVER (ORDER BY ord) AS rn FROM input
+    WHERE NOT EXISTS (
+        SELECT 1 FROM statequeue.items i WHERE i.queue = %(q)s AND i.key = sha256(input.b)
+    )
+), ins AS (
+    INSERT INTO statequeue.items (queue, id, item)
+    SELECT %(q)s, %(first)s + rn - 1, b FROM fresh
+    RETURNING id
+), hot AS (
+    INSERT INTO statequeue.live (queue, id, state) SELECT %(q)s, id, 'pending' FROM ins
+)
+SELECT count(*) FROM ins
+"""
+
+# One statement: pick the lowest-id due pending item (the CTE is MATERIALIZED
+# so the planner cannot run the LIMIT subquery twice), claim it with a new
+# fencing token, count it and record its start.
+CLAIM = """
+WITH pick AS MATERIALIZED (
+    SELECT l.id FROM statequeue.live l
+    WHERE l.queue = %(q)s AND l.state = 'pending'
+      AND (l.retry_at IS NULL OR l.retry_at <= %(now)s)
+      AND (%(among)s::bigint[] IS NULL OR l.id = ANY(%(among)s::bigint[]))
+      AND NOT (SELECT paused FROM statequeue.queues WHERE name = %(q)s)
+    ORDER BY l.id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE statequeue.live l
+    SET state = 'running', attempts = l.attempts + 1, token = nextval('statequeue.tokens'),
+        runner = %(runner)s, holder = %(holder)s, retry_at = NULL, changed_at = %(now)s
+    FROM pick WHERE l.queue = %(q)s AND l.id = pick.id
+    RETURNING l.id, l.attempts, l.token, l.interrupted, l.failures
+), counted AS (
+    INSERT INTO statequeue.count_deltas (queue, state, delta)
+    SELECT %(q)s, x.state, x.delta
+    FROM claimed, (VALUES ('pending', -1), ('running', 1)) x(state, delta)
+), started AS (
+    INSERT INTO statequeue.events (queue, id, body)
+    SELECT %(q)s, id, jsonb_build_object(
+        't', 'start', 'id', id, 'attempt', attempts, 'runner', %(runner)s::text,
+        'at', %(now)s::float8
+    ) FROM claimed
+)
+SELECT c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
+FROM claimed c JOIN statequeue.items i ON i.queue = %(q)s AND i.id = c.id
+"""
+
+HELD_CLAIM = """
+SELECT attempts, crashes FROM statequeue.live
+WHERE queue = %(q)s AND id = %(id)s AND token = %(token)s AND state = 'running'
+FOR UPDATE
+"""
+
+ROLL_UP_COUNTS = """
+WITH gone AS (
+    DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta
+), summed AS (
+    SELECT state, sum(delta) AS n FROM gone GROUP BY state
+)
+INSERT INTO statequeue.counts (queue, state, n) SELECT %(q)s, state, n FROM summed
+ON CONFLICT (queue, state) DO UPDATE SET n = statequeue.counts.n + excluded.n
+"""
+
+COUNTS = """
+SELECT state, sum(n)::bigint FROM (
+    SELECT state, n FROM statequeue.counts WHERE queue = %(q)s
+    UNION ALL SELECT state, delta FROM statequeue.count_deltas WHERE queue = %(q)s
+) c GROUP BY state
+"""
+
+ACTIVE_RUNNERS = f"""
+SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
+    SELECT l.id FROM statequeue.live l
+    WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
+)
+FROM statequeue.runners r
+WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND {ALIVE.format(col="r.session")}
+ORDER BY r.since, r.runner_id
+"""
+
+ORPHANED = f"""
+SELECT l.id, l.attempts, l.crashes FROM statequeue.live l
+WHERE l.queue = %(q)s AND l.state = 'running' AND NOT {ALIVE.format(col="l.holder")}
+ORDER BY l.id
+FOR UPDATE SKIP LOCKED
+"""
+
+LOST_RUNNERS = f"""
+UPDATE statequeue.runners r SET stopped_at = %(now)s
+WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND NOT {ALIVE.format(col="r.session")}
+RETURNING r.runner_id
+"""
+
+INTERRUPTED = f"""
+SELECT l.id FROM statequeue.live l
+WHERE l.queue = %(q)s AND l.state = 'running' AND NOT {ALIVE.format(col="l.holder")}
+ORDER BY l.id
+"""
+
+ITEMS_PAGE = """
+SELECT i.id, i.item, coalesce(l.state, i.state), coalesce(l.attempts, i.attempts),
+       coalesce(l.reason, i.reason)
+FROM statequeue.items i
+LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
+WHERE i.queue = %(q)s AND i.id > %(after)s
+  AND (%(state)s::text IS NULL OR coalesce(l.state, i.state) = %(state)s::text)
+ORDER BY i.id LIMIT %(limit)s
+"""
+
+RESULTS_PAGE = """
+SELECT DISTINCT ON (r.id) r.id, i.item, r.state, r.attempt, r.exit_code, r.duration,
+       r.reason, r.result, coalesce(l.state, i.state) AS current
+FROM statequeue.results r
+JOIN statequeue.items i ON i.queue = r.queue AND i.id = r.id
+LEFT JOIN statequeue.live l ON l.queue = r.queue AND l.id = r.id
+WHERE r.queue = %(q)s AND r.id > %(after)s AND r.id <= %(upto)s
+ORDER BY r.id, r.token DESC
+"""
