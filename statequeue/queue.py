@@ -39,6 +39,7 @@ from statequeue.models import (
 )
 from statequeue.records import check_json
 from statequeue.store.base import RETRYABLE, Store
+from statequeue.store.opening import chosen_url
 
 if TYPE_CHECKING:
     from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
@@ -56,6 +57,9 @@ class Queue:
     ``auto_compact``: dead records that trigger compaction as results are
     recorded (0 turns it off; default $STATEQUEUE_AUTO_COMPACT or 100,000).
 
+    ``store``: a Store, or the URL of a PostgreSQL store (``postgresql://...``
+    or a libpq conninfo); by default $STATEQUEUE_STORE, else the local journal.
+
     A Queue may be shared by threads: its methods take turns on the store.
     After ``os.fork`` the child reopens the queue on first use (a queue built
     on a given ``store`` cannot be reopened: the child gets QueueForked).
@@ -67,11 +71,15 @@ class Queue:
         *,
         home: str | os.PathLike[str] | None = None,
         create: bool = True,
-        store: Store | None = None,
+        store: Store | str | None = None,
         auto_compact: int | None = None,
     ) -> None:
         self._reopen: Callable[[], Store] | None = None
         if store is None:
+            store = chosen_url(None)
+        if isinstance(store, str):
+            store = self._open_postgres(store, name, home, create)
+        elif store is None:
             from statequeue.store.journal_store import JournalStore
 
             folder = queue_folder(name, home)
@@ -82,6 +90,16 @@ class Queue:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._closed = False
+
+    def _open_postgres(
+        self, url: str, name: str | None, home: str | os.PathLike[str] | None, create: bool
+    ) -> Store:
+        from statequeue.store.opening import open_postgres
+
+        queue_name = resolve_queue_name(name)
+        scratch = resolve_home(home) / ".postgres" / queue_name
+        self._reopen = lambda: open_postgres(url, queue_name, create=False, scratch=scratch)
+        return open_postgres(url, queue_name, create=create, scratch=scratch)
 
     @property
     def store(self) -> Store:

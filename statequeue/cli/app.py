@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from statequeue.cli.errors import ReaderGone, fail, run_guarded
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
 from statequeue.exitcodes import ExitCode
 
@@ -58,6 +58,7 @@ def _print_version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
     version: Annotated[
         bool,
@@ -84,6 +85,7 @@ def enqueue(
     ] = None,
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Add items to the queue; items already in it (in any state) are skipped.
@@ -116,6 +118,7 @@ def status(
     ] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.1)] = 1.0,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Show counts per state, progress, rate and ETA, runners and recent failures.
@@ -137,7 +140,11 @@ def status(
 
 @app.command()
 def compact(
-    ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, queue: QueueOpt = None
+    ctx: typer.Context,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    queue: QueueOpt = None,
+    store: StoreOpt = None,
 ) -> None:
     """Rewrite the journal as a snapshot; finished results move to the archive.
 
@@ -165,9 +172,9 @@ def compact(
 
 
 # Importing these registers their commands on `app`.
-from statequeue.cli import inspect_cmds, manage_cmds, run_command  # noqa: E402
+from statequeue.cli import db_cmds, inspect_cmds, manage_cmds, run_command  # noqa: E402
 
-_ = (inspect_cmds, manage_cmds, run_command)
+_ = (db_cmds, inspect_cmds, manage_cmds, run_command)
 
 
 def _invoke(argv: Sequence[str]) -> int:

@@ -12,7 +12,14 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.completion import complete_state
 from statequeue.cli.event_text import describe_events
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.options import (
+    HomeOpt,
+    JsonOpt,
+    QueueOpt,
+    StoreOpt,
+    open_queue,
+    refuse_store_url,
+)
 from statequeue.cli.render import emit_json, escaped, plural, shown
 from statequeue.errors import ItemNotFound, UsageError
 from statequeue.models import ItemState
@@ -56,6 +63,7 @@ def list_items(
         bool, typer.Option("--json", help="One JSON object per line (NDJSON).")
     ] = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """List items, one per line, in id order (streams; fine on a million items).
@@ -81,6 +89,7 @@ def show(
     item_id: IdArg,
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Show one item: its state, every attempt, the result and the stderr tail.
@@ -124,6 +133,7 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing while the item runs.")
     ] = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Print the output (stdout and stderr) an item's attempt wrote.
@@ -179,6 +189,7 @@ def results(
     json: Annotated[bool, typer.Option("--json", help="NDJSON, one result per line.")] = False,
     csv: Annotated[bool, typer.Option("--csv", help="CSV with a header row.")] = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Stream the result of every finished item, archived ones included.
@@ -230,7 +241,9 @@ def results(
 
 
 @app.command()
-def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> None:
+def queues(
+    ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, store: StoreOpt = None
+) -> None:
     """List every queue under the home, with its counts.
 
     Example: statequeue queues --json
@@ -238,6 +251,8 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
     from statequeue.location import resolve_home
     from statequeue.queue import Queue
     from statequeue.store.integrity import holds_queue
+
+    refuse_store_url(ctx, "queues")
 
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
     rows = []
@@ -260,11 +275,14 @@ def queues(ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None) -> N
 
 
 @app.command()
-def path(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+def path(
+    ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None, store: StoreOpt = None
+) -> None:
     """Print the queue's folder (for backups and scripts).
 
     Example: tar czf backup.tgz -C "$(dirname "$(statequeue path)")" default
     """
+    refuse_store_url(ctx, "path")
     q = open_queue(ctx, home, queue, create=False)
     _write(str(q.path))
 
@@ -277,6 +295,7 @@ def events(
     ] = False,
     json: Annotated[bool, typer.Option("--json", help="NDJSON, one record per line.")] = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Print the journal as an event stream (enqueues, starts, results, recoveries).

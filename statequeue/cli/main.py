@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue"}
+_GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue", "--store": "store"}
 _VALUED = {
     "enqueue": {**_GLOBAL, "--file": "file", "-f": "file"},
     "status": _GLOBAL,
@@ -67,7 +67,7 @@ def _fast_status(opts: _Fast) -> int:
     from statequeue.queue import Queue
 
     home, name = opts.values.get("home"), opts.values.get("queue")
-    with Queue(name, home=home, create=False) as q:
+    with Queue(name, home=home, create=False, store=opts.values.get("store")) as q:
         print_notices(q.notices())
         st = q.status()
     if "json" in opts.flags:
@@ -84,7 +84,7 @@ def _fast_enqueue(opts: _Fast) -> int:
 
     texts, where = read_input(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
     home, name = opts.values.get("home"), opts.values.get("queue")
-    with Queue(name, home=home, create=True) as q:
+    with Queue(name, home=home, create=True, store=opts.values.get("store")) as q:
         for notice in q.notices():
             sys.stderr.write(f"statequeue: {notice}\n")
         try:

@@ -10,7 +10,14 @@ import typer
 
 from statequeue.cli.app import app
 from statequeue.cli.completion import complete_queue
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.options import (
+    HomeOpt,
+    JsonOpt,
+    QueueOpt,
+    StoreOpt,
+    open_queue,
+    refuse_store_url,
+)
 from statequeue.cli.render import emit_json, plural
 from statequeue.errors import UsageError
 from statequeue.exitcodes import ExitCode
@@ -26,6 +33,7 @@ def retry(
     held: Annotated[bool, typer.Option("--held", help="Every held (poison) item.")] = False,
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Put failed or held items back as pending, so the next run takes them.
@@ -55,6 +63,7 @@ def cancel(
     ids: Annotated[list[int], typer.Argument(help="Item ids.", show_default=False)],
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
     """Cancel pending, failed or held items: they never run (status counts them).
@@ -73,7 +82,9 @@ def _report(changed: list[int], what: str, json: bool) -> None:
 
 
 @app.command()
-def pause(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+def pause(
+    ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None, store: StoreOpt = None
+) -> None:
     """Stop runners from taking new items; they finish what they are running.
 
     Example: statequeue pause && statequeue resume
@@ -83,7 +94,9 @@ def pause(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> N
 
 
 @app.command()
-def resume(ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None) -> None:
+def resume(
+    ctx: typer.Context, home: HomeOpt = None, queue: QueueOpt = None, store: StoreOpt = None
+) -> None:
     """Let runners take items again after `pause` (no restart needed).
 
     Example: statequeue resume -q crawl
@@ -103,6 +116,7 @@ def fsck(
     ] = False,
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> int:
     """Check every record's checksum and sequence; --repair salvages what is valid.
@@ -113,6 +127,8 @@ def fsck(
     """
     from statequeue.queue import queue_folder
     from statequeue.store.fsck import fsck as run_fsck
+
+    refuse_store_url(ctx, "fsck")
 
     glob = ctx.obj or {}
     folder = queue_folder(
@@ -159,6 +175,7 @@ def drop(
     ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
 ) -> None:
     """Delete a queue with all its items, results and logs.
 
@@ -166,6 +183,7 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
+    refuse_store_url(ctx, "drop")
     from statequeue.store.folder import remove_queue_folder
 
     folder = _refuse_if_running(name, home if home is not None else (ctx.obj or {}).get("home"))

@@ -29,6 +29,28 @@ QueueOpt = Annotated[
         autocompletion=complete_queue,
     ),
 ]
+STORE_KEY = "statequeue.store"
+
+
+def _remember_store(ctx: typer.Context, value: str | None) -> str | None:
+    # ctx.meta is shared by the whole command chain: a command's --store
+    # (parsed after the global one) wins, as its --home and --queue do.
+    if value is not None:
+        ctx.meta[STORE_KEY] = value
+    return value
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        help="PostgreSQL store: postgresql://USER@HOST/DB or a libpq conninfo "
+        "\\[env: STATEQUEUE_STORE; default: the local journal under --home].",
+        show_default=False,
+        callback=_remember_store,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
@@ -49,9 +71,26 @@ def open_queue(
         home=home if home is not None else glob.get("home"),
         create=create,
         auto_compact=auto_compact,
+        store=store_url(ctx),
     )
     ctx.call_on_close(q.close)
     from statequeue.cli.render import print_notices
 
     print_notices(q.notices())
     return q
+
+
+def store_url(ctx: typer.Context) -> str | None:
+    """The PostgreSQL store chosen by --store or $STATEQUEUE_STORE, or None."""
+    from statequeue.store.opening import chosen_url
+
+    given = ctx.meta.get(STORE_KEY)
+    return chosen_url(given if isinstance(given, str) else None)
+
+
+def refuse_store_url(ctx: typer.Context, command: str) -> None:
+    """UsageError for a command that works on local queue folders only (for now)."""
+    if store_url(ctx) is not None:
+        from statequeue.errors import UsageError
+
+        raise UsageError(f"`{command}` does not work with a PostgreSQL store yet")

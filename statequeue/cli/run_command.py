@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from statequeue.cli.app import app
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, open_queue
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json
 from statequeue.exitcodes import ExitCode
 
@@ -154,6 +154,7 @@ def run(
     ] = 0,
     json: JsonOpt = False,
     home: HomeOpt = None,
+    store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> int:
     """Run COMMAND once per pending item, recording each result before the next.

@@ -7,7 +7,6 @@ work as libpq defines them, since libpq itself parses what is given here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,30 +15,14 @@ import psycopg
 import psycopg.conninfo
 
 from statequeue.errors import InvalidStoreUrl, StateQueueError, StoreUnreachable
+from statequeue.store import urls
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
-_URL_PASSWORD = re.compile(r"(?P<keep>://[^/@:?#]*:)[^@/?#]*@")
-_PARAM_PASSWORD = re.compile(r"(?P<keep>[?&]password=)[^&#]*", re.IGNORECASE)
-_CONNINFO_PASSWORD = re.compile(
-    r"(?P<keep>\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE
-)
-
-
-def is_store_url(spec: str) -> bool:
-    """True when ``spec`` names a PostgreSQL store (a URL or a conninfo)."""
-    return spec.startswith(("postgresql://", "postgres://")) or "=" in spec
-
 
 def mask(text: str, url: str = "") -> str:
-    """``text`` with any password (in URL, query or conninfo form) shown as ***."""
-    text = _URL_PASSWORD.sub(r"\g<keep>***@", text)
-    text = _PARAM_PASSWORD.sub(r"\g<keep>***", text)
-    text = _CONNINFO_PASSWORD.sub(r"\g<keep>***", text)
-    password = _password_of(url)
-    if password:
-        text = text.replace(password, "***")
-    return text
+    """``text`` with any password shown as ***, including ``url``'s wherever it appears."""
+    return urls.mask(text, _password_of(url))
 
 
 def _password_of(url: str) -> str:

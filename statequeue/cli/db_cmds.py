@@ -1,0 +1,43 @@
+"""`statequeue db ...`: managing the PostgreSQL store's database."""
+
+from __future__ import annotations
+
+import typer
+
+from statequeue.cli.app import app
+from statequeue.cli.options import JsonOpt, StoreOpt, store_url
+from statequeue.cli.render import emit_json
+
+db_app = typer.Typer(
+    help="Manage the PostgreSQL store's database (see README, Many machines).",
+    no_args_is_help=True,
+)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command()
+def migrate(ctx: typer.Context, json: JsonOpt = False, store: StoreOpt = None) -> None:
+    """Create or upgrade the statequeue schema in the database (opening a store does it too).
+
+    Example: statequeue db migrate --store postgresql://sq@db.example/queues
+    """
+    from statequeue.errors import UsageError
+
+    url = store_url(ctx)
+    if url is None:
+        raise UsageError("`db migrate` needs --store URL or STATEQUEUE_STORE")
+    from statequeue.store.postgres.connection import connect, guarded
+    from statequeue.store.postgres.schema import migrate as run_migrate
+
+    conn = connect(url)
+    try:
+        with guarded(url):
+            before, after = run_migrate(conn)
+    finally:
+        conn.close()
+    if json:
+        emit_json({"schema": 1, "version_before": before, "version": after})
+    elif before == after:
+        typer.echo(f"schema is up to date (version {after})")
+    else:
+        typer.echo(f"schema migrated from version {before} to {after}")

@@ -1,0 +1,36 @@
+"""Choosing and opening a queue's store: the local journal, or PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from statequeue.errors import InvalidStoreUrl, UsageError
+from statequeue.store.base import Store
+from statequeue.store.urls import ENV_STORE, is_store_url, mask
+
+
+def chosen_url(store: str | None) -> str | None:
+    """The store URL given (``--store``), else $STATEQUEUE_STORE; None: the local journal."""
+    spec = store if store is not None else os.environ.get(ENV_STORE, "")
+    return spec or None
+
+
+def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
+    """The PostgreSQL store at ``url`` for queue ``name`` (psycopg is imported only here)."""
+    if not is_store_url(url):
+        raise InvalidStoreUrl(
+            f"invalid store URL {mask(url)!r}: expected postgresql://... or a libpq conninfo"
+        )
+    try:
+        from statequeue.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise UsageError(
+            f"the PostgreSQL store needs psycopg ({exc.name} is missing): "
+            "pip install 'statequeue[postgres]'"
+        ) from None
+    # Logs of attempts running on this host stay local for now (a later step
+    # stores them in the database); hidden from `queues` by the leading dot.
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (scratch / "logs").mkdir(exist_ok=True, mode=0o700)
+    return PostgresStore(url, name, create=create, scratch=scratch)
