@@ -17,15 +17,22 @@ def boot_id() -> str:
         return ""
 
 
+def host_name() -> str:
+    """$STATEQUEUE_HOST, else the machine's host name. The override is for
+    containers that share a host name, and tests that play several hosts."""
+    import socket  # here, not at the top: enqueue never needs it
+
+    return os.environ.get("STATEQUEUE_HOST") or socket.gethostname()
+
+
 def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
     """A fresh identity for a runner starting now in this process."""
-    import socket  # here, not at the top: enqueue never needs them
-    import uuid
+    import uuid  # here, not at the top: enqueue never needs it
 
     return RunnerInfo(
         runner_id=uuid.uuid4().hex[:16],
         pid=os.getpid(),
-        host=socket.gethostname(),
+        host=host_name(),
         boot_id=boot_id(),
         started_at=time.time(),
         command=command,

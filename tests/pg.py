@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ def find_bin_dir() -> Path | None:
     candidates = [os.environ.get("STATEQUEUE_PG_BIN", "")]
     versions = glob.glob("/usr/lib/postgresql/*/bin")
     candidates += sorted(versions, key=lambda p: int(Path(p).parent.name), reverse=True)
-    candidates += glob.glob("/usr/pgsql-*/bin") + ["/usr/local/pgsql/bin"]
+    candidates += [*glob.glob("/usr/pgsql-*/bin"), "/usr/local/pgsql/bin"]
     on_path = shutil.which("pg_ctl")
     candidates += [str(Path(on_path).parent)] if on_path else []
     for folder in filter(None, candidates):
@@ -45,7 +45,7 @@ class PgCluster:
     bin_dir: Path
     root: Path
     as_user: list[str]
-    _names: Iterator[int] = itertools.count(1)
+    _names: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
     def socket_dir(self) -> Path:

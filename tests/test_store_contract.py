@@ -14,9 +14,9 @@ import pytest
 from statequeue.errors import RunnerActive, StateQueueError
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, OnInterrupted, Outcome
+from statequeue.store.base import Store
 from statequeue.store.journal_store import JournalStore
 from statequeue.store.memory import MemoryStore
-from statequeue.store.base import Store
 
 OK = Outcome(ok=True)
 BAD = Outcome(ok=False, exit_code=1, reason="exit code 1")
