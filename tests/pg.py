@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -96,21 +97,23 @@ def _start_cluster(bin_dir: Path) -> PgCluster:
     return cluster
 
 
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test, or fail it when STATEQUEUE_REQUIRE_PG=1 (CI)."""
+    if os.environ.get("STATEQUEUE_REQUIRE_PG") == "1":
+        pytest.fail(f"{reason}, and STATEQUEUE_REQUIRE_PG=1", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
     """The session's PostgreSQL cluster, stopped (by its data folder's pid file) at the end."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
-        reason = "PostgreSQL binaries (initdb, pg_ctl) not found"
-        if os.environ.get("STATEQUEUE_REQUIRE_PG") == "1":
-            pytest.fail(f"{reason}, and STATEQUEUE_REQUIRE_PG=1")
-        pytest.skip(reason)
+        unavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        if os.environ.get("STATEQUEUE_REQUIRE_PG") == "1":
-            pytest.fail("psycopg is not installed, and STATEQUEUE_REQUIRE_PG=1")
-        pytest.skip("psycopg is not installed")
+        unavailable("psycopg is not installed")
     cluster = _start_cluster(bin_dir)
     try:
         yield cluster

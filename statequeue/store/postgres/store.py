@@ -22,15 +22,15 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from psycopg.types.json import Jsonb
 
-from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActive, UsageError
+from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActive
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.postgres import reads, sql
+from statequeue.store.postgres import reads, sql, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
@@ -99,34 +99,6 @@ class PostgresStore(Store):
         if found.fetchone() is None:
             raise QueueNotFound(f"no queue {self.name!r} in the PostgreSQL store")
 
-    def _lock_queue(self, conn: Connection) -> tuple[int, bool]:
-        """Lock the queue's row (serialises enqueues, runner registration and
-        user actions); returns its next id and whether it is paused."""
-        row = conn.execute(
-            "SELECT next_id, paused FROM statequeue.queues WHERE name = %s FOR UPDATE",
-            (self.name,),
-        ).fetchone()
-        if row is None:
-            raise QueueNotFound(f"no queue {self.name!r} in the PostgreSQL store")
-        return int(row[0]), bool(row[1])
-
-    def _event(self, conn: Connection, record: Record) -> None:
-        conn.execute(
-            "INSERT INTO statequeue.events (queue, id, body) VALUES (%s, %s, %s)",
-            (self.name, record.get("id"), Jsonb(record)),
-        )
-
-    def _count(self, conn: Connection, changes: dict[str, int]) -> None:
-        rows = [(self.name, s, d) for s, d in changes.items() if d]
-        if rows:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO statequeue.count_deltas (queue, state, delta) VALUES (%s, %s, %s)",
-                    rows,
-                )
-
-    # -- writing -------------------------------------------------------------
-
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
         unique = list(dict.fromkeys(items))
         added = 0
@@ -135,7 +107,7 @@ class PostgresStore(Store):
             with self._tx() as conn:
                 # The row lock serialises enqueuers of this queue: ids follow
                 # input order, and two enqueuers cannot deadlock on the index.
-                first, _ = self._lock_queue(conn)
+                first, _ = writes.lock_queue(conn, self.name)
                 row = conn.execute(
                     sql.ENQUEUE, {"q": self.name, "items": batch, "first": first}
                 ).fetchone()
@@ -145,8 +117,10 @@ class PostgresStore(Store):
                         "UPDATE statequeue.queues SET next_id = next_id + %s WHERE name = %s",
                         (n, self.name),
                     )
-                    self._count(conn, {"pending": n})
-                    self._event(conn, {"t": "enq", "id": first, "n": n, "at": _now()})
+                    writes.count(conn, self.name, {"pending": n})
+                    writes.event(
+                        conn, self.name, {"t": "enq", "id": first, "n": n, "at": writes.now()}
+                    )
             added += n
         return EnqueueResult(added=added, skipped=len(items) - added)
 
@@ -190,14 +164,14 @@ class PostgresStore(Store):
             target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
         with self._tx(sync=sync) as conn:
             self._held(conn, claim)
-            self._record_result(conn, claim, outcome, target)
+            writes.record_result(conn, self.name, claim, outcome, target)
             key = {"q": self.name, "id": claim.item_id}
             if target is ItemState.DONE:
                 conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
                 conn.execute(
                     "UPDATE statequeue.items SET state = 'done', attempts = %(a)s, reason = %(r)s"
                     " WHERE queue = %(q)s AND id = %(id)s",
-                    {**key, "a": claim.attempt, "r": _safe(outcome.reason)},
+                    {**key, "a": claim.attempt, "r": writes.safe(outcome.reason)},
                 )
             else:
                 conn.execute(
@@ -209,13 +183,13 @@ class PostgresStore(Store):
                         **key,
                         "s": target.value,
                         "at": retry_at,
-                        "r": _safe(outcome.reason),
-                        "e": _safe(outcome.stderr_tail),
+                        "r": writes.safe(outcome.reason),
+                        "e": writes.safe(outcome.stderr_tail),
                         "now": time.time(),
                     },
                 )
-            self._count(conn, {"running": -1, target.value: 1})
-            self._event(conn, _end_record(claim, outcome, target, retry_at))
+            writes.count(conn, self.name, {"running": -1, target.value: 1})
+            writes.event(conn, self.name, writes.end_record(claim, outcome, target, retry_at))
         return target
 
     def _held(self, conn: Connection, claim: Claim) -> tuple[int, int]:
@@ -229,30 +203,6 @@ class PostgresStore(Store):
                 f"(token {claim.token} is stale); nothing was recorded"
             )
         return int(row[0]), int(row[1])
-
-    def _record_result(
-        self, conn: Connection, claim: Claim, outcome: Outcome, target: ItemState
-    ) -> None:
-        conn.execute(
-            "INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,"
-            " signal, duration, reason, result, err, at) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-            " %s, %s, %s, %s, %s, %s)",
-            (
-                claim.token,
-                self.name,
-                claim.item_id,
-                claim.attempt,
-                target.value,
-                outcome.ok,
-                outcome.exit_code,
-                outcome.signal,
-                outcome.duration,
-                _safe(outcome.reason),
-                None if outcome.result is None else Jsonb(outcome.result),
-                _safe(outcome.stderr_tail),
-                time.time(),
-            ),
-        )
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         with self._tx() as conn:
@@ -268,13 +218,15 @@ class PostgresStore(Store):
                     "id": claim.item_id,
                     "a": attempts,
                     "i": claim.interrupted,
-                    "r": _safe(reason),
+                    "r": writes.safe(reason),
                     "now": time.time(),
                 },
             )
-            self._count(conn, {"running": -1, "pending": 1})
+            writes.count(conn, self.name, {"running": -1, "pending": 1})
             rec: Record = {"t": "intr", "id": claim.item_id, "attempt": claim.attempt}
-            self._event(conn, {**rec, "state": "pending", "reason": reason, "at": _now()})
+            writes.event(
+                conn, self.name, {**rec, "state": "pending", "reason": reason, "at": writes.now()}
+            )
 
     def sync(self) -> None:
         # A synchronous commit that writes WAL flushes every earlier
@@ -290,54 +242,20 @@ class PostgresStore(Store):
         report = RecoveryReport()
         with self._tx() as conn:
             for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": self.name, "now": time.time()}):
-                lost = {"t": "stop", "runner": rid, "reason": "died", "at": _now()}
-                self._event(conn, {**lost, "by": os.getpid()})
+                lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
+                writes.event(conn, self.name, {**lost, "by": os.getpid()})
             for item_id, attempts, crashes in conn.execute(sql.ORPHANED, {"q": self.name}):
                 n = int(crashes) + 1
-                target, bucket = _policy(on_interrupted, n, max_crashes, report)
-                self._recover_one(conn, int(item_id), int(attempts), n, target, on_interrupted)
+                target, bucket = writes.policy(on_interrupted, n, max_crashes, report)
+                writes.recover_one(
+                    conn, self.name, int(item_id), int(attempts), n, target, on_interrupted
+                )
                 bucket.append(int(item_id))
         return report
 
-    def _recover_one(
-        self,
-        conn: Connection,
-        item_id: int,
-        attempt: int,
-        crashes: int,
-        target: ItemState,
-        policy: OnInterrupted,
-    ) -> None:
-        reason = f"interrupted: its runner died during attempt {attempt}"
-        if target is ItemState.HELD and policy is OnInterrupted.RETRY:
-            reason = f"poison: in flight during {crashes} runner crashes; held"
-        crashed = target is ItemState.PENDING
-        conn.execute(
-            "UPDATE statequeue.live SET state = %(s)s, crashes = %(c)s, interrupted = %(i)s,"
-            " token = NULL, runner = NULL, holder = NULL, reason = %(r)s, changed_at = %(now)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
-            {
-                "q": self.name,
-                "id": item_id,
-                "s": target.value,
-                "c": crashes,
-                "i": crashed,
-                "r": reason,
-                "now": time.time(),
-            },
-        )
-        self._count(conn, {"running": -1, target.value: 1})
-        rec: Record = {"t": "intr", "id": item_id, "attempt": attempt, "state": target.value}
-        rec.update(reason=reason, at=_now(), crashes=crashes)
-        if crashed:
-            rec["crashed"] = True
-        self._event(conn, rec)
-
-    # -- runners ---------------------------------------------------------------
-
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         with self._tx() as conn:
-            self._lock_queue(conn)
+            writes.lock_queue(conn, self.name)
             others = [
                 r for r in reads.active_runners(conn, self.name) if r.runner_id != runner.runner_id
             ]
@@ -365,7 +283,7 @@ class PostgresStore(Store):
             )
             rec: Record = {"t": "run", "runner": runner.runner_id, "pid": runner.pid}
             rec.update(host=runner.host, boot=runner.boot_id, since=runner.started_at)
-            self._event(conn, {**rec, "cmd": list(runner.command)})
+            writes.event(conn, self.name, {**rec, "cmd": list(runner.command)})
 
     def unregister_runner(self, runner_id: str) -> None:
         with self._tx() as conn:
@@ -373,7 +291,7 @@ class PostgresStore(Store):
                 "UPDATE statequeue.runners SET stopped_at = %s WHERE queue = %s AND runner_id = %s",
                 (time.time(), self.name, runner_id),
             )
-            self._event(conn, {"t": "stop", "runner": runner_id, "at": _now()})
+            writes.event(conn, self.name, {"t": "stop", "runner": runner_id, "at": writes.now()})
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._guard():
@@ -397,83 +315,20 @@ class PostgresStore(Store):
         self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
     ) -> list[int]:
         allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
-        return self._set_state(ids, ItemState.PENDING, allowed, "retry")
+        with self._tx() as conn:
+            return writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
-        return self._set_state(ids, ItemState.CANCELLED, allowed, "cancel")
-
-    def _set_state(
-        self,
-        ids: Sequence[int] | None,
-        target: ItemState,
-        allowed: tuple[ItemState, ...],
-        verb: str,
-    ) -> list[int]:
         with self._tx() as conn:
-            self._lock_queue(conn)
-            if ids is None:
-                rows = conn.execute(
-                    "SELECT id, state FROM statequeue.live WHERE queue = %s AND state = ANY(%s)"
-                    " ORDER BY id FOR UPDATE",
-                    (self.name, [s.value for s in allowed]),
-                ).fetchall()
-                chosen = [(int(i), str(s)) for i, s in rows]
-            else:
-                chosen = [
-                    (i, self._check_state(conn, i, allowed, verb)) for i in dict.fromkeys(ids)
-                ]
-            reason = f"{verb} by user"
-            for item_id, old in chosen:
-                self._move(conn, item_id, target, reason)
-                self._count(conn, {old: -1, target.value: 1})
-                rec: Record = {"t": "set", "id": item_id, "state": target.value}
-                self._event(conn, {**rec, "reason": reason, "at": _now()})
-            return [i for i, _ in chosen]
-
-    def _move(self, conn: Connection, item_id: int, target: ItemState, reason: str) -> None:
-        key = {"q": self.name, "id": item_id, "r": reason, "now": time.time()}
-        if target is ItemState.CANCELLED:
-            conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
-            conn.execute(
-                "UPDATE statequeue.items SET state = 'cancelled', reason = %(r)s"
-                " WHERE queue = %(q)s AND id = %(id)s",
-                key,
-            )
-            return
-        conn.execute(
-            "UPDATE statequeue.live SET state = 'pending', retry_at = NULL, failures = 0,"
-            " crashes = 0, interrupted = false, reason = %(r)s, changed_at = %(now)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
-            key,
-        )
-
-    def _check_state(
-        self, conn: Connection, item_id: int, allowed: tuple[ItemState, ...], verb: str
-    ) -> str:
-        key = {"q": self.name, "id": item_id}
-        row = conn.execute(
-            "SELECT state FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s FOR UPDATE", key
-        ).fetchone()
-        if row is None:
-            row = conn.execute(
-                "SELECT state FROM statequeue.items WHERE queue = %(q)s AND id = %(id)s", key
-            ).fetchone()
-            if row is None:
-                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-            raise UsageError(f"cannot {verb} item {item_id}: it is {row[0]}")
-        state = str(row[0])
-        if state not in allowed:
-            names = ", ".join(s.value for s in allowed)
-            raise UsageError(f"cannot {verb} item {item_id}: it is {state} (must be {names})")
-        return state
+            return writes.set_state(conn, self.name, ids, ItemState.CANCELLED, allowed, "cancel")
 
     def set_paused(self, paused: bool) -> None:
         with self._tx() as conn:
             conn.execute(
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
-            self._event(conn, {"t": "pause", "paused": paused, "at": _now()})
+            writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
 
     def compact(self) -> CompactResult:
         """Folds the count deltas into the counters. Moving finished items'
@@ -534,43 +389,3 @@ class PostgresStore(Store):
 
     def notices(self) -> list[str]:
         return []
-
-
-def _policy(
-    policy: OnInterrupted, crashes: int, max_crashes: int, report: RecoveryReport
-) -> tuple[ItemState, list[int]]:
-    if policy is OnInterrupted.FAIL:
-        return ItemState.FAILED, report.failed
-    if policy is OnInterrupted.HOLD or crashes >= max_crashes:
-        return ItemState.HELD, report.held
-    return ItemState.PENDING, report.retried
-
-
-def _safe(text: str) -> str:
-    """Text PostgreSQL can hold: no NUL, no lone surrogate (stderr may have both)."""
-    if text.isascii() and "\0" not in text:
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\x00")
-
-
-def _now() -> float:
-    return round(time.time(), 3)
-
-
-def _end_record(
-    claim: Claim, outcome: Outcome, target: ItemState, retry_at: float | None
-) -> Record:
-    rec: Record = {"t": "end", "id": claim.item_id, "attempt": claim.attempt}
-    rec.update(state=target.value, ok=outcome.ok, at=_now(), dur=round(outcome.duration, 6))
-    optional: dict[str, Any] = {
-        "exit": outcome.exit_code,
-        "sig": outcome.signal,
-        "err": _safe(outcome.stderr_tail),
-        "reason": _safe(outcome.reason),
-        "result": outcome.result,
-        "timeout": outcome.timed_out or None,
-        "retry_at": retry_at if not outcome.ok else None,
-        "token": claim.token,
-    }
-    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
-    return rec

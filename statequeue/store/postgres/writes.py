@@ -1,0 +1,217 @@
+"""The PostgreSQL store's writes inside a caller's transaction: counts,
+events, results, recovery of one item, and the user's state changes.
+
+Every function takes the open transaction's connection and the queue name;
+none commits (the store's ``_tx`` does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+from statequeue.errors import ItemNotFound, QueueNotFound, UsageError
+from statequeue.models import Claim, ItemState, OnInterrupted, Outcome
+from statequeue.records import Record
+from statequeue.store.postgres.connection import Connection
+
+if TYPE_CHECKING:
+    from statequeue.views import RecoveryReport
+
+
+def lock_queue(conn: Connection, queue: str) -> tuple[int, bool]:
+    """Lock the queue's row (serialises enqueues, runner registration and
+    user actions); returns its next id and whether it is paused."""
+    row = conn.execute(
+        "SELECT next_id, paused FROM statequeue.queues WHERE name = %s FOR UPDATE",
+        (queue,),
+    ).fetchone()
+    if row is None:
+        raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
+    return int(row[0]), bool(row[1])
+
+
+def event(conn: Connection, queue: str, record: Record) -> None:
+    conn.execute(
+        "INSERT INTO statequeue.events (queue, id, body) VALUES (%s, %s, %s)",
+        (queue, record.get("id"), Jsonb(record)),
+    )
+
+
+def count(conn: Connection, queue: str, changes: dict[str, int]) -> None:
+    rows = [(queue, s, d) for s, d in changes.items() if d]
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO statequeue.count_deltas (queue, state, delta) VALUES (%s, %s, %s)",
+                rows,
+            )
+
+
+def record_result(
+    conn: Connection, queue: str, claim: Claim, outcome: Outcome, target: ItemState
+) -> None:
+    conn.execute(
+        "INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,"
+        " signal, duration, reason, result, err, at) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+        " %s, %s, %s, %s, %s, %s)",
+        (
+            claim.token,
+            queue,
+            claim.item_id,
+            claim.attempt,
+            target.value,
+            outcome.ok,
+            outcome.exit_code,
+            outcome.signal,
+            outcome.duration,
+            safe(outcome.reason),
+            None if outcome.result is None else Jsonb(outcome.result),
+            safe(outcome.stderr_tail),
+            time.time(),
+        ),
+    )
+
+
+def recover_one(
+    conn: Connection,
+    queue: str,
+    item_id: int,
+    attempt: int,
+    crashes: int,
+    target: ItemState,
+    policy: OnInterrupted,
+) -> None:
+    reason = f"interrupted: its runner died during attempt {attempt}"
+    if target is ItemState.HELD and policy is OnInterrupted.RETRY:
+        reason = f"poison: in flight during {crashes} runner crashes; held"
+    crashed = target is ItemState.PENDING
+    conn.execute(
+        "UPDATE statequeue.live SET state = %(s)s, crashes = %(c)s, interrupted = %(i)s,"
+        " token = NULL, runner = NULL, holder = NULL, reason = %(r)s, changed_at = %(now)s"
+        " WHERE queue = %(q)s AND id = %(id)s",
+        {
+            "q": queue,
+            "id": item_id,
+            "s": target.value,
+            "c": crashes,
+            "i": crashed,
+            "r": reason,
+            "now": time.time(),
+        },
+    )
+    count(conn, queue, {"running": -1, target.value: 1})
+    rec: Record = {"t": "intr", "id": item_id, "attempt": attempt, "state": target.value}
+    rec.update(reason=reason, at=now(), crashes=crashes)
+    if crashed:
+        rec["crashed"] = True
+    event(conn, queue, rec)
+
+
+def set_state(
+    conn: Connection,
+    queue: str,
+    ids: Sequence[int] | None,
+    target: ItemState,
+    allowed: tuple[ItemState, ...],
+    verb: str,
+) -> list[int]:
+    """Move the items (``ids``, or every one in ``allowed``) to ``target``,
+    after checking every one (ItemNotFound or UsageError, nothing changed)."""
+    lock_queue(conn, queue)
+    if ids is None:
+        rows = conn.execute(
+            "SELECT id, state FROM statequeue.live WHERE queue = %s AND state = ANY(%s)"
+            " ORDER BY id FOR UPDATE",
+            (queue, [s.value for s in allowed]),
+        ).fetchall()
+        chosen = [(int(i), str(s)) for i, s in rows]
+    else:
+        chosen = [(i, check_state(conn, queue, i, allowed, verb)) for i in dict.fromkeys(ids)]
+    reason = f"{verb} by user"
+    for item_id, old in chosen:
+        move(conn, queue, item_id, target, reason)
+        count(conn, queue, {old: -1, target.value: 1})
+        rec: Record = {"t": "set", "id": item_id, "state": target.value}
+        event(conn, queue, {**rec, "reason": reason, "at": now()})
+    return [i for i, _ in chosen]
+
+
+def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: str) -> None:
+    key = {"q": queue, "id": item_id, "r": reason, "now": time.time()}
+    if target is ItemState.CANCELLED:
+        conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
+        conn.execute(
+            "UPDATE statequeue.items SET state = 'cancelled', reason = %(r)s"
+            " WHERE queue = %(q)s AND id = %(id)s",
+            key,
+        )
+        return
+    conn.execute(
+        "UPDATE statequeue.live SET state = 'pending', retry_at = NULL, failures = 0,"
+        " crashes = 0, interrupted = false, reason = %(r)s, changed_at = %(now)s"
+        " WHERE queue = %(q)s AND id = %(id)s",
+        key,
+    )
+
+
+def check_state(
+    conn: Connection, queue: str, item_id: int, allowed: tuple[ItemState, ...], verb: str
+) -> str:
+    key = {"q": queue, "id": item_id}
+    row = conn.execute(
+        "SELECT state FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s FOR UPDATE", key
+    ).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT state FROM statequeue.items WHERE queue = %(q)s AND id = %(id)s", key
+        ).fetchone()
+        if row is None:
+            raise ItemNotFound(f"no item {item_id} in queue {queue!r}")
+        raise UsageError(f"cannot {verb} item {item_id}: it is {row[0]}")
+    state = str(row[0])
+    if state not in allowed:
+        names = ", ".join(s.value for s in allowed)
+        raise UsageError(f"cannot {verb} item {item_id}: it is {state} (must be {names})")
+    return state
+
+
+def policy(
+    policy: OnInterrupted, crashes: int, max_crashes: int, report: RecoveryReport
+) -> tuple[ItemState, list[int]]:
+    if policy is OnInterrupted.FAIL:
+        return ItemState.FAILED, report.failed
+    if policy is OnInterrupted.HOLD or crashes >= max_crashes:
+        return ItemState.HELD, report.held
+    return ItemState.PENDING, report.retried
+
+
+def safe(text: str) -> str:
+    """Text PostgreSQL can hold: no NUL, no lone surrogate (stderr may have both)."""
+    if text.isascii() and "\0" not in text:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\x00")
+
+
+def now() -> float:
+    return round(time.time(), 3)
+
+
+def end_record(claim: Claim, outcome: Outcome, target: ItemState, retry_at: float | None) -> Record:
+    rec: Record = {"t": "end", "id": claim.item_id, "attempt": claim.attempt}
+    rec.update(state=target.value, ok=outcome.ok, at=now(), dur=round(outcome.duration, 6))
+    optional: dict[str, Any] = {
+        "exit": outcome.exit_code,
+        "sig": outcome.signal,
+        "err": safe(outcome.stderr_tail),
+        "reason": safe(outcome.reason),
+        "result": outcome.result,
+        "timeout": outcome.timed_out or None,
+        "retry_at": retry_at if not outcome.ok else None,
+        "token": claim.token,
+    }
+    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    return rec
