@@ -9,7 +9,10 @@ from statequeue.cli.options import JsonOpt, StoreOpt, store_url
 from statequeue.cli.render import emit_json
 
 db_app = typer.Typer(
-    help="Manage the PostgreSQL store's database (see README, Many machines).",
+    help=(
+        "Manage the PostgreSQL store's database (see README, Many machines).\n\n"
+        "Example: statequeue db migrate --store postgresql://sq@db.example/queues"
+    ),
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
