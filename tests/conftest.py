@@ -20,6 +20,9 @@ def sq_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("STATEQUEUE_HOME", str(home))
     monkeypatch.delenv("STATEQUEUE_QUEUE", raising=False)
     monkeypatch.delenv("STATEQUEUE_TEST_CRASH", raising=False)
+    # A developer's own PostgreSQL store or host name must not leak into tests.
+    monkeypatch.delenv("STATEQUEUE_STORE", raising=False)
+    monkeypatch.delenv("STATEQUEUE_HOST", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     return home
 

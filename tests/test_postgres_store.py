@@ -3,10 +3,14 @@ schema versions, and how the CLI reaches it (real server, see tests/pg.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -205,3 +209,47 @@ def test_cold_enqueue_does_not_import_psycopg(sq_env: dict[str, str]) -> None:
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([STATEQUEUE, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_killed_runner_item_is_recovered_by_the_next_run(
+    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**sq_env, "STATEQUEUE_STORE": pg_url}
+    assert _cli(env, "enqueue", "slow").returncode == 0
+    pid_file = tmp_path / "child.pid"
+    job = f"echo $$ > {pid_file}; exec sleep 60"
+    runner = subprocess.Popen(
+        [STATEQUEUE, "run", "--", "sh", "-c", job],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    child = 0
+    try:
+        _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        child = int(pid_file.read_text())
+        os.kill(runner.pid, signal.SIGKILL)  # the whole host dies: runner, then child
+        runner.wait(timeout=30)
+        os.kill(child, signal.SIGKILL)
+        with Queue(store=pg_url) as q:
+            _wait_for(lambda: q.status().interrupted == (1,))
+    finally:
+        for pid in (runner.pid, child):
+            with contextlib.suppress(ProcessLookupError):
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+        runner.wait(timeout=30)
+    done = _cli(env, "run", "--", "true")
+    assert done.returncode == 0, done.stderr
+    with Queue(store=pg_url) as q:
+        [result] = q.results()
+        assert (result.state, result.attempt) == (ItemState.DONE, 2)
+        assert q.history(1).events[-1]["t"] == "end"
+
+
+def _wait_for(condition: Callable[[], bool], deadline: float = 60.0) -> None:
+    """Poll ``condition`` until it holds (a generous deadline, not a timing assertion)."""
+    end = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.05)
