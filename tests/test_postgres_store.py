@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -253,3 +254,53 @@ def _wait_for(condition: Callable[[], bool], deadline: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < end, "condition not reached"
         time.sleep(0.05)
+
+
+def test_concurrent_opens_of_an_empty_database_migrate_once(pg_url: str) -> None:
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            PostgresStore(pg_url, "q").close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert _sql(pg_url, "SELECT version FROM statequeue.schema_version") == [(1,)]
+
+
+def test_concurrent_enqueues_neither_deadlock_nor_interleave(pg_url: str) -> None:
+    items = [f"item-{i}" for i in range(3000)]
+    inputs = [items, list(reversed(items))]
+    barrier = threading.Barrier(2)
+    added: list[int] = []
+    errors: list[BaseException] = []
+
+    def enqueue(batch: list[str]) -> None:
+        s = PostgresStore(pg_url, "q")
+        try:
+            barrier.wait()
+            added.append(s.enqueue(batch).added)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=enqueue, args=(b,)) for b in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and sorted(added) == [0, 3000]
+    rows = _sql(pg_url, "SELECT id, item FROM statequeue.items ORDER BY id")
+    assert [r[0] for r in rows] == list(range(1, 3001))
+    # One enqueuer took all of them, in its own input order.
+    order = [bytes(r[1]).decode() for r in rows]  # type: ignore[arg-type]
+    assert order in inputs
