@@ -21,6 +21,7 @@ from statequeue.identity import new_runner
 from statequeue.models import ItemState, Outcome
 from statequeue.queue import Queue
 from tests.conftest import STATEQUEUE
+from tests.pg import PgCluster
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
@@ -304,3 +305,25 @@ def test_concurrent_enqueues_neither_deadlock_nor_interleave(pg_url: str) -> Non
     # One enqueuer took all of them, in its own input order.
     order = [bytes(r[1]).decode() for r in rows]  # type: ignore[arg-type]
     assert order in inputs
+
+
+def test_acknowledged_results_survive_an_immediate_server_stop(
+    pg_cluster: PgCluster, pg_url: str
+) -> None:
+    # A database whose default trades durability away: the store must not inherit it.
+    dbname = pg_url.split("@/")[1].split("?")[0]
+    _sql(pg_url, f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
+    store = PostgresStore(pg_url, "q")
+    store.enqueue(["a", "b", "c"])
+    runner = new_runner()
+    while (claim := store.claim(runner)) is not None:
+        store.finish(claim, OK)
+    store.close()
+    pg_cluster.stop("immediate")  # no checkpoint, no flush: as a power cut for the server
+    pg_cluster.start()
+    store = PostgresStore(pg_url, "q")
+    try:
+        assert [r.item for r in store.results()] == ["a", "b", "c"]
+        assert store.status().counts["done"] == 3
+    finally:
+        store.close()

@@ -59,6 +59,10 @@ class PostgresStore(Store):
         into the database in a later step)."""
         self._conn: Connection = connect(url)
         with self._guard():
+            # Whatever the database's default: a result is on the server's
+            # disk before finish() returns (promise 1); finish(sync=False)
+            # lowers it per transaction, for group commit.
+            self._conn.execute("SET synchronous_commit = on")
             migrate(self._conn)
             self._session = self._hold_session()
             self._open_queue(create)
