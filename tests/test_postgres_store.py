@@ -175,8 +175,11 @@ def test_run_end_to_end_through_the_environment(pg_url: str, sq_env: dict[str, s
     assert status["counts"]["done"] == 3 and status["total"] == 3
     results = _cli(env, "results", "--json").stdout.splitlines()
     assert [json.loads(r)["item"] for r in results] == ["a", "b", "c"]
-    # Nothing went to the local journal.
-    assert not (Path(env["STATEQUEUE_HOME"]) / "default").exists()
+    # Nothing went to the local journal; this host's scratch folders are private.
+    home = Path(env["STATEQUEUE_HOME"])
+    assert not (home / "default").exists()
+    for folder in (home, home / ".postgres", home / ".postgres" / "default"):
+        assert folder.stat().st_mode & 0o077 == 0, folder
 
 
 def test_queue_api_takes_a_store_url(pg_url: str) -> None:

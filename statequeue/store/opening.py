@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from statequeue.errors import InvalidStoreUrl, UsageError
+from statequeue.location import ensure_dir
 from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
 
@@ -31,6 +32,6 @@ def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
         ) from None
     # Logs of attempts running on this host stay local for now (a later step
     # stores them in the database); hidden from `queues` by the leading dot.
-    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (scratch / "logs").mkdir(exist_ok=True, mode=0o700)
+    for folder in (*reversed(scratch.parents[:2]), scratch, scratch / "logs"):
+        ensure_dir(folder)  # the home, .postgres, the queue's scratch, its logs: all 0700
     return PostgresStore(url, name, create=create, scratch=scratch)
