@@ -22,7 +22,7 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     )
 
 ENQUEUE_BATCH = 20_000
+RECOVER_EVERY = 1.0
+"""Seconds between recovery passes made by ``claim`` while it finds items."""
 
 
 class PostgresStore(Store):
@@ -57,6 +59,7 @@ class PostgresStore(Store):
         self.folder = scratch
         """A local folder for this host's logs of running attempts (logs go
         into the database in a later step)."""
+        self._recovered_at = -RECOVER_EVERY
         self._conn: Connection = connect(url)
         with self._guard():
             # Whatever the database's default: a result is on the server's
@@ -136,16 +139,17 @@ class PostgresStore(Store):
         max_crashes: int = 3,
         among: Collection[int] | None = None,
     ) -> Claim | None:
-        self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
-        params = {
-            "q": self.name,
-            "now": time.time(),
-            "runner": runner.runner_id,
-            "holder": self._session,
-            "among": sorted(among) if among is not None else None,
-        }
-        with self._tx() as conn:
-            row = conn.execute(sql.CLAIM, params).fetchone()
+        # Recovery looks for dead holders in pg_locks: at most every
+        # RECOVER_EVERY seconds while claims succeed, and always before
+        # reporting that nothing is left (an orphan may be all there is).
+        recovered = False
+        if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
+            self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
+            recovered = True
+        row = self._claim_row(runner, among)
+        if row is None and not recovered:
+            self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
+            row = self._claim_row(runner, among)
         if row is None:
             return None
         item_id, item, attempt, token, interrupted, failures = row
@@ -158,6 +162,19 @@ class PostgresStore(Store):
             failures=int(failures),
             token=int(token),
         )
+
+    def _claim_row(
+        self, runner: RunnerInfo, among: Collection[int] | None
+    ) -> tuple[Any, ...] | None:
+        params = {
+            "q": self.name,
+            "now": time.time(),
+            "runner": runner.runner_id,
+            "holder": self._session,
+            "among": sorted(among) if among is not None else None,
+        }
+        with self._tx() as conn:
+            return conn.execute(sql.CLAIM, params).fetchone()
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -243,6 +260,7 @@ class PostgresStore(Store):
     ) -> RecoveryReport:
         from statequeue.views import RecoveryReport
 
+        self._recovered_at = time.monotonic()
         report = RecoveryReport()
         with self._tx() as conn:
             for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": self.name, "now": time.time()}):
