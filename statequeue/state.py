@@ -90,6 +90,20 @@ class LiveItem:
         return self._text
 
 
+def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
+    """[first, last] runs of the ids (indexes from 1 on) whose byte in
+    ``marks`` is ``mark``: found in C, one byte per id."""
+    other = 1 - mark
+    out: list[list[int]] = []
+    found = marks.find(mark, 1)
+    while found >= 0:
+        end = marks.find(other, found)
+        end = len(marks) if end < 0 else end
+        out.append([found, end - 1])
+        found = marks.find(mark, end)
+    return out
+
+
 def starts_episode(rec: Record) -> bool:
     """True for a record that starts a new episode of an item's life (what
     ``run --retries`` counts failures within): a user's ``retry`` (a ``set``
@@ -351,15 +365,7 @@ class QueueState:
 
     def absent_ids(self) -> list[list[int]]:
         """Ranges [first, last] of the ids below ``next_id`` that name no item."""
-        mask = self.codes[: self.next_id].translate(_ABSENT_MASK)
-        out: list[list[int]] = []
-        found = mask.find(1, 1)
-        while found >= 0:
-            end = mask.find(0, found)
-            end = len(mask) if end < 0 else end
-            out.append([found, end - 1])
-            found = mask.find(1, end)
-        return out
+        return id_runs(self.codes[: self.next_id].translate(_ABSENT_MASK), 1)
 
     def _on_enq(self, rec: Record, loc: int) -> None:
         self._add(rec["id"], loc, PENDING)

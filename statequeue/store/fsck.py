@@ -24,7 +24,7 @@ from statequeue.errors import NoAccess, QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import JournalFile, create_file, looks_like_record
 from statequeue.records import Record
-from statequeue.state import QueueState
+from statequeue.state import QueueState, id_runs
 from statequeue.store import checkpoint
 from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
@@ -316,19 +316,11 @@ def _unnamed(next_id: int, *named: Iterable[int]) -> list[list[int]]:
     """[first, last] runs of the ids below ``next_id`` that none of ``named``
     holds (one byte per id: a repair of a big queue stays small)."""
     seen = bytearray(max(next_id, 1))
-    seen[0] = 1
     for ids in named:
         for item_id in ids:
             if 0 < item_id < next_id:
                 seen[item_id] = 1
-    out: list[list[int]] = []
-    start = seen.find(0)
-    while start >= 0:
-        end = seen.find(1, start)
-        end = len(seen) if end < 0 else end
-        out.append([start, end - 1])
-        start = seen.find(0, end)
-    return out
+    return id_runs(seen, 0)
 
 
 def _salvage(qdir: QueueFolder, name: str, valid: list[Record], stamp: str, ops: FileOps) -> str:
