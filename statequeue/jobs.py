@@ -83,6 +83,8 @@ def child_env(
         STATEQUEUE_QUEUE=queue,
         STATEQUEUE_RESULT=result_path,
     )
+    if claim.token is not None:  # stores that fence (PostgreSQL): for the child's own fencing
+        env["STATEQUEUE_LEASE_TOKEN"] = str(claim.token)
     return env
 
 

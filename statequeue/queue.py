@@ -59,6 +59,8 @@ class Queue:
 
     ``store``: a Store, or the URL of a PostgreSQL store (``postgresql://...``
     or a libpq conninfo); by default $STATEQUEUE_STORE, else the local journal.
+    ``lease``: seconds a claim's lease lasts in a PostgreSQL store (default
+    30; at least 0.5), renewed by a heartbeat thread while the item is held.
 
     A Queue may be shared by threads: its methods take turns on the store.
     After ``os.fork`` the child reopens the queue on first use (a queue built
@@ -73,6 +75,7 @@ class Queue:
         create: bool = True,
         store: Store | str | None = None,
         auto_compact: int | None = None,
+        lease: float | None = None,
     ) -> None:
         self._reopen: Callable[[], Store] | None = None
         if store is None:
@@ -85,6 +88,8 @@ class Queue:
             folder = queue_folder(name, home)
             store = JournalStore(folder, create=create, auto_compact=auto_compact)
             self._reopen = lambda: JournalStore(folder, create=False, auto_compact=auto_compact)
+        if lease is not None:  # claims' lease, in stores that have leases
+            store.use_lease(lease)
         self._store = store
         self.name = store.name
         self._lock = threading.RLock()

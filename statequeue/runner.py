@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from statequeue.errors import KeeperLost, ResourcesExhausted, UsageError
+from statequeue.errors import ClaimLost, KeeperLost, ResourcesExhausted, UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
@@ -35,6 +35,7 @@ from statequeue.models import (
 from statequeue.queue import Queue
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
+from statequeue.store.base import MIN_LEASE
 
 __all__ = [
     "ItemFinished",
@@ -84,6 +85,8 @@ class RunOptions:
     single: bool = False
     item_on_stdin: bool = False
     log_limit: int = 1 << 20
+    lease: float | None = None
+    """Seconds each claim's lease lasts, for stores with leases (None: the store's default)."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -96,6 +99,8 @@ class RunOptions:
             raise UsageError("--limit must be >= 0")
         if self.log_limit < 0:
             raise UsageError(f"--log-limit must be >= 0 bytes, not {self.log_limit}")
+        if self.lease is not None and not self.lease >= MIN_LEASE:
+            raise UsageError(f"--lease must be at least {MIN_LEASE:g}s, not {self.lease:g}s")
         if self.verify_first and not self.verify:
             raise UsageError("--verify-first needs --verify SCRIPT")
 
@@ -182,6 +187,8 @@ class Runner:
         Raises CommandNotFound, with nothing claimed, if the command is missing."""
         check_command(self.options.command, self.spec.base_env)
         store = self.queue.store
+        if self.options.lease is not None:
+            store.use_lease(self.options.lease)
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
         self._warn_on_command_drift(earlier)
@@ -223,6 +230,7 @@ class Runner:
             else:
                 wait = self._next_deadline()
             self._wait(wait)
+            self._fence()
             self._reap()
 
     def _report_recovery(self) -> None:
@@ -393,11 +401,34 @@ class Runner:
                 wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, FOLLOW_POLL)
+        fence = self.queue.store.fence_at()  # a lease that needs renewing soon
         for job in self.jobs.values():
-            for t in (job.deadline, job.kill_at):
+            for t in (job.deadline, job.kill_at, fence):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
         return wait
+
+    def _fence(self) -> None:
+        """Stop at once the children of claims whose lease this runner can
+        no longer vouch for (promise 4 across hosts); nothing is recorded for them."""
+        lost = self.queue.store.lost_claims()
+        if not lost:
+            return
+        now = time.monotonic()
+        grace = self.queue.store.fence_grace(self.options.grace)
+        for job in self.jobs.values():
+            if job.claim.token in lost:
+                job.stop_reason = "fenced"
+                job.signal_group(signal.SIGTERM)
+                job.kill_at = now + grace
+                self.on_event(
+                    Notice(
+                        _taken_over(
+                            job.claim, "its lease could not be renewed in time; stopping it"
+                        ),
+                        warning=True,
+                    )
+                )
 
     def _keeper(self) -> Keeper:
         if self.keeper is None:
@@ -471,10 +502,13 @@ class Runner:
                 self.on_event(Notice(f"item {job.claim.item_id}: {text}", warning=True))
             if job.stop_reason == "stopped" and job.killed:
                 self.summary.killed_on_stop += 1
+            if job.stop_reason == "fenced":
+                continue  # its lease is lost: the item is another runner's now
             if job.stop_reason == "stopped" and not outcome.ok:
-                store.release(  # fsynced by release itself
-                    job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
-                )
+                with contextlib.suppress(ClaimLost):  # taken over: nothing to give back
+                    store.release(  # fsynced by release itself
+                        job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
+                    )
                 self.summary.hand_back(job.claim.item_id)
                 continue
             ended.append((job, outcome))
@@ -489,7 +523,7 @@ class Runner:
 
     def _record(
         self, claim: Claim, outcome: Outcome, job: Job | None, *, sync: bool = True
-    ) -> ItemFinished:
+    ) -> RunEvent:
         """Write the end record of ``claim`` (fsynced when ``sync``); the
         caller reports the event once the record is durable."""
         retry_at = None
@@ -498,7 +532,10 @@ class Runner:
         # its attempts: runner crashes count against --max-crashes instead.
         if not outcome.ok and claim.failures < self.options.retries:
             retry_at = time.time() + self._backoff(claim.failures + 1)
-        state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
+        try:
+            state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
+        except ClaimLost:  # its lease expired and another runner took the item
+            return Notice(_taken_over(claim, "nothing recorded"), warning=True)
         self.summary.record(claim.item_id, state)
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._taking = False
@@ -547,6 +584,10 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
+
+
+def _taken_over(claim: Claim, what: str) -> str:
+    return f"item {claim.item_id} was taken over by another runner; {what}"
 
 
 def _until(due: float) -> float:

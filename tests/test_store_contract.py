@@ -51,6 +51,8 @@ class Harness:
             store.crash()
         else:
             store.close()
+        if self.kind == "postgres":
+            age_leases(self.url)  # its leases run out: no heartbeat renews them
         return self.open()
 
     def close(self) -> None:
@@ -67,6 +69,16 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     h = Harness(request.param, tmp_path / "q", url)
     yield h
     h.close()
+
+
+def age_leases(url: str) -> None:
+    """As if every lease and runner heartbeat in the database had run out."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE statequeue.live SET lease_until = clock_timestamp() - interval '1s'")
+        conn.execute("UPDATE statequeue.runners SET seen_at = seen_at - interval '1 day'")
+        conn.execute("UPDATE statequeue.queues SET last_reap_at = NULL")
 
 
 def counts(store: Store) -> dict[str, int]:

@@ -152,6 +152,14 @@ def run(
             max=255,
         ),
     ] = 0,
+    lease: Annotated[
+        str,
+        typer.Option(
+            help="PostgreSQL store: how long a claim's lease lasts. A heartbeat renews it "
+            "every third of that; a runner that cannot renew stops the item's child "
+            "before it ends, and another runner may take the item once it has ended.",
+        ),
+    ] = "30s",
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -166,6 +174,8 @@ def run(
     STATEQUEUE_RESULT (a path where it may write a JSON result).
 
     Example: statequeue run -j4 -- python worker.py {}
+
+    Example (many hosts): statequeue run --store postgresql://db/jobs --lease 1m -- ./crawl {}
     """
     from statequeue.cli.progress import LiveSink, make_view
     from statequeue.errors import UsageError
@@ -198,6 +208,7 @@ def run(
         single=single,
         item_on_stdin=stdin,
         log_limit=log_limit,
+        lease=_duration(lease),
     )
     q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
     tty = sys.stderr.isatty()

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from statequeue.errors import UsageError
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     )
 
 RETRYABLE = (ItemState.FAILED, ItemState.HELD)
+DEFAULT_LEASE = 30.0
+"""Seconds a claim's lease lasts, for stores with leases (``run --lease``)."""
+MIN_LEASE = 0.5
+"""Shorter leases leave no room for a renew round trip and the fencing margin."""
 
 
 class Store(ABC):
@@ -164,6 +169,31 @@ class Store(ABC):
     ) -> RecoveryReport:
         """Apply the policy to items whose runner (and its children) are gone,
         atomically per item; returns what was done. ``claim`` does this too."""
+
+    def use_lease(self, seconds: float) -> None:
+        """Make later claims' leases last ``seconds`` (UsageError below
+        MIN_LEASE). Stores without leases (journal, memory) ignore it."""
+        if not seconds >= MIN_LEASE:
+            raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
+
+    def lost_claims(self) -> set[int]:
+        """Tokens of this store's claims it can no longer vouch for (a renew
+        found them taken, or could not be made in time), each reported once.
+        The caller must stop their processes at once (TERM, then KILL after
+        ``fence_grace``) and record nothing for them: the item is, or soon
+        will be, another runner's. Always empty for stores without leases."""
+        return set()
+
+    def fence_at(self) -> float | None:
+        """The ``time.monotonic()`` by which ``lost_claims`` must be asked
+        again (when the first held lease needs fencing unless renewed first);
+        None while no lease is held."""
+        return None
+
+    def fence_grace(self, grace: float) -> float:
+        """The TERM -> KILL wait when fencing: ``grace``, shortened so that
+        the KILL lands before the lease ends."""
+        return grace
 
     @abstractmethod
     def commands(self) -> list[list[str]]:

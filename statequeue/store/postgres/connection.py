@@ -7,6 +7,8 @@ work as libpq defines them, since libpq itself parses what is given here.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -41,13 +43,52 @@ def check_url(url: str) -> None:
         raise InvalidStoreUrl(f"invalid store URL {mask(url)!r}: {reason}") from None
 
 
+# Over TCP, a peer that vanishes (partition, dead host) must not hang a call
+# for the kernel's ~15 minutes: the runner has leases to keep or fence. The
+# URL's own settings win over these.
+NETWORK_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "2",
+    "tcp_user_timeout": "5000",
+}
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+
+
 def connect(url: str) -> Connection:
     """An autocommit connection (transactions are always explicit), or StoreUnreachable."""
     check_url(url)
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    extra = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
     try:
-        return psycopg.connect(url, autocommit=True, application_name="statequeue")
+        conninfo = psycopg.conninfo.make_conninfo(url, **extra)
+        return psycopg.connect(conninfo, autocommit=True, application_name="statequeue")
     except psycopg.Error as exc:
         raise unreachable(exc, url) from None
+
+
+def reconnect(url: str, until: float) -> Connection:
+    """``connect``, retried with jittered exponential backoff until the
+    monotonic time ``until``; then the last StoreUnreachable."""
+    pause = BACKOFF_FIRST
+    while True:
+        try:
+            return connect(url)
+        except StoreUnreachable:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise
+            time.sleep(min(left, pause * random.uniform(0.5, 1.0)))  # jitter, not security
+            pause = min(pause * 2, BACKOFF_MAX)
+
+
+def is_lost(conn: Connection) -> bool:
+    """True when the connection itself is gone (server restart, terminated
+    backend, network), as opposed to a statement that failed on it."""
+    return bool(conn.closed or conn.broken)
 
 
 def unreachable(exc: BaseException, url: str) -> StoreUnreachable:

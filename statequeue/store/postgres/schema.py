@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 LOCK_CLASS = 1936810353
 """First key of every advisory lock statequeue takes (the second names what is locked)."""
 MIGRATION_LOCK = 0
-"""Second key of the lock that serialises migrations; sessions use 1 and up."""
+"""Second key of the lock that serialises migrations (schema version 1 also
+used keys 1 and up for per-connection liveness; leases replaced them)."""
 
 _V1 = """
 CREATE SCHEMA IF NOT EXISTS statequeue;
@@ -121,7 +122,18 @@ CREATE TABLE statequeue.runners (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2_LEASES = """
+-- Liveness is the item's lease (live.lease_until, on the database clock), no
+-- longer a session advisory lock: a runner that lost its connection but
+-- lives and reconnects keeps its items while its leases hold.
+-- last_reap_at lets one reaper at a time look for expired leases.
+ALTER TABLE statequeue.queues ADD COLUMN last_reap_at timestamptz;
+CREATE INDEX live_lease ON statequeue.live (queue, lease_until) WHERE state = 'running';
+-- A runner is alive while its heartbeat keeps seen_at within its lease.
+ALTER TABLE statequeue.runners ADD COLUMN seen_at timestamptz, ADD COLUMN lease double precision;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES)
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
 

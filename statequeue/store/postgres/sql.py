@@ -5,16 +5,9 @@ Queue names and items are always parameters, never spliced into the text.
 
 from __future__ import annotations
 
-from statequeue.store.postgres.schema import LOCK_CLASS
-
-ALIVE = f"""EXISTS (
-    SELECT 1 FROM pg_locks k
-    WHERE k.locktype = 'advisory' AND k.granted
-      AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND k.classid = {LOCK_CLASS}::oid AND k.objsubid = 2 AND k.objid = {{col}}::oid
-)"""
-"""True while the session ``col`` names holds its advisory lock, i.e. its
-connection is open. Step 1's liveness test; step 2 replaces it with leases."""
+LEASE = "clock_timestamp() + make_interval(secs => %(lease)s)"
+"""A lease end: the database's clock, read when the statement runs (after the
+runner sent it, so no earlier than the runner's own reckoning)."""
 
 ENQUEUE = """
 WITH input AS (
@@ -37,7 +30,7 @@ SELECT count(*) FROM ins
 # One statement: pick the lowest-id due pending item (the CTE is MATERIALIZED
 # so the planner cannot run the LIMIT subquery twice), claim it with a new
 # fencing token, count it and record its start.
-CLAIM = """
+CLAIM = f"""
 WITH pick AS MATERIALIZED (
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = %(q)s AND l.state = 'pending'
@@ -49,7 +42,8 @@ WITH pick AS MATERIALIZED (
 ), claimed AS (
     UPDATE statequeue.live l
     SET state = 'running', attempts = l.attempts + 1, token = nextval('statequeue.tokens'),
-        runner = %(runner)s, holder = %(holder)s, retry_at = NULL, changed_at = %(now)s
+        runner = %(runner)s, holder = NULL, lease_until = {LEASE}, retry_at = NULL,
+        changed_at = %(now)s
     FROM pick WHERE l.queue = %(q)s AND l.id = pick.id
     RETURNING l.id, l.attempts, l.token, l.interrupted, l.failures
 ), counted AS (
@@ -90,32 +84,81 @@ SELECT state, sum(n)::bigint FROM (
 ) c GROUP BY state
 """
 
+RUNNER_ALIVE = (
+    "r.stopped_at IS NULL AND r.seen_at + make_interval(secs => r.lease) > clock_timestamp()"
+)
+"""A runner is alive while its heartbeat keeps ``seen_at`` within its lease."""
+
 ACTIVE_RUNNERS = f"""
 SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
 )
 FROM statequeue.runners r
-WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND {ALIVE.format(col="r.session")}
+WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id
 """
 
-ORPHANED = f"""
+# One statement renews every lease a store holds (and its runners' rows);
+# an expired lease is never revived: a reaper may be about to take it.
+RENEW = f"""
+WITH seen AS (
+    UPDATE statequeue.runners SET seen_at = clock_timestamp()
+    WHERE queue = %(q)s AND runner_id = ANY(%(runners)s::text[]) AND stopped_at IS NULL
+)
+UPDATE statequeue.live SET lease_until = {LEASE}
+WHERE queue = %(q)s AND token = ANY(%(tokens)s::bigint[]) AND state = 'running'
+  AND lease_until > clock_timestamp()
+RETURNING token
+"""
+
+# One reaper at a time: whoever moves last_reap_at forward reaps; the others
+# find it moved within the interval and skip.
+REAP_TURN = """
+UPDATE statequeue.queues SET last_reap_at = clock_timestamp()
+WHERE name = %(q)s
+  AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
+RETURNING 1
+"""
+
+# Locked rows are skipped (their holder is finishing or renewing them); the
+# lease is checked on the row as locked, so a renew that committed first wins.
+EXPIRED = """
 SELECT l.id, l.attempts, l.crashes FROM statequeue.live l
-WHERE l.queue = %(q)s AND l.state = 'running' AND NOT {ALIVE.format(col="l.holder")}
+WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
+FOR UPDATE SKIP LOCKED
+"""
+
+# Items held by runners of this host and boot, for the same-host shortcut
+# (their pids are checked here, by the caller).
+SAME_HOST = """
+SELECT l.id, l.token, r.pid FROM statequeue.live l
+JOIN statequeue.runners r ON r.queue = l.queue AND r.runner_id = l.runner
+WHERE l.queue = %(q)s AND l.state = 'running' AND r.host = %(host)s AND r.boot = %(boot)s
+ORDER BY l.id
+"""
+
+SAME_HOST_RUNNERS = """
+SELECT runner_id, pid FROM statequeue.runners
+WHERE queue = %(q)s AND stopped_at IS NULL AND host = %(host)s AND boot = %(boot)s
+"""
+
+ONE_HELD = """
+SELECT l.id, l.attempts, l.crashes FROM statequeue.live l
+WHERE l.queue = %(q)s AND l.id = %(id)s AND l.token = %(token)s AND l.state = 'running'
 FOR UPDATE SKIP LOCKED
 """
 
 LOST_RUNNERS = f"""
 UPDATE statequeue.runners r SET stopped_at = %(now)s
-WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND NOT {ALIVE.format(col="r.session")}
+WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND NOT ({RUNNER_ALIVE})
 RETURNING r.runner_id
 """
 
-INTERRUPTED = f"""
+INTERRUPTED = """
 SELECT l.id FROM statequeue.live l
-WHERE l.queue = %(q)s AND l.state = 'running' AND NOT {ALIVE.format(col="l.holder")}
+WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
 """
 

@@ -1,38 +1,53 @@
 """``PostgresStore``: one queue in a PostgreSQL database, shared by runners on many hosts.
 
-Step 1 of issue 12. Claims are one ``FOR UPDATE SKIP LOCKED`` statement on a
-hot table of unfinished items; each claim gets a fencing token from a
-sequence, and finish and release name it (a stale token changes nothing).
+Claims are one ``FOR UPDATE SKIP LOCKED`` statement on a hot table of
+unfinished items. Each claim gets a fencing token from a sequence and a lease
+end from the database clock; finish, release and renew name the token, so a
+runner whose item was taken over changes nothing (ClaimLost). One result per
+token is enforced by the results table's key, so a finish retried after a lost
+commit acknowledgement returns the state already recorded.
 
-Liveness, for now: each store holds a session advisory lock on its own
-connection; a claim or runner whose session lock is gone is dead, and
-``recover`` applies the ``--on-interrupted`` policy to its items.
+Liveness is the item's lease, never the connection: a heartbeat thread with
+its own connection renews every held lease (leases.py), and a runner that
+cannot renew in time learns it from ``lost_claims`` and stops the children
+before the lease ends (self-fencing). ``recover`` treats an expired lease as
+an interrupted attempt and applies the ``--on-interrupted`` policy; one
+reaper at a time (``queues.last_reap_at``), each re-checking the lease on the
+locked row. On the same host (host name and boot id), an item whose runner's
+pid is gone and whose claim lock file is free (no process of the item is
+left: the keeper holds it until then) is recovered at once.
 
-TODO(step 2): leases (``live.lease_until`` on the database clock), heartbeat
-renewal, self-fencing of children before the lease ends, recovery by lease
-expiry (with same-host pid/boot-id shortcut), the idempotent retried finish.
-A runner killed with -9 whose child lives on is NOT fenced yet: promise 4
-across hosts waits for step 2.
+A store that serves a runner (``register_runner``) survives a lost
+connection: each call reopens it with backoff and runs again, for up to
+``PATIENCE`` seconds but never past the first lease that would need fencing.
+Other callers (enqueue, status) fail at once with StoreUnreachable.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from psycopg.types.json import Jsonb
-
-from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActive
+from statequeue.errors import (
+    ClaimLost,
+    ItemNotFound,
+    QueueNotFound,
+    RunnerActive,
+    StoreUnreachable,
+)
+from statequeue.identity import boot_id, host_name
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
-from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.postgres import reads, sql, writes
-from statequeue.store.postgres.connection import Connection, connect, guarded, mask
-from statequeue.store.postgres.schema import LOCK_CLASS, migrate
+from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
+from statequeue.store.postgres import reads, reaping, sql, writes
+from statequeue.store.postgres.connection import Connection, connect, guarded, is_lost, mask
+from statequeue.store.postgres.connection import reconnect as reopen
+from statequeue.store.postgres.leases import Leases, kill_grace
+from statequeue.store.postgres.schema import migrate
 
 if TYPE_CHECKING:
     from statequeue.views import (
@@ -45,33 +60,55 @@ if TYPE_CHECKING:
         Status,
     )
 
+T = TypeVar("T")
 ENQUEUE_BATCH = 20_000
 RECOVER_EVERY = 1.0
 """Seconds between recovery passes made by ``claim`` while it finds items."""
+PATIENCE = 60.0
+"""How long a runner's store call keeps reconnecting (unless a lease needs fencing first)."""
+Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 
 
 class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
-    def __init__(self, url: str, name: str, *, create: bool = True, scratch: Path | None = None):
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        create: bool = True,
+        scratch: Path | None = None,
+        lease: float = DEFAULT_LEASE,
+    ):
         self.name = name
         self.url = url
         self.folder = scratch
-        """A local folder for this host's logs of running attempts (logs go
-        into the database in a later step)."""
+        """A local folder for this host's logs of running attempts and claim
+        locks (logs go into the database in a later step)."""
         self._recovered_at = -RECOVER_EVERY
-        self._conn: Connection = connect(url)
+        self._patience = 0.0  # > 0 once a runner uses this store: reconnect
+        self._generation = 0  # connections opened so far, for group commit
+        self._unsynced: list[Unsynced] = []
+        self._leases = Leases(url, name, lease)
+        self._locks = reaping.ClaimLocks(scratch)
+        self._conn: Connection = self._open()
         with self._guard():
-            # Whatever the database's default: a result is on the server's
-            # disk before finish() returns (promise 1); finish(sync=False)
-            # lowers it per transaction, for group commit.
-            self._conn.execute("SET synchronous_commit = on")
             migrate(self._conn)
-            self._session = self._hold_session()
             self._open_queue(create)
 
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
+
+    def _open(self, until: float | None = None) -> Connection:
+        conn = connect(self.url) if until is None else reopen(self.url, until)
+        self._generation += 1
+        with guarded(self.url):
+            # Whatever the database's default: a result is on the server's
+            # disk before finish() returns (promise 1); finish(sync=False)
+            # lowers it per transaction, for group commit.
+            conn.execute("SET synchronous_commit = on")
+        return conn
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -87,14 +124,37 @@ class PostgresStore(Store):
                 self._conn.execute("SET LOCAL synchronous_commit = off")
             yield self._conn
 
-    def _hold_session(self) -> int:
-        """A session key, locked for as long as this connection lives: what
-        tells other processes that this store's claims and runners are alive."""
-        row = self._conn.execute("SELECT nextval('statequeue.sessions')").fetchone()
-        assert row is not None
-        key = int(row[0])
-        self._conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, key))
-        return key
+    def _patiently(self, action: Callable[[Connection], T]) -> T:
+        """``action(connection)``; for a runner's store, a lost connection is
+        reopened with backoff and the action run again (every action is safe
+        to repeat), until PATIENCE has passed or a held lease needs fencing."""
+        start = time.monotonic()
+        while True:
+            try:
+                with self._guard():
+                    return action(self._conn)
+            except StoreUnreachable:
+                if not self._patience or not is_lost(self._conn):
+                    raise
+                until = start + self._patience
+                fence = self._leases.fence_at()
+                self._conn = self._open(until if fence is None else min(until, fence))
+
+    def use_lease(self, seconds: float) -> None:
+        super().use_lease(seconds)
+        self._leases.lease = seconds
+
+    def lost_claims(self) -> set[int]:
+        lost = self._leases.lost()
+        for token in lost:
+            self._locks.let_go(token, remove=False)  # the child may live on a moment
+        return lost
+
+    def fence_at(self) -> float | None:
+        return self._leases.fence_at()
+
+    def fence_grace(self, grace: float) -> float:
+        return kill_grace(self._leases.lease, grace)
 
     def _open_queue(self, create: bool) -> None:
         q = {"q": self.name}
@@ -139,20 +199,23 @@ class PostgresStore(Store):
         max_crashes: int = 3,
         among: Collection[int] | None = None,
     ) -> Claim | None:
-        # Recovery looks for dead holders in pg_locks: at most every
-        # RECOVER_EVERY seconds while claims succeed, and always before
-        # reporting that nothing is left (an orphan may be all there is).
+        # Recovery looks for expired leases: at most every RECOVER_EVERY
+        # seconds while claims succeed, and always before reporting that
+        # nothing is left (an orphan may be all there is).
         recovered = False
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
             recovered = True
-        row = self._claim_row(runner, among)
+        sent, row = self._claim_row(runner, among)
         if row is None and not recovered:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
-            row = self._claim_row(runner, among)
+            sent, row = self._claim_row(runner, among)
         if row is None:
             return None
         item_id, item, attempt, token, interrupted, failures = row
+        # Counted from before the claim was sent: the database started the
+        # lease later than that, so this side never thinks it holds it longer.
+        self._leases.hold(int(token), sent)
         return Claim(
             item_id=int(item_id),
             item=reads.text_of(item),
@@ -161,20 +224,29 @@ class PostgresStore(Store):
             interrupted=bool(interrupted),
             failures=int(failures),
             token=int(token),
+            inherit_fds=self._locks.take(int(token)),
         )
 
     def _claim_row(
         self, runner: RunnerInfo, among: Collection[int] | None
-    ) -> tuple[Any, ...] | None:
+    ) -> tuple[float, tuple[Any, ...] | None]:
         params = {
             "q": self.name,
             "now": time.time(),
             "runner": runner.runner_id,
-            "holder": self._session,
+            "lease": self._leases.lease,
             "among": sorted(among) if among is not None else None,
         }
-        with self._tx() as conn:
-            return conn.execute(sql.CLAIM, params).fetchone()
+        sent = time.monotonic()
+
+        def attempt(conn: Connection) -> tuple[Any, ...] | None:
+            nonlocal sent
+            sent = time.monotonic()
+            with conn.transaction():
+                return conn.execute(sql.CLAIM, params).fetchone()
+
+        row = self._patiently(attempt)
+        return sent, row
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -183,34 +255,56 @@ class PostgresStore(Store):
             target = ItemState.DONE
         else:
             target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
-        with self._tx(sync=sync) as conn:
+        generation = self._generation
+        try:
+            state = self._patiently(
+                lambda conn: self._finish_once(
+                    conn,
+                    claim,
+                    outcome,
+                    (target, retry_at),
+                    sync=sync,
+                    retried=self._generation != generation,
+                )
+            )
+        except ClaimLost:
+            self._forget(claim)
+            raise
+        if not sync:
+            self._unsynced.append((self._generation, claim, outcome, target, retry_at))
+        self._forget(claim)
+        return state
+
+    def _forget(self, claim: Claim) -> None:
+        self._leases.drop(claim.token)
+        self._locks.let_go(claim.token, remove=True)
+
+    def _finish_once(
+        self,
+        conn: Connection,
+        claim: Claim,
+        outcome: Outcome,
+        end: tuple[ItemState, float | None],
+        *,
+        sync: bool,
+        retried: bool,
+    ) -> ItemState:
+        target, retry_at = end
+        with conn.transaction():
+            if not sync:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            if retried:
+                # After a lost connection the first try may have committed
+                # (only its acknowledgement lost). One result per token: the
+                # recorded one is the answer.
+                found = conn.execute(
+                    "SELECT state FROM statequeue.results WHERE token = %s", (claim.token,)
+                ).fetchone()
+                if found is not None:
+                    return ItemState(found[0])
             self._held(conn, claim)
             writes.record_result(conn, self.name, claim, outcome, target)
-            key = {"q": self.name, "id": claim.item_id}
-            if target is ItemState.DONE:
-                conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
-                conn.execute(
-                    "UPDATE statequeue.items SET state = 'done', attempts = %(a)s, reason = %(r)s"
-                    " WHERE queue = %(q)s AND id = %(id)s",
-                    {**key, "a": claim.attempt, "r": writes.safe(outcome.reason)},
-                )
-            else:
-                conn.execute(
-                    "UPDATE statequeue.live SET state = %(s)s, retry_at = %(at)s, token = NULL,"
-                    " runner = NULL, holder = NULL, failures = failures + 1, interrupted = false,"
-                    " reason = %(r)s, last_err = %(e)s, changed_at = %(now)s"
-                    " WHERE queue = %(q)s AND id = %(id)s",
-                    {
-                        **key,
-                        "s": target.value,
-                        "at": retry_at,
-                        "r": writes.safe(outcome.reason),
-                        "e": writes.safe(outcome.stderr_tail),
-                        "now": time.time(),
-                    },
-                )
-            writes.count(conn, self.name, {"running": -1, target.value: 1})
-            writes.event(conn, self.name, writes.end_record(claim, outcome, target, retry_at))
+            writes.settle(conn, self.name, claim, outcome, target, retry_at)
         return target
 
     def _held(self, conn: Connection, claim: Claim) -> tuple[int, int]:
@@ -226,34 +320,40 @@ class PostgresStore(Store):
         return int(row[0]), int(row[1])
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
-        with self._tx() as conn:
-            attempts, _ = self._held(conn, claim)
-            if uncounted:
-                attempts -= 1  # as if it had never been claimed
-            conn.execute(
-                "UPDATE statequeue.live SET state = 'pending', attempts = %(a)s, token = NULL,"
-                " runner = NULL, holder = NULL, failures = 0, interrupted = %(i)s,"
-                " reason = %(r)s, changed_at = %(now)s WHERE queue = %(q)s AND id = %(id)s",
-                {
-                    "q": self.name,
-                    "id": claim.item_id,
-                    "a": attempts,
-                    "i": claim.interrupted,
-                    "r": writes.safe(reason),
-                    "now": time.time(),
-                },
-            )
-            writes.count(conn, self.name, {"running": -1, "pending": 1})
-            rec: Record = {"t": "intr", "id": claim.item_id, "attempt": claim.attempt}
-            writes.event(
-                conn, self.name, {**rec, "state": "pending", "reason": reason, "at": writes.now()}
-            )
+        generation = self._generation
+
+        def attempt(conn: Connection) -> None:
+            try:
+                with conn.transaction():
+                    attempts, _ = self._held(conn, claim)
+                    writes.give_back(conn, self.name, claim, reason, attempts - uncounted)
+            except ClaimLost:
+                if self._generation == generation:
+                    raise
+                # Retried after a reconnect: the first try may have committed.
+
+        try:
+            self._patiently(attempt)
+        finally:
+            self._forget(claim)
 
     def sync(self) -> None:
         # A synchronous commit that writes WAL flushes every earlier
-        # asynchronous commit of the cluster as well.
-        with self._tx() as conn:
-            conn.execute("SELECT txid_current()")
+        # asynchronous commit of the cluster as well; but not one the server
+        # lost in a crash: those made on an older connection are redone
+        # (idempotent by token) before this returns.
+        def attempt(conn: Connection) -> None:
+            with conn.transaction():
+                conn.execute("SELECT txid_current()")
+
+        self._patiently(attempt)
+        for generation, claim, outcome, target, retry_at in self._unsynced:
+            if generation != self._generation:
+                end = (target, retry_at)
+                self._patiently(
+                    lambda c: self._finish_once(c, claim, outcome, end, sync=True, retried=True)  # noqa: B023
+                )
+        self._unsynced.clear()
 
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
@@ -262,20 +362,26 @@ class PostgresStore(Store):
 
         self._recovered_at = time.monotonic()
         report = RecoveryReport()
-        with self._tx() as conn:
-            for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": self.name, "now": time.time()}):
-                lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
-                writes.event(conn, self.name, {**lost, "by": os.getpid()})
-            for item_id, attempts, crashes in conn.execute(sql.ORPHANED, {"q": self.name}):
-                n = int(crashes) + 1
-                target, bucket = writes.policy(on_interrupted, n, max_crashes, report)
-                writes.recover_one(
-                    conn, self.name, int(item_id), int(attempts), n, target, on_interrupted
-                )
-                bucket.append(int(item_id))
+        rule = (on_interrupted, max_crashes)
+
+        def attempt(conn: Connection) -> None:
+            reaping.reap_same_host(
+                conn,
+                self.name,
+                host=host_name(),
+                boot=boot_id(),
+                locks=self._locks,
+                rule=rule,
+                report=report,
+            )
+            reaping.reap_expired(conn, self.name, rule, report)
+
+        self._patiently(attempt)
         return report
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        self._patience = PATIENCE  # a runner outlives a database restart
+        self.recover()  # same-host runners that died are not "another runner active"
         with self._tx() as conn:
             writes.lock_queue(conn, self.name)
             others = [
@@ -287,44 +393,36 @@ class PostgresStore(Store):
                     f"another runner is active on queue {self.name!r} "
                     f"(pid {r.pid} on {r.host}); not starting"
                 )
-            conn.execute(
-                "INSERT INTO statequeue.runners (queue, runner_id, pid, host, boot, since,"
-                " command, session) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (queue, runner_id) DO UPDATE SET session = excluded.session,"
-                " stopped_at = NULL",
-                (
-                    self.name,
-                    runner.runner_id,
-                    runner.pid,
-                    runner.host,
-                    runner.boot_id,
-                    runner.started_at,
-                    Jsonb(list(runner.command)),
-                    self._session,
-                ),
-            )
-            rec: Record = {"t": "run", "runner": runner.runner_id, "pid": runner.pid}
-            rec.update(host=runner.host, boot=runner.boot_id, since=runner.started_at)
-            writes.event(conn, self.name, {**rec, "cmd": list(runner.command)})
+            writes.add_runner(conn, self.name, runner, self._leases.lease)
+        self._leases.runners.add(runner.runner_id)
+        self._leases.start()
 
     def unregister_runner(self, runner_id: str) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "UPDATE statequeue.runners SET stopped_at = %s WHERE queue = %s AND runner_id = %s",
-                (time.time(), self.name, runner_id),
-            )
-            writes.event(conn, self.name, {"t": "stop", "runner": runner_id, "at": writes.now()})
+        self._leases.runners.discard(runner_id)
+
+        def attempt(conn: Connection) -> None:
+            with conn.transaction():
+                conn.execute(
+                    "UPDATE statequeue.runners SET stopped_at = %s"
+                    " WHERE queue = %s AND runner_id = %s",
+                    (time.time(), self.name, runner_id),
+                )
+                rec = {"t": "stop", "runner": runner_id, "at": writes.now()}
+                writes.event(conn, self.name, rec)
+
+        self._patiently(attempt)
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._guard():
             return reads.active_runners(self._conn, self.name)
 
     def commands(self) -> list[list[str]]:
-        with self._guard():
-            rows = self._conn.execute(
+        rows = self._patiently(
+            lambda conn: conn.execute(
                 "SELECT command FROM statequeue.runners WHERE queue = %s ORDER BY since",
                 (self.name,),
             ).fetchall()
+        )
         found: list[list[str]] = []
         for (command,) in rows:
             if command and (not found or found[-1] != command):
@@ -362,28 +460,32 @@ class PostgresStore(Store):
         return CompactResult(bytes_before=0, bytes_after=0, archived=0, archive_bytes=0)
 
     def close(self) -> None:
-        """Closing the connection drops the session lock: recovery may take
-        back whatever this store still held."""
+        """Claims still held are left to recovery (when their leases expire,
+        or at once on this host once no process of theirs is left)."""
+        self._leases.close()
+        self._locks.close()
         self._conn.close()
 
     # -- reading -----------------------------------------------------------------
 
     def is_paused(self) -> bool:
-        with self._guard():
-            row = self._conn.execute(
+        row = self._patiently(
+            lambda conn: conn.execute(
                 "SELECT paused FROM statequeue.queues WHERE name = %s", (self.name,)
             ).fetchone()
+        )
         return bool(row and row[0])
 
     def next_due(self, among: Collection[int] | None = None) -> float | None:
-        with self._guard():
-            row = self._conn.execute(
+        row = self._patiently(
+            lambda conn: conn.execute(
                 "SELECT min(coalesce(retry_at, 0)) FROM statequeue.live"
                 " WHERE queue = %(q)s AND state = 'pending' AND ("
                 " (%(among)s::bigint[] IS NULL AND retry_at IS NOT NULL)"
                 " OR id = ANY(%(among)s::bigint[]))",
                 {"q": self.name, "among": sorted(among) if among is not None else None},
             ).fetchone()
+        )
         return float(row[0]) if row and row[0] is not None else None
 
     def status(self) -> Status:

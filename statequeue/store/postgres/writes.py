@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.types.json import Jsonb
 
 from statequeue.errors import ItemNotFound, QueueNotFound, UsageError
-from statequeue.models import Claim, ItemState, OnInterrupted, Outcome
+from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.postgres.connection import Connection
 
@@ -76,6 +76,86 @@ def record_result(
     )
 
 
+def settle(
+    conn: Connection,
+    queue: str,
+    claim: Claim,
+    outcome: Outcome,
+    target: ItemState,
+    retry_at: float | None,
+) -> None:
+    """Move a finished attempt's item to ``target`` (done leaves the hot table)."""
+    key = {"q": queue, "id": claim.item_id}
+    if target is ItemState.DONE:
+        conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
+        conn.execute(
+            "UPDATE statequeue.items SET state = 'done', attempts = %(a)s, reason = %(r)s"
+            " WHERE queue = %(q)s AND id = %(id)s",
+            {**key, "a": claim.attempt, "r": safe(outcome.reason)},
+        )
+    else:
+        conn.execute(
+            "UPDATE statequeue.live SET state = %(s)s, retry_at = %(at)s, token = NULL,"
+            " runner = NULL, holder = NULL, lease_until = NULL, failures = failures + 1,"
+            " interrupted = false, reason = %(r)s, last_err = %(e)s, changed_at = %(now)s"
+            " WHERE queue = %(q)s AND id = %(id)s",
+            {
+                **key,
+                "s": target.value,
+                "at": retry_at,
+                "r": safe(outcome.reason),
+                "e": safe(outcome.stderr_tail),
+                "now": time.time(),
+            },
+        )
+    count(conn, queue, {"running": -1, target.value: 1})
+    event(conn, queue, end_record(claim, outcome, target, retry_at))
+
+
+def give_back(conn: Connection, queue: str, claim: Claim, reason: str, attempts: int) -> None:
+    """Put a claimed item back as pending, with ``attempts`` made so far."""
+    conn.execute(
+        "UPDATE statequeue.live SET state = 'pending', attempts = %(a)s, token = NULL,"
+        " runner = NULL, holder = NULL, lease_until = NULL, failures = 0, interrupted = %(i)s,"
+        " reason = %(r)s, changed_at = %(now)s WHERE queue = %(q)s AND id = %(id)s",
+        {
+            "q": queue,
+            "id": claim.item_id,
+            "a": attempts,
+            "i": claim.interrupted,
+            "r": safe(reason),
+            "now": time.time(),
+        },
+    )
+    count(conn, queue, {"running": -1, "pending": 1})
+    rec: Record = {"t": "intr", "id": claim.item_id, "attempt": claim.attempt}
+    event(conn, queue, {**rec, "state": "pending", "reason": reason, "at": now()})
+
+
+def add_runner(conn: Connection, queue: str, runner: RunnerInfo, lease: float) -> None:
+    """Record a runner, alive while its heartbeat renews ``seen_at`` within ``lease``."""
+    conn.execute(
+        "INSERT INTO statequeue.runners (queue, runner_id, pid, host, boot, since,"
+        " command, session, seen_at, lease)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 0, clock_timestamp(), %s)"
+        " ON CONFLICT (queue, runner_id) DO UPDATE SET seen_at = excluded.seen_at,"
+        " lease = excluded.lease, stopped_at = NULL",
+        (
+            queue,
+            runner.runner_id,
+            runner.pid,
+            runner.host,
+            runner.boot_id,
+            runner.started_at,
+            Jsonb(list(runner.command)),
+            lease,
+        ),
+    )
+    rec: Record = {"t": "run", "runner": runner.runner_id, "pid": runner.pid}
+    rec.update(host=runner.host, boot=runner.boot_id, since=runner.started_at)
+    event(conn, queue, {**rec, "cmd": list(runner.command)})
+
+
 def recover_one(
     conn: Connection,
     queue: str,
@@ -85,13 +165,14 @@ def recover_one(
     target: ItemState,
     policy: OnInterrupted,
 ) -> None:
-    reason = f"interrupted: its runner died during attempt {attempt}"
+    reason = f"interrupted: its runner died or lost its lease during attempt {attempt}"
     if target is ItemState.HELD and policy is OnInterrupted.RETRY:
         reason = f"poison: in flight during {crashes} runner crashes; held"
     crashed = target is ItemState.PENDING
     conn.execute(
         "UPDATE statequeue.live SET state = %(s)s, crashes = %(c)s, interrupted = %(i)s,"
-        " token = NULL, runner = NULL, holder = NULL, reason = %(r)s, changed_at = %(now)s"
+        " token = NULL, runner = NULL, holder = NULL, lease_until = NULL, reason = %(r)s,"
+        " changed_at = %(now)s"
         " WHERE queue = %(q)s AND id = %(id)s",
         {
             "q": queue,

@@ -1,0 +1,147 @@
+"""The leases one PostgreSQL store holds, and the heartbeat that renews them.
+
+A claim's lease ends ``lease`` seconds after the database's clock read the
+claim; the heartbeat thread, on its own connection, renews every held lease
+in one statement every ``lease / 3``. Self-fencing trusts no clock but this
+process's monotonic one: a lease counts as held until ``sent + FENCE_AT *
+lease``, where ``sent`` is when the last renew that succeeded (or the claim)
+was *sent*. The server set the new end after it received that statement, so
+the end is no earlier than ``sent + lease`` on this clock, as long as the two
+clocks run at the same rate. Past ``FENCE_AT`` the claim is reported lost
+(``lost``): the runner stops its child, TERM then KILL by ``KILL_BY``; the
+rest of the lease is the margin for the clocks' rates and the kill itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import psycopg
+
+from statequeue.store.base import DEFAULT_LEASE
+from statequeue.store.postgres import sql
+from statequeue.store.postgres.connection import Connection, connect
+
+FENCE_AT = 0.75
+"""Fraction of the lease after the last good renew was sent: stop the children (TERM)."""
+KILL_BY = 0.875
+"""Fraction of the lease by which they are killed (KILL); the last eighth is the margin."""
+RENEW_EVERY = 1 / 3
+RETRY_EVERY = 0.1
+"""Fraction of the lease between renew attempts after one failed."""
+
+
+def kill_grace(lease: float, grace: float) -> float:
+    """The TERM -> KILL wait when self-fencing: ``grace``, but never past ``KILL_BY``."""
+    return max(0.0, min(grace, (KILL_BY - FENCE_AT) * lease))
+
+
+class Leases:
+    """The tokens a store holds, when each was last confirmed, and the heartbeat.
+
+    Thread-safe: the store's thread adds and drops tokens, the heartbeat
+    thread renews them."""
+
+    def __init__(self, url: str, queue: str, lease: float = DEFAULT_LEASE) -> None:
+        self.url = url
+        self.queue = queue
+        self.lease = lease
+        self.runners: set[str] = set()
+        self._sent: dict[int, float] = {}  # token -> monotonic time its last good renew was sent
+        self._lost: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Connection | None = None
+
+    def hold(self, token: int, sent: float) -> None:
+        """Start counting ``token``'s lease from ``sent`` (when its claim was sent)."""
+        with self._lock:
+            self._sent[token] = sent
+        self.start()
+
+    def drop(self, token: int | None) -> None:
+        """Stop renewing ``token`` (finished, released or fenced)."""
+        with self._lock:
+            self._sent.pop(token or 0, None)
+            self._lost.discard(token or 0)
+
+    def lost(self) -> set[int]:
+        """Tokens held no longer, each reported once: the renew found them
+        taken, or their fence time passed. They are not renewed again."""
+        now = time.monotonic()
+        limit = FENCE_AT * self.lease
+        with self._lock:
+            gone = self._lost | {t for t, sent in self._sent.items() if now >= sent + limit}
+            for token in gone:
+                self._sent.pop(token, None)
+            self._lost.clear()
+        return gone
+
+    def fence_at(self) -> float | None:
+        """The monotonic time the first held lease must be fenced, if none is renewed first."""
+        with self._lock:
+            first = min(self._sent.values(), default=None)
+        return None if first is None else first + FENCE_AT * self.lease
+
+    def start(self) -> None:
+        """Start the heartbeat (once; it runs until ``close``)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._beat, name="statequeue-heartbeat", daemon=True
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.lease)
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+
+    def _beat(self) -> None:
+        wait = self.lease * RENEW_EVERY
+        while not self._stop.wait(wait):
+            ok = self.renew_now()
+            wait = self.lease * (RENEW_EVERY if ok else RETRY_EVERY)
+
+    def renew_now(self) -> bool:
+        """Renew every held lease and the runners' rows in one statement;
+        False if the database could not be reached (the next try reconnects)."""
+        with self._lock:
+            tokens = list(self._sent)
+            runners = list(self.runners)
+        if not tokens and not runners:
+            return True
+        sent = time.monotonic()
+        params = {"q": self.queue, "tokens": tokens, "runners": runners, "lease": self.lease}
+        try:
+            conn = self._connection()
+            renewed = {int(r[0]) for r in conn.execute(sql.RENEW, params).fetchall()}
+        except Exception:  # any failure: drop the connection, try again soon
+            self._reset()
+            return False
+        with self._lock:
+            for token in tokens:
+                if token not in self._sent:
+                    continue  # finished or fenced meanwhile
+                if token in renewed:
+                    self._sent[token] = max(self._sent[token], sent)
+                else:
+                    self._lost.add(token)
+        return True
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._reset()
+            self._conn = connect(self.url)
+        return self._conn
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None

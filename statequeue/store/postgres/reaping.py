@@ -1,0 +1,156 @@
+"""Recovery in the PostgreSQL store: expired leases, and the same-host shortcut.
+
+An item is interrupted when its lease has expired on the database clock,
+whoever held it and whatever became of its runner's row. One reaper at a
+time looks (``REAP_TURN``), and every item is re-checked on its locked row.
+
+On one host, waiting for a dead runner's leases is needless: an item whose
+runner has this host name and boot id, whose pid is gone, and whose claim
+lock file is free is recovered at once. The claim lock (``ClaimLocks``) is a
+flock on a file per token in this host's scratch folder, passed to the child:
+the keeper holds its copy until no process of the item is left, so a free
+lock means nothing of the attempt still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from statequeue.location import ensure_dir
+from statequeue.models import OnInterrupted
+from statequeue.store.postgres import sql, writes
+from statequeue.store.postgres.connection import Connection
+
+if TYPE_CHECKING:
+    from statequeue.views import RecoveryReport
+
+REAP_EVERY = 1.0
+"""Seconds between two reaps of one queue, by any runner."""
+
+
+class ClaimLocks:
+    """Per-token lock files in ``folder`` (None: no shortcut on this host)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder / "claims" if folder is not None else None
+        self._fds: dict[int, int] = {}
+
+    def take(self, token: int) -> tuple[int, ...]:
+        """Lock ``token``'s file; the fds a child must inherit (none without a folder)."""
+        if self.folder is None:
+            return ()
+        ensure_dir(self.folder)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.folder / f"{token}.lock", flags, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh token's file: nobody else has it
+        self._fds[token] = fd
+        return (fd,)
+
+    def let_go(self, token: int | None, *, remove: bool) -> None:
+        """Close this process's copy; ``remove`` the file once the attempt is settled."""
+        fd = self._fds.pop(token or 0, None)
+        if fd is not None:
+            os.close(fd)
+        if remove and self.folder is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.folder / f"{token}.lock")
+
+    def is_free(self, token: int) -> bool:
+        """True when the file exists and no process holds it (a missing file proves nothing)."""
+        if self.folder is None:
+            return False
+        try:
+            fd = os.open(self.folder / f"{token}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    def close(self) -> None:
+        for token in list(self._fds):
+            self.let_go(token, remove=False)
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def reap_same_host(
+    conn: Connection,
+    queue: str,
+    *,
+    host: str,
+    boot: str,
+    locks: ClaimLocks,
+    rule: tuple[OnInterrupted, int],
+    report: RecoveryReport,
+) -> None:
+    """Recover at once the items (and rows) of dead runners of this host and boot."""
+    if not boot:
+        return  # without a boot id a pid proves nothing
+    key = {"q": queue, "host": host, "boot": boot}
+    for rid, pid in conn.execute(sql.SAME_HOST_RUNNERS, key).fetchall():
+        if pid_gone(int(pid)):
+            with conn.transaction():
+                conn.execute(
+                    "UPDATE statequeue.runners SET stopped_at = %s WHERE queue = %s"
+                    " AND runner_id = %s AND stopped_at IS NULL",
+                    (time.time(), queue, rid),
+                )
+                lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
+                writes.event(conn, queue, {**lost, "by": os.getpid()})
+    found = conn.execute(sql.SAME_HOST, key).fetchall()
+    for item_id, token, pid in found:
+        if not pid_gone(int(pid)) or not locks.is_free(int(token)):
+            continue
+        with conn.transaction():
+            row = conn.execute(sql.ONE_HELD, {"q": queue, "id": item_id, "token": token})
+            held = row.fetchone()
+            if held is not None:
+                recover_row(conn, queue, held, rule, report)
+        locks.let_go(int(token), remove=True)
+
+
+def reap_expired(
+    conn: Connection, queue: str, rule: tuple[OnInterrupted, int], report: RecoveryReport
+) -> None:
+    """If it is this store's turn, recover every item whose lease has expired."""
+    with conn.transaction():
+        turn = conn.execute(sql.REAP_TURN, {"q": queue, "every": REAP_EVERY}).fetchone()
+        if turn is None:
+            return  # another reaper did it within REAP_EVERY
+        for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
+            lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
+            writes.event(conn, queue, {**lost, "by": os.getpid()})
+        for row in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
+            recover_row(conn, queue, row, rule, report)
+
+
+def recover_row(
+    conn: Connection,
+    queue: str,
+    row: tuple[object, ...],
+    rule: tuple[OnInterrupted, int],
+    report: RecoveryReport,
+) -> None:
+    item_id, attempts, crashes = (int(str(v)) for v in row)
+    policy, max_crashes = rule
+    target, bucket = writes.policy(policy, crashes + 1, max_crashes, report)
+    writes.recover_one(conn, queue, item_id, attempts, crashes + 1, target, policy)
+    bucket.append(item_id)
