@@ -10,6 +10,7 @@ Examples:
   .venv/bin/python scripts/killloop.py --verify --kills 50
   .venv/bin/python scripts/killloop.py --runners 3 -j2 --kills 100
   .venv/bin/python scripts/killloop.py --runners 2 --admin --kills 1000 --json
+  .venv/bin/python scripts/killloop.py --store postgresql://... --runners 3 -j2 --hosts 3 --lease 2s
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         "--max-items", type=int, default=3000, help="new items --admin enqueues may add"
     )
     parser.add_argument("--crash-points", action="store_true", help="sweep compact's crash hook")
+    parser.add_argument("--store", default="", help="a PostgreSQL store URL (default: local)")
+    parser.add_argument(
+        "--hosts", type=int, default=0, help="runners play this many hosts (STATEQUEUE_HOST)"
+    )
+    parser.add_argument("--lease", default="", help="run --lease (PostgreSQL store)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -61,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         orphans=args.orphans,
         seed=args.seed,
         max_items=args.max_items,
+        store=args.store,
+        hosts=args.hosts,
+        lease=args.lease,
     ) as h:
         try:
             h.enqueue(args.items)

@@ -303,6 +303,9 @@ class Harness:
         seed: int | None = None,
         max_items: int = 1000,
         env: dict[str, str] | None = None,
+        store: str = "",
+        hosts: int = 0,
+        lease: str = "",
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -330,6 +333,11 @@ class Harness:
             STATEQUEUE_CHECKPOINT_EVERY="25",
         )
         self.env.pop("STATEQUEUE_TEST_CRASH", None)
+        if store:  # a PostgreSQL store: runners may play several hosts
+            self.env["STATEQUEUE_STORE"] = store
+        self.hosts = hosts
+        self.lease = lease
+        self._launched = 0
         self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"
         self.err_path = workdir / "stderr.log"
         self._err = open(self.err_path, "ab")  # noqa: SIM115  # closed in close()
@@ -426,12 +434,18 @@ class Harness:
         args = ["run", "--no-live", "--max-crashes", "1000000", "-j", str(jobs)]
         if self.verify:
             args += ["--verify", shlex.join(["sh", "-c", _VERIFY, "{}"])]
+        if self.lease:
+            args += ["--lease", self.lease]
         script = _ORPHAN_WORK if self.orphans else _WORK
         return [*args, "--", "sh", "-c", script, "{}"]
 
     def start_runner(self, jobs: int | None = None) -> Proc:
         self.log.refresh()
-        proc = self._spawn("run", self.run_args(jobs))
+        env = None
+        if self.hosts:  # each runner in turn plays the next host (STATEQUEUE_HOST)
+            env = dict(self.env, STATEQUEUE_HOST=f"host{self._launched % self.hosts}")
+        self._launched += 1
+        proc = self._spawn("run", self.run_args(jobs), env=env)
         proc.at_launch = {k: self.log.count(k, proc.pid) for k in ("start", "end")}
         return proc
 
@@ -489,7 +503,11 @@ class Harness:
         """True when no process holds an item's claim lock (no attempt is alive)."""
         if not _ofd_claims_free(self.home / self.queue / "claims.lock"):
             return False
-        folder = self.home / self.queue / "claims"
+        # The journal's claim files, or the PostgreSQL store's on this host.
+        return all(self._flocks_free(f) for f in (self.queue, f".postgres/{self.queue}"))
+
+    def _flocks_free(self, sub: str) -> bool:
+        folder = self.home / sub / "claims"
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
