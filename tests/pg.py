@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -126,3 +127,19 @@ def pg_cluster() -> Iterator[PgCluster]:
 def pg_url(pg_cluster: PgCluster) -> str:
     """The URL of a fresh database of its own for one test."""
     return pg_cluster.new_database()
+
+
+@contextmanager
+def throwaway_cluster() -> Iterator[PgCluster]:
+    """A cluster of its own, for tests that stop or crash the server (never
+    the session's); skipped (or failed, in CI) like the session's."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        unavailable("PostgreSQL binaries (initdb, pg_ctl) not found")
+    cluster = _start_cluster(bin_dir)
+    try:
+        yield cluster
+    finally:
+        with suppress(subprocess.SubprocessError):
+            cluster.stop("immediate")
+        shutil.rmtree(cluster.root, ignore_errors=True)
