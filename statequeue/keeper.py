@@ -88,6 +88,11 @@ class Keeper:
         """Signal the process group of ``token``'s child, if it is not reaped yet."""
         self._send((kp.SIGNAL, token, int(signum)), [])
 
+    def deadline(self, token: int, at: float) -> None:
+        """Have the keeper SIGKILL ``token``'s process group at the monotonic
+        time ``at`` (a lease's end), unless a later deadline replaces it."""
+        self._send((kp.DEADLINE, token, float(at)), [])
+
     def receive(self) -> None:
         """Read what the keeper sent (blocks until something arrives)."""
         try:

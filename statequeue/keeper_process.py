@@ -46,7 +46,7 @@ CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lo
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
-SPAWN, SIGNAL, GOODBYE = 1, 2, 3
+SPAWN, SIGNAL, GOODBYE, DEADLINE = 1, 2, 3, 4
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING = 2, 3, 4
@@ -101,6 +101,10 @@ class KeeperProcess:
         self.idle_until = 0.0  # nor before (while only a detached leftover lives)
         self.idle_gap = 0.0
         self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
+        # token -> monotonic time to kill its group: the end of its lease as
+        # the runner last confirmed it, enforced here even if the runner is
+        # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
+        self.deadlines: dict[int, float] = {}
 
     # -- requests -------------------------------------------------------------
 
@@ -145,6 +149,10 @@ class KeeperProcess:
     def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
         if request[0] == SIGNAL:
             self.signal(request[1], request[2])
+            return
+        if request[0] == DEADLINE:
+            if request[1] in self.by_token:
+                self.deadlines[request[1]] = request[2]
             return
         if request[0] == GOODBYE:
             self.goodbye = True
@@ -223,6 +231,7 @@ class KeeperProcess:
             self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
             if leader is not None:
                 del self.by_token[leader.token]
+                self.deadlines.pop(leader.token, None)
                 self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
@@ -314,12 +323,22 @@ class KeeperProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
+    def enforce(self, now: float) -> None:
+        """Kill the groups whose deadline has come."""
+        for token in [t for t, at in self.deadlines.items() if at <= now]:
+            del self.deadlines[token]
+            self.signal(token, signal.SIGKILL)
+
     def timeout(self, now: float) -> float | None:
         if self.ending:
             return 0.05  # children may appear without a SIGCHLD (reparented)
+        wait = None
         if self.finished:
-            return max(0.001, max(self.cost_until, self.idle_until) - now)
-        return None
+            wait = max(0.001, max(self.cost_until, self.idle_until) - now)
+        if self.deadlines:
+            first = max(0.0, min(self.deadlines.values()) - now)
+            wait = first if wait is None else min(wait, first)
+        return wait
 
 
 def children() -> list[int]:
@@ -382,6 +401,7 @@ def main() -> None:
                 if keeper.ending or keeper.goodbye:
                     poller.unregister(sock.fileno())
                     sock.close()
+        keeper.enforce(time.monotonic())
         exits = keeper.reap()
         if keeper.ending:
             keeper.kill_all()

@@ -303,6 +303,7 @@ class Runner:
                 self._short_of_resources(exc)
             return
         self.jobs[job.token] = job
+        self._lease_backstop(job)
         self.summary.attempts += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
@@ -411,7 +412,11 @@ class Runner:
     def _fence(self) -> None:
         """Stop at once the children of claims whose lease this runner can
         no longer vouch for (promise 4 across hosts); nothing is recorded for them."""
-        lost = self.queue.store.lost_claims()
+        store = self.queue.store
+        if store.fence_at() is not None:
+            for job in self.jobs.values():
+                self._lease_backstop(job)
+        lost = store.lost_claims()
         if not lost:
             return
         now = time.monotonic()
@@ -429,6 +434,15 @@ class Runner:
                         warning=True,
                     )
                 )
+
+    def _lease_backstop(self, job: Job) -> None:
+        """Tell the keeper when ``job``'s lease ends as last renewed: it kills
+        the child then even if this runner is frozen (SIGSTOP, a paused VM)."""
+        at = self.queue.store.kill_by(job.claim.token)
+        if at is not None and at != job.lease_kill_at:
+            job.lease_kill_at = at
+            with contextlib.suppress(KeeperLost):
+                job.keeper.deadline(job.token, at)
 
     def _keeper(self) -> Keeper:
         if self.keeper is None:

@@ -190,6 +190,12 @@ class Store(ABC):
         None while no lease is held."""
         return None
 
+    def kill_by(self, token: int | None) -> float | None:
+        """The ``time.monotonic()`` by which the processes of the claim with
+        ``token`` must be dead unless its lease is renewed first (the runner's
+        keeper enforces it even if the runner freezes); None: no such lease."""
+        return None
+
     def fence_grace(self, grace: float) -> float:
         """The TERM -> KILL wait when fencing: ``grace``, shortened so that
         the KILL lands before the lease ends."""

@@ -86,6 +86,12 @@ class Leases:
             first = min(self._sent.values(), default=None)
         return None if first is None else first + FENCE_AT * self.lease
 
+    def kill_by(self, token: int | None) -> float | None:
+        """When ``token``'s processes must be dead at the latest (KILL_BY of its lease)."""
+        with self._lock:
+            sent = self._sent.get(token or 0)
+        return None if sent is None else sent + KILL_BY * self.lease
+
     def start(self) -> None:
         """Start the heartbeat (once; it runs until ``close``)."""
         if self._thread is None:

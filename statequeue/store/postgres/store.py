@@ -153,6 +153,9 @@ class PostgresStore(Store):
     def fence_at(self) -> float | None:
         return self._leases.fence_at()
 
+    def kill_by(self, token: int | None) -> float | None:
+        return self._leases.kill_by(token)
+
     def fence_grace(self, grace: float) -> float:
         return kill_grace(self._leases.lease, grace)
 
