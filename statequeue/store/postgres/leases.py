@@ -111,17 +111,18 @@ class Leases:
     def _beat(self) -> None:
         wait = self.lease * RENEW_EVERY
         while not self._stop.wait(wait):
-            ok = self.renew_now()
-            wait = self.lease * (RENEW_EVERY if ok else RETRY_EVERY)
+            lost = self.renew_now()
+            wait = self.lease * (RENEW_EVERY if lost is not None else RETRY_EVERY)
 
-    def renew_now(self) -> bool:
-        """Renew every held lease and the runners' rows in one statement;
-        False if the database could not be reached (the next try reconnects)."""
+    def renew_now(self) -> set[int] | None:
+        """Renew every held lease and the runners' rows in one statement; the
+        tokens found lost (taken over, or expired), which ``lost`` reports
+        next. None if the database could not be reached (the next try reconnects)."""
         with self._lock:
             tokens = list(self._sent)
             runners = list(self.runners)
         if not tokens and not runners:
-            return True
+            return set()
         sent = time.monotonic()
         params = {"q": self.queue, "tokens": tokens, "runners": runners, "lease": self.lease}
         try:
@@ -129,7 +130,8 @@ class Leases:
             renewed = {int(r[0]) for r in conn.execute(sql.RENEW, params).fetchall()}
         except Exception:  # any failure: drop the connection, try again soon
             self._reset()
-            return False
+            return None
+        lost = set()
         with self._lock:
             for token in tokens:
                 if token not in self._sent:
@@ -137,8 +139,9 @@ class Leases:
                 if token in renewed:
                     self._sent[token] = max(self._sent[token], sent)
                 else:
-                    self._lost.add(token)
-        return True
+                    lost.add(token)
+            self._lost |= lost
+        return lost
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
