@@ -61,12 +61,6 @@ SELECT c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
 FROM claimed c JOIN statequeue.items i ON i.queue = %(q)s AND i.id = c.id
 """
 
-HELD_CLAIM = """
-SELECT attempts, crashes FROM statequeue.live
-WHERE queue = %(q)s AND id = %(id)s AND token = %(token)s AND state = 'running'
-FOR UPDATE
-"""
-
 ROLL_UP_COUNTS = """
 WITH gone AS (
     DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta

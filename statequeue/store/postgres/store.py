@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import (
     ClaimLost,
@@ -44,10 +44,10 @@ from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Ou
 from statequeue.records import Record
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
 from statequeue.store.postgres import reads, reaping, sql, writes
-from statequeue.store.postgres.connection import Connection, connect, guarded, is_lost, mask
-from statequeue.store.postgres.connection import reconnect as reopen
+from statequeue.store.postgres.connection import Connection, guarded, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.schema import migrate
+from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
     from statequeue.views import (
@@ -60,12 +60,9 @@ if TYPE_CHECKING:
         Status,
     )
 
-T = TypeVar("T")
 ENQUEUE_BATCH = 20_000
 RECOVER_EVERY = 1.0
 """Seconds between recovery passes made by ``claim`` while it finds items."""
-PATIENCE = 60.0
-"""How long a runner's store call keeps reconnecting (unless a lease needs fencing first)."""
 Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 
 
@@ -87,12 +84,11 @@ class PostgresStore(Store):
         """A local folder for this host's logs of running attempts and claim
         locks (logs go into the database in a later step)."""
         self._recovered_at = -RECOVER_EVERY
-        self._patience = 0.0  # > 0 once a runner uses this store: reconnect
-        self._generation = 0  # connections opened so far, for group commit
         self._unsynced: list[Unsynced] = []
         self._leases = Leases(url, name, lease)
         self._locks = reaping.ClaimLocks(scratch)
-        self._conn: Connection = self._open()
+        self._session = Session(url, self._leases.fence_at)
+        self._patiently = self._session.patiently
         with self._guard():
             migrate(self._conn)
             self._open_queue(create)
@@ -100,15 +96,9 @@ class PostgresStore(Store):
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
 
-    def _open(self, until: float | None = None) -> Connection:
-        conn = connect(self.url) if until is None else reopen(self.url, until)
-        self._generation += 1
-        with guarded(self.url):
-            # Whatever the database's default: a result is on the server's
-            # disk before finish() returns (promise 1); finish(sync=False)
-            # lowers it per transaction, for group commit.
-            conn.execute("SET synchronous_commit = on")
-        return conn
+    @property
+    def _conn(self) -> Connection:
+        return self._session.conn
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -123,22 +113,6 @@ class PostgresStore(Store):
                 # the WAL past this one too.
                 self._conn.execute("SET LOCAL synchronous_commit = off")
             yield self._conn
-
-    def _patiently(self, action: Callable[[Connection], T]) -> T:
-        """``action(connection)``; for a runner's store, a lost connection is
-        reopened with backoff and the action run again (every action is safe
-        to repeat), until PATIENCE has passed or a held lease needs fencing."""
-        start = time.monotonic()
-        while True:
-            try:
-                with self._guard():
-                    return action(self._conn)
-            except StoreUnreachable:
-                if not self._patience or not is_lost(self._conn):
-                    raise
-                until = start + self._patience
-                fence = self._leases.fence_at()
-                self._conn = self._open(until if fence is None else min(until, fence))
 
     def use_lease(self, seconds: float) -> None:
         super().use_lease(seconds)
@@ -268,23 +242,24 @@ class PostgresStore(Store):
             target = ItemState.DONE
         else:
             target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
-        generation = self._generation
+        generation = self._session.generation
         try:
             state = self._patiently(
-                lambda conn: self._finish_once(
+                lambda conn: writes.finish_once(
                     conn,
+                    self.name,
                     claim,
                     outcome,
                     (target, retry_at),
                     sync=sync,
-                    retried=self._generation != generation,
+                    retried=self._session.generation != generation,
                 )
             )
         except ClaimLost:
             self._forget(claim)
             raise
         if not sync:
-            self._unsynced.append((self._generation, claim, outcome, target, retry_at))
+            self._unsynced.append((self._session.generation, claim, outcome, target, retry_at))
         self._forget(claim)
         return state
 
@@ -292,56 +267,16 @@ class PostgresStore(Store):
         self._leases.drop(claim.token)
         self._locks.let_go(claim.token, remove=True)
 
-    def _finish_once(
-        self,
-        conn: Connection,
-        claim: Claim,
-        outcome: Outcome,
-        end: tuple[ItemState, float | None],
-        *,
-        sync: bool,
-        retried: bool,
-    ) -> ItemState:
-        target, retry_at = end
-        with conn.transaction():
-            if not sync:
-                conn.execute("SET LOCAL synchronous_commit = off")
-            if retried:
-                # After a lost connection the first try may have committed
-                # (only its acknowledgement lost). One result per token: the
-                # recorded one is the answer.
-                found = conn.execute(
-                    "SELECT state FROM statequeue.results WHERE token = %s", (claim.token,)
-                ).fetchone()
-                if found is not None:
-                    return ItemState(found[0])
-            self._held(conn, claim)
-            writes.record_result(conn, self.name, claim, outcome, target)
-            writes.settle(conn, self.name, claim, outcome, target, retry_at)
-        return target
-
-    def _held(self, conn: Connection, claim: Claim) -> tuple[int, int]:
-        """Lock the claim's row if its token is still current, else ClaimLost."""
-        row = conn.execute(
-            sql.HELD_CLAIM, {"q": self.name, "id": claim.item_id, "token": claim.token}
-        ).fetchone()
-        if row is None:
-            raise ClaimLost(
-                f"item {claim.item_id} is no longer claimed by runner {claim.runner_id} "
-                f"(token {claim.token} is stale); nothing was recorded"
-            )
-        return int(row[0]), int(row[1])
-
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
-        generation = self._generation
+        generation = self._session.generation
 
         def attempt(conn: Connection) -> None:
             try:
                 with conn.transaction():
-                    attempts, _ = self._held(conn, claim)
+                    attempts = writes.held(conn, self.name, claim)
                     writes.give_back(conn, self.name, claim, reason, attempts - uncounted)
             except ClaimLost:
-                if self._generation == generation:
+                if self._session.generation == generation:
                     raise
                 # Retried after a reconnect: the first try may have committed.
 
@@ -361,12 +296,15 @@ class PostgresStore(Store):
 
         self._patiently(attempt)
         for generation, claim, outcome, target, retry_at in self._unsynced:
-            if generation != self._generation:
-                end = (target, retry_at)
-                self._patiently(
-                    lambda c: self._finish_once(c, claim, outcome, end, sync=True, retried=True)  # noqa: B023
-                )
+            if generation != self._session.generation:
+                self._redo(claim, outcome, (target, retry_at))
         self._unsynced.clear()
+
+    def _redo(self, claim: Claim, outcome: Outcome, end: tuple[ItemState, float | None]) -> None:
+        """Finish again (synchronously) what may have been lost with an older connection."""
+        self._patiently(
+            lambda c: writes.finish_once(c, self.name, claim, outcome, end, sync=True, retried=True)
+        )
 
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
@@ -393,7 +331,7 @@ class PostgresStore(Store):
         return report
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        self._patience = PATIENCE  # a runner outlives a database restart
+        self._session.patience = PATIENCE  # a runner outlives a database restart
         self.recover()  # same-host runners that died are not "another runner active"
         with self._tx() as conn:
             writes.lock_queue(conn, self.name)
@@ -477,7 +415,7 @@ class PostgresStore(Store):
         or at once on this host once no process of theirs is left)."""
         self._leases.close()
         self._locks.close()
-        self._conn.close()
+        self._session.close()
 
     # -- reading -----------------------------------------------------------------
 

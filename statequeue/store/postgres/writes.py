@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from statequeue.errors import ItemNotFound, QueueNotFound, UsageError
+from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, UsageError
 from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.postgres.connection import Connection
@@ -74,6 +74,53 @@ def record_result(
             time.time(),
         ),
     )
+
+
+def held(conn: Connection, queue: str, claim: Claim) -> int:
+    """Lock the claim's row if its token is still current (its attempts so
+    far), else ClaimLost: nothing is written for a stale token."""
+    row = conn.execute(
+        "SELECT attempts FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s"
+        " AND token = %(token)s AND state = 'running' FOR UPDATE",
+        {"q": queue, "id": claim.item_id, "token": claim.token},
+    ).fetchone()
+    if row is None:
+        raise ClaimLost(
+            f"item {claim.item_id} is no longer claimed by runner {claim.runner_id} "
+            f"(token {claim.token} is stale); nothing was recorded"
+        )
+    return int(row[0])
+
+
+def finish_once(
+    conn: Connection,
+    queue: str,
+    claim: Claim,
+    outcome: Outcome,
+    end: tuple[ItemState, float | None],
+    *,
+    sync: bool,
+    retried: bool,
+) -> ItemState:
+    """Record one attempt's result in its own transaction; the item's new state."""
+    target, retry_at = end
+    with conn.transaction():
+        if not sync:
+            # Group commit: a later synchronous commit flushes the WAL past this one.
+            conn.execute("SET LOCAL synchronous_commit = off")
+        if retried:
+            # After a lost connection the first try may have committed (only
+            # its acknowledgement lost). One result per token: the recorded
+            # one is the answer.
+            found = conn.execute(
+                "SELECT state FROM statequeue.results WHERE token = %s", (claim.token,)
+            ).fetchone()
+            if found is not None:
+                return ItemState(found[0])
+        held(conn, queue, claim)
+        record_result(conn, queue, claim, outcome, target)
+        settle(conn, queue, claim, outcome, target, retry_at)
+    return target
 
 
 def settle(
