@@ -103,7 +103,7 @@ class Leases:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2 * self.lease)
+            self._thread.join(timeout=1.0)  # a renew hung in a partition is abandoned (daemon)
         if self._conn is not None:
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()
