@@ -368,3 +368,21 @@ def test_invalid_lease_is_a_usage_error(sq_env: dict[str, str], lease: str) -> N
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("statequeue: "), run.stderr
+
+
+def test_registering_a_runner_leaves_recovery_to_its_policy(
+    stores: Callable[..., PostgresStore], pg_url: str
+) -> None:
+    dead = stores(lease=0.5)
+    dead.enqueue(["a"])
+    assert dead.claim(new_runner()) is not None
+    dead.close()
+    _until(
+        lambda: _sql(pg_url, "SELECT lease_until < clock_timestamp() FROM statequeue.live")[0][0],
+        "the lease to end",
+    )
+    _sql(pg_url, "UPDATE statequeue.queues SET last_reap_at = NULL")
+    runner = stores()
+    runner.register_runner(new_runner())
+    assert runner.recover(on_interrupted=OnInterrupted.FAIL).failed == [1]
+    assert _state(pg_url, 1) == "failed"

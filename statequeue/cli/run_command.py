@@ -171,7 +171,8 @@ def run(
     {%} by parts of it (see below); without any, the item is the last
     argument. Nothing goes through a shell. The child gets
     STATEQUEUE_ITEM, STATEQUEUE_ID, STATEQUEUE_ATTEMPT, STATEQUEUE_QUEUE and
-    STATEQUEUE_RESULT (a path where it may write a JSON result).
+    STATEQUEUE_RESULT (a path where it may write a JSON result); with a
+    PostgreSQL store also STATEQUEUE_LEASE_TOKEN (the claim's fencing token).
 
     Example: statequeue run -j4 -- python worker.py {}
 

@@ -104,6 +104,24 @@ def reap_same_host(
     """Recover at once the items (and rows) of dead runners of this host and boot."""
     if not boot:
         return  # without a boot id a pid proves nothing
+    stop_dead_runners_here(conn, queue, host=host, boot=boot)
+    found = conn.execute(sql.SAME_HOST, {"q": queue, "host": host, "boot": boot}).fetchall()
+    for item_id, token, pid in found:
+        if not pid_gone(int(pid)) or not locks.is_free(int(token)):
+            continue
+        with conn.transaction():
+            row = conn.execute(sql.ONE_HELD, {"q": queue, "id": item_id, "token": token})
+            held = row.fetchone()
+            if held is not None:
+                recover_row(conn, queue, held, rule, report)
+        locks.let_go(int(token), remove=True)
+
+
+def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str) -> None:
+    """Mark stopped the rows of this host's runners whose pid is gone (their
+    items are left to ``reap_same_host`` and the leases)."""
+    if not boot:
+        return
     key = {"q": queue, "host": host, "boot": boot}
     for rid, pid in conn.execute(sql.SAME_HOST_RUNNERS, key).fetchall():
         if pid_gone(int(pid)):
@@ -115,16 +133,6 @@ def reap_same_host(
                 )
                 lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
                 writes.event(conn, queue, {**lost, "by": os.getpid()})
-    found = conn.execute(sql.SAME_HOST, key).fetchall()
-    for item_id, token, pid in found:
-        if not pid_gone(int(pid)) or not locks.is_free(int(token)):
-            continue
-        with conn.transaction():
-            row = conn.execute(sql.ONE_HELD, {"q": queue, "id": item_id, "token": token})
-            held = row.fetchone()
-            if held is not None:
-                recover_row(conn, queue, held, rule, report)
-        locks.let_go(int(token), remove=True)
 
 
 def reap_expired(

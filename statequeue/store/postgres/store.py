@@ -332,7 +332,13 @@ class PostgresStore(Store):
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         self._session.patience = PATIENCE  # a runner outlives a database restart
-        self.recover()  # same-host runners that died are not "another runner active"
+        # A dead runner of this host is not "another runner active" (its items
+        # are left to recovery, under the run's own --on-interrupted).
+        self._patiently(
+            lambda conn: reaping.stop_dead_runners_here(
+                conn, self.name, host=host_name(), boot=boot_id()
+            )
+        )
         with self._tx() as conn:
             writes.lock_queue(conn, self.name)
             others = [
