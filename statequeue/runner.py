@@ -426,14 +426,11 @@ class Runner:
                 job.stop_reason = "fenced"
                 job.signal_group(signal.SIGTERM)
                 job.kill_at = now + grace
-                self.on_event(
-                    Notice(
-                        _taken_over(
-                            job.claim, "its lease could not be renewed in time; stopping it"
-                        ),
-                        warning=True,
-                    )
+                text = (
+                    f"item {job.claim.item_id}: lease lost (not renewed in time, or taken "
+                    "over by another runner); its child is stopped and nothing is recorded"
                 )
+                self.on_event(Notice(text, warning=True))
 
     def _lease_backstop(self, job: Job) -> None:
         """Tell the keeper when ``job``'s lease ends as last renewed: it kills
@@ -549,7 +546,8 @@ class Runner:
         try:
             state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
         except ClaimLost:  # its lease expired and another runner took the item
-            return Notice(_taken_over(claim, "nothing recorded"), warning=True)
+            text = f"item {claim.item_id} was taken over by another runner; nothing recorded"
+            return Notice(text, warning=True)
         self.summary.record(claim.item_id, state)
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._taking = False
@@ -598,10 +596,6 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
-
-
-def _taken_over(claim: Claim, what: str) -> str:
-    return f"item {claim.item_id} was taken over by another runner; {what}"
 
 
 def _until(due: float) -> float:

@@ -157,7 +157,7 @@ def test_stopped_runner_is_taken_over_and_its_stale_work_records_nothing(fleet: 
     os.kill(first.pid, signal.SIGCONT)
     assert first.wait(DEADLINE) == 0, fleet.stderr("alpha")
     assert _gone(child)
-    assert "item 1 was taken over by another runner" in fleet.stderr("alpha")
+    assert "item 1: lease lost" in fleet.stderr("alpha")
     rows = _sql(fleet.url, "SELECT attempt FROM statequeue.results")
     assert rows == [(2,)]  # beta's attempt only
 
@@ -174,7 +174,7 @@ def test_partitioned_runner_stops_its_child_before_its_lease_ends(
         proxy.pause()
         _until(lambda: _lease_over(fleet.url, 1), "the lease to end on the database clock")
         assert _gone(child), "the child outlived its runner's lease"
-        assert "its lease could not be renewed in time" in fleet.stderr("gamma")
+        assert "item 1: lease lost" in fleet.stderr("gamma")
         proxy.resume()
         fleet.stop(runner)
     assert _sql(fleet.url, "SELECT count(*) FROM statequeue.results") == [(0,)]
