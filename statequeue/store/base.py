@@ -153,6 +153,18 @@ class Store(ABC):
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""
 
+    stores_logs: bool = False
+    """True when the store keeps finished attempts' output itself (``save_log``);
+    otherwise the runner's log files in the queue folder are the logs."""
+
+    def save_log(self, claim: Claim, data: bytes) -> bool:
+        """Store the output of ``claim``'s attempt (already capped by --log-limit),
+        if ``claim`` still holds its item (its token is current): a stale runner
+        stores nothing. Returns True when stored. Called just before ``finish``;
+        made durable by it (the log goes with its attempt's result). The default
+        stores nothing: the log file stays where the runner wrote it."""
+        return False
+
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output attempt ``attempt`` of item ``item_id`` logged, from byte
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""

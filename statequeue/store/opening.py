@@ -30,8 +30,8 @@ def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
             f"the PostgreSQL store needs psycopg ({exc.name} is missing): "
             "pip install 'statequeue[postgres]'"
         ) from None
-    # Logs of attempts running on this host stay local for now (a later step
-    # stores them in the database); hidden from `queues` by the leading dot.
+    # Logs of attempts running on this host are written here, then stored in
+    # the database when the attempt ends; hidden from `queues` by the leading dot.
     for folder in (*reversed(scratch.parents[:2]), scratch, scratch / "logs"):
         ensure_dir(folder)  # the home, .postgres, the queue's scratch, its logs: all 0700
     return PostgresStore(url, name, create=create, scratch=scratch)

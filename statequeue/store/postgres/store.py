@@ -17,6 +17,7 @@ across hosts waits for step 2.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -30,7 +31,7 @@ from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActi
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.postgres import reads, sql, writes
+from statequeue.store.postgres import logs, reads, sql, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
@@ -53,12 +54,14 @@ RECOVER_EVERY = 1.0
 class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
+    stores_logs = True
+
     def __init__(self, url: str, name: str, *, create: bool = True, scratch: Path | None = None):
         self.name = name
         self.url = url
         self.folder = scratch
-        """A local folder for this host's logs of running attempts (logs go
-        into the database in a later step)."""
+        """A local folder for this host's logs of running attempts; a finished
+        attempt's log is stored in the database (``save_log``)."""
         self._recovered_at = -RECOVER_EVERY
         self._conn: Connection = connect(url)
         with self._guard():
@@ -401,8 +404,26 @@ class PostgresStore(Store):
     def history(self, item_id: int) -> ItemHistory:
         with self._guard():
             found = reads.history(self._conn, self.name, item_id)
-        if found is None:
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            if found is None:
+                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            paths = logs.log_paths(self._conn, self.name, item_id, self.folder)
+        return dataclasses.replace(found, log_paths=paths)
+
+    def save_log(self, claim: Claim, data: bytes) -> bool:
+        # Asynchronous commit: the finish that follows commits synchronously,
+        # which flushes the WAL past this log too. Lost only with its attempt.
+        with self._tx(sync=False) as conn:
+            return logs.save(conn, self.name, claim, data)
+
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        """From the database once the attempt ended; before that, from this
+        host's scratch file (for `logs --follow` on the runner's host)."""
+        with self._guard():
+            found = logs.read(self._conn, self.name, item_id, attempt, offset)
+            if found is None:
+                found = logs.read_local(self.folder, item_id, attempt, offset)
+            if found is None:  # stored and removed between the two reads
+                found = logs.read(self._conn, self.name, item_id, attempt, offset)
         return found
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:

@@ -1,0 +1,97 @@
+"""Logs on PostgreSQL (issue 12, promise 11): a finished attempt's output is
+stored in the database, fenced by its claim's token, and read from any host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
+from tests.conftest import STATEQUEUE
+
+psycopg = pytest.importorskip("psycopg")
+from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
+
+# Non-UTF-8 bytes on stderr, a line on stdout: the stored log must keep them exactly.
+JOB = r"""printf 'out %s\n' "$1"; printf '\377\376raw\n' >&2"""
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([STATEQUEUE, *args], env=env, capture_output=True, timeout=120)
+
+
+def _host(sq_env: dict[str, str], tmp_path: Path, name: str, url: str) -> dict[str, str]:
+    """The environment of one "host": its own home folder and host name."""
+    home = tmp_path / f"home-{name}"
+    return {
+        **sq_env,
+        "STATEQUEUE_HOME": str(home),
+        "STATEQUEUE_HOST": name,
+        "STATEQUEUE_STORE": url,
+    }
+
+
+def _rows(url: str, query: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(query.encode()).fetchall()
+
+
+def test_logs_and_show_work_from_another_host(
+    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    host_a = _host(sq_env, tmp_path, "host-a", pg_url)
+    host_b = _host(sq_env, tmp_path, "host-b", pg_url)
+    assert _cli(host_a, "enqueue", "x1", "x2").returncode == 0
+    ran = _cli(host_a, "run", "--", "sh", "-c", JOB, "job", "{}")
+    assert ran.returncode == 0, ran.stderr
+    # Stored, so the runner's scratch copy is gone.
+    scratch = Path(host_a["STATEQUEUE_HOME"]) / ".postgres" / "default" / "logs"
+    assert sorted(p.name for p in scratch.iterdir() if p.name.endswith(".log")) == []
+    logged = _cli(host_b, "logs", "2")
+    assert logged.returncode == 0, logged.stderr
+    assert sorted(logged.stdout.splitlines()) == sorted([b"out x2", b"\xff\xferaw"])
+    shown = _cli(host_b, "show", "2", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["logs"] == ["database:logs/2.1.log"]
+    assert _cli(host_b, "logs", "2", "--attempt", "1").stdout == logged.stdout
+
+
+def test_stored_log_is_capped_by_log_limit(
+    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = _host(sq_env, tmp_path, "host-a", pg_url)
+    assert _cli(env, "enqueue", "big").returncode == 0
+    ran = _cli(
+        env, "run", "--log-limit", "100", "--", "sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a"
+    )
+    assert ran.returncode == 0, ran.stderr
+    [(data,)] = _rows(pg_url, "SELECT data FROM statequeue.logs")
+    stored = bytes(data)  # type: ignore[arg-type]
+    assert stored.startswith(b"a" * 100) and b"a" * 101 not in stored
+    assert b"log limit reached" in stored
+
+
+def test_stale_claim_stores_no_log(pg_url: str) -> None:
+    first = PostgresStore(pg_url, "q")
+    first.enqueue(["a"])
+    stale = first.claim(new_runner())
+    assert stale is not None
+    first.close()  # its runner is gone: the item may be taken over
+    second = PostgresStore(pg_url, "q")
+    try:
+        fresh = second.claim(new_runner())
+        assert fresh is not None and fresh.item_id == stale.item_id
+        assert second.save_log(stale, b"stale output") is False
+        assert _rows(pg_url, "SELECT count(*) FROM statequeue.logs") == [(0,)]
+        assert second.save_log(fresh, b"fresh \x00\xff") is True
+        assert second.save_log(fresh, b"fresh \x00\xff") is True  # a retried call is idempotent
+        second.finish(fresh, Outcome(ok=True))
+        assert second.read_log(fresh.item_id, fresh.attempt) == b"fresh \x00\xff"
+        assert second.read_log(fresh.item_id, fresh.attempt, 6) == b"\x00\xff"
+        assert second.read_log(fresh.item_id, stale.attempt) is None
+    finally:
+        second.close()
