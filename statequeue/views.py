@@ -106,6 +106,8 @@ class CompactResult:
     bytes_after: int
     archived: int
     archive_bytes: int
+    rows_moved: int | None = None
+    """Rows moved to the archive tables (a PostgreSQL store; None for the journal)."""
 
 
 @dataclass
