@@ -35,13 +35,27 @@ def _host(sq_env: dict[str, str], tmp_path: Path, name: str, url: str) -> dict[s
     }
 
 
+def _sq(cap: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, bytes]:
+    """Run the CLI in this process: exit code and stdout."""
+    from statequeue.cli.app import main
+
+    cap.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    return int(exited.value.code or 0), cap.readouterr().out
+
+
 def _rows(url: str, query: str) -> list[tuple[object, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(query.encode()).fetchall()
 
 
 def test_logs_and_show_work_from_another_host(
-    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+    pg_url: str,
+    sq_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfdbinary: pytest.CaptureFixture[bytes],
 ) -> None:
     host_a = _host(sq_env, tmp_path, "host-a", pg_url)
     host_b = _host(sq_env, tmp_path, "host-b", pg_url)
@@ -51,13 +65,15 @@ def test_logs_and_show_work_from_another_host(
     # Stored, so the runner's scratch copy is gone.
     scratch = Path(host_a["STATEQUEUE_HOME"]) / ".postgres" / "default" / "logs"
     assert sorted(p.name for p in scratch.iterdir() if p.name.endswith(".log")) == []
-    logged = _cli(host_b, "logs", "2")
-    assert logged.returncode == 0, logged.stderr
-    assert sorted(logged.stdout.splitlines()) == sorted([b"out x2", b"\xff\xferaw"])
-    shown = _cli(host_b, "show", "2", "--json")
-    assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["logs"] == ["database:logs/2.1.log"]
-    assert _cli(host_b, "logs", "2", "--attempt", "1").stdout == logged.stdout
+    # Host B reads them, in this process: another home, another host name.
+    for key in ("STATEQUEUE_HOME", "STATEQUEUE_HOST", "STATEQUEUE_STORE"):
+        monkeypatch.setenv(key, host_b[key])
+    code, logged = _sq(capfdbinary, "logs", "2")
+    assert code == 0
+    assert sorted(logged.splitlines()) == sorted([b"out x2", b"\xff\xferaw"])
+    code, shown = _sq(capfdbinary, "show", "2", "--json")
+    assert code == 0 and json.loads(shown)["logs"] == ["database:logs/2.1.log"]
+    assert _sq(capfdbinary, "logs", "2", "--attempt", "1") == (0, logged)
 
 
 def test_stored_log_is_capped_by_log_limit(

@@ -32,6 +32,7 @@ from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Ou
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.postgres import archive, logs, reads, sql, writes
+from statequeue.store.postgres import check as checking
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         ItemView,
         RecoveryReport,
         Status,
+        StoreCheck,
     )
 
 ENQUEUE_BATCH = 20_000
@@ -105,9 +107,15 @@ class PostgresStore(Store):
             self._conn.execute(
                 "INSERT INTO statequeue.queues (name) VALUES (%(q)s) ON CONFLICT DO NOTHING", q
             )
-        found = self._conn.execute("SELECT 1 FROM statequeue.queues WHERE name = %(q)s", q)
-        if found.fetchone() is None:
+        found = self._conn.execute("SELECT dropping FROM statequeue.queues WHERE name = %(q)s", q)
+        row = found.fetchone()
+        if row is None:
             raise QueueNotFound(f"no queue {self.name!r} in the PostgreSQL store")
+        if row[0]:
+            raise QueueNotFound(
+                f"queue {self.name!r} is being dropped: run `statequeue drop {self.name} --yes`"
+                " to finish"
+            )
 
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
         unique = list(dict.fromkeys(items))
@@ -416,6 +424,10 @@ class PostgresStore(Store):
                 raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
             paths = logs.log_paths(self._conn, self.name, item_id, self.folder)
         return dataclasses.replace(found, log_paths=paths)
+
+    def check(self, *, repair: bool = False) -> StoreCheck:
+        with self._guard():
+            return checking.check(self._conn, self.name, repair=repair)
 
     def save_log(self, claim: Claim, data: bytes) -> bool:
         # Asynchronous commit: the finish that follows commits synchronously,
