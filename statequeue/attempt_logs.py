@@ -12,6 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from statequeue.errors import StateQueueError
 from statequeue.models import Claim
 from statequeue.store.base import Store
 
@@ -27,6 +28,12 @@ def hand_over_log(store: Store, claim: Claim, path: Path | None) -> None:
         return
     with open(fd, "rb") as f:
         data = f.read()
-    if store.save_log(claim, data):
+    try:
+        stored = store.save_log(claim, data)
+    except StateQueueError:
+        # A log must never cost a result: the finish that follows meets the
+        # same trouble (a lost connection) and deals with it; the log stays here.
+        return
+    if stored:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.attempt_logs import hand_over_log
+from statequeue.errors import StoreUnreachable
 from statequeue.identity import new_runner
-from statequeue.models import Outcome
+from statequeue.models import Claim, Outcome
+from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
 
 psycopg = pytest.importorskip("psycopg")
@@ -111,3 +114,35 @@ def test_stale_claim_stores_no_log(pg_url: str) -> None:
         assert second.read_log(fresh.item_id, stale.attempt) is None
     finally:
         second.close()
+
+
+class _LogKeepingStore(MemoryStore):
+    stores_logs = True
+
+    def __init__(self, fails: bool) -> None:
+        super().__init__("q")
+        self.fails = fails
+        self.saved: list[bytes] = []
+
+    def save_log(self, claim: Claim, data: bytes) -> bool:
+        if self.fails:
+            raise StoreUnreachable(
+                "cannot reach the PostgreSQL store: server closed the connection"
+            )
+        self.saved.append(data)
+        return True
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_hand_over_log_removes_the_file_once_stored_and_never_raises(
+    tmp_path: Path, fails: bool
+) -> None:
+    store = _LogKeepingStore(fails)
+    store.enqueue(["a"])
+    claim = store.claim(new_runner())
+    assert claim is not None
+    log = tmp_path / "1.1.log"
+    log.write_bytes(b"output\xff")
+    hand_over_log(store, claim, log)  # a lost connection is for finish to report
+    assert log.exists() is fails
+    assert store.saved == ([] if fails else [b"output\xff"])
