@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from statequeue.attempt_logs import hand_over_log
 from statequeue.errors import ClaimLost, KeeperLost, ResourcesExhausted, UsageError
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
@@ -543,6 +544,8 @@ class Runner:
         # its attempts: runner crashes count against --max-crashes instead.
         if not outcome.ok and claim.failures < self.options.retries:
             retry_at = time.time() + self._backoff(claim.failures + 1)
+        if job is not None:  # a store shared by hosts keeps the log (PostgreSQL)
+            hand_over_log(self.queue.store, claim, job.log_path)
         try:
             state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
         except ClaimLost:  # its lease expired and another runner took the item

@@ -106,6 +106,8 @@ class CompactResult:
     bytes_after: int
     archived: int
     archive_bytes: int
+    rows_moved: int | None = None
+    """Rows moved to the archive tables (a PostgreSQL store; None for the journal)."""
 
 
 @dataclass
@@ -190,4 +192,47 @@ class ItemHistory:
             "result": self.result,
             "stderr_tail": self.stderr_tail,
             "logs": list(self.log_paths),
+        }
+
+
+@dataclass(frozen=True)
+class CountMismatch:
+    """A state whose maintained counter disagrees with a recount of the items."""
+
+    state: str
+    counted: int
+    """What the counters say (what `status` shows)."""
+    recounted: int
+    """What the items' rows say."""
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """What `fsck` found in a store that keeps counters (PostgreSQL)."""
+
+    queue: str
+    counts: dict[str, int]
+    """Items per state, recounted from the rows."""
+    mismatches: tuple[CountMismatch, ...] = ()
+    repaired: bool = False
+    """The counters were corrected (``check(repair=True)`` found mismatches)."""
+    warnings: tuple[str, ...] = ()
+    """Problems outside the queue, such as an old open transaction holding back vacuum."""
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.mismatches) and not self.repaired
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "queue": self.queue,
+            "counts": dict(self.counts),
+            "mismatches": [
+                {"state": m.state, "counted": m.counted, "recounted": m.recounted}
+                for m in self.mismatches
+            ],
+            "repaired": self.repaired,
+            "damaged": self.damaged,
+            "warnings": list(self.warnings),
         }

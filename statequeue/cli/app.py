@@ -161,7 +161,13 @@ def compact(
                 "bytes_after": r.bytes_after,
                 "archived": r.archived,
                 "archive_bytes": r.archive_bytes,
+                "rows_moved": r.rows_moved,
             }
+        )
+    elif r.rows_moved is not None:  # a PostgreSQL store: rows, not a journal file
+        print(
+            f"archived {plural(r.archived, 'finished item')} "
+            f"({plural(r.rows_moved, 'row')} moved to the archive tables)"
         )
     else:
         print(

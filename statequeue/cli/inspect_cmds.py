@@ -18,7 +18,7 @@ from statequeue.cli.options import (
     QueueOpt,
     StoreOpt,
     open_queue,
-    refuse_store_url,
+    store_url,
 )
 from statequeue.cli.render import emit_json, escaped, plural, shown
 from statequeue.errors import ItemNotFound, UsageError
@@ -26,7 +26,7 @@ from statequeue.models import ItemState
 from statequeue.textsafe import record_json
 
 if TYPE_CHECKING:
-    from statequeue.views import ItemHistory
+    from statequeue.views import ItemHistory, Status
 
 StateOpt = Annotated[
     str | None,
@@ -244,7 +244,7 @@ def results(
 def queues(
     ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, store: StoreOpt = None
 ) -> None:
-    """List every queue under the home, with its counts.
+    """List every queue under the home (or in the PostgreSQL store), with its counts.
 
     Example: statequeue queues --json
     """
@@ -252,8 +252,13 @@ def queues(
     from statequeue.queue import Queue
     from statequeue.store.integrity import holds_queue
 
-    refuse_store_url(ctx, "queues")
+    url = store_url(ctx)
+    if url is not None:
+        from statequeue.store.opening import postgres_queues
+        from statequeue.store.urls import mask
 
+        _show_queues(postgres_queues(url), "store", mask(url), json)
+        return
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
     rows = []
     folders = (
@@ -264,11 +269,15 @@ def queues(
     for folder in folders:
         with Queue(folder.name, home=root, create=False) as q:
             rows.append(q.status())
+    _show_queues(rows, "home", str(root), json)
+
+
+def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:
     if json:
-        emit_json({"schema": 1, "home": str(root), "queues": [s.to_json() for s in rows]})
+        emit_json({"schema": 1, where: place, "queues": [s.to_json() for s in rows]})
         return
     if not rows:
-        _write(f"no queues in {root}")
+        _write(f"no queues in {place}")
     for st in rows:
         counts = "  ".join(f"{k} {v}" for k, v in st.counts.items() if v)
         _write(f"{st.queue}\t{plural(st.total, 'item')}\t{counts or 'empty'}")
@@ -280,10 +289,18 @@ def path(
 ) -> None:
     """Print the queue's folder (for backups and scripts).
 
+    A queue in a PostgreSQL store has no folder: prints the store's URL (the
+    password masked) and the queue's name, separated by a tab.
+
     Example: tar czf backup.tgz -C "$(dirname "$(statequeue path)")" default
     """
-    refuse_store_url(ctx, "path")
     q = open_queue(ctx, home, queue, create=False)
+    url = store_url(ctx)
+    if url is not None:
+        from statequeue.store.urls import mask
+
+        _write(f"{mask(url)}\t{q.name}")
+        return
     _write(str(q.path))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ from statequeue.cli.options import (
     QueueOpt,
     StoreOpt,
     open_queue,
-    refuse_store_url,
+    store_url,
 )
 from statequeue.cli.render import emit_json, plural
 from statequeue.errors import UsageError
@@ -121,6 +121,10 @@ def fsck(
 ) -> int:
     """Check every record's checksum and sequence; --repair salvages what is valid.
 
+    With a PostgreSQL store: recount the states and compare them with the
+    counters `status` shows (--repair corrects them), and report a transaction
+    open so long that it holds back vacuum.
+
     Exit 0 when clean (or repaired), 5 when damage was found and not repaired.
 
     Example: statequeue fsck || statequeue fsck --repair
@@ -128,8 +132,8 @@ def fsck(
     from statequeue.queue import queue_folder
     from statequeue.store.fsck import fsck as run_fsck
 
-    refuse_store_url(ctx, "fsck")
-
+    if store_url(ctx) is not None:
+        return _check_store(open_queue(ctx, home, queue, create=False), repair, json)
     glob = ctx.obj or {}
     folder = queue_folder(
         queue if queue is not None else glob.get("queue"),
@@ -161,6 +165,26 @@ def fsck(
     return 0
 
 
+def _check_store(q: Any, repair: bool, json: bool) -> int:
+    """fsck of a store that keeps counters (PostgreSQL): see Store.check."""
+    report = q.store.check(repair=repair)
+    if json:
+        emit_json(report.to_json())
+    else:
+        for m in report.mismatches:
+            print(f"{m.state}: the counter says {m.counted}, the items say {m.recounted}")
+        if report.repaired:
+            print("repaired: the counters now match the items")
+        elif not report.mismatches:
+            print(f"queue {report.queue!r}: {plural(sum(report.counts.values()), 'item')}; ok")
+        for text in report.warnings:
+            print(f"warning: {text}", file=sys.stderr)
+    if report.damaged:
+        print("damage found: run `statequeue fsck --repair` to correct it", file=sys.stderr)
+        return int(ExitCode.DAMAGED)
+    return 0
+
+
 def _lines(numbers: list[int]) -> str:
     shown = ", ".join(str(n) for n in numbers[:10])
     return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
@@ -179,11 +203,16 @@ def drop(
 ) -> None:
     """Delete a queue with all its items, results and logs.
 
-    Asks for confirmation on a terminal; scripts pass --yes.
+    Asks for confirmation on a terminal; scripts pass --yes. With a PostgreSQL
+    store, deletes the queue's rows in batches; an interrupted drop is finished
+    by running it again.
 
     Example: statequeue drop old-crawl --yes
     """
-    refuse_store_url(ctx, "drop")
+    url = store_url(ctx)
+    if url is not None:
+        _drop_from_store(url, name, yes)
+        return
     from statequeue.store.folder import remove_queue_folder
 
     folder = _refuse_if_running(name, home if home is not None else (ctx.obj or {}).get("home"))
@@ -192,6 +221,20 @@ def drop(
             raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
         typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
     remove_queue_folder(folder)
+    print(f"dropped queue {name!r}")
+
+
+def _drop_from_store(url: str, name: str, yes: bool) -> None:
+    from statequeue.location import validate_queue_name
+    from statequeue.store.opening import drop_postgres_queue
+    from statequeue.store.urls import mask
+
+    validate_queue_name(name)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
+        typer.confirm(f"Delete queue {name!r} and all its rows in {mask(url)}?", abort=True)
+    drop_postgres_queue(url, name)  # refuses while a runner is active
     print(f"dropped queue {name!r}")
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         ItemView,
         RecoveryReport,
         Status,
+        StoreCheck,
     )
 
 RETRYABLE = (ItemState.FAILED, ItemState.HELD)
@@ -157,6 +158,29 @@ class Store(ABC):
     @abstractmethod
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""
+
+    def check(self, *, repair: bool = False) -> StoreCheck:
+        """Recount the items per state from the stored rows and compare with the
+        counters ``status`` reads, in one consistent snapshot; with ``repair``,
+        correct the counters (concurrent writers stay correct). Reports what
+        outside the queue harms it (an old open transaction). Raises UsageError
+        for a store without counters: a journal is checked on its folder
+        (``statequeue.store.fsck``), since a damaged one cannot be opened."""
+        from statequeue.errors import UsageError
+
+        raise UsageError(f"the {type(self).__name__} is checked on its folder, not by check()")
+
+    stores_logs: bool = False
+    """True when the store keeps finished attempts' output itself (``save_log``);
+    otherwise the runner's log files in the queue folder are the logs."""
+
+    def save_log(self, claim: Claim, data: bytes) -> bool:
+        """Store the output of ``claim``'s attempt (already capped by --log-limit),
+        if ``claim`` still holds its item (its token is current): a stale runner
+        stores nothing. Returns True when stored. Called just before ``finish``;
+        made durable by it (the log goes with its attempt's result). The default
+        stores nothing: the log file stays where the runner wrote it."""
+        return False
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output attempt ``attempt`` of item ``item_id`` logged, from byte

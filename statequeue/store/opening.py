@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.errors import InvalidStoreUrl, UsageError
 from statequeue.location import ensure_dir
 from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
+
+if TYPE_CHECKING:
+    from statequeue.views import Status
 
 
 def chosen_url(store: str | None) -> str | None:
@@ -17,21 +21,45 @@ def chosen_url(store: str | None) -> str | None:
     return spec or None
 
 
-def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
-    """The PostgreSQL store at ``url`` for queue ``name`` (psycopg is imported only here)."""
+def _check_driver(url: str) -> None:
+    """InvalidStoreUrl unless ``url`` names a PostgreSQL store; UsageError
+    unless psycopg (the ``postgres`` extra) is installed."""
     if not is_store_url(url):
         raise InvalidStoreUrl(
             f"invalid store URL {mask(url)!r}: expected postgresql://... or a libpq conninfo"
         )
     try:
-        from statequeue.store.postgres import PostgresStore
+        import psycopg  # noqa: F401  (only whether it is there)
     except ImportError as exc:
         raise UsageError(
             f"the PostgreSQL store needs psycopg ({exc.name} is missing): "
             "pip install 'statequeue[postgres]'"
         ) from None
-    # Logs of attempts running on this host stay local for now (a later step
-    # stores them in the database); hidden from `queues` by the leading dot.
+
+
+def postgres_queues(url: str) -> list[Status]:
+    """The status of every queue in the PostgreSQL database at ``url``, by name."""
+    _check_driver(url)
+    from statequeue.store.postgres.ops import statuses
+
+    return statuses(url)
+
+
+def drop_postgres_queue(url: str, name: str) -> None:
+    """Delete queue ``name`` from the PostgreSQL database at ``url`` (see ops.drop)."""
+    _check_driver(url)
+    from statequeue.store.postgres.ops import drop
+
+    drop(url, name)
+
+
+def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
+    """The PostgreSQL store at ``url`` for queue ``name`` (psycopg is imported only here)."""
+    _check_driver(url)
+    from statequeue.store.postgres import PostgresStore
+
+    # Logs of attempts running on this host are written here, then stored in
+    # the database when the attempt ends; hidden from `queues` by the leading dot.
     for folder in (*reversed(scratch.parents[:2]), scratch, scratch / "logs"):
         ensure_dir(folder)  # the home, .postgres, the queue's scratch, its logs: all 0700
     return PostgresStore(url, name, create=create, scratch=scratch)

@@ -117,7 +117,7 @@ def results(conn: Connection, queue: str, state: ItemState | None) -> Iterator[I
         rows = conn.execute(
             sql.RESULTS_PAGE, {"q": queue, "after": after, "upto": after + PAGE}
         ).fetchall()
-        for item_id, item, st, attempt, code, dur, reason, result, current in rows:
+        for item_id, item, st, attempt, code, dur, reason, result, current, archived in rows:
             if current != st or current not in ("done", "failed"):
                 continue  # retried since, or running again: not a finished item now
             if state is not None and current != state.value:
@@ -131,7 +131,7 @@ def results(conn: Connection, queue: str, state: ItemState | None) -> Iterator[I
                 dur,
                 str(reason),
                 result,
-                archived=False,
+                archived=bool(archived),
             )
 
 
@@ -147,17 +147,10 @@ def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
     text = text_of(row[0])
     # Enqueue events are written one per batch: the item's own is rebuilt here.
     events: list[dict[str, Any]] = [{"t": "enq", "id": item_id, **item_fields(text)}]
-    for seq, body in conn.execute(
-        "SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND id = %(id)s"
-        " AND body->>'t' <> 'enq' ORDER BY seq",
-        {"q": queue, "id": item_id},
-    ):
+    key = {"q": queue, "id": item_id}
+    for seq, body in conn.execute(sql.ITEM_EVENTS, key):  # archived ones included
         events.append({**body, "seq": seq})
-    last = conn.execute(
-        "SELECT result, err FROM statequeue.results WHERE queue = %(q)s AND id = %(id)s"
-        " ORDER BY token DESC LIMIT 1",
-        {"q": queue, "id": item_id},
-    ).fetchone()
+    last = conn.execute(sql.LAST_RESULT, key).fetchone()
     return ItemHistory(
         item_id=item_id,
         item=text,

@@ -133,7 +133,58 @@ CREATE INDEX live_lease ON statequeue.live (queue, lease_until) WHERE state = 'r
 ALTER TABLE statequeue.runners ADD COLUMN seen_at timestamptz, ADD COLUMN lease double precision;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES)
+_V3_ARCHIVE = """
+-- Finished attempts' output (promise 11), stored by the runner that held the
+-- claim: one row per attempt, fenced by the claim's token.
+CREATE TABLE statequeue.logs (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    attempt integer NOT NULL,
+    token bigint NOT NULL,
+    data bytea NOT NULL,
+    at double precision NOT NULL,
+    PRIMARY KEY (queue, id, attempt)
+);
+-- Compaction (promise 9) moves done and cancelled items' results and events
+-- here, in batches; ``items.archived`` marks the items already moved (the item
+-- rows and their sha256 key stay, so dedupe holds across the archive).
+ALTER TABLE statequeue.items ADD COLUMN archived boolean NOT NULL DEFAULT false;
+CREATE INDEX items_to_archive ON statequeue.items (queue, id)
+    WHERE state IN ('done', 'cancelled') AND NOT archived;
+CREATE TABLE statequeue.archived_results (
+    token bigint PRIMARY KEY,
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    attempt integer NOT NULL,
+    state text NOT NULL,
+    ok boolean NOT NULL,
+    exit_code integer,
+    signal integer,
+    duration double precision,
+    reason text NOT NULL DEFAULT '',
+    result jsonb,
+    err text NOT NULL DEFAULT '',
+    at double precision NOT NULL
+);
+CREATE INDEX archived_results_item ON statequeue.archived_results (queue, id, token);
+CREATE TABLE statequeue.archived_events (
+    seq bigint PRIMARY KEY,
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    body jsonb NOT NULL
+);
+CREATE INDEX archived_events_item ON statequeue.archived_events (queue, id, seq);
+-- `drop` deletes a queue in batches: while it does, the queue cannot be opened.
+ALTER TABLE statequeue.queues ADD COLUMN dropping boolean NOT NULL DEFAULT false;
+-- The hot table churns (every claim and finish updates or deletes a row):
+-- vacuum it after a fixed number of dead rows, not a fraction of its size.
+ALTER TABLE statequeue.live SET (
+    autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 100,
+    autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 100
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE)
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
 

@@ -166,12 +166,36 @@ WHERE i.queue = %(q)s AND i.id > %(after)s
 ORDER BY i.id LIMIT %(limit)s
 """
 
-RESULTS_PAGE = """
+_RESULT_FIELDS = "queue, id, token, state, attempt, exit_code, duration, reason, result"
+
+# Results of items compacted into the archive are read from there (``archived``).
+RESULTS_PAGE = f"""
 SELECT DISTINCT ON (r.id) r.id, i.item, r.state, r.attempt, r.exit_code, r.duration,
-       r.reason, r.result, coalesce(l.state, i.state) AS current
-FROM statequeue.results r
+       r.reason, r.result, coalesce(l.state, i.state) AS current, r.archived
+FROM (
+    SELECT {_RESULT_FIELDS}, false AS archived FROM statequeue.results
+    WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
+    UNION ALL
+    SELECT {_RESULT_FIELDS}, true FROM statequeue.archived_results
+    WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
+) r
 JOIN statequeue.items i ON i.queue = r.queue AND i.id = r.id
 LEFT JOIN statequeue.live l ON l.queue = r.queue AND l.id = r.id
-WHERE r.queue = %(q)s AND r.id > %(after)s AND r.id <= %(upto)s
 ORDER BY r.id, r.token DESC
+"""
+
+ITEM_EVENTS = """
+SELECT seq, body FROM (
+    SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND id = %(id)s
+    UNION ALL
+    SELECT seq, body FROM statequeue.archived_events WHERE queue = %(q)s AND id = %(id)s
+) e WHERE body->>'t' <> 'enq' ORDER BY seq
+"""
+
+LAST_RESULT = """
+SELECT result, err FROM (
+    SELECT token, result, err FROM statequeue.results WHERE queue = %(q)s AND id = %(id)s
+    UNION ALL
+    SELECT token, result, err FROM statequeue.archived_results WHERE queue = %(q)s AND id = %(id)s
+) r ORDER BY token DESC LIMIT 1
 """

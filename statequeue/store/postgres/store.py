@@ -25,6 +25,7 @@ Other callers (enqueue, status) fail at once with StoreUnreachable.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -43,7 +44,8 @@ from statequeue.identity import boot_id, host_name
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
-from statequeue.store.postgres import reads, reaping, sql, writes
+from statequeue.store.postgres import archive, logs, reads, reaping, sql, writes
+from statequeue.store.postgres import check as checking
 from statequeue.store.postgres.connection import Connection, guarded, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.schema import migrate
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
         ItemView,
         RecoveryReport,
         Status,
+        StoreCheck,
     )
 
 ENQUEUE_BATCH = 20_000
@@ -68,6 +71,8 @@ Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 
 class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
+
+    stores_logs = True
 
     def __init__(
         self,
@@ -82,7 +87,7 @@ class PostgresStore(Store):
         self.url = url
         self.folder = scratch
         """A local folder for this host's logs of running attempts and claim
-        locks (logs go into the database in a later step)."""
+        locks; a finished attempt's log is stored in the database (``save_log``)."""
         self._recovered_at = -RECOVER_EVERY
         self._unsynced: list[Unsynced] = []
         self._leases = Leases(url, name, lease)
@@ -149,9 +154,15 @@ class PostgresStore(Store):
             self._conn.execute(
                 "INSERT INTO statequeue.queues (name) VALUES (%(q)s) ON CONFLICT DO NOTHING", q
             )
-        found = self._conn.execute("SELECT 1 FROM statequeue.queues WHERE name = %(q)s", q)
-        if found.fetchone() is None:
+        found = self._conn.execute("SELECT dropping FROM statequeue.queues WHERE name = %(q)s", q)
+        row = found.fetchone()
+        if row is None:
             raise QueueNotFound(f"no queue {self.name!r} in the PostgreSQL store")
+        if row[0]:
+            raise QueueNotFound(
+                f"queue {self.name!r} is being dropped: run `statequeue drop {self.name} --yes`"
+                " to finish"
+            )
 
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
         unique = list(dict.fromkeys(items))
@@ -408,13 +419,21 @@ class PostgresStore(Store):
             writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
 
     def compact(self) -> CompactResult:
-        """Folds the count deltas into the counters. Moving finished items'
-        events and results to an archive table comes in a later step."""
+        """Folds the count deltas into the counters, then moves done and
+        cancelled items' results and events to the archive tables, in batches
+        (see archive.py). There is no journal: the byte sizes are 0."""
         from statequeue.views import CompactResult
 
         with self._guard():
             reads.roll_up_counts(self._conn, self.name)
-        return CompactResult(bytes_before=0, bytes_after=0, archived=0, archive_bytes=0)
+            moved = archive.archive_finished(self._conn, self.name)
+        return CompactResult(
+            bytes_before=0,
+            bytes_after=0,
+            archived=moved.items,
+            archive_bytes=0,
+            rows_moved=moved.rows,
+        )
 
     def close(self) -> None:
         """Claims still held are left to recovery (when their leases expire,
@@ -460,8 +479,30 @@ class PostgresStore(Store):
     def history(self, item_id: int) -> ItemHistory:
         with self._guard():
             found = reads.history(self._conn, self.name, item_id)
-        if found is None:
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            if found is None:
+                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            paths = logs.log_paths(self._conn, self.name, item_id, self.folder)
+        return dataclasses.replace(found, log_paths=paths)
+
+    def check(self, *, repair: bool = False) -> StoreCheck:
+        with self._guard():
+            return checking.check(self._conn, self.name, repair=repair)
+
+    def save_log(self, claim: Claim, data: bytes) -> bool:
+        # Asynchronous commit: the finish that follows commits synchronously,
+        # which flushes the WAL past this log too. Lost only with its attempt.
+        with self._tx(sync=False) as conn:
+            return logs.save(conn, self.name, claim, data)
+
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        """From the database once the attempt ended; before that, from this
+        host's scratch file (for `logs --follow` on the runner's host)."""
+        with self._guard():
+            found = logs.read(self._conn, self.name, item_id, attempt, offset)
+            if found is None:
+                found = logs.read_local(self.folder, item_id, attempt, offset)
+            if found is None:  # stored and removed between the two reads
+                found = logs.read(self._conn, self.name, item_id, attempt, offset)
         return found
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:

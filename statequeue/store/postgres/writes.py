@@ -26,10 +26,10 @@ def lock_queue(conn: Connection, queue: str) -> tuple[int, bool]:
     """Lock the queue's row (serialises enqueues, runner registration and
     user actions); returns its next id and whether it is paused."""
     row = conn.execute(
-        "SELECT next_id, paused FROM statequeue.queues WHERE name = %s FOR UPDATE",
+        "SELECT next_id, paused FROM statequeue.queues WHERE name = %s AND NOT dropping FOR UPDATE",
         (queue,),
     ).fetchone()
-    if row is None:
+    if row is None:  # or being dropped: nothing may be added to it
         raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
     return int(row[0]), bool(row[1])
 

@@ -1,0 +1,97 @@
+"""Finished attempts' output in the database (promise 11): ``logs`` and ``show``
+work from any host.
+
+While an attempt runs, its output goes to a scratch file on the runner's host
+(``<home>/.postgres/<queue>/logs/ID.N.log``); when it ends, the runner stores
+the file's bytes here (bytea: any bytes round-trip) and removes the file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from statequeue.models import Claim
+from statequeue.store.postgres.connection import Connection
+
+SHOWN_PREFIX = "database:logs/"
+"""How a stored log is named in ``ItemHistory.log_paths`` (there is no file):
+``database:logs/ID.N.log``, so that the name ends with the attempt as a file's does."""
+
+# Fenced like finish: the row is written only while the claim's token is the
+# item's current one, so a runner whose item was taken over stores nothing.
+SAVE = """
+INSERT INTO statequeue.logs (queue, id, attempt, token, data, at)
+SELECT l.queue, l.id, %(attempt)s, l.token, %(data)s, %(now)s FROM statequeue.live l
+WHERE l.queue = %(q)s AND l.id = %(id)s AND l.token = %(token)s AND l.state = 'running'
+ON CONFLICT (queue, id, attempt) DO NOTHING
+"""
+
+
+def save(conn: Connection, queue: str, claim: Claim, data: bytes) -> bool:
+    """Store ``claim``'s output if its token is current; True when stored (or
+    already stored by an earlier call for the same token)."""
+    key = {"q": queue, "id": claim.item_id, "attempt": claim.attempt, "token": claim.token}
+    cur = conn.execute(SAVE, {**key, "data": data, "now": time.time()})
+    if cur.rowcount:
+        return True
+    row = conn.execute(
+        "SELECT 1 FROM statequeue.logs WHERE queue = %(q)s AND id = %(id)s"
+        " AND attempt = %(attempt)s AND token = %(token)s",
+        key,
+    ).fetchone()
+    return row is not None
+
+
+def read(conn: Connection, queue: str, item_id: int, attempt: int, offset: int) -> bytes | None:
+    """Stored output of one attempt from byte ``offset`` on, or None if none is stored."""
+    row = conn.execute(
+        "SELECT substring(data FROM %(from)s) FROM statequeue.logs"
+        " WHERE queue = %(q)s AND id = %(id)s AND attempt = %(attempt)s",
+        {"q": queue, "id": item_id, "attempt": attempt, "from": offset + 1},
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def stored_attempts(conn: Connection, queue: str, item_id: int) -> list[int]:
+    rows = conn.execute(
+        "SELECT attempt FROM statequeue.logs WHERE queue = %s AND id = %s ORDER BY attempt",
+        (queue, item_id),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def local_attempts(scratch: Path | None, item_id: int) -> dict[int, Path]:
+    """Logs of attempts still running (or not yet stored) on this host, by attempt."""
+    folder = scratch / "logs" if scratch is not None else None
+    if folder is None or not folder.is_dir():
+        return {}
+    found: dict[int, Path] = {}
+    for name in os.listdir(folder):
+        stem, _, attempt = name.removesuffix(".log").partition(".")
+        if name.endswith(".log") and stem == str(item_id) and attempt.isdigit():
+            found[int(attempt)] = folder / name
+    return found
+
+
+def log_paths(conn: Connection, queue: str, item_id: int, scratch: Path | None) -> tuple[str, ...]:
+    """Every attempt's log, oldest first: stored ones by name, this host's
+    unstored ones by path."""
+    shown: dict[int, str] = {n: str(p) for n, p in local_attempts(scratch, item_id).items()}
+    for n in stored_attempts(conn, queue, item_id):
+        shown[n] = f"{SHOWN_PREFIX}{item_id}.{n}.log"
+    return tuple(shown[n] for n in sorted(shown))
+
+
+def read_local(scratch: Path | None, item_id: int, attempt: int, offset: int) -> bytes | None:
+    path = local_attempts(scratch, item_id).get(attempt)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None  # stored and removed meanwhile: the caller asks the database again
+    with open(fd, "rb") as f:
+        f.seek(offset)
+        return f.read()
