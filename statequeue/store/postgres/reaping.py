@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.location import ensure_dir
 from statequeue.models import OnInterrupted
-from statequeue.store.postgres import sql, writes
+from statequeue.store.postgres import reads, sql, writes
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
@@ -148,6 +148,9 @@ def reap_expired(
             writes.event(conn, queue, {**lost, "by": os.getpid()})
         for row in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
             recover_row(conn, queue, row, rule, report)
+    # The reaper's turn also folds the count deltas (every claim and finish
+    # adds some): otherwise the first `status` after a long run pays for all.
+    reads.roll_up_counts(conn, queue)
 
 
 def recover_row(

@@ -113,7 +113,9 @@ def finish_once(
             # its acknowledgement lost). One result per token: the recorded
             # one is the answer.
             found = conn.execute(
-                "SELECT state FROM statequeue.results WHERE token = %s", (claim.token,)
+                "SELECT state FROM statequeue.results WHERE token = %(t)s UNION ALL"
+                " SELECT state FROM statequeue.archived_results WHERE token = %(t)s",
+                {"t": claim.token},
             ).fetchone()
             if found is not None:
                 return ItemState(found[0])
