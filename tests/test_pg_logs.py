@@ -15,6 +15,7 @@ from statequeue.identity import new_runner
 from statequeue.models import Claim, Outcome
 from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
+from tests.test_store_contract import age_leases
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
@@ -99,7 +100,8 @@ def test_stale_claim_stores_no_log(pg_url: str) -> None:
     first.enqueue(["a"])
     stale = first.claim(new_runner())
     assert stale is not None
-    first.close()  # its runner is gone: the item may be taken over
+    first.close()
+    age_leases(pg_url)  # its lease ran out: the item may be taken over
     second = PostgresStore(pg_url, "q")
     try:
         fresh = second.claim(new_runner())
