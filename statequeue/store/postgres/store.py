@@ -30,11 +30,12 @@ from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActi
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.postgres import reads, sql, writes
+from statequeue.store.postgres import reads, sql, transfer, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
 if TYPE_CHECKING:
+    from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
         CompactResult,
@@ -411,3 +412,10 @@ class PostgresStore(Store):
 
     def notices(self) -> list[str]:
         return []
+
+    def export_items(self) -> Iterator[ExportedItem]:
+        with self._guard():
+            yield from transfer.export_items(self._conn, self.name)
+
+    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        return transfer.import_items(self._tx, self.name, entries)
