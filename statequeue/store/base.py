@@ -175,6 +175,18 @@ class Store(ABC):
         entries imported, each whole, and running the import again (the items
         present are skipped) completes it."""
 
+    def wake_fd(self) -> int | None:
+        """A file descriptor that becomes readable when another process may
+        have given this queue work (enqueue, retry, resume, import): a
+        ``run --follow`` runner waits on it beside its poll. None when the
+        store has none (the default): followers poll."""
+        return None
+
+    def drain_wake(self) -> bool:
+        """Consume what made ``wake_fd`` readable. False when that fd is dead:
+        the caller stops watching it, and a later ``wake_fd`` may give another."""
+        return False
+
     @abstractmethod
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3

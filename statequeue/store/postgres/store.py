@@ -20,18 +20,25 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, RunnerActive
+from statequeue.errors import (
+    ClaimLost,
+    ItemNotFound,
+    QueueNotFound,
+    RunnerActive,
+    StateQueueError,
+)
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.postgres import reads, sql, transfer, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
+from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
 if TYPE_CHECKING:
@@ -61,6 +68,8 @@ class PostgresStore(Store):
         """A local folder for this host's logs of running attempts (logs go
         into the database in a later step)."""
         self._recovered_at = -RECOVER_EVERY
+        self._notifier = Notifier(name)
+        self._listener: Listener | None = None
         self._conn: Connection = connect(url)
         with self._guard():
             # Whatever the database's default: a result is on the server's
@@ -129,6 +138,7 @@ class PostgresStore(Store):
                     writes.event(
                         conn, self.name, {"t": "enq", "id": first, "n": n, "at": writes.now()}
                     )
+                    self._notifier.notify(conn)
             added += n
         return EnqueueResult(added=added, skipped=len(items) - added)
 
@@ -339,7 +349,10 @@ class PostgresStore(Store):
     ) -> list[int]:
         allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
         with self._tx() as conn:
-            return writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
+            changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
+            if changed:
+                self._notifier.notify(conn)
+            return changed
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
@@ -352,6 +365,8 @@ class PostgresStore(Store):
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
             writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
+            if not paused:
+                self._notifier.notify(conn)
 
     def compact(self) -> CompactResult:
         """Folds the count deltas into the counters. Moving finished items'
@@ -365,6 +380,11 @@ class PostgresStore(Store):
     def close(self) -> None:
         """Closing the connection drops the session lock: recovery may take
         back whatever this store still held."""
+        if self._notifier.owed and not self._conn.closed:
+            with suppress(StateQueueError), self._tx() as conn:
+                self._notifier.notify(conn, force=True)  # the one the throttle held back
+        if self._listener is not None:
+            self._listener.close()
         self._conn.close()
 
     # -- reading -----------------------------------------------------------------
@@ -418,4 +438,16 @@ class PostgresStore(Store):
             yield from transfer.export_items(self._conn, self.name)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        return transfer.import_items(self._tx, self.name, entries)
+        result = transfer.import_items(self._tx, self.name, entries)
+        if result.added:
+            with self._tx() as conn:
+                self._notifier.notify(conn)
+        return result
+
+    def wake_fd(self) -> int | None:
+        if self._listener is None:
+            self._listener = Listener(self.url, self.name)
+        return self._listener.fileno()
+
+    def drain_wake(self) -> bool:
+        return self._listener is not None and self._listener.drain()
