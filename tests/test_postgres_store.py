@@ -278,7 +278,10 @@ def test_concurrent_opens_of_an_empty_database_migrate_once(pg_url: str) -> None
     for t in threads:
         t.join(timeout=60)
     assert errors == []
-    assert _sql(pg_url, "SELECT version FROM statequeue.schema_version") == [(1,)]
+    from statequeue.store.postgres.schema import MIGRATIONS
+
+    versions = _sql(pg_url, "SELECT version FROM statequeue.schema_version ORDER BY version")
+    assert versions == [(n,) for n in range(1, len(MIGRATIONS) + 1)]  # each applied once
 
 
 def test_concurrent_enqueues_neither_deadlock_nor_interleave(pg_url: str) -> None:

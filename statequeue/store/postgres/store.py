@@ -36,7 +36,7 @@ from statequeue.errors import (
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.postgres import reads, sql, transfer, writes
+from statequeue.store.postgres import events, reads, sql, transfer, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded, mask
 from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
@@ -428,7 +428,7 @@ class PostgresStore(Store):
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         with self._guard():
-            return reads.read_events(self._conn, self.name, cursor)
+            return events.read_events(self._conn, self.name, cursor)
 
     def notices(self) -> list[str]:
         return []
