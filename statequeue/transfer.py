@@ -155,12 +155,19 @@ def _header(obj: Any) -> ExportHeader:
 
 
 def import_queue(queue: Queue, lines: Iterable[bytes], *, merge: bool = False) -> ImportResult:
-    """Read an export into ``queue``. The whole input is checked first (bad
-    input changes nothing). A queue holding an item the export does not is
-    refused (ImportRefused) unless ``merge``; one holding only items of the
-    export (an import that was interrupted) is completed. A paused export
-    pauses the queue, first, so that no runner starts on half an import."""
+    """Read an export into ``queue``: ``read_export``, then ``import_entries``
+    (the whole input is checked first: bad input changes nothing)."""
     header, entries = read_export(lines)
+    return import_entries(queue, header, entries, merge=merge)
+
+
+def import_entries(
+    queue: Queue, header: ExportHeader, entries: list[ExportedItem], *, merge: bool = False
+) -> ImportResult:
+    """Import checked entries into ``queue``. A queue holding an item the
+    export does not is refused (ImportRefused) unless ``merge``; one holding
+    only items of the export (an import that was interrupted) is completed. A
+    paused export pauses the queue first, so no runner starts on half an import."""
     store = queue.store
     if not merge:
         wanted = {e.item for e in entries}

@@ -167,10 +167,12 @@ def test_memory_store_exports_and_imports(sq_home: Path) -> None:
     with Queue("src", home=sq_home) as q:
         q.enqueue(["x", "y", NON_UTF8])
         finish_one(q, Outcome(ok=True, result=7))
+        q.store.set_paused(True)
         lines = list(export_lines(q))
     memory = Queue(store=MemoryStore("m"))
     result = import_queue(memory, lines)
-    assert (result.added, result.skipped) == (3, 0)
+    assert (result.added, result.skipped, result.paused) == (3, 0, True)
+    assert memory.store.is_paused()
     assert [(v.item_id, v.item, v.state) for v in memory.items()] == [
         (1, "x", ItemState.DONE),
         (2, "y", ItemState.PENDING),
@@ -251,13 +253,15 @@ def test_bad_input_is_one_line_and_exit_2(sq_env: Env, sq_home: Path) -> None:
     assert done.returncode == USAGE, err
     assert err == "statequeue: line 1: not a statequeue export\n"
     assert (sq_home / "dst" / "journal.jsonl").read_bytes() == journal
+    fresh = sq(sq_env, "import", "-q", "fresh", stdin=GOOD[:-1])
+    assert fresh.returncode == USAGE and not (sq_home / "fresh").exists()
 
 
 def test_bad_input_into_postgresql_changes_nothing(pg_url: str, sq_env: Env) -> None:
     done = sq(sq_env, "--store", pg_url, "import", "-q", "dst", stdin=GOOD[:-1])
     assert done.returncode == USAGE and done.stderr.count(b"\n") == 1
     listed = sq(sq_env, "--store", pg_url, "list", "-q", "dst")
-    assert listed.stdout == b""
+    assert listed.returncode == 7  # not even the queue was created
 
 
 def test_import_killed_mid_way_is_completed_by_running_it_again(

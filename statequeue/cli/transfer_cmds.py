@@ -63,11 +63,12 @@ def import_(
 
     Example: statequeue export -q crawl | statequeue --store postgresql:///jobs import -q crawl
     """
-    from statequeue.transfer import import_queue
+    from statequeue.transfer import import_entries, read_export
 
-    lines = _open_input(file)
+    # Checked whole before the queue is opened: bad input creates nothing.
+    header, entries = read_export(_open_input(file))
     q = open_queue(ctx, home, queue, create=True)
-    result = import_queue(q, lines, merge=merge)
+    result = import_entries(q, header, entries, merge=merge)
     if json:
         emit_json({"added": result.added, "skipped": result.skipped, "paused": result.paused})
     else:
