@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from statequeue.errors import UsageError
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
 from statequeue.wakeup import follow_poll
 from tests.conftest import STATEQUEUE
 
@@ -68,6 +70,12 @@ def test_retry_and_resume_notify_too(pg_url: str, listening: object) -> None:
     store = PostgresStore(pg_url, "q")
     try:
         store.enqueue(["a"])
+        assert received(listening) == 1  # type: ignore[arg-type]
+        claim = store.claim(new_runner())
+        assert claim is not None
+        store.finish(claim, Outcome(ok=False, reason="no"))
+        notify_gap()
+        assert store.retry([claim.item_id]) == [claim.item_id]
         assert received(listening) == 1  # type: ignore[arg-type]
         store.set_paused(True)
         assert received(listening, 0.2) == 0  # type: ignore[arg-type]  # pausing gives no work
