@@ -4,7 +4,8 @@ Each round, in a fresh temporary home: enqueue N items into a local queue
 (the baseline: the cheapest way to fill a queue), finish a tenth of them,
 export it to a file, import that file into a new local queue, and (with
 --store URL) import it into PostgreSQL and export it back. Every step runs
-the real CLI as a whole process; the table shows the median over the rounds,
+the real CLI as a whole process (each PostgreSQL round leaves a queue
+``bench-*`` behind: use a throwaway database); the table shows the median over the rounds,
 items per second, and the ratio to the enqueue measured in the same run.
 
     python scripts/bench_transfer.py [--items N] [--rounds R] [--store URL] [--json]
@@ -50,7 +51,6 @@ def one_round(items: int, store: str | None) -> dict[str, float]:
             pg = ("--store", store)
             out["import (PostgreSQL)"] = timed(env, *pg, "import", "-q", queue, str(export))
             out["export (PostgreSQL)"] = timed(env, *pg, "export", "-q", queue, "-o", str(export))
-            timed(env, *pg, "drop", "-q", queue, "--yes") if _has_drop(env) else None
         return out
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -69,11 +69,6 @@ def _finish_some(home: Path, n: int) -> None:
             assert claim is not None
             q.finish(claim, Outcome(ok=True, exit_code=0, result={"i": i}), sync=False)
         q.store.sync()
-
-
-def _has_drop(env: dict[str, str]) -> bool:
-    done = subprocess.run([STATEQUEUE, "drop", "--help"], env=env, capture_output=True)
-    return done.returncode == 0 and b"--yes" in done.stdout
 
 
 def main() -> None:
