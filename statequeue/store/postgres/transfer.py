@@ -99,10 +99,14 @@ def _import_batch(conn: Connection, queue: str, batch: Sequence[ExportedItem]) -
     next_id, _ = writes.lock_queue(conn, queue)  # serialises with enqueues and imports
     raws = [os.fsencode(e.item) for e in batch]
     keys = [hashlib.sha256(raw).digest() for raw in raws]
+    # A join, so that each key is one index lookup (``key = ANY(...)`` made
+    # the planner scan every item of the queue: quadratic over an import).
     present = {
         bytes(k)
         for (k,) in conn.execute(
-            "SELECT key FROM statequeue.items WHERE queue = %s AND key = ANY(%s)", (queue, keys)
+            "SELECT i.key FROM unnest(%(keys)b::bytea[]) AS k(key)"
+            " JOIN statequeue.items i ON i.queue = %(q)s AND i.key = k.key",
+            {"q": queue, "keys": keys},
         )
     }
     fresh: list[tuple[int, bytes, ExportedItem]] = []
@@ -123,35 +127,90 @@ def _import_batch(conn: Connection, queue: str, batch: Sequence[ExportedItem]) -
 
 
 def _insert(conn: Connection, queue: str, fresh: list[tuple[int, bytes, ExportedItem]]) -> None:
+    # One statement per table for the whole batch (arrays unnested server
+    # side): a round trip per row would make an import many times slower.
+    # The arrays go in binary (%(...)b): text arrays are escaped in Python.
+    items = [(i, raw, _items_state(e), e.attempts, writes.safe(e.reason)) for i, raw, e in fresh]
+    conn.execute(_INSERT_ITEMS, {"q": queue, **_columns(items, _ITEM_COLUMNS)})
+    live = [_live_row(i, e) for i, _, e in fresh if e.state in _LIVE]
+    if live:
+        conn.execute(_INSERT_LIVE, {"q": queue, **_columns(live, _LIVE_COLUMNS)})
+    results = [_result_row(i, r) for i, _, e in fresh for r in e.results]
+    if results:
+        conn.execute(_INSERT_RESULTS, {"q": queue, **_columns(results, _RESULT_COLUMNS)})
+    history = [(i, Jsonb({**r, "id": i})) for i, _, e in fresh for r in e.history]
+    if history:
+        conn.execute(_INSERT_EVENTS, {"q": queue, **_columns(history, ("id", "body"))})
     deltas: dict[str, int] = {}
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO statequeue.items (queue, id, item, state, attempts, reason)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            [
-                (queue, i, raw, _items_state(e), e.attempts, writes.safe(e.reason))
-                for i, raw, e in fresh
-            ],
-        )
-        cur.executemany(
-            "INSERT INTO statequeue.live (queue, id, state, attempts, crashes, failures,"
-            " interrupted, retry_at, reason, last_err, changed_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [_live_row(queue, i, e) for i, _, e in fresh if e.state in _LIVE],
-        )
-        cur.executemany(
-            "INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,"
-            " signal, duration, reason, result, err, at) VALUES (nextval('statequeue.tokens'),"
-            " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [_result_row(queue, i, r) for i, _, e in fresh for r in e.results],
-        )
-        cur.executemany(
-            "INSERT INTO statequeue.events (queue, id, body) VALUES (%s, %s, %s)",
-            [(queue, i, Jsonb({**r, "id": i})) for i, _, e in fresh for r in e.history],
-        )
     for _, _, e in fresh:
         deltas[e.state.value] = deltas.get(e.state.value, 0) + 1
     writes.count(conn, queue, deltas)
+
+
+def _columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """Rows as one list per column, named for the statement's parameters."""
+    return {name: [row[k] for row in rows] for k, name in enumerate(names)}
+
+
+_ITEM_COLUMNS = ("id", "item", "state", "attempts", "reason")
+_INSERT_ITEMS = """
+INSERT INTO statequeue.items (queue, id, item, state, attempts, reason)
+SELECT %(q)s, * FROM unnest(%(id)b::bigint[], %(item)b::bytea[], %(state)b::text[],
+                            %(attempts)b::int[], %(reason)b::text[])
+"""
+_LIVE_COLUMNS = (
+    "id",
+    "state",
+    "attempts",
+    "crashes",
+    "failures",
+    "interrupted",
+    "retry_at",
+    "reason",
+    "last_err",
+    "changed_at",
+)
+_INSERT_LIVE = """
+INSERT INTO statequeue.live (queue, id, state, attempts, crashes, failures, interrupted,
+                             retry_at, reason, last_err, changed_at)
+SELECT %(q)s, * FROM unnest(%(id)b::bigint[], %(state)b::text[], %(attempts)b::int[],
+                            %(crashes)b::int[], %(failures)b::int[], %(interrupted)b::bool[],
+                            %(retry_at)b::float8[], %(reason)b::text[], %(last_err)b::text[],
+                            %(changed_at)b::float8[])
+"""
+_RESULT_COLUMNS = (
+    "id",
+    "attempt",
+    "state",
+    "ok",
+    "exit",
+    "sig",
+    "dur",
+    "reason",
+    "result",
+    "err",
+    "at",
+)
+# unnest keeps the array order, and nextval runs row by row in it: the tokens
+# rise in the order of the attempts (``results`` takes the highest as the last).
+_INSERT_RESULTS = """
+INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code, signal,
+                                duration, reason, result, err, at)
+SELECT nextval('statequeue.tokens'), %(q)s, id, attempt, state, ok, exit, sig, dur, reason,
+       result, err, at
+FROM unnest(
+    %(id)b::bigint[], %(attempt)b::int[], %(state)b::text[], %(ok)b::bool[], %(exit)b::int[],
+    %(sig)b::int[], %(dur)b::float8[], %(reason)b::text[], %(result)b::jsonb[],
+    %(err)b::text[], %(at)b::float8[]) WITH ORDINALITY AS r(id, attempt, state, ok, exit, sig,
+    dur, reason, result, err, at, n)
+ORDER BY n
+"""
+_INSERT_EVENTS = """
+INSERT INTO statequeue.events (queue, id, body)
+SELECT %(q)s, id, body FROM unnest(%(id)b::bigint[], %(body)b::jsonb[]) WITH ORDINALITY
+    AS e(id, body, n)
+ORDER BY n
+"""
 
 
 def _items_state(entry: ExportedItem) -> str:
@@ -159,12 +218,11 @@ def _items_state(entry: ExportedItem) -> str:
     return ItemState.PENDING.value if entry.state in _LIVE else entry.state.value
 
 
-def _live_row(queue: str, item_id: int, e: ExportedItem) -> tuple[Any, ...]:
+def _live_row(item_id: int, e: ExportedItem) -> tuple[Any, ...]:
     results = e.results
     last_err = str(results[-1].get("err", "")) if results and e.state is ItemState.FAILED else ""
     at = max((float(r.get("at", 0.0)) for r in e.history), default=time.time())
     return (
-        queue,
         item_id,
         e.state.value,
         e.attempts,
@@ -178,10 +236,9 @@ def _live_row(queue: str, item_id: int, e: ExportedItem) -> tuple[Any, ...]:
     )
 
 
-def _result_row(queue: str, item_id: int, r: Record) -> tuple[Any, ...]:
+def _result_row(item_id: int, r: Record) -> tuple[Any, ...]:
     result = r.get("result")
     return (
-        queue,
         item_id,
         int(r.get("attempt", 0)),
         str(r.get("state", ItemState.DONE.value)),
