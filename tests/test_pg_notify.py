@@ -66,7 +66,10 @@ def test_follower_wakes_on_notify_long_before_its_poll(
     assert runner.returncode == 0, err.decode()
 
 
-def test_retry_and_resume_notify_too(pg_url: str, listening: object) -> None:
+def test_retry_and_resume_notify_too(
+    pg_url: str, listening: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "THROTTLE", 0.0)  # every write that gives work notifies
     store = PostgresStore(pg_url, "q")
     try:
         store.enqueue(["a"])
@@ -74,21 +77,14 @@ def test_retry_and_resume_notify_too(pg_url: str, listening: object) -> None:
         claim = store.claim(new_runner())
         assert claim is not None
         store.finish(claim, Outcome(ok=False, reason="no"))
-        notify_gap()
         assert store.retry([claim.item_id]) == [claim.item_id]
         assert received(listening) == 1  # type: ignore[arg-type]
         store.set_paused(True)
         assert received(listening, 0.2) == 0  # type: ignore[arg-type]  # pausing gives no work
-        notify_gap()
         store.set_paused(False)
         assert received(listening) == 1  # type: ignore[arg-type]
     finally:
         store.close()
-
-
-def notify_gap() -> None:
-    """Let the per-process throttle pass (its length, not a synchronisation)."""
-    time.sleep(notify.THROTTLE)
 
 
 def test_notifies_are_throttled_per_process(
