@@ -157,3 +157,11 @@ class SchemaTooNew(StateQueueError):
 
 class ClaimLost(StateQueueError):
     """the claim is no longer held (its fencing token is stale); nothing was recorded."""
+
+
+class InvalidExport(UsageError):
+    """not a statequeue export (or a damaged one); nothing was imported."""
+
+
+class ImportRefused(UsageError):
+    """the target queue holds items the export does not; use --merge to add to it."""

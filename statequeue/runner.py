@@ -37,6 +37,7 @@ from statequeue.queue import Queue
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.store.base import MIN_LEASE
+from statequeue.wakeup import StoreWake, follow_poll
 
 __all__ = [
     "ItemFinished",
@@ -60,6 +61,7 @@ RESOURCE_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
 )
 _KEEPER = object()  # selector tag of the keeper's socket
+_STORE_WAKE = object()  # selector tag of the store's wake-up fd (--follow)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ class Runner:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._store_wake = StoreWake(queue.store, self._selector, _STORE_WAKE)
+        self._follow_poll = follow_poll()
 
     # -- signals ---------------------------------------------------------------
 
@@ -210,6 +214,7 @@ class Runner:
                 # item has ended, holding that item's claim.
                 self.keeper.close()
             store.unregister_runner(self.info.runner_id)
+            self._store_wake.close()
             self._selector.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
@@ -222,6 +227,10 @@ class Runner:
             if self._taking and deadline is not None and time.monotonic() >= deadline:
                 self._taking = False
                 self.on_event(Notice("--max-time reached: taking no new items"))
+            if self.options.follow:
+                # Listening before claiming: work added after this claim
+                # finds nothing still wakes the runner.
+                self._store_wake.watch()
             if self._taking:
                 self._fill_slots()
             if not self.jobs:
@@ -385,7 +394,7 @@ class Runner:
         if due is not None:
             return min(_until(due), IDLE_TICK)
         if self.options.follow and scope is None:
-            return FOLLOW_POLL
+            return self._follow_poll
         return None
 
     def _next_retry(self, scope: set[int] | None) -> float | None:
@@ -402,7 +411,7 @@ class Runner:
             if due is not None:
                 wait = min(wait, _until(due))
             if self.options.follow and scope is None:
-                wait = min(wait, FOLLOW_POLL)
+                wait = min(wait, self._follow_poll)
         fence = self.queue.store.fence_at()  # a lease that needs renewing soon
         for job in self.jobs.values():
             for t in (job.deadline, job.kill_at, fence):
@@ -457,6 +466,8 @@ class Runner:
                 _drain_pipe(self._wake_r)
             elif job is _KEEPER:
                 self._keeper().receive()  # exits, recorded in keeper.exits
+            elif job is _STORE_WAKE:
+                self._store_wake.woke()  # the next pass of the loop claims
             elif key.fd in job.pipes and not job.read(key.fd):
                 self._selector.unregister(key.fd)
                 job.close_pipe(key.fd)

@@ -414,6 +414,8 @@ class QueueState:
         self._add(item_id, loc, state)
         if self.keys is not None:
             self.keys[item_text(rec)] = item_id
+        if state is DONE:
+            return  # an imported finished item: done items keep only their state byte
         details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
         if state is PENDING and not any(rec.get(k) for k in details):
             return  # a fresh pending item: nothing beyond its state byte

@@ -201,3 +201,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 __all__ = ["ExitCode", "app", "err", "fail", "main"]
+from statequeue.cli import transfer_cmds  # noqa: E402, F401  (registers export and import)

@@ -17,6 +17,7 @@ from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Ou
 from statequeue.records import Record
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
         CompactResult,
@@ -186,6 +187,34 @@ class Store(ABC):
         """The output attempt ``attempt`` of item ``item_id`` logged, from byte
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
+
+    @abstractmethod
+    def export_items(self) -> Iterator[ExportedItem]:
+        """Every item in id order, archived ones included, with its state,
+        counters and outcome history, as of one moment (a running item is
+        given as pending, interrupted). An empty queue yields nothing."""
+
+    @abstractmethod
+    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        """Add each entry whose item (exact bytes) is not in the queue yet, in
+        order, with its state, counters and history. An entry keeps its id
+        when that id is above every id in the queue (so all of them, into an
+        empty queue), else takes the next one. Durable before it returns;
+        atomic per item and done in batches: a crash leaves a prefix of the
+        entries imported, each whole, and running the import again (the items
+        present are skipped) completes it."""
+
+    def wake_fd(self) -> int | None:
+        """A file descriptor that becomes readable when another process may
+        have given this queue work (enqueue, retry, resume, import): a
+        ``run --follow`` runner waits on it beside its poll. None when the
+        store has none (the default): followers poll."""
+        return None
+
+    def drain_wake(self) -> bool:
+        """Consume what made ``wake_fd`` readable. False when that fd is dead:
+        the caller stops watching it, and a later ``wake_fd`` may give another."""
+        return False
 
     @abstractmethod
     def recover(

@@ -128,6 +128,7 @@ def _archive_finished(
     tries: dict[int, list[Record]] = {}  # held from enqueue (or carry-over) until archived
     live_texts: dict[int, str] = {}
     last_end: dict[int, Record] = {}
+    finished: dict[int, Record] = {}
     batch: list[Record] = []
     archived = 0
     codes = state.codes
@@ -148,6 +149,8 @@ def _archive_finished(
                         last_end[item_id] = rec["last"]
                 else:
                     texts[item_id] = item_text(rec)
+                    if "last" in rec:  # an imported finished item: its result
+                        finished[item_id] = rec["last"]
                 if rec.get("tries"):
                     tries[item_id] = rec["tries"]
             elif kind in ("intr", "set") or (
@@ -169,7 +172,8 @@ def _archive_finished(
                 archived += len(batch)
                 batch = []
         # Finished items without a done `end` (a salvaged journal): archived bare.
-        batch += [_arch(i, text, {}, tries) for i, text in sorted(texts.items())]
+        # Imported ones carry their result in ``last``.
+        batch += [_arch(i, text, finished.get(i, {}), tries) for i, text in sorted(texts.items())]
         archive.append(batch, sync=False)
     return archived + len(batch), last_end, live_texts, tries
 

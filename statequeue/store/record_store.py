@@ -21,6 +21,7 @@ from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RETRYABLE, Store
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
         ItemHistory,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     )
 
 ENQUEUE_BATCH = 20_000
+IMPORT_BATCH = 1_000
 RECENT_FAILURES = 5
 
 
@@ -474,6 +476,37 @@ class RecordStore(Store):
         with self._locked() as st:
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)
+
+    def export_items(self) -> Iterator[ExportedItem]:
+        from statequeue.store.record_transfer import export_items
+
+        with self._locked() as state:
+            # Taken whole under the lock: one consistent moment of the queue.
+            found = list(export_items(state, self._journal_records(), self._archive_records()))
+        yield from found
+
+    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        from statequeue.store.record_transfer import item_record
+
+        added = 0
+        seen: set[str] = set()
+        for start in range(0, len(entries), IMPORT_BATCH):
+            with self._locked() as state:
+                keys = self._known_keys(state)
+                next_id = state.next_id
+                batch: list[Record] = []
+                for entry in entries[start : start + IMPORT_BATCH]:
+                    if entry.item in keys or entry.item in seen:
+                        continue
+                    seen.add(entry.item)
+                    # Its own id when free (always, into an empty queue).
+                    next_id = max(entry.item_id, next_id)
+                    batch.append(item_record(entry, next_id))
+                    next_id += 1
+                # One durable append per batch; a crash keeps whole records only.
+                self._write(batch, sync=True)
+                added += len(batch)
+        return EnqueueResult(added=added, skipped=len(entries) - added)
 
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         """Items moved out by compaction (always done); none for stores without an archive."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from statequeue.models import ItemState
-from statequeue.records import Record, item_fields
+from statequeue.records import item_fields
 from statequeue.state import last_line
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
@@ -159,16 +159,3 @@ def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
         result=last[0] if last else None,
         stderr_tail=str(last[1]) if last else "",
     )
-
-
-def read_events(conn: Connection, queue: str, cursor: object | None) -> tuple[list[Record], object]:
-    # TODO(step 3): a plain seq cursor misses an event that commits late;
-    # build it from pg_current_snapshot() as the research notes describe.
-    after = cursor if isinstance(cursor, int) else 0
-    rows = conn.execute(
-        "SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND seq > %(after)s"
-        " ORDER BY seq LIMIT %(n)s",
-        {"q": queue, "after": after, "n": PAGE},
-    ).fetchall()
-    records: list[Record] = [{**body, "seq": seq} for seq, body in rows]
-    return records, (int(rows[-1][0]) if rows else after)

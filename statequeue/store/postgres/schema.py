@@ -184,7 +184,15 @@ ALTER TABLE statequeue.live SET (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE)
+_V4_NOTIFY = """
+-- The transaction that wrote each event: the event feed's cursor reads by a
+-- horizon of transactions (see postgres/events.py), so an event whose
+-- transaction commits after a later seq's is never skipped.
+ALTER TABLE statequeue.events ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX events_xid ON statequeue.events (queue, xid);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY)
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
 

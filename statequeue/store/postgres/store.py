@@ -29,7 +29,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,20 +38,23 @@ from statequeue.errors import (
     ItemNotFound,
     QueueNotFound,
     RunnerActive,
+    StateQueueError,
     StoreUnreachable,
 )
 from statequeue.identity import boot_id, host_name
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
-from statequeue.store.postgres import archive, logs, reads, reaping, sql, writes
+from statequeue.store.postgres import archive, events, logs, reads, reaping, sql, transfer, writes
 from statequeue.store.postgres import check as checking
 from statequeue.store.postgres.connection import Connection, guarded, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
+from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
+    from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
         CompactResult,
@@ -94,6 +97,8 @@ class PostgresStore(Store):
         self._locks = reaping.ClaimLocks(scratch)
         self._session = Session(url, self._leases.fence_at)
         self._patiently = self._session.patiently
+        self._notifier = Notifier(name)
+        self._listener: Listener | None = None
         with self._guard():
             migrate(self._conn)
             self._open_queue(create)
@@ -186,6 +191,7 @@ class PostgresStore(Store):
                     writes.event(
                         conn, self.name, {"t": "enq", "id": first, "n": n, "at": writes.now()}
                     )
+                    self._notifier.notify(conn)
             added += n
         return EnqueueResult(added=added, skipped=len(items) - added)
 
@@ -404,7 +410,10 @@ class PostgresStore(Store):
     ) -> list[int]:
         allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
         with self._tx() as conn:
-            return writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
+            changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
+            if changed:
+                self._notifier.notify(conn)
+            return changed
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
@@ -417,6 +426,8 @@ class PostgresStore(Store):
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
             writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
+            if not paused:
+                self._notifier.notify(conn)
 
     def compact(self) -> CompactResult:
         """Folds the count deltas into the counters, then moves done and
@@ -438,6 +449,11 @@ class PostgresStore(Store):
     def close(self) -> None:
         """Claims still held are left to recovery (when their leases expire,
         or at once on this host once no process of theirs is left)."""
+        if self._notifier.owed and not self._conn.closed:
+            with suppress(StateQueueError), self._tx() as conn:
+                self._notifier.notify(conn, force=True)  # the one the throttle held back
+        if self._listener is not None:
+            self._listener.close()
         self._leases.close()
         self._locks.close()
         self._session.close()
@@ -507,7 +523,26 @@ class PostgresStore(Store):
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         with self._guard():
-            return reads.read_events(self._conn, self.name, cursor)
+            return events.read_events(self._conn, self.name, cursor)
 
     def notices(self) -> list[str]:
         return []
+
+    def export_items(self) -> Iterator[ExportedItem]:
+        with self._guard():
+            yield from transfer.export_items(self._conn, self.name)
+
+    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        result = transfer.import_items(self._tx, self.name, entries)
+        if result.added:
+            with self._tx() as conn:
+                self._notifier.notify(conn)
+        return result
+
+    def wake_fd(self) -> int | None:
+        if self._listener is None:
+            self._listener = Listener(self.url, self.name)
+        return self._listener.fileno()
+
+    def drain_wake(self) -> bool:
+        return self._listener is not None and self._listener.drain()

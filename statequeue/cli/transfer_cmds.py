@@ -1,0 +1,86 @@
+"""Moving a queue between stores: export and import."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from statequeue.cli.app import app
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
+from statequeue.cli.render import emit_json, plural
+from statequeue.errors import NotFound
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (whole or not at all)."),
+    ] = None,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+    queue: QueueOpt = None,
+) -> None:
+    """Write the queue (items, states, attempts, results) as NDJSON, for `import`.
+
+    Archived items are included; a running item is written as pending (interrupted).
+
+    Example: statequeue export -q crawl -o crawl.ndjson
+    """
+    from statequeue.transfer import export_lines, export_to_file
+
+    q = open_queue(ctx, home, queue, create=False)
+    if output is None or output == "-":
+        out = sys.stdout.buffer
+        for line in export_lines(q):
+            out.write(line)
+        return
+    count = export_to_file(q, Path(output))
+    print(f"exported {plural(count, 'item')} of queue {q.name!r} to {output}", file=sys.stderr)
+
+
+@app.command(name="import")
+def import_(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(metavar="FILE", help="An export ('-' for stdin).")] = "-",
+    merge: Annotated[
+        bool,
+        typer.Option("--merge", help="Add only the items the queue lacks (by exact bytes)."),
+    ] = False,
+    json: JsonOpt = False,
+    home: HomeOpt = None,
+    store: StoreOpt = None,
+    queue: QueueOpt = None,
+) -> None:
+    """Read an export into the queue (created if missing), keeping ids, states and results.
+
+    A queue holding items the export lacks is refused unless --merge. Running
+    the same import again after it was interrupted completes it.
+
+    Example: statequeue export -q crawl | statequeue --store postgresql:///jobs import -q crawl
+    """
+    from statequeue.transfer import import_entries, read_export
+
+    # Checked whole before the queue is opened: bad input creates nothing.
+    header, entries = read_export(_open_input(file))
+    q = open_queue(ctx, home, queue, create=True)
+    result = import_entries(q, header, entries, merge=merge)
+    if json:
+        emit_json({"added": result.added, "skipped": result.skipped, "paused": result.paused})
+    else:
+        print(f"imported {result.added}, skipped {result.skipped} already in queue {q.name!r}")
+
+
+def _open_input(file: str) -> list[bytes]:
+    """Every line of FILE (or stdin), read before the queue is opened."""
+    if file == "-":
+        return sys.stdin.buffer.readlines()
+    try:
+        with open(file, "rb") as f:
+            return f.readlines()
+    except FileNotFoundError:
+        raise NotFound(f"no such file: {file}") from None
