@@ -157,3 +157,21 @@ class SchemaTooNew(StateQueueError):
 
 class ClaimLost(StateQueueError):
     """the claim is no longer held (its fencing token is stale); nothing was recorded."""
+
+
+class NotSupported(UsageError):
+    """this store does not support that operation yet."""
+
+
+class MapFailed(StateQueueError):
+    """some items of the map failed."""
+
+    def __init__(
+        self, failures: list[tuple[str, str]], results: list[object], message: str | None = None
+    ) -> None:
+        self.failures = failures
+        """Every item that failed, with its last reason, in input order."""
+        self.results = results
+        """The results in input order; None where the item failed."""
+        first = f"; first: {failures[0][1]}" if failures else ""
+        super().__init__(message or f"{len(failures)} of {len(results)} items failed{first}")

@@ -158,6 +158,16 @@ class Store(ABC):
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
 
+    def find(self, item: str) -> int | None:
+        """The id of the item whose text is exactly ``item`` (archived ones
+        included); None when there is none. This default reads every item."""
+        return next((v.item_id for v in self.items() if v.item == item), None)
+
+    def heartbeat(self, claim: Claim) -> None:
+        """Renew ``claim`` for stores whose claims expire (leases); by default
+        nothing: a local claim lasts as long as its process."""
+        return None
+
     @abstractmethod
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3

@@ -475,6 +475,15 @@ class RecordStore(Store):
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)
 
+    def find(self, item: str) -> int | None:
+        with self._locked() as state:
+            # The dedupe keys (text -> id), archived items included.
+            get = getattr(self._known_keys(state), "get", None)
+            if get is not None:
+                found = get(item)
+                return found if isinstance(found, int) else None
+        return super().find(item)
+
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         """Items moved out by compaction (always done); none for stores without an archive."""
         return iter(())
