@@ -175,3 +175,7 @@ class MapFailed(StateQueueError):
         """The results in input order; None where the item failed."""
         first = f"; first: {failures[0][1]}" if failures else ""
         super().__init__(message or f"{len(failures)} of {len(results)} items failed{first}")
+
+
+class PoolBroken(StateQueueError):
+    """a worker process of the map died (no item's fault); stopped, its item given back."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -45,6 +45,7 @@ from statequeue.work import WorkItem as WorkItem  # re-exported: public API
 from statequeue.work import WorkPolicy, work_loop
 
 if TYPE_CHECKING:
+    from statequeue.aio import AsyncWorkItem
     from statequeue.store.fsck import FsckReport
     from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
 
@@ -295,10 +296,20 @@ class Queue:
         """The id of the item whose text is exactly ``item``; ItemNotFound if none."""
         check_item(item)
         with self._using() as store:
-            found = store.find(item)
+            found = store.find_ids([item]).get(item)
         if found is None:
             raise ItemNotFound(f"no item {shown(item, 200)!r} in queue {self.name!r}")
         return found
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        """The id of each of ``texts`` that names an item; the others are left out."""
+        with self._using() as store:
+            return store.find_ids(texts)
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        """The current state of each of ``ids`` that names an item."""
+        with self._using() as store:
+            return store.states(ids)
 
     def result(self, item: str | int) -> ItemResult | None:
         """The stored result of one item, named by its exact text (or its id).
@@ -392,6 +403,36 @@ class Queue:
             max_crashes=max_crashes,
         )
         return work_loop(self, policy, verify)
+
+    def work_async(
+        self,
+        *,
+        concurrency: int = 1,
+        retries: int = 0,
+        retry_delay: float = 1.0,
+        retry_max_delay: float = 300.0,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        verify: Callable[[WorkItem], bool] | None = None,
+    ) -> AsyncIterator[AsyncWorkItem]:
+        """``work()`` for asyncio: ``async for item in queue.work_async(concurrency=16)``.
+
+        Up to ``concurrency`` items are out at once: hand each to a task, which
+        settles it (``await item.done(result)``, or ``async with item:``); a
+        slot claims again only once its item's result is durable. The loop
+        ends when no item is left and every item out is settled. Store calls
+        run in worker threads, never on the event loop. Leaving the loop early
+        gives back the items not settled yet. ``verify`` runs in a thread."""
+        from statequeue.aio import work_loop_async
+
+        policy = WorkPolicy(
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_max_delay=retry_max_delay,
+            on_interrupted=on_interrupted,
+            max_crashes=max_crashes,
+        )
+        return work_loop_async(self, policy, concurrency, verify)
 
     # -- for work loops: thin calls on the store, one thread at a time --------
 

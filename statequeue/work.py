@@ -9,7 +9,6 @@ for item in queue.work(retries=2):
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -64,6 +63,8 @@ class WorkPolicy:
 def backoff(retry: int, delay: float, max_delay: float) -> float:
     """The wait before the ``retry``-th retry of an episode: the formula of
     ``Runner._backoff`` (copied: the runner module is not the library's)."""
+    import random  # here: enqueue never needs it
+
     base = min(max_delay, delay * 2.0 ** (retry - 1))
     return base * random.uniform(0.5, 1.0)  # jitter, not security
 
@@ -205,7 +206,9 @@ def wait_for_due(queue: Queue, among: Collection[int] | None = None) -> bool:
     due = queue.next_due(among)
     if due is None:
         return False
-    time.sleep(min(max(due - time.time(), 0.01), LONGEST_NAP))
+    # At least a short nap: an item due now that could not be claimed is
+    # blocked (paused queue, a live process from its earlier attempt).
+    time.sleep(min(max(due - time.time(), 0.05), LONGEST_NAP))
     return True
 
 

@@ -158,10 +158,18 @@ class Store(ABC):
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
 
-    def find(self, item: str) -> int | None:
-        """The id of the item whose text is exactly ``item`` (archived ones
-        included); None when there is none. This default reads every item."""
-        return next((v.item_id for v in self.items() if v.item == item), None)
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        """The id of each of ``texts`` that names an item (exact text; archived
+        items included); texts that name none are left out. This default reads
+        every item."""
+        wanted = set(texts)
+        return {v.item: v.item_id for v in self.items() if v.item in wanted}
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        """The current state of each of ``ids`` that names an item (done for
+        archived ones). This default reads every item."""
+        wanted = set(ids)
+        return {v.item_id: v.state for v in self.items() if v.item_id in wanted}
 
     def heartbeat(self, claim: Claim) -> None:
         """Renew ``claim`` for stores whose claims expire (leases); by default
