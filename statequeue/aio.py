@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from statequeue.errors import UsageError
 from statequeue.identity import new_runner
-from statequeue.mapping import SETTLE_NAP, MapRun
+from statequeue.map_run import SETTLE_NAP, MapRun
 from statequeue.models import Claim, ItemState, RunnerInfo
 from statequeue.queue import Queue
 from statequeue.work import (

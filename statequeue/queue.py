@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from statequeue.errors import (
-    ItemNotFound,
     NotSupported,
     QueueClosed,
     QueueForked,
@@ -37,20 +35,17 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
-from statequeue.records import Record, check_json
+from statequeue.reading import QueueReading
+from statequeue.records import check_json
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.opening import chosen_url
-from statequeue.textsafe import shown
 from statequeue.work import WorkItem as WorkItem  # re-exported: public API
 from statequeue.work import WorkPolicy, work_loop
 
 if TYPE_CHECKING:
     from statequeue.aio import AsyncWorkItem
     from statequeue.store.fsck import FsckReport
-    from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
-
-
-_T = TypeVar("_T")
+    from statequeue.views import CompactResult, Status
 
 
 def refuse_single_text(items: object, what: str) -> None:
@@ -62,15 +57,12 @@ def refuse_single_text(items: object, what: str) -> None:
         )
 
 
-_END = object()
-
-
 def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
     """The folder of queue ``name`` under ``home`` (both resolved as the CLI does)."""
     return resolve_home(home) / resolve_queue_name(name)
 
 
-class Queue:
+class Queue(QueueReading):
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
@@ -255,94 +247,6 @@ class Queue:
         """Let runners take items again after ``pause()``."""
         with self._using() as store:
             store.set_paused(False)
-
-    def items(self, state: ItemState | None = None) -> list[ItemView]:
-        """Every item (or those in ``state``), in id order, archived ones included."""
-        return list(self.iter_items(state))
-
-    def iter_items(self, state: ItemState | None = None) -> Iterator[ItemView]:
-        """``items()`` streamed (for a million items)."""
-        return self._stream(lambda store: store.items(state))
-
-    def results(self, state: ItemState | None = None) -> list[ItemResult]:
-        """The stored result of every finished item (or those in ``state``:
-        done or failed; another state is a UsageError), archived ones included."""
-        return list(self.iter_results(state))
-
-    def iter_results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        """``results()`` streamed."""
-        if state not in (None, ItemState.DONE, ItemState.FAILED):
-            raise UsageError("results exist only for done or failed items")
-        return self._stream(lambda store: store.results(state))
-
-    def _stream(self, start: Callable[[Store], Iterator[_T]]) -> Iterator[_T]:
-        """The values of a store's stream, each read under the Queue's lock, so
-        that other threads may use the Queue between two of them."""
-        with self._using() as store:
-            stream = start(store)
-        while True:
-            with self._using():
-                value = next(stream, _END)
-            if value is _END:
-                return
-            yield value  # type: ignore[misc]  # _END is never yielded
-
-    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
-        """The output an attempt logged from byte ``offset`` on (None: none logged)."""
-        with self._using() as store:
-            return store.read_log(item_id, attempt, offset)
-
-    def find(self, item: str) -> int:
-        """The id of the item whose text is exactly ``item``; ItemNotFound if none."""
-        check_item(item)
-        with self._using() as store:
-            found = store.find_ids([item]).get(item)
-        if found is None:
-            raise ItemNotFound(f"no item {shown(item, 200)!r} in queue {self.name!r}")
-        return found
-
-    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
-        """The id of each of ``texts`` that names an item; the others are left out."""
-        with self._using() as store:
-            return store.find_ids(texts)
-
-    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
-        """The current state of each of ``ids`` that names an item."""
-        with self._using() as store:
-            return store.states(ids)
-
-    def result(self, item: str | int) -> ItemResult | None:
-        """The stored result of one item, named by its exact text (or its id).
-
-        Returns None while the item has no result (pending, running, held or
-        cancelled); raises ItemNotFound when no item has that text."""
-        item_id = item if isinstance(item, int) else self.find(item)
-        with self._using() as store:
-            store.history(item_id)  # ItemNotFound for an unknown id
-            return next((r for r in store.results() if r.item_id == item_id), None)
-
-    def history(self, item: int | str) -> ItemHistory:
-        """Everything recorded about one item, by id or by exact text; ItemNotFound if unknown."""
-        item_id = item if isinstance(item, int) else self.find(item)
-        with self._using() as store:
-            return store.history(item_id)
-
-    def events(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[Record]:
-        """The journal's records (dicts, as ``statequeue events --json`` prints
-        them), oldest first; ``follow`` keeps polling every ``poll`` seconds."""
-        for batch in self.event_batches(follow=follow, poll=poll):
-            yield from batch
-
-    def event_batches(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[list[Record]]:
-        """``events()`` in the batches read at once (an empty batch while following and idle)."""
-        cursor: object | None = None
-        while True:
-            with self._using() as store:
-                found, cursor = store.read_events(cursor)
-            yield found
-            if not follow:
-                return
-            time.sleep(poll)
 
     def fsck(self, *, repair: bool = False) -> FsckReport:
         """Check every record's checksum and sequence; ``repair`` salvages the

@@ -50,7 +50,12 @@ class WorkPolicy:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise UsageError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
-        OnInterrupted(self.on_interrupted)  # ValueError names a bad policy early
+        try:
+            policy = OnInterrupted(self.on_interrupted)  # "retry" works too
+        except ValueError:
+            names = ", ".join(p.value for p in OnInterrupted)
+            raise UsageError(f"on_interrupted must be one of {names}") from None
+        object.__setattr__(self, "on_interrupted", policy)  # frozen: set once, here
 
     def retry_at(self, claim: Claim) -> float | None:
         """When a failed attempt of ``claim`` runs again; None: it fails for good.

@@ -138,7 +138,8 @@ def test_verify_settles_an_interrupted_item_before_it_runs_again(
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"retries": -1}, {"retry_delay": float("nan")}, {"max_crashes": 0}]
+    "kwargs",
+    [{"retries": -1}, {"retry_delay": float("nan")}, {"max_crashes": 0}, {"on_interrupted": "x"}],
 )
 def test_a_bad_policy_is_a_usage_error(sq_home: Path, kwargs: dict[str, float]) -> None:
     with Queue(home=sq_home) as q, pytest.raises(UsageError):
