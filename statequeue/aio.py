@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,10 +20,10 @@ from statequeue.map_run import SETTLE_NAP, MapRun
 from statequeue.models import Claim, ItemState, RunnerInfo
 from statequeue.queue import Queue
 from statequeue.work import (
-    LONGEST_NAP,
     WorkItem,
     WorkPolicy,
     failure_reason,
+    next_nap,
     verified,
 )
 
@@ -150,10 +149,10 @@ async def work_loop_async(
                 if slots.out:
                     await slots.wait_for_one()
                     continue
-                due = await asyncio.to_thread(queue.next_due)
-                if due is None:
+                nap = await asyncio.to_thread(next_nap, queue)
+                if nap is None:
                     return
-                await asyncio.sleep(min(max(due - time.time(), 0.05), LONGEST_NAP))
+                await asyncio.sleep(nap)
                 continue
             slots.out.add(item)
             yield item

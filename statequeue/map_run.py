@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,7 +17,7 @@ from statequeue.identity import new_runner
 from statequeue.items import check_items
 from statequeue.models import Claim, ItemState, Outcome
 from statequeue.queue import Queue, refuse_single_text
-from statequeue.work import LONGEST_NAP, WorkPolicy, failure_reason, wait_for_due
+from statequeue.work import WorkPolicy, failure_reason, next_nap, wait_for_due
 
 WINDOW = 64
 """Ids offered to one claim: the lowest ones left (a claim scans what it is offered)."""
@@ -107,10 +106,7 @@ class MapRun:
         claim = self._claim(self._window()) or self._claim(self._unheld())
         if claim is not None:
             return claim
-        due = self.queue.next_due(self._unheld())
-        if due is None:
-            return None
-        return min(max(due - time.time(), 0.05), LONGEST_NAP)
+        return next_nap(self.queue, self._unheld())
 
     def _claim(self, among: list[int]) -> Claim | None:
         if not among:

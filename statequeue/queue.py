@@ -243,6 +243,11 @@ class Queue(QueueReading):
         with self._using() as store:
             store.set_paused(True)
 
+    def is_paused(self) -> bool:
+        """True while the queue is paused (as this process last read the queue)."""
+        with self._using() as store:
+            return store.is_paused()
+
     def resume(self) -> None:
         """Let runners take items again after ``pause()``."""
         with self._using() as store:
@@ -286,7 +291,7 @@ class Queue(QueueReading):
         verify: Callable[[WorkItem], bool] | None = None,
     ) -> Iterator[WorkItem]:
         """Yield pending items one at a time until none is left (waiting for
-        items whose retry time has not come yet).
+        items whose retry time has not come yet, and while the queue is paused).
 
         Settle each item before taking the next: ``item.done(result)``,
         ``item.fail(reason)``, or ``with item:`` (an exception inside fails the

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 VERIFIED_REASON = "verified: finished before its runner died"
 LONGEST_NAP = 1.0
 """The longest a loop sleeps before looking again for an item waiting on its retry time."""
+PAUSED_NAP = 0.25
+"""How often a loop looks whether a paused queue was resumed (as ``run`` does)."""
 
 
 @dataclass(frozen=True)
@@ -207,14 +209,25 @@ def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
 
 def wait_for_due(queue: Queue, among: Collection[int] | None = None) -> bool:
     """Sleep towards the time the next item waiting for a retry comes due
-    (at most LONGEST_NAP); False when no item waits."""
+    (at most LONGEST_NAP), or a while when the queue is paused (as ``run``,
+    a loop waits for ``resume``); False when no item waits."""
+    nap = next_nap(queue, among)
+    if nap is None:
+        return False
+    time.sleep(nap)
+    return True
+
+
+def next_nap(queue: Queue, among: Collection[int] | None = None) -> float | None:
+    """How long to wait before looking for an item again; None: none is coming."""
+    if queue.is_paused():
+        return PAUSED_NAP
     due = queue.next_due(among)
     if due is None:
-        return False
+        return None
     # At least a short nap: an item due now that could not be claimed is
-    # blocked (paused queue, a live process from its earlier attempt).
-    time.sleep(min(max(due - time.time(), 0.05), LONGEST_NAP))
-    return True
+    # blocked (a live process from its earlier attempt holds it).
+    return min(max(due - time.time(), 0.05), LONGEST_NAP)
 
 
 def end_work(queue: Queue, runner_id: str, current: WorkItem | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,13 +93,26 @@ def test_retry_and_cancel(q: Queue) -> None:
         q.cancel([999])
 
 
-def test_pause_stops_work_and_resume_lets_it_go_on(q: Queue) -> None:
+def test_pause_makes_work_wait_and_resume_lets_it_go_on(q: Queue) -> None:
     q.pause()
     assert q.status().paused
-    assert list(q.work()) == []
+    taken: list[str] = []
+
+    def loop() -> None:
+        for item in q.work():
+            taken.append(item.item)
+            item.done()
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not q.status().runners:  # the loop has started, and waits
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert taken == []
     q.resume()
+    t.join(timeout=30)
     assert not q.status().paused
-    taken = [item.item for item in q.work() if item.done() or True]
     assert taken == ["c", "d"]
 
 
