@@ -92,8 +92,12 @@ class QueueReading:
         cancelled); raises ItemNotFound when no item has that text."""
         item_id = item if isinstance(item, int) else self.find(item)
         with self._using() as store:
-            store.history(item_id)  # ItemNotFound for an unknown id
-            return next((r for r in store.results() if r.item_id == item_id), None)
+            state = store.states([item_id]).get(item_id)
+            if state is None:
+                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            if state not in (ItemState.DONE, ItemState.FAILED):
+                return None
+            return next((r for r in store.results(state) if r.item_id == item_id), None)
 
     def history(self, item: int | str) -> ItemHistory:
         """Everything recorded about one item, by id or by exact text; ItemNotFound if unknown."""
@@ -102,8 +106,9 @@ class QueueReading:
             return store.history(item_id)
 
     def events(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[Record]:
-        """The journal's records (dicts, as ``statequeue events --json`` prints
-        them), oldest first; ``follow`` keeps polling every ``poll`` seconds."""
+        """The journal's records as dicts, oldest first (``statequeue events
+        --json`` prints them with a schema number, and a non-UTF-8 item in
+        base64); ``follow`` keeps polling every ``poll`` seconds."""
         for batch in self.event_batches(follow=follow, poll=poll):
             yield from batch
 
