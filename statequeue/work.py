@@ -220,6 +220,8 @@ def wait_for_due(queue: Queue, among: Collection[int] | None = None) -> bool:
 
 def next_nap(queue: Queue, among: Collection[int] | None = None) -> float | None:
     """How long to wait before looking for an item again; None: none is coming."""
+    if among is not None and not among:
+        return None  # nothing left to look for: a pause must not hold the caller
     if queue.is_paused():
         return PAUSED_NAP
     due = queue.next_due(among)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -130,3 +131,36 @@ def test_map_on_postgres(sq_home: Path, pg_url: str) -> None:
 
 def test_kill_9_during_map_then_resume(tmp_path: Path, sq_env: dict[str, str]) -> None:
     run_kill_and_resume(tmp_path, sq_env, "map")
+
+
+def test_map_waits_while_paused_and_a_pause_after_the_last_claim_does_not_hold_it(
+    sq_home: Path,
+) -> None:
+    with Queue("pz") as q:
+        q.pause()
+        got: list[object] = []
+        started, release = threading.Event(), threading.Event()
+
+        def fn(item: str) -> str:
+            started.set()
+            assert release.wait(timeout=60)
+            return item
+
+        def call() -> None:
+            got.append(statequeue.map(fn, ["only"], queue=q, jobs=2))
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not q.status().runners:  # the map has started, and waits
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not started.is_set()
+        q.resume()
+        assert started.wait(timeout=30)
+        q.pause()  # the other slot has nothing left to wait for
+        release.set()
+        t.join(timeout=30)
+        q.resume()
+        assert not t.is_alive(), "a pause held a map whose items were all taken"
+        assert got == [["only"]]
