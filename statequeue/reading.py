@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
+from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
 
 from statequeue.errors import ItemNotFound, UsageError
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from statequeue.views import ItemHistory, ItemResult, ItemView
 
 _T = TypeVar("_T")
-_END = object()
+STREAM_BATCH = 1000
 
 
 class QueueReading:
@@ -50,16 +51,17 @@ class QueueReading:
         return self._stream(lambda store: store.results(state))
 
     def _stream(self, start: Callable[[Store], Iterator[_T]]) -> Iterator[_T]:
-        """The values of a store's stream, each read under the Queue's lock, so
-        that other threads may use the Queue between two of them."""
+        """The values of a store's stream, read under the Queue's lock a batch
+        at a time, so that other threads may use the Queue in between (and a
+        million items do not pay for a million lock turns)."""
         with self._using() as store:
             stream = start(store)
         while True:
             with self._using():
-                value = next(stream, _END)
-            if value is _END:
+                batch = list(islice(stream, STREAM_BATCH))
+            if not batch:
                 return
-            yield value  # type: ignore[misc]  # _END is never yielded
+            yield from batch
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output an attempt logged from byte ``offset`` on (None: none logged)."""
