@@ -52,6 +52,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python scripts/bench_pg_ops.py $(if $(findstring --quick,$(BENCH_ARGS)),--quick)
 	$(BENCH_VENV)/bin/python scripts/bench_transfer.py
+	$(BENCH_VENV)/bin/python scripts/bench_library.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -165,3 +165,25 @@ class InvalidExport(UsageError):
 
 class ImportRefused(UsageError):
     """the target queue holds items the export does not; use --merge to add to it."""
+
+
+class NotSupported(UsageError):
+    """this store does not support that operation yet."""
+
+
+class MapFailed(StateQueueError):
+    """some items of the map failed."""
+
+    def __init__(
+        self, failures: list[tuple[str, str]], results: list[object], message: str | None = None
+    ) -> None:
+        self.failures = failures
+        """Every item that failed, with its last reason, in input order."""
+        self.results = results
+        """The results in input order; None where the item failed."""
+        first = f"; first: {failures[0][1]}" if failures else ""
+        super().__init__(message or f"{len(failures)} of {len(results)} items failed{first}")
+
+
+class PoolBroken(StateQueueError):
+    """a worker process of the map died (no item's fault); stopped, its item given back."""

@@ -11,20 +11,18 @@ for item in queue.work():
 from __future__ import annotations
 
 import os
-import sys
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from statequeue.errors import (
-    ItemNotSettled,
+    NotSupported,
     QueueClosed,
     QueueForked,
     UsageError,
 )
-from statequeue.identity import new_runner
 from statequeue.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exported: public API
 from statequeue.items import check_item as check_item
 from statequeue.items import check_items
@@ -37,12 +35,26 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.reading import QueueReading
 from statequeue.records import check_json
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.opening import chosen_url
+from statequeue.work import WorkItem as WorkItem  # re-exported: public API
+from statequeue.work import WorkPolicy, work_loop
 
 if TYPE_CHECKING:
-    from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
+    from statequeue.aio import AsyncWorkItem
+    from statequeue.store.fsck import FsckReport
+    from statequeue.views import CompactResult, Status
+
+
+def refuse_single_text(items: object, what: str) -> None:
+    """UsageError for a str or bytes given where an iterable of items belongs."""
+    if isinstance(items, str | bytes | bytearray):
+        raise UsageError(
+            f"{what} takes an iterable of items, not one {type(items).__name__}: "
+            f"write {what}([text]) to add one item"
+        )
 
 
 def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
@@ -50,7 +62,7 @@ def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = 
     return resolve_home(home) / resolve_queue_name(name)
 
 
-class Queue:
+class Queue(QueueReading):
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
@@ -174,7 +186,9 @@ class Queue:
         """Add each item not already in the queue; returns how many were added and skipped.
 
         Every item is checked before anything is written, so bad input changes nothing.
+        A single str (or bytes) is refused: it would add each of its characters.
         """
+        refuse_single_text(items, "enqueue")
         checked = check_items(items)
         with self._using() as store:
             return store.enqueue(checked)
@@ -229,97 +243,139 @@ class Queue:
         with self._using() as store:
             return store.cancel(ids)
 
-    def items(self, state: ItemState | None = None) -> list[ItemView]:
-        """Every item (or those in ``state``), in id order, as a list (the lock
-        is not held while the caller iterates; ``store.items()`` streams)."""
+    def pause(self) -> None:
+        """Stop runners (and ``work()`` loops) from taking new items; they finish what they hold."""
         with self._using() as store:
-            return list(store.items(state))
+            store.set_paused(True)
 
-    def results(self, state: ItemState | None = None) -> list[ItemResult]:
-        """The stored result of every finished item (or those in ``state``)."""
+    def is_paused(self) -> bool:
+        """True while the queue is paused (as this process last read the queue)."""
         with self._using() as store:
-            return list(store.results(state))
+            return store.is_paused()
 
-    def history(self, item_id: int) -> ItemHistory:
-        """Everything recorded about one item; ItemNotFound if unknown."""
+    def resume(self) -> None:
+        """Let runners take items again after ``pause()``."""
         with self._using() as store:
-            return store.history(item_id)
+            store.set_paused(False)
+
+    def fsck(self, *, repair: bool = False) -> FsckReport:
+        """Check every record's checksum and sequence; ``repair`` salvages the
+        valid records (see ``statequeue.maintenance.fsck_queue`` for a queue
+        too damaged to open). NotSupported on a store without files."""
+        from statequeue.maintenance import fsck_folder
+
+        with self._using() as store:
+            folder = self._folder_of(store, "fsck")
+            return fsck_folder(folder, repair=repair)
+
+    def drop(self) -> None:
+        """Delete the queue with all its items, results and logs, then close it.
+        UsageError while a runner is active on it; NotSupported on a store without files."""
+        from statequeue.maintenance import drop_folder
+
+        with self._using() as store:
+            folder = self._folder_of(store, "drop")
+            drop_folder(self.name, folder, store.active_runners(), before=self.close)
+
+    def _folder_of(self, store: Store, operation: str) -> Path:
+        from statequeue.store.journal_store import JournalStore
+
+        # Only the journal's folder holds the queue (another store's folder is scratch).
+        if not isinstance(store, JournalStore):
+            raise NotSupported(f"{operation} does not work with this store yet")
+        return store.folder
 
     def work(
         self,
         *,
+        retries: int = 0,
+        retry_delay: float = 1.0,
+        retry_max_delay: float = 300.0,
         on_interrupted: OnInterrupted = OnInterrupted.RETRY,
         max_crashes: int = 3,
+        verify: Callable[[WorkItem], bool] | None = None,
     ) -> Iterator[WorkItem]:
-        """Yield pending items one at a time until none is left.
+        """Yield pending items one at a time until none is left (waiting for
+        items whose retry time has not come yet, and while the queue is paused).
 
-        Call ``item.done(result)`` or ``item.fail(reason)`` before taking the
-        next one. If the loop is left early (``break``, an exception, a crash),
-        the unsettled item is given back and runs again next time.
+        Settle each item before taking the next: ``item.done(result)``,
+        ``item.fail(reason)``, or ``with item:`` (an exception inside fails the
+        attempt and the loop goes on; see WorkItem). A failed attempt is
+        retried ``retries`` times per episode, after ``retry_delay`` seconds,
+        doubling up to ``retry_max_delay`` (as ``run --retries``). An item whose
+        runner died is recovered per ``on_interrupted``; ``verify(item)`` is
+        asked first and True records it done without yielding it.
+
+        If the loop is left early (``break``, an exception, a crash), the
+        unsettled item is given back and runs again next time.
         """
-        runner = new_runner(command=("python", *sys.argv[:1]))
+        policy = WorkPolicy(
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_max_delay=retry_max_delay,
+            on_interrupted=on_interrupted,
+            max_crashes=max_crashes,
+        )
+        return work_loop(self, policy, verify)
+
+    def work_async(
+        self,
+        *,
+        concurrency: int = 1,
+        retries: int = 0,
+        retry_delay: float = 1.0,
+        retry_max_delay: float = 300.0,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        verify: Callable[[WorkItem], bool] | None = None,
+    ) -> AsyncIterator[AsyncWorkItem]:
+        """``work()`` for asyncio: ``async for item in queue.work_async(concurrency=16)``.
+
+        Up to ``concurrency`` items are out at once: hand each to a task, which
+        settles it (``await item.done(result)``, or ``async with item:``); a
+        slot claims again only once its item's result is durable. The loop
+        ends when no item is left and every item out is settled. Store calls
+        run in worker threads, never on the event loop. Leaving the loop early
+        gives back the items not settled yet. ``verify`` runs in a thread."""
+        from statequeue.aio import work_loop_async
+
+        policy = WorkPolicy(
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_max_delay=retry_max_delay,
+            on_interrupted=on_interrupted,
+            max_crashes=max_crashes,
+        )
+        return work_loop_async(self, policy, concurrency, verify)
+
+    # -- for work loops: thin calls on the store, one thread at a time --------
+
+    def register_runner(self, runner: RunnerInfo) -> None:
+        """Record that ``runner`` (a work loop in this process) is active."""
         with self._using() as store:
             store.register_runner(runner)
-        current: WorkItem | None = None
-        try:
-            while True:
-                claim = self.claim(runner, on_interrupted=on_interrupted, max_crashes=max_crashes)
-                if claim is None:
-                    return
-                current = WorkItem(self, claim)
-                yield current
-                if not current.settled:
-                    raise ItemNotSettled(
-                        f"item {claim.item_id} was neither done() nor fail()ed before the next"
-                    )
-                current = None
-        finally:
-            self._end_work(runner.runner_id, current)
 
-    def _end_work(self, runner_id: str, current: WorkItem | None) -> None:
-        if self._closed:
-            return  # closing released the claim: recovery gives the item back
+    def unregister_runner(self, runner_id: str) -> None:
+        """Record that the runner stopped cleanly."""
         with self._using() as store:
-            if current is not None and not current.settled:
-                store.release(current.claim, "abandoned: the work loop stopped early")
             store.unregister_runner(runner_id)
 
+    def release(self, claim: Claim, reason: str) -> None:
+        """Give a claimed item back as pending, not counted as a failure (durable)."""
+        with self._using() as store:
+            store.release(claim, reason)
 
-class WorkItem:
-    """One claimed item inside ``Queue.work()``."""
+    def heartbeat(self, claim: Claim) -> None:
+        """Tell the store ``claim`` is still held (a no-op for stores without leases)."""
+        with self._using() as store:
+            store.heartbeat(claim)
 
-    def __init__(self, queue: Queue, claim: Claim) -> None:
-        self.queue = queue
-        self.claim = claim
-        self.settled = False
+    def next_due(self, among: Collection[int] | None = None) -> float | None:
+        """When the earliest item waiting for a retry comes due (see ``Store.next_due``)."""
+        with self._using() as store:
+            return store.next_due(among)
 
-    @property
-    def id(self) -> int:
-        return self.claim.item_id
-
-    @property
-    def item(self) -> str:
-        return self.claim.item
-
-    @property
-    def attempt(self) -> int:
-        return self.claim.attempt
-
-    @property
-    def interrupted(self) -> bool:
-        """The previous attempt died with its process: check before redoing side effects."""
-        return self.claim.interrupted
-
-    def done(self, result: Any = None) -> None:
-        """Record success with ``result`` (any JSON value), durably, before returning."""
-        self._settle(Outcome(ok=True, result=result))
-
-    def fail(self, reason: str = "failed", result: Any = None) -> None:
-        """Record failure with ``reason``, durably, before returning."""
-        self._settle(Outcome(ok=False, reason=reason, result=result))
-
-    def _settle(self, outcome: Outcome) -> None:
-        if self.settled:
-            raise UsageError(f"item {self.id} is already settled")
-        self.queue.finish(self.claim, outcome)
-        self.settled = True
+    def sync(self) -> None:
+        """Make every record written so far durable."""
+        with self._using() as store:
+            store.sync()

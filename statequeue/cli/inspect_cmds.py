@@ -75,7 +75,7 @@ def list_items(
     wanted = parse_state(state)
     q = open_queue(ctx, home, queue, create=False)
     out = sys.stdout.buffer
-    for view in q.store.items(wanted):
+    for view in q.iter_items(wanted):
         if json:
             out.write(orjson.dumps(view.to_json()) + b"\n")
         else:
@@ -86,7 +86,14 @@ def list_items(
 @app.command()
 def show(
     ctx: typer.Context,
-    item_id: IdArg,
+    item_id: Annotated[
+        int | None,
+        typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
+    ] = None,
+    item: Annotated[
+        str | None,
+        typer.Option("--item", metavar="TEXT", help="The item with exactly this text (not an id)."),
+    ] = None,
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -94,10 +101,14 @@ def show(
 ) -> None:
     """Show one item: its state, every attempt, the result and the stderr tail.
 
-    Example: statequeue show 42
+    Name it by id, or by its exact text with --item (exit 7 when no item has it).
+
+    Example: statequeue show 42; statequeue show --item https://example.org/a
     """
+    if (item_id is None) == (item is None):
+        raise UsageError("give an item id or --item TEXT (one of them)")
     q = open_queue(ctx, home, queue, create=False)
-    h = q.store.history(item_id)
+    h = q.history(item_id if item_id is not None else item)
     if json:
         emit_json(h.to_json())
         return
@@ -142,12 +153,12 @@ def logs(
     """
     q = open_queue(ctx, home, queue, create=False)
     if attempt is not None:
-        _check_attempt(q.store.history(item_id), attempt)
+        _check_attempt(q.history(item_id), attempt)
     out = sys.stdout.buffer
     shown_path: str | None = None
     offset = 0
     while True:
-        h = q.store.history(item_id)  # state first: output read after it is complete
+        h = q.history(item_id)  # state first: output read after it is complete
         paths = [p for p in h.log_paths if attempt is None or p.endswith(f".{attempt}.log")]
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
@@ -155,7 +166,7 @@ def logs(
             # Read through the store (relative to the queue folder, no link
             # followed); the path only names the attempt: logs/ID.N.log.
             logged = int(os.path.basename(shown_path).split(".")[1])
-            data = q.store.read_log(item_id, logged, offset) or b""
+            data = q.read_log(item_id, logged, offset) or b""
             out.write(data)
             out.flush()
             offset += len(data)
@@ -201,9 +212,8 @@ def results(
     if json and csv:
         raise UsageError("choose one of --json and --csv")
     wanted = parse_state(state)
-    if wanted not in (None, ItemState.DONE, ItemState.FAILED):
-        raise UsageError("results exist only for done or failed items")
     q = open_queue(ctx, home, queue, create=False)
+    found = q.iter_results(wanted)  # checks the state before anything is printed
     out = sys.stdout.buffer
     writer: Any = None
     if csv:
@@ -214,7 +224,7 @@ def results(
         text = io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", newline="")
         writer = csvmod.writer(text)
         writer.writerow(["id", "item", "state", "attempt", "exit", "duration", "reason", "result"])
-    for r in q.store.results(wanted):
+    for r in found:
         if json:
             out.write(orjson.dumps(r.to_json()) + b"\n")
         elif writer is not None:
@@ -249,8 +259,7 @@ def queues(
     Example: statequeue queues --json
     """
     from statequeue.location import resolve_home
-    from statequeue.queue import Queue
-    from statequeue.store.integrity import holds_queue
+    from statequeue.maintenance import list_queues
 
     url = store_url(ctx)
     if url is not None:
@@ -260,16 +269,7 @@ def queues(
         _show_queues(postgres_queues(url), "store", mask(url), json)
         return
     root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
-    rows = []
-    folders = (
-        # A folder whose journal is gone but whose archive remains is a damaged
-        # queue (opening it refuses), never one to leave out silently.
-        sorted(p for p in root.iterdir() if holds_queue(p)) if root.is_dir() else []
-    )
-    for folder in folders:
-        with Queue(folder.name, home=root, create=False) as q:
-            rows.append(q.status())
-    _show_queues(rows, "home", str(root), json)
+    _show_queues(list_queues(root), "home", str(root), json)
 
 
 def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:
@@ -321,16 +321,11 @@ def events(
     """
     q = open_queue(ctx, home, queue, create=False)
     out = sys.stdout.buffer
-    cursor: object | None = None
     last: float | None = None
     try:
-        while True:
-            found, cursor = q.store.read_events(cursor)
+        for found in q.event_batches(follow=follow):
             last = _print_events(out, found, json, last)
             out.flush()
-            if not follow:
-                return
-            time.sleep(0.25)
     except KeyboardInterrupt:
         return
 

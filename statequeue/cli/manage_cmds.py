@@ -48,12 +48,12 @@ def retry(
         raise UsageError("give item ids or --failed/--held, not both")
     q = open_queue(ctx, home, queue, create=False)
     if ids:
-        changed = q.store.retry(ids)
+        changed = q.retry(ids)
     else:
         # Chosen by the store under its lock: an item that a concurrent
         # `retry --failed` already put back is not an error.
         wanted = [s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on]
-        changed = q.store.retry(None, states=wanted)
+        changed = q.retry(None, states=wanted)
     _report(changed, "put back as pending", json)
 
 
@@ -71,7 +71,7 @@ def cancel(
     Example: statequeue cancel 12 13
     """
     q = open_queue(ctx, home, queue, create=False)
-    _report(q.store.cancel(ids), "cancelled", json)
+    _report(q.cancel(ids), "cancelled", json)
 
 
 def _report(changed: list[int], what: str, json: bool) -> None:
@@ -89,7 +89,7 @@ def pause(
 
     Example: statequeue pause && statequeue resume
     """
-    open_queue(ctx, home, queue, create=False).store.set_paused(True)
+    open_queue(ctx, home, queue, create=False).pause()
     print("paused: runners take no new items until `statequeue resume`")
 
 
@@ -101,7 +101,7 @@ def resume(
 
     Example: statequeue resume -q crawl
     """
-    open_queue(ctx, home, queue, create=False).store.set_paused(False)
+    open_queue(ctx, home, queue, create=False).resume()
     print("resumed")
 
 
@@ -129,17 +129,16 @@ def fsck(
 
     Example: statequeue fsck || statequeue fsck --repair
     """
-    from statequeue.queue import queue_folder
-    from statequeue.store.fsck import fsck as run_fsck
+    from statequeue.maintenance import fsck_queue
 
     if store_url(ctx) is not None:
         return _check_store(open_queue(ctx, home, queue, create=False), repair, json)
     glob = ctx.obj or {}
-    folder = queue_folder(
+    report = fsck_queue(
         queue if queue is not None else glob.get("queue"),
-        home if home is not None else glob.get("home"),
+        home=home if home is not None else glob.get("home"),
+        repair=repair,
     )
-    report = run_fsck(folder, repair=repair)
     if json:
         emit_json(report.to_json())
     else:
@@ -213,14 +212,16 @@ def drop(
     if url is not None:
         _drop_from_store(url, name, yes)
         return
-    from statequeue.store.folder import remove_queue_folder
+    from statequeue.maintenance import drop_queue
 
-    folder = _refuse_if_running(name, home if home is not None else (ctx.obj or {}).get("home"))
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
-        typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
-    remove_queue_folder(folder)
+    def confirm(folder: Path) -> None:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
+            typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
+
+    given_home = home if home is not None else (ctx.obj or {}).get("home")
+    drop_queue(name, home=given_home, confirm=confirm)
     print(f"dropped queue {name!r}")
 
 
@@ -236,32 +237,6 @@ def _drop_from_store(url: str, name: str, yes: bool) -> None:
         typer.confirm(f"Delete queue {name!r} and all its rows in {mask(url)}?", abort=True)
     drop_postgres_queue(url, name)  # refuses while a runner is active
     print(f"dropped queue {name!r}")
-
-
-def _refuse_if_running(name: str, home: str | None) -> Path:
-    """The queue's folder, once no runner is active on it. A damaged queue
-    (which cannot be opened) can still be dropped: its runner locks decide."""
-    from statequeue.errors import DamagedState
-    from statequeue.queue import Queue, queue_folder
-    from statequeue.store.locks import runner_locks_held
-
-    try:
-        q = Queue(name, home=home, create=False)
-    except DamagedState:
-        folder = queue_folder(name, home)
-        if runner_locks_held(folder):
-            raise UsageError(f"queue {name!r} has an active runner; stop it first") from None
-        return folder
-    try:
-        runners = q.store.active_runners()
-        if runners:
-            raise UsageError(
-                f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
-            )
-        assert q.path is not None
-        return q.path
-    finally:
-        q.close()
 
 
 app.command("rm", help="Delete a queue (same as `drop`).\n\nExample: statequeue rm old --yes")(drop)

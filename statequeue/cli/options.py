@@ -86,11 +86,3 @@ def store_url(ctx: typer.Context) -> str | None:
 
     given = ctx.meta.get(STORE_KEY)
     return chosen_url(given if isinstance(given, str) else None)
-
-
-def refuse_store_url(ctx: typer.Context, command: str) -> None:
-    """UsageError for a command that works on local queue folders only (for now)."""
-    if store_url(ctx) is not None:
-        from statequeue.errors import UsageError
-
-        raise UsageError(f"`{command}` does not work with a PostgreSQL store yet")

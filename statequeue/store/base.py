@@ -188,6 +188,24 @@ class Store(ABC):
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
 
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        """The id of each of ``texts`` that names an item (exact text; archived
+        items included); texts that name none are left out. This default reads
+        every item."""
+        wanted = set(texts)
+        return {v.item: v.item_id for v in self.items() if v.item in wanted}
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        """The current state of each of ``ids`` that names an item (done for
+        archived ones). This default reads every item."""
+        wanted = set(ids)
+        return {v.item_id: v.state for v in self.items() if v.item_id in wanted}
+
+    def heartbeat(self, claim: Claim) -> None:
+        """Renew ``claim`` for stores whose claims expire (leases); by default
+        nothing: a local claim lasts as long as its process."""
+        return None
+
     @abstractmethod
     def export_items(self) -> Iterator[ExportedItem]:
         """Every item in id order, archived ones included, with its state,

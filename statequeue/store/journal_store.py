@@ -659,6 +659,14 @@ class _Either:
     def __contains__(self, key: object) -> bool:
         return key in self.first or key in self.second
 
+    def get(self, key: str) -> int | None:
+        """The id of item ``key`` (for ``find``), from whichever set holds it."""
+        for keys in (self.first, self.second):
+            found = keys.get(key) if isinstance(keys, dict) else None
+            if isinstance(found, int):
+                return found
+        return None
+
 
 def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""

@@ -508,6 +508,20 @@ class RecordStore(Store):
                 added += len(batch)
         return EnqueueResult(added=added, skipped=len(entries) - added)
 
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        with self._locked() as state:
+            # The dedupe keys (text -> id), archived items included.
+            get = getattr(self._known_keys(state), "get", None)
+            if get is None:
+                return super().find_ids(texts)
+            found = {t: get(t) for t in texts}
+        return {t: i for t, i in found.items() if isinstance(i, int)}
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        with self._locked() as state:
+            found = {i: state.state_of(i) for i in ids}
+        return {i: s for i, s in found.items() if s is not None}
+
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         """Items moved out by compaction (always done); none for stores without an archive."""
         return iter(())
