@@ -588,14 +588,23 @@ def fresh_run(bench: Bench, name: str, items: Path, argv: list[str], n: int) -> 
     return Invocation(bench.sq("-q", name, "run", *argv), after=check, own_cpu=True)
 
 
-def floor_make(bench: Bench, items: Path, jobs: int, command: Sequence[str]) -> Contender:
+def floor_make(
+    bench: Bench,
+    items: Path,
+    jobs: int,
+    command: Sequence[str],
+    *,
+    tool: str = "",
+    transform: Callable[[Sample], float] | None = None,
+) -> Contender:
     def make(r: int) -> Invocation:
         journal = bench.workdir / f"floor-j{jobs}-r{r}.jsonl"
         journal.unlink(missing_ok=True)
         argv = [sys.executable, "-c", FLOOR_SCRIPT, str(journal), str(jobs), *command]
-        return Invocation(argv, stdin=items, after=lambda s: journal.unlink(missing_ok=True))
+        after = lambda s: journal.unlink(missing_ok=True)  # noqa: E731
+        return Invocation(argv, stdin=items, after=after, own_cpu=True)
 
-    return Contender(f"durable floor -j{jobs}", make)
+    return Contender(tool or f"durable floor -j{jobs}", make, transform=transform)
 
 
 def case_run(bench: Bench) -> list[Row]:
@@ -604,7 +613,7 @@ def case_run(bench: Bench) -> list[Row]:
     one = bench.items_file(1)
     rows = []
     par = parallel_missing()
-    own: dict[str, list[float]] = {"run": [], "one": []}
+    own: dict[str, list[float]] = {"run": [], "one": [], "floor": [], "floor_one": []}
     for jobs in (1, 2):
 
         def sq_make(r: int, jobs: int = jobs) -> Invocation:
@@ -630,18 +639,22 @@ def case_run(bench: Bench) -> list[Row]:
 
             return take
 
+        floor_cpu = keep("floor") if jobs == 1 else None
         contenders = [
             Contender(f"statequeue run -j{jobs}", sq_make, transform=keep("run")),
-            floor_make(bench, items, jobs, ["true"]),
+            floor_make(bench, items, jobs, ["true"], transform=floor_cpu),
             Contender(f"xargs -P{jobs}", xargs_make),
             Contender(f"parallel -j{jobs} --joblog", None if par else par_make, par),
         ]
         if jobs == 1:
             contenders.append(Contender("run, 1 item", sq_one, transform=keep("one")))
+            floor_one = floor_make(bench, one, 1, ["true"], tool="floor, 1 item")
+            floor_one.transform = keep("floor_one")
+            contenders.append(floor_one)
         cells = interleave(bench, 1, contenders, bench.rounds)
         if jobs == 1:
             rows.extend(run_j1_rows(n, cells))
-            rows.append(runner_cpu_row(n, own["run"], own["one"]))
+            rows.append(runner_cpu_row(n, own))
         else:
             rows.append(run_j2_row(n, cells))
     return rows
@@ -685,14 +698,23 @@ def run_j2_row(n: int, cells: list[Cell]) -> Row:
     return row
 
 
-def runner_cpu_row(n: int, full: list[float], one: list[float]) -> Row:
-    """The runner's own CPU per item: the n-item run's minus the 1-item run's
-    of the same round (start-up, imports, the keeper's start), over n - 1."""
+def per_item_cpu(tool: str, n: int, full: list[float], one: list[float]) -> Cell:
+    """CPU per item of a process alone: its n-item run's minus its 1-item
+    run's of the same round (start-up, imports), over n - 1."""
     per_item = [(a - b) * 1000 / (n - 1) for a, b in zip(full, one, strict=False)]
-    cell = Cell("statequeue", samples=per_item)
+    cell = Cell(tool, samples=per_item)
     spread = f"; rounds {', '.join(f'{v:.3f}' for v in per_item)}" if per_item else ""
     cell.note = f"1-item run {statistics.median(one) * 1000:.0f} ms CPU{spread}" if one else ""
-    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell])
+    return cell
+
+
+def runner_cpu_row(n: int, own: dict[str, list[float]]) -> Row:
+    """The runner's own CPU per item, beside the floor loop's (which spawns
+    each child itself; the runner leaves that to its keeper)."""
+    cell = per_item_cpu("statequeue", n, own["run"], own["one"])
+    floor = per_item_cpu("durable floor -j1 (its own loop)", n, own["floor"], own["floor_one"])
+    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell, floor])
+    set_ratio(row, 1)
     row.goal = f"<= {GOAL_RUNNER_CPU_MS:.2f} ms"
     v = cell.median
     if v is not None:

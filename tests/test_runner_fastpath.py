@@ -290,3 +290,35 @@ def test_keeper_looks_again_when_the_program_it_found_is_gone(
         mine.close()
         theirs.close()
     assert out.read_text().split() == ["early", "late"]
+
+
+# -- the progress bar: at most ~10 updates a second of the item it names -------------
+
+
+def test_progress_bar_names_the_started_item_at_most_ten_times_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from statequeue.cli import progress
+    from statequeue.run_events import ItemStarted
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress, "monotonic", lambda: clock[0])
+    view = progress.RichView(total=300)
+    named: list[object] = []
+    real_update = view.progress.update
+    monkeypatch.setattr(
+        view.progress, "update", lambda task, **kw: (named.append(kw), real_update(task, **kw))
+    )
+    try:
+        with Queue("q") as q:
+            q.enqueue(["a"])
+            claim = q.claim(new_runner())
+        assert claim is not None
+        for _ in range(200):  # 200 starts within 0.1 s: the bar names one
+            view.handle(ItemStarted(claim))
+            clock[0] += 0.0004
+        clock[0] += 0.1
+        view.handle(ItemStarted(claim))  # the next one, a tenth of a second later
+    finally:
+        view.close()
+    assert len(named) == 2
