@@ -7,8 +7,12 @@ and the issue's goal with an honest met/missed. Figures also go to JSON.
 
 Cases (sizes of a full run; --quick uses 100k instead of 1M and 200 instead of 1000):
 
-  1  run 1000 `true` items: statequeue run -j1/-j2 against xargs -P1/-P2 and
-     GNU parallel -j1/-j2 --joblog (fresh queue each round, enqueued untimed)
+  1  run 1000 `true` items: statequeue run -j1/-j2 against the durable floor
+     (a minimal loop: append a start line, posix_spawn, waitpid, append an end
+     line, fdatasync; -j1 and -j2), xargs -P1/-P2 and GNU parallel -j1/-j2
+     --joblog (fresh queue each round, enqueued untimed); and the runner's own
+     CPU per item (user+sys of the runner process alone, children excluded:
+     read from /proc/PID/stat while it is a zombie, minus a 1-item run)
   2  enqueue 1M items from stdin against litequeue (all puts in one
      transaction) and persist-queue (put() per item); re-enqueue (all skipped)
   3  status and status --json on a 1M-item queue: all pending, all done
@@ -19,6 +23,8 @@ Cases (sizes of a full run; --quick uses 100k instead of 1M and 200 instead of 1
      one-command typer app
   6  peak RSS of run (case 4) and status (case 3)
   7  compact time and file sizes on the 1M-done queue
+  8  run -j16 -- sh -c 'sleep 0.02' over 2000 items against xargs -n1 -P16
+     on the same command (400 items with --quick)
 
 Peak RSS is measured in separate runs, each under a fresh small wrapper
 (`/usr/bin/time -f %M`, else a tiny Python one): a child forked straight from
@@ -86,11 +92,17 @@ GOAL_STATUS_UNCOMPACTED_S = 1.5
 GOAL_RESUME_S = 0.5
 GOAL_COLD_MS = 120.0
 GOAL_RSS_MB = 300.0
+# issue 14: ratios against the durable floor and xargs, measured in the same rounds
+GOAL_RUN_J1_VS_FLOOR = 1.15  # statequeue run -j1 wall / floor -j1 wall, at most
+GOAL_RUN_J2_VS_XARGS = 1.3  # statequeue run -j2 wall / xargs -P2 wall, at most
+GOAL_RUNNER_CPU_MS = 0.15  # the runner's own user+sys per item, at most
+GOAL_SLEEP_J16_VS_XARGS = 1.1  # run -j16 sleep 0.02 wall / xargs -P16 wall, at most
 
 
 @dataclass(frozen=True)
 class Sizes:
     run_items: int
+    sleep_items: int
     big: int
     parallel_resume: int
     persist_queue_items: int
@@ -100,6 +112,7 @@ class Sizes:
 
 FULL = Sizes(
     run_items=1000,
+    sleep_items=2000,
     big=1_000_000,
     parallel_resume=100_000,
     persist_queue_items=20_000,
@@ -108,6 +121,7 @@ FULL = Sizes(
 )
 QUICK = Sizes(
     run_items=200,
+    sleep_items=400,
     big=100_000,
     parallel_resume=10_000,
     persist_queue_items=5_000,
@@ -145,6 +159,31 @@ q.close()
 print(time.perf_counter() - started)
 """
 
+# The durable floor: what any runner that records each result durably must do
+# per item, and nothing more. No claim, no lock, no checksum, no keeper.
+FLOOR_SCRIPT = """
+import os, shutil, sys
+path, jobs = sys.argv[1], int(sys.argv[2])
+program = shutil.which(sys.argv[3])
+items = sys.stdin.buffer.read().splitlines()
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+env = dict(os.environ)
+running = {}
+
+def reap():
+    pid, status = os.waitpid(-1, 0)
+    os.write(fd, b'{"t":"end","item":"%s","status":%d}\\n' % (running.pop(pid), status))
+    os.fdatasync(fd)
+
+for item in items:
+    if len(running) >= jobs:
+        reap()
+    os.write(fd, b'{"t":"start","item":"%s"}\\n' % item)
+    running[os.posix_spawn(program, [program, *sys.argv[4:], item.decode()], env)] = item
+while running:
+    reap()
+"""
+
 TYPER_APP = """
 import typer
 
@@ -167,6 +206,7 @@ class Sample:
     wall: float
     rss_kb: int  # 0 unless measured under the RSS wrapper
     rc: int
+    own_cpu: float = 0.0  # user+sys seconds of the process alone (Invocation.own_cpu)
     stdout: str = ""
     stderr: str = ""
 
@@ -177,6 +217,7 @@ class Invocation:
     stdin: Path | None = None
     ok_codes: tuple[int, ...] = (0,)
     after: Callable[[Sample], None] | None = None  # checks and cleanup, untimed
+    own_cpu: bool = False  # read its own CPU time (children excluded) before reaping it
 
 
 class Bench:
@@ -220,7 +261,11 @@ class Bench:
             )
             timer = threading.Timer(COMMAND_TIMEOUT, _kill_group, (proc.pid,))
             timer.start()
+            own_cpu = 0.0
             try:
+                if inv.own_cpu:
+                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                    own_cpu = zombie_cpu(proc.pid)
                 _, status, _ = os.wait4(proc.pid, 0)
             finally:
                 timer.cancel()
@@ -230,6 +275,7 @@ class Bench:
             wall=wall,
             rss_kb=read_rss(rss_file) if rss else 0,
             rc=proc.returncode,
+            own_cpu=own_cpu,
             stdout=self._out.read_text(errors="replace"),
             stderr=self._err.read_text(errors="replace"),
         )
@@ -342,6 +388,18 @@ def read_rss(path: Path) -> int:
         return int(path.read_text().strip().splitlines()[-1])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def zombie_cpu(pid: int) -> float:
+    """User+sys seconds of exited (not yet reaped) process ``pid`` itself: the
+    utime and stime of /proc/PID/stat, which leave out its children (wait4's
+    rusage would include the keeper and, through it, every item's command)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _kill_group(pid: int) -> None:
@@ -514,27 +572,56 @@ def python_module_missing(module: str) -> str:
 # -- the cases -----------------------------------------------------------------
 
 
+def fresh_run(bench: Bench, name: str, items: Path, argv: list[str], n: int) -> Invocation:
+    """``statequeue run`` on a fresh queue ``name`` holding ``items`` (enqueued
+    untimed); checks afterwards that all ``n`` are done, then drops it."""
+    bench.drop_queue(name)
+    bench.sq_quiet("-q", name, "enqueue", stdin=items)
+
+    def check(s: Sample) -> None:
+        st = bench.sq_quiet("-q", name, "status", "--json")
+        done = _json_or_empty(st.stdout).get("counts", {}).get("done")
+        if done != n:
+            bench.note(f"{name}: {done} done, expected {n}")
+        bench.drop_queue(name)
+
+    return Invocation(bench.sq("-q", name, "run", *argv), after=check, own_cpu=True)
+
+
+def floor_make(
+    bench: Bench,
+    items: Path,
+    jobs: int,
+    command: Sequence[str],
+    *,
+    tool: str = "",
+    transform: Callable[[Sample], float] | None = None,
+) -> Contender:
+    def make(r: int) -> Invocation:
+        journal = bench.workdir / f"floor-j{jobs}-r{r}.jsonl"
+        journal.unlink(missing_ok=True)
+        argv = [sys.executable, "-c", FLOOR_SCRIPT, str(journal), str(jobs), *command]
+        after = lambda s: journal.unlink(missing_ok=True)  # noqa: E731
+        return Invocation(argv, stdin=items, after=after, own_cpu=True)
+
+    return Contender(tool or f"durable floor -j{jobs}", make, transform=transform)
+
+
 def case_run(bench: Bench) -> list[Row]:
     n = bench.sizes.run_items
     items = bench.items_file(n)
+    one = bench.items_file(1)
     rows = []
     par = parallel_missing()
+    own: dict[str, list[float]] = {"run": [], "one": [], "floor": [], "floor_one": []}
     for jobs in (1, 2):
 
         def sq_make(r: int, jobs: int = jobs) -> Invocation:
-            name = f"run-j{jobs}-r{r}"
-            bench.drop_queue(name)
-            bench.sq_quiet("-q", name, "enqueue", stdin=items)
+            argv = [f"-j{jobs}", "--no-live", "--", "true"]
+            return fresh_run(bench, f"run-j{jobs}-r{r}", items, argv, n)
 
-            def check(s: Sample, name: str = name) -> None:
-                st = bench.sq_quiet("-q", name, "status", "--json")
-                done = _json_or_empty(st.stdout).get("counts", {}).get("done")
-                if done != n:
-                    bench.note(f"run -j{jobs} round {r + 1}: {done} done, expected {n}")
-                bench.drop_queue(name)
-
-            argv = bench.sq("-q", name, "run", f"-j{jobs}", "--no-live", "--", "true")
-            return Invocation(argv, after=check)
+        def sq_one(r: int) -> Invocation:
+            return fresh_run(bench, f"run-one-r{r}", one, ["--no-live", "--", "true"], 1)
 
         def xargs_make(r: int, jobs: int = jobs) -> Invocation:
             return Invocation(["xargs", "-n1", f"-P{jobs}", "true"], stdin=items)
@@ -545,36 +632,120 @@ def case_run(bench: Bench) -> list[Row]:
             argv = ["parallel", f"-j{jobs}", "--joblog", str(joblog), "true"]
             return Invocation(argv, stdin=items, after=lambda s: joblog.unlink(missing_ok=True))
 
+        def keep(key: str) -> Callable[[Sample], float]:
+            def take(s: Sample) -> float:
+                own[key].append(s.own_cpu)
+                return s.wall
+
+            return take
+
+        floor_cpu = keep("floor") if jobs == 1 else None
         contenders = [
-            Contender(f"statequeue run -j{jobs}", sq_make),
+            Contender(f"statequeue run -j{jobs}", sq_make, transform=keep("run")),
+            floor_make(bench, items, jobs, ["true"], transform=floor_cpu),
             Contender(f"xargs -P{jobs}", xargs_make),
             Contender(f"parallel -j{jobs} --joblog", None if par else par_make, par),
         ]
-        cells = interleave(bench, 1, contenders, bench.rounds)
-        row = Row(1, f"run -j{jobs}, {n:,} x true (wall)", "s", cells)
-        set_ratio(row, 1)
         if jobs == 1:
-            sq, xa, pa = row.value(0), row.value(1), row.value(2)
-            row.goal = (
-                f"<= {GOAL_RUN_VS_XARGS:.1f}x xargs and >= {GOAL_RUN_VS_PARALLEL:.0f}x faster"
-                " than parallel"
-            )
-            parts: list[tuple[bool | None, str]] = []
-            if sq is not None and xa is not None:
-                parts.append((sq / xa <= GOAL_RUN_VS_XARGS, f"{sq / xa:.2f}x xargs"))
-            else:
-                parts.append((None, "xargs missing"))
-            if sq is not None and pa is not None:
-                parts.append(
-                    (pa / sq >= GOAL_RUN_VS_PARALLEL, f"{pa / sq:.2f}x faster than parallel")
-                )
-            else:
-                parts.append((None, "parallel missing"))
-            set_verdict(row, parts)
+            contenders.append(Contender("run, 1 item", sq_one, transform=keep("one")))
+            floor_one = floor_make(bench, one, 1, ["true"], tool="floor, 1 item")
+            floor_one.transform = keep("floor_one")
+            contenders.append(floor_one)
+        cells = interleave(bench, 1, contenders, bench.rounds)
+        if jobs == 1:
+            rows.extend(run_j1_rows(n, cells))
+            rows.append(runner_cpu_row(n, own))
         else:
-            row.goal = "(none set)"
-        rows.append(row)
+            rows.append(run_j2_row(n, cells))
     return rows
+
+
+def run_j1_rows(n: int, cells: list[Cell]) -> list[Row]:
+    """The -j1 rows: against the durable floor (issue 14), and the earlier
+    goal against xargs and parallel."""
+    sq, floor, xa, pa = cells[0], cells[1], cells[2], cells[3]
+    row = Row(1, f"run -j1, {n:,} x true (wall)", "s", [sq, floor, xa])
+    set_ratio(row, 1)
+    row.goal = f"<= {GOAL_RUN_J1_VS_FLOOR:.2f}x the durable floor"
+    if row.ratio is not None:
+        set_verdict(row, [(row.ratio <= GOAL_RUN_J1_VS_FLOOR, f"{row.ratio:.2f}x floor")])
+    earlier = Row(1, f"run -j1, {n:,} x true (wall)", "s", [sq, xa, pa])
+    set_ratio(earlier, 1)
+    earlier.goal = (
+        f"<= {GOAL_RUN_VS_XARGS:.1f}x xargs and >= {GOAL_RUN_VS_PARALLEL:.0f}x faster than parallel"
+    )
+    parts: list[tuple[bool | None, str]] = []
+    s, x, p = sq.median, xa.median, pa.median
+    if s is not None and x is not None:
+        parts.append((s / x <= GOAL_RUN_VS_XARGS, f"{s / x:.2f}x xargs"))
+    else:
+        parts.append((None, "xargs missing"))
+    if s is not None and p is not None:
+        parts.append((p / s >= GOAL_RUN_VS_PARALLEL, f"{p / s:.2f}x faster than parallel"))
+    else:
+        parts.append((None, "parallel missing"))
+    set_verdict(earlier, parts)
+    return [row, earlier]
+
+
+def run_j2_row(n: int, cells: list[Cell]) -> Row:
+    sq, floor, xa, pa = cells
+    row = Row(1, f"run -j2, {n:,} x true (wall)", "s", [sq, xa, floor, pa])
+    set_ratio(row, 1)
+    row.goal = f"<= {GOAL_RUN_J2_VS_XARGS:.1f}x xargs -P2"
+    if row.ratio is not None:
+        set_verdict(row, [(row.ratio <= GOAL_RUN_J2_VS_XARGS, f"{row.ratio:.2f}x xargs -P2")])
+    return row
+
+
+def per_item_cpu(tool: str, n: int, full: list[float], one: list[float]) -> Cell:
+    """CPU per item of a process alone: its n-item run's minus its 1-item
+    run's of the same round (start-up, imports), over n - 1."""
+    per_item = [(a - b) * 1000 / (n - 1) for a, b in zip(full, one, strict=False)]
+    cell = Cell(tool, samples=per_item)
+    spread = f"; rounds {', '.join(f'{v:.3f}' for v in per_item)}" if per_item else ""
+    cell.note = f"1-item run {statistics.median(one) * 1000:.0f} ms CPU{spread}" if one else ""
+    return cell
+
+
+def runner_cpu_row(n: int, own: dict[str, list[float]]) -> Row:
+    """The runner's own CPU per item, beside the floor loop's (which spawns
+    each child itself; the runner leaves that to its keeper)."""
+    cell = per_item_cpu("statequeue", n, own["run"], own["one"])
+    floor = per_item_cpu("durable floor -j1 (its own loop)", n, own["floor"], own["floor_one"])
+    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell, floor])
+    set_ratio(row, 1)
+    row.goal = f"<= {GOAL_RUNNER_CPU_MS:.2f} ms"
+    v = cell.median
+    if v is not None:
+        set_verdict(row, [(v <= GOAL_RUNNER_CPU_MS, f"{v:.3f} ms")])
+    return row
+
+
+def case_sleep(bench: Bench) -> list[Row]:
+    """Many short sleeps at -j16: the runner must keep 16 slots busy."""
+    n = bench.sizes.sleep_items
+    items = bench.items_file(n)
+    command = ["sh", "-c", "sleep 0.02"]
+
+    def sq_make(r: int) -> Invocation:
+        return fresh_run(bench, f"sleep-r{r}", items, ["-j16", "--no-live", "--", *command], n)
+
+    def xargs_make(r: int) -> Invocation:
+        return Invocation(["xargs", "-n1", "-P16", *command], stdin=items)
+
+    contenders = [
+        Contender("statequeue run -j16", sq_make),
+        Contender("xargs -P16", xargs_make),
+        floor_make(bench, items, 16, command),
+    ]
+    cells = interleave(bench, 8, contenders, bench.rounds)
+    row = Row(8, f"run -j16, {n:,} x sh -c 'sleep 0.02' (wall)", "s", cells)
+    set_ratio(row, 1)
+    row.goal = f"<= {GOAL_SLEEP_J16_VS_XARGS:.1f}x xargs -P16"
+    if row.ratio is not None:
+        set_verdict(row, [(row.ratio <= GOAL_SLEEP_J16_VS_XARGS, f"{row.ratio:.2f}x xargs -P16")])
+    return [row]
 
 
 def case_enqueue(bench: Bench) -> list[Row]:
@@ -932,6 +1103,7 @@ CASES: dict[int, Callable[[Bench], list[Row]]] = {
     5: case_cold,
     6: case_rss,
     7: case_compact,
+    8: case_sleep,
 }
 
 # -- output --------------------------------------------------------------------
@@ -943,7 +1115,7 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "s":
         return f"{value:.3f} s" if value < 10 else f"{value:.2f} s"
     if unit == "ms":
-        return f"{value:.1f} ms"
+        return f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms"
     return f"{value:.0f} MB"
 
 
@@ -959,12 +1131,12 @@ def cell_text(cell: Cell | None, unit: str, *, with_tool: bool) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["case", "statequeue", "peer", "peer2", "ratio (sq/peer)", "goal", "met?"]
+    header = ["case", "statequeue", "peer", "other peers", "ratio (sq/peer)", "goal", "met?"]
     lines = [header]
     for row in rows:
         cells = row.cells
         peer = cells[1] if len(cells) > 1 else None
-        peer2 = cells[2] if len(cells) > 2 else None
+        rest = cells[2:]
         ratio = f"{row.ratio:.2f}x" if row.ratio is not None else "-"
         if row.met is None:
             met = f"? ({row.verdict})" if row.verdict else "-"
@@ -975,7 +1147,7 @@ def table(rows: list[Row]) -> str:
                 f"{row.case} {row.label}",
                 cell_text(cells[0], row.unit, with_tool=False),
                 cell_text(peer, row.unit, with_tool=True),
-                cell_text(peer2, row.unit, with_tool=True),
+                "; ".join(cell_text(c, row.unit, with_tool=True) for c in rest),
                 ratio,
                 row.goal,
                 met,
@@ -1090,7 +1262,7 @@ def parse_cases(text: str) -> list[int]:
         ) from None
     bad = [c for c in chosen if c not in CASES]
     if bad or not chosen:
-        raise argparse.ArgumentTypeError(f"no such case: {bad or text!r} (cases are 1-7)")
+        raise argparse.ArgumentTypeError(f"no such case: {bad or text!r} (cases are 1-8)")
     return chosen
 
 

@@ -22,6 +22,7 @@ from statequeue.gcpause import gc_paused
 if TYPE_CHECKING:
     from statequeue.store.folder import QueueFolder
 
+SAME, GROWN, REPLACED = 0, 1, 2  # what JournalFile.look found
 _READ_CHUNK = 1 << 20
 _REPLAY_CHUNK = 4 << 20  # bounds the decoded records held at once
 
@@ -218,10 +219,20 @@ class JournalFile:
 
     def replaced(self) -> bool:
         """True when the path now names another file (compaction replaced it)."""
+        return self.look() is REPLACED
+
+    def look(self) -> int:
+        """One stat of the path: REPLACED (it names another file: compaction
+        replaced it), GROWN (it holds bytes this process has not read: another
+        process appended, or a torn tail) or SAME (nothing new to read, e.g.
+        every record since was this process's own: no read needed)."""
         try:
-            return self.folder.stat(self.name).st_ino != self.inode
+            found = self.folder.stat(self.name)
         except FileNotFoundError:
-            return True
+            return REPLACED
+        if found.st_ino != self.inode:
+            return REPLACED
+        return SAME if found.st_size == self.offset else GROWN
 
     def replay(
         self, apply: Callable[[records.Record, int], None], *, repair: bool

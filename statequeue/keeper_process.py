@@ -52,6 +52,7 @@ REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING = 2, 3, 4
 
 MAX_FDS = 8
+MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
@@ -105,6 +106,7 @@ class KeeperProcess:
         # the runner last confirmed it, enforced here even if the runner is
         # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
         self.deadlines: dict[int, float] = {}
+        self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
 
     # -- requests -------------------------------------------------------------
 
@@ -184,15 +186,35 @@ class KeeperProcess:
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
         # On failure, ``handle`` closes every fd of the request.
-        pid = os.posix_spawnp(
-            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-        )
+        pid = self.start(argv, env, actions)
         for fd in streams:
             os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
         self.held.setdefault(item, []).extend(claims)
         self.finished.discard(item)
+
+    def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
+        """posix_spawn ``argv``. A bare program name is looked up on PATH once
+        per run, not per item (posix_spawnp tries each PATH entry before it in
+        the child, every time); if the file found is gone, look again."""
+        name = argv[0]
+        path = self.programs.get(name)
+        if path is None and "/" not in name and len(self.programs) < MAX_PROGRAMS:
+            path = self.programs[name] = find_program(name)
+        if not path:
+            return os.posix_spawnp(
+                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
+        try:
+            return os.posix_spawn(
+                path, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
+        except OSError:
+            del self.programs[name]  # replaced or removed meanwhile: PATH decides again
+            return os.posix_spawnp(
+                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)
@@ -339,6 +361,17 @@ class KeeperProcess:
             first = max(0.0, min(self.deadlines.values()) - now)
             wait = first if wait is None else min(wait, first)
         return wait
+
+
+def find_program(name: str) -> str:
+    """Where posix_spawnp would find ``name`` on our PATH (an empty entry
+    is the current folder, as for the shell); "" if nowhere (then
+    posix_spawnp itself runs, and reports the error)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
 
 
 def children() -> list[int]:

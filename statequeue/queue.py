@@ -220,6 +220,33 @@ class Queue(QueueReading):
         with self._using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        """``finish`` durably, then claim the next item for ``runner`` (see
+        ``Store.finish_and_claim``: one locked section and one fsync where the
+        store can). Returns the new state and the next claim, or None."""
+        check_json(outcome.result, "result")
+        check_json(outcome.reason, "reason")
+        with self._using() as store:
+            return store.finish_and_claim(
+                claim,
+                outcome,
+                retry_at=retry_at,
+                runner=runner,
+                on_interrupted=on_interrupted,
+                max_crashes=max_crashes,
+                among=among,
+            )
+
     def status(self) -> Status:
         """Counts per state, live runners, recent failures, held items."""
         with self._using() as store:

@@ -159,6 +159,7 @@ class Runner:
         self._stop_count = 0
         self._taking = True
         self._taken: set[int] = set()
+        self._prefetched: Claim | None = None  # claimed with the last result, not started yet
         self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = selectors.DefaultSelector()
@@ -233,6 +234,7 @@ class Runner:
                 self._store_wake.watch()
             if self._taking:
                 self._fill_slots()
+            self._give_back_prefetched()
             if not self.jobs:
                 wait = self._idle_wait()
                 if wait is None:
@@ -273,7 +275,7 @@ class Runner:
             if scope is not None and not scope:
                 return
             try:
-                claim = self.queue.claim(
+                claim = self._take_prefetched() or self.queue.claim(
                     self.info,
                     on_interrupted=self.options.on_interrupted,
                     max_crashes=self.options.max_crashes,
@@ -294,6 +296,32 @@ class Runner:
                 self.summary.hand_back(claim.item_id)
                 return
             self._start(claim)
+
+    def _take_prefetched(self) -> Claim | None:
+        claim, self._prefetched = self._prefetched, None
+        return claim
+
+    def _give_back_prefetched(self) -> None:
+        """A claim taken along with the last result that no slot started (the
+        run stopped taking items meanwhile) goes back as if never claimed."""
+        claim = self._take_prefetched()
+        if claim is not None:
+            reason = "not started: the run stopped taking items"
+            self.queue.store.release(claim, reason, uncounted=True)
+
+    def _prefetch_scope(self) -> tuple[bool, set[int] | None]:
+        """Whether a result may be recorded together with the next claim (a
+        slot is free and the run goes on), and the ids that claim may take."""
+        if (
+            not self._taking
+            or self._stop_signal is not None
+            or self.options.halt_on_failure  # this very result may stop the run
+            or self._prefetched is not None
+            or len(self.jobs) >= self._concurrency
+        ):
+            return False, None
+        scope = self._scope()
+        return scope is None or bool(scope), scope
 
     def _free_slot(self) -> int:
         """The lowest job slot (1 to --jobs) no running child holds: ``{%}``."""
@@ -535,20 +563,31 @@ class Runner:
                 self.summary.hand_back(job.claim.item_id)
                 continue
             ended.append((job, outcome))
-        single = len(ended) == 1
-        events = [self._record(job.claim, outcome, job, sync=single) for job, outcome in ended]
-        if len(ended) > 1:
-            store.sync()
+        # The last end record is written with the next claim in one locked
+        # section, whose fsync covers the others too (group commit).
+        last = len(ended) - 1
+        events = [
+            self._record(job.claim, outcome, job, sync=i == last, fuse=i == last)
+            for i, (job, outcome) in enumerate(ended)
+        ]
         for _ in events:
             CRASH.hit("recorded")  # test-only: die right after a durable result
         for event in events:
             self.on_event(event)
 
     def _record(
-        self, claim: Claim, outcome: Outcome, job: Job | None, *, sync: bool = True
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        job: Job | None,
+        *,
+        sync: bool = True,
+        fuse: bool = False,
     ) -> RunEvent:
-        """Write the end record of ``claim`` (fsynced when ``sync``); the
-        caller reports the event once the record is durable."""
+        """Write the end record of ``claim`` (fsynced when ``sync``); with
+        ``fuse``, claim the next item in the same locked section and fsync
+        (kept for ``_fill_slots``). The caller reports the event once the
+        record is durable."""
         retry_at = None
         # --retries counts failures in this episode of the item's life (since
         # it was enqueued, retried by a user, or handed back on a stop), not
@@ -557,8 +596,20 @@ class Runner:
             retry_at = time.time() + self._backoff(claim.failures + 1)
         if job is not None:  # a store shared by hosts keeps the log (PostgreSQL)
             hand_over_log(self.queue.store, claim, job.log_path)
+        fused, scope = self._prefetch_scope() if fuse else (False, None)
         try:
-            state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
+            if fused:
+                state, self._prefetched = self.queue.finish_and_claim(
+                    claim,
+                    outcome,
+                    retry_at=retry_at,
+                    runner=self.info,
+                    on_interrupted=self.options.on_interrupted,
+                    max_crashes=self.options.max_crashes,
+                    among=scope,
+                )
+            else:
+                state = self.queue.finish(claim, outcome, retry_at=retry_at, sync=sync)
         except ClaimLost:  # its lease expired and another runner took the item
             text = f"item {claim.item_id} was taken over by another runner; nothing recorded"
             return Notice(text, warning=True)
@@ -593,6 +644,8 @@ class Runner:
 
     def _shutdown(self) -> None:
         """On an unexpected error: kill children and give their items back."""
+        with contextlib.suppress(Exception):
+            self._give_back_prefetched()
         for job in list(self.jobs.values()):
             job.signal_group(signal.SIGKILL)
             job.reap()

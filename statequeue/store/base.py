@@ -70,6 +70,28 @@ class Store(ABC):
         returning the item's new state. ``retry_at`` puts a failed item back as
         pending, due at that wall-clock time. Releases the claim."""
 
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        """``finish`` (durably) then ``claim`` for ``runner``: returns the
+        finished item's new state and the next claim (None when none is due,
+        or the claim failed: then a plain ``claim`` says why). The result is
+        durable before this returns; a store may record both in one atomic
+        step with one fsync (the journal store does)."""
+        target = self.finish(claim, outcome, retry_at=retry_at)
+        taken = self.claim(
+            runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
+        )
+        return target, taken
+
     @abstractmethod
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         """Give a claimed item back as pending without counting a crash (the

@@ -40,6 +40,8 @@ from statequeue.errors import (
 )
 from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.journal import (
+    GROWN,
+    REPLACED,
     JournalFile,
     TornTail,
     create_file,
@@ -117,6 +119,7 @@ class JournalStore(RecordStore):
         self.checkpoint_every = checkpoint_threshold()
         self.checkpoint_on_close = min(CHECKPOINT_ON_CLOSE, self.checkpoint_every)
         self._lock_fd = -1
+        self._lock_path = folder / LOCK  # for the message only: built once, not per lock
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
         try:
@@ -179,7 +182,7 @@ class JournalStore(RecordStore):
         if self._lock_fd < 0:  # a read-only queue without a lock file
             yield
             return
-        wait_for_lock(self._lock_fd, self.folder / LOCK, self._lock_limit)
+        wait_for_lock(self._lock_fd, self._lock_path, self._lock_limit)
         try:
             yield
         finally:
@@ -282,9 +285,10 @@ class JournalStore(RecordStore):
             raise self._broken
         with self._flock():
             try:
-                if self.journal.replaced():
+                seen = self.journal.look()
+                if seen == REPLACED:
                     self._reload()  # compaction by another process replaced the file
-                else:
+                elif seen == GROWN:
                     self._catch_up()
                 yield self.state
                 self._maybe_checkpoint()
@@ -341,6 +345,9 @@ class JournalStore(RecordStore):
     def sync(self) -> None:
         with self._locked():
             self.journal.sync()
+
+    def _sync_written(self) -> None:
+        self.journal.sync()
 
     def _claim_path(self, item_id: int) -> tuple[QueueFolder, str, str]:
         """The per-item claim file (no OFD locks, or an older version's claim)."""

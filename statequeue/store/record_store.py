@@ -154,32 +154,42 @@ class RecordStore(Store):
         among: Collection[int] | None = None,
     ) -> Claim | None:
         with self._locked() as state:
-            self._recover(state, on_interrupted, max_crashes)
-            if state.paused:
-                return None
-            found = self._first_claimable(state, among)
-            if found is None:
-                return None
-            item, fds = found
-            attempt = item.attempts + 1
-            interrupted = item.interrupted
-            start: Record = {
-                "t": "start",
-                "id": item.id,
-                "attempt": attempt,
-                "runner": runner.runner_id,
-                "at": round(time.time(), 3),
-            }
-            self._write([start], sync=False)
-            return Claim(
-                item_id=item.id,
-                item=item.text,
-                attempt=attempt,
-                runner_id=runner.runner_id,
-                inherit_fds=fds,
-                interrupted=interrupted,
-                failures=item.failures,
-            )
+            return self._claim_locked(state, runner, on_interrupted, max_crashes, among)
+
+    def _claim_locked(
+        self,
+        state: QueueState,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted,
+        max_crashes: int,
+        among: Collection[int] | None,
+    ) -> Claim | None:
+        self._recover(state, on_interrupted, max_crashes)
+        if state.paused:
+            return None
+        found = self._first_claimable(state, among)
+        if found is None:
+            return None
+        item, fds = found
+        attempt = item.attempts + 1
+        interrupted = item.interrupted
+        start: Record = {
+            "t": "start",
+            "id": item.id,
+            "attempt": attempt,
+            "runner": runner.runner_id,
+            "at": round(time.time(), 3),
+        }
+        self._write([start], sync=False)
+        return Claim(
+            item_id=item.id,
+            item=item.text,
+            attempt=attempt,
+            runner_id=runner.runner_id,
+            inherit_fds=fds,
+            interrupted=interrupted,
+            failures=item.failures,
+        )
 
     def _first_claimable(
         self, state: QueueState, among: Collection[int] | None
@@ -243,19 +253,61 @@ class RecordStore(Store):
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:
         with self._locked() as state:
-            item = self._claimed_item(state, claim)
-            if outcome.ok:
-                target = ItemState.DONE
-            else:
-                target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
-            rec = _end_record(claim, outcome, target)
-            if retry_at is not None and not outcome.ok:
-                rec["retry_at"] = retry_at
-            self._write([rec], sync=sync)
-            del item  # the record is applied; the item may be gone from state
-            self._drop_claim(claim.item_id)
+            target = self._finish_locked(state, claim, outcome, retry_at, sync=sync)
             self._maybe_compact(state)
             return target
+
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        # One locked section and one fsync for the end record and the next
+        # start: the fsync comes before the lock is let go, so no other process
+        # reads the result before it is durable, and before this returns, so
+        # the runner reports it (and starts the next item) only once it is.
+        with self._locked() as state:
+            target = self._finish_locked(state, claim, outcome, retry_at, sync=False)
+            try:
+                taken = self._claim_locked(state, runner, on_interrupted, max_crashes, among)
+            except OSError:
+                # The next claim is a bonus: the result stands. The runner's
+                # own claim meets the same error (e.g. EMFILE) and handles it.
+                taken = None
+            self._sync_written()
+            self._maybe_compact(state)
+            return target, taken
+
+    def _finish_locked(
+        self,
+        state: QueueState,
+        claim: Claim,
+        outcome: Outcome,
+        retry_at: float | None,
+        *,
+        sync: bool,
+    ) -> ItemState:
+        self._claimed_item(state, claim)
+        if outcome.ok:
+            target = ItemState.DONE
+        else:
+            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
+        rec = _end_record(claim, outcome, target)
+        if retry_at is not None and not outcome.ok:
+            rec["retry_at"] = retry_at
+        self._write([rec], sync=sync)
+        self._drop_claim(claim.item_id)
+        return target
+
+    def _sync_written(self) -> None:
+        """Make every record written so far durable; the caller holds the lock
+        (``sync`` takes it). Stores whose writes are durable at once need nothing."""
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         with self._locked() as state:
