@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -128,6 +129,7 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState, list[str]
     """Step 1, under the queue lock: the journal's position, fsynced (a
     checkpoint must cover only durable records), and a copy of the state as of
     it; then, without the lock, the item texts to carry (see ``_keys_to_carry``)."""
+    _queue_lock_soon(store)
     with store._locked() as state:
         store._prune_dead_runners(state)
         journal = store.journal
@@ -148,6 +150,27 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState, list[str]
     except BaseException:
         os.close(pos.fd)
         raise
+
+
+def _queue_lock_soon(store: JournalStore) -> None:
+    """Take the queue lock, trying every millisecond (up to the lock timeout):
+    the usual wait's backoff would starve compaction of a lock that busy
+    processes take and give back every few milliseconds. The ``_locked`` or
+    ``_flock`` that follows takes it again on the same descriptor at once."""
+    fd = store._lock_fd
+    if fd < 0:
+        return
+    deadline = time.monotonic() + store._lock_limit
+    while time.monotonic() < deadline:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(_POLL)
+    # Out of time: the usual wait raises LockTimeout naming the lock.
+
+
+_POLL = 0.001
 
 
 def _reader(pos: Position) -> TextLoader:
@@ -199,6 +222,7 @@ def _swap(store: JournalStore, pos: Position, built: Built, new: JournalFile) ->
     fsync, rename over the journal, fsync the folder, put the staged
     checkpoints in place."""
     folder = store.dir
+    _queue_lock_soon(store)
     with store._flock():
         if store.journal.replaced() or folder.stat(ARCHIVE).st_ino != built.archive_inode:
             raise _Superseded()
