@@ -143,9 +143,9 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState, list[str]
             path=journal.path,
         )
         meta, codes, locs = state.export()
-    snapshot = QueueState(_reader(pos))
-    snapshot.restore(meta, codes, locs)
     try:
+        snapshot = QueueState(_reader(pos))
+        snapshot.restore(meta, codes, locs)
         return pos, snapshot, store._keys_to_carry(store.state)
     except BaseException:
         os.close(pos.fd)
@@ -161,13 +161,17 @@ def _queue_lock_soon(store: JournalStore) -> None:
     if fd < 0:
         return
     deadline = time.monotonic() + store._lock_limit
-    while time.monotonic() < deadline:
+    while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"{store.folder / 'lock'} is held by another process (waited "
+                    f"{store._lock_limit:g}s; set STATEQUEUE_LOCK_TIMEOUT to wait longer)"
+                ) from None
             time.sleep(_POLL)
-    # Out of time: the usual wait raises LockTimeout naming the lock.
 
 
 _POLL = 0.001

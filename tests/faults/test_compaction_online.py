@@ -9,9 +9,11 @@ record is there, no id is reused.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from statequeue.fileio import FileOps
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, Outcome
 from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import ARCHIVE, JournalStore
+from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
 from tests.faults.online_compactor import LATE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +54,14 @@ class DuringArchive(FileOps):
     def __init__(self, action: object) -> None:
         self.action = action
         self.ran = False
+        self.archive_syncs = 0
 
     def fsync(self, fd: int) -> None:
-        if not self.ran and os.readlink(f"/proc/self/fd/{fd}").endswith(ARCHIVE):
-            self.ran = True
-            self.action()  # type: ignore[operator]
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(ARCHIVE):
+            self.archive_syncs += 1
+            if not self.ran:
+                self.ran = True
+                self.action()  # type: ignore[operator]
         super().fsync(fd)
 
 
@@ -100,20 +105,42 @@ def test_others_write_while_compaction_runs(
     assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
 
 
-def test_compaction_gives_up_when_the_journal_is_replaced(tmp_path: Path) -> None:
-    """A repair that rewrites the journal while compaction runs wins: the
-    compaction starts again from the new journal, and nothing is lost."""
+def take_lock(fd: int) -> None:
+    """flock ``fd``; AssertionError if it stays held (by compaction) for 5 s."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            assert time.monotonic() < deadline, "the queue lock stayed held"
+            time.sleep(0.01)
+
+
+def test_compaction_starts_again_when_the_journal_is_replaced(tmp_path: Path) -> None:
+    """A repair that rewrites the journal (a new file) while compaction runs
+    wins: the compaction notices at the swap, starts again from the new
+    journal, and nothing is lost."""
     folder = tmp_path / "q"
     build(folder)
 
-    def repair() -> None:
-        assert fsck(folder, repair=True) is not None  # rewrites the journal (rename)
+    def rewrite() -> None:
+        fd = os.open(folder / "lock", os.O_RDWR)
+        try:
+            take_lock(fd)  # as fsck --repair does
+            copy = folder / ".copy"
+            copy.write_bytes((folder / JOURNAL).read_bytes())
+            os.replace(copy, folder / JOURNAL)
+        finally:
+            os.close(fd)
 
-    ops = DuringArchive(repair)
+    ops = DuringArchive(rewrite)
     store = JournalStore(folder, create=False, ops=ops, auto_compact=0)
     before = texts_by_id(store)
-    store.compact()
-    assert ops.ran
+    result = store.compact()
+    # The first attempt's append; the second cuts that back and appends again.
+    assert ops.ran and ops.archive_syncs == 3
+    assert result.archived == 8
     assert texts_by_id(store) == before
     assert dict(store.status().counts)["done"] == 8
     store.close()
