@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,9 +33,10 @@ class BackgroundCompaction:
         self.gave_up = False  # a child failed: not started again by this store
         self.started = 0  # for tests and the benchmark
 
-    def start(self, folder: QueueFolder) -> str | None:
+    def start(self, folder: QueueFolder, *, before: Callable[[], None]) -> str | None:
         """Start a compaction child unless one runs (ours, or any process's:
-        ``compact.lock`` is held). Returns a notice if the last child failed."""
+        ``compact.lock`` is held), calling ``before`` just before. Returns a
+        notice if the last child failed."""
         if self.gave_up or self.running():
             return None
         notice = self._reap()
@@ -44,6 +46,7 @@ class BackgroundCompaction:
         with compaction_lock(folder, wait=None) as free:
             if not free:
                 return None
+        before()
         self.child = subprocess.Popen(
             [sys.executable, "-m", __name__, str(folder.path)],
             stdin=subprocess.DEVNULL,

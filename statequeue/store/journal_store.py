@@ -560,7 +560,9 @@ class JournalStore(RecordStore):
         live = state.live_count()
         dead = self.journal.lines - live - len(state.runners) - 1
         if dead >= limit and dead > live:
-            notice = self._background.start(self.dir)
+            # A checkpoint first, so that the child opens the queue without
+            # replaying (under the queue lock) what this store has read.
+            notice = self._background.start(self.dir, before=lambda: self._maybe_checkpoint(0))
             if notice:
                 self._notices.append(notice)
 

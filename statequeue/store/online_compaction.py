@@ -112,10 +112,10 @@ def _compact(store: JournalStore) -> CompactResult:
     """One compaction, holding ``compact.lock``; _Superseded if another
     process replaced the journal or the archive meanwhile (nothing changed)."""
     _remove(store.dir)  # a crashed compaction's (we hold compact.lock)
-    pos, snapshot, carried = _note_position(store)
+    pos, snapshot = _note_position(store)
     new = JournalFile(store.dir, NEW_JOURNAL, ops=store.ops)
     try:
-        built = _build(store, pos, snapshot, carried, new)
+        built = _build(store, pos, snapshot, new)
         return _swap(store, pos, built, new)
     except OSError as exc:
         raise durability_error("compacting", str(store.folder), exc) from None
@@ -125,10 +125,10 @@ def _compact(store: JournalStore) -> CompactResult:
         _remove(store.dir)  # left only if the swap did not happen
 
 
-def _note_position(store: JournalStore) -> tuple[Position, QueueState, list[str] | None]:
+def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
     """Step 1, under the queue lock: the journal's position, fsynced (a
     checkpoint must cover only durable records), and a copy of the state as of
-    it; then, without the lock, the item texts to carry (see ``_keys_to_carry``)."""
+    it."""
     _queue_lock_soon(store)
     with store._locked() as state:
         store._prune_dead_runners(state)
@@ -146,7 +146,7 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState, list[str]
     try:
         snapshot = QueueState(_reader(pos))
         snapshot.restore(meta, codes, locs)
-        return pos, snapshot, store._keys_to_carry(store.state)
+        return pos, snapshot
     except BaseException:
         os.close(pos.fd)
         raise
@@ -194,11 +194,13 @@ def _build(
     store: JournalStore,
     pos: Position,
     snapshot: QueueState,
-    carried: list[str] | None,
     new: JournalFile,
 ) -> Built:
     """Step 2, holding only ``compact.lock``: archive, write the new journal's
-    body, and stage the checkpoints that name it (at the end of that body)."""
+    body, and stage the checkpoints that name it (at the end of that body).
+    The item texts to carry into the keys checkpoint are those of the noted
+    position (this store applies nothing meanwhile), gathered only once the
+    archiving let go of its own (peak memory is the larger, not the sum)."""
     fd = store.dir.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     os.close(fd)
     new.open()
@@ -207,6 +209,8 @@ def _build(
     if store.checkpoint_every > 0:
         _replay_written(new, fresh)
         checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
+        del fresh
+        carried = store._keys_to_carry(store.state)
         if carried is not None:
             checkpoint.save_keys(store.dir, new, carried, staged=NEW_KEYS)
     return built
