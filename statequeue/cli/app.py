@@ -149,6 +149,7 @@ def compact(
     """Rewrite the journal as a snapshot; finished results move to the archive.
 
     Safe while runners and enqueuers are active. Dedupe still holds afterwards.
+    The queue is locked only briefly at the start and the end, not meanwhile.
 
     Example: statequeue compact -q crawl
     """

@@ -44,28 +44,37 @@ KEYS_MAGIC = b"SQKEYS1\n"
 _TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
 
 
-def save(folder: QueueFolder, journal: JournalFile, state: QueueState) -> bool:
+def save(
+    folder: QueueFolder, journal: JournalFile, state: QueueState, *, staged: str | None = None
+) -> bool:
     """Write a checkpoint of ``state`` as of ``journal.offset`` (caller holds the
     queue lock and has applied every record up to there). False if it could not
-    be written; the queue works the same without it."""
+    be written; the queue works the same without it.
+
+    ``staged``: write it to that temp name instead and leave it there, for a
+    compaction to rename into place with the journal it names (``journal`` is
+    then the new journal's temp file, which no lock covers yet)."""
     where = _position(journal)
     if where is None:
         return False
     meta, codes, locs = state.export()
     header = {"journal": where, "codes": len(codes), "locs": len(locs), "state": meta}
-    return _write(folder, NAME, MAGIC, header, (codes, locs))
+    return _write(folder, NAME, MAGIC, header, (codes, locs), staged=staged)
 
 
-def save_keys(folder: QueueFolder, journal: JournalFile, texts: list[str]) -> bool:
+def save_keys(
+    folder: QueueFolder, journal: JournalFile, texts: list[str], *, staged: str | None = None
+) -> bool:
     """Write every item text (``texts[i]`` is item ``i + 1``'s, archived items
     included; "" for an id without one) as of ``journal.offset``, for dedupe
-    without reading the journal and archive."""
+    without reading the journal and archive. ``staged`` as for ``save``."""
     where = _position(journal)
     if where is None:
         return False
     # Items never hold NUL, so it separates them.
     blob = "\0".join(texts).encode("utf-8", "surrogateescape")
-    return _write(folder, KEYS_NAME, KEYS_MAGIC, {"journal": where, "count": len(texts)}, (blob,))
+    header = {"journal": where, "count": len(texts)}
+    return _write(folder, KEYS_NAME, KEYS_MAGIC, header, (blob,), staged=staged)
 
 
 def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
@@ -122,12 +131,18 @@ def _position(journal: JournalFile) -> dict[str, Any] | None:
 
 
 def _write(
-    folder: QueueFolder, name: str, magic: bytes, header: dict[str, Any], parts: tuple[bytes, ...]
+    folder: QueueFolder,
+    name: str,
+    magic: bytes,
+    header: dict[str, Any],
+    parts: tuple[bytes, ...],
+    *,
+    staged: str | None = None,
 ) -> bool:
     encoded = orjson.dumps(header)
     body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
     payload = body + zlib.crc32(body).to_bytes(4, "little")
-    tmp = f".{name}.{os.getpid()}.tmp"
+    tmp = staged or f".{name}.{os.getpid()}.tmp"
     try:
         fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -136,7 +151,8 @@ def _write(
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+        if staged is None:
+            os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
     except (OSError, StateQueueError):  # a link or no access: the queue works without it
         with contextlib.suppress(OSError):
             folder.unlink(tmp)

@@ -1,21 +1,35 @@
 """Compaction: rewrite the live journal as a snapshot plus its exceptions.
 
-Steps, in this order, so that a crash at any point leaves a readable queue:
+It runs online (``store/online_compaction.py`` drives it): the queue lock is
+held only to note a position of the journal and, at the end, to swap files.
+Its steps, in this order, so that a crash at any point leaves a readable queue:
 
-1. Cut the archive back to the size the current snapshot vouches for (drops
-   what an earlier, crashed compaction appended), append the finished items
-   with their results, fsync it.
-2. Write the new journal to a temp file (snapshot header, then one ``item``
-   record per unfinished item, then the live runners), fsync, rename over the
-   journal, fsync the folder.
+1. Under the queue lock: note the journal's position P (inode, offset, last
+   seq) and a copy of the state as of P. Records before P never change: the
+   journal is append-only until a compaction renames another file over it,
+   and only one compaction runs at a time (it holds ``compact.lock``).
+2. Without the queue lock: cut the archive back to the size the current
+   snapshot vouches for (drops what an earlier, crashed compaction appended),
+   append the items finished as of P with their results, fsync it. Write the
+   new journal to a temp file (snapshot header, one ``item`` record per item
+   unfinished at P, the live runners), fsync it, and stage a state checkpoint
+   of it for the next opener.
+3. Under the queue lock: check the journal and the archive at their paths are
+   still the files of step 1 (else give up: a repair replaced one), copy the
+   records appended since P to the temp file (renumbered), fsync, rename it
+   over the journal, fsync the folder, put the staged checkpoints in place.
 
-Before step 2 completes, the old journal still names every item, and the
-archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it).
+Until step 3's rename, the old journal still names every item, and the
+archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it);
+records appended meanwhile are in the old journal, and are copied under the
+lock, so none can fall between the two files.
 
-The archive is never cut on the word of a header alone: before step 1, what it
+The archive is never cut on the word of a header alone: before step 2, what it
 holds up to ``archive_size`` must be exactly the ``archived`` records the
 header counts, and every record past it must be an item the journal still
 names (one a crashed compaction archived early). Anything else is damage.
+Step 2 keeps that true at every moment: it appends only items the journal (as
+of P, so also now) names.
 
 The header says how many records follow it (``follow``): ids below ``next_id``
 are done unless an ``item`` record says otherwise, so a journal cut after the
@@ -26,86 +40,113 @@ ids below ``next_id`` that name no item (``absent``, left by `fsck --repair`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.errors import DamagedState
+from statequeue import records
+from statequeue.errors import CorruptJournal, DamagedState
 from statequeue.fileio import FileOps
 from statequeue.gcpause import gc_paused
-from statequeue.journal import JournalFile, create_file, iter_records
+from statequeue.journal import JournalFile
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import CODE, QueueState
-from statequeue.views import CompactResult
+from statequeue.store.integrity import ARCHIVE
 
 if TYPE_CHECKING:
     from statequeue.store.folder import QueueFolder
 
 
-def compact_journal(
-    *, journal: JournalFile, archive_path: Path, state: QueueState, ops: FileOps
-) -> CompactResult:
-    """Compact ``journal`` (whose records ``state`` reflects); caller holds the lock."""
-    bytes_before = journal.offset
-    archive = _open_archive(journal.folder, archive_path.name, state, ops=ops)
+@dataclass(frozen=True)
+class Position:
+    """The journal as noted under the queue lock (step 1): the bytes before
+    ``offset`` never change while ``inode`` is at the journal's path."""
+
+    fd: int  # a descriptor of its own, so it outlives the store's reopening
+    inode: int
+    offset: int
+    lines: int
+    last_seq: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class Built:
+    """What step 2 made: the archive's new extent and the new journal's body."""
+
+    archived: int
+    archive_size: int
+    archive_inode: int
+
+
+def build(
+    *, pos: Position, folder: QueueFolder, state: QueueState, new: JournalFile, ops: FileOps
+) -> Built:
+    """Step 2: archive the items finished as of ``pos`` (whose records
+    ``state`` reflects) and write the new journal's body to ``new`` (open on
+    the temp file), both fsynced. Caller holds the compaction lock only."""
+    archive = _open_archive(folder, ARCHIVE, state, ops=ops)
     try:
-        archived, last_end, texts, tries = _archive_finished(journal, state, archive)
+        archived, last_end, texts, tries = _archive_finished(pos, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
-        archive_size = archive.offset
+        built = Built(archived, archive.offset, archive.inode)
     finally:
         archive.close()
     live = list(state.live_ids())
-    watermark = (live[0] - 1) if live else state.next_id - 1
-    seq = (journal.last_seq or 0) + 1
-    lines: list[Record] = [
-        {
-            "seq": seq,
-            "t": "snap",
-            "v": 1,
-            "next_id": state.next_id,
-            "archived": state.archived + archived,
-            "archive_size": archive_size,
-            "watermark": watermark,
-            "commands": state.commands[-20:],
-            "paused": state.paused,
-        }
-    ]
-    for item_id in live:
-        seq += 1
-        text = texts.pop(item_id, None)
-        item = state.items.get(item_id)
-        if text is None:  # not in this journal's records: read it back
-            text = state.get(item_id).text  # type: ignore[union-attr]
-        rec: Record = {"seq": seq, "t": "item", "id": item_id, **item_fields(text)}
-        if item is None:  # fresh pending: no details
-            rec.update(state=ItemState.PENDING.value, attempts=0, crashes=0)
-        else:
-            rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
-            if item.failures:
-                rec["failures"] = item.failures  # --retries counts the episode on
-            extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
-            rec.update((k, v) for k, v in extra.items() if v)
-            if item.interrupted:
-                rec["interrupted"] = True
-        if item_id in last_end:
-            rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
-        if item_id in tries:
-            rec["tries"] = tries[item_id][-_TRIES_KEPT:]  # its attempts so far, for `show`
-        lines.append(rec)
-    for runner in state.runners.values():
-        seq += 1
-        lines.append({**runner, "seq": seq})
-    lines[0]["follow"] = len(lines) - 1
+    header: Record = {
+        "t": "snap",
+        "v": 1,
+        "next_id": state.next_id,
+        "archived": state.archived + archived,
+        "archive_size": built.archive_size,
+        "watermark": (live[0] - 1) if live else state.next_id - 1,
+        "commands": state.commands[-20:],
+        "paused": state.paused,
+        "follow": len(live) + len(state.runners),
+    }
     absent = state.absent_ids()
     if absent:
-        lines[0]["absent"] = absent
-    create_file(journal.folder, journal.name, lines, ops=ops)
-    return CompactResult(
-        bytes_before=bytes_before,
-        bytes_after=journal.folder.stat(journal.name).st_size,
-        archived=archived,
-        archive_bytes=archive_size,
-    )
+        header["absent"] = absent
+    new.last_seq = pos.last_seq  # the header continues the old journal's numbering
+    new.append([header], sync=False)
+    for start in range(0, len(live), _ARCHIVE_BATCH):
+        chunk = live[start : start + _ARCHIVE_BATCH]
+        new.append([_item_record(i, state, texts, last_end, tries) for i in chunk], sync=False)
+    new.append([dict(runner) for runner in state.runners.values()], sync=False)
+    new.sync()
+    return built
+
+
+def _item_record(
+    item_id: int,
+    state: QueueState,
+    texts: dict[int, str],
+    last_end: dict[int, Record],
+    tries: dict[int, list[Record]],
+) -> Record:
+    """The ``item`` record that carries live item ``item_id`` over."""
+    text = texts.pop(item_id, None)
+    item = state.items.get(item_id)
+    if text is None:  # not in this journal's records: read it back
+        text = state.get(item_id).text  # type: ignore[union-attr]
+    rec: Record = {"t": "item", "id": item_id, **item_fields(text)}
+    if item is None:  # fresh pending: no details
+        rec.update(state=ItemState.PENDING.value, attempts=0, crashes=0)
+    else:
+        rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
+        if item.failures:
+            rec["failures"] = item.failures  # --retries counts the episode on
+        extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
+        rec.update((k, v) for k, v in extra.items() if v)
+        if item.interrupted:
+            rec["interrupted"] = True
+    if item_id in last_end:
+        rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
+    if item_id in tries:
+        rec["tries"] = tries[item_id][-_TRIES_KEPT:]  # its attempts so far, for `show`
+    return rec
 
 
 _RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
@@ -113,7 +154,7 @@ _ARCHIVE_BATCH = 20_000
 
 
 def _archive_finished(
-    journal: JournalFile, state: QueueState, archive: JournalFile
+    pos: Position, state: QueueState, archive: JournalFile
 ) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]]]:
     """Stream the journal once: append every finished item (with its result and
     its attempts' summaries) to the archive as its final ``end`` is seen, and
@@ -139,7 +180,7 @@ def _archive_finished(
         return 0 < item_id < len(codes) and codes[item_id] not in done_codes
 
     with gc_paused():
-        for rec in iter_records(journal.fd, journal.offset, path=str(journal.path)):
+        for rec in _records_kept(pos):
             kind = rec.get("t")
             item_id = rec.get("id", -1)
             if kind in ("enq", "item"):
@@ -176,6 +217,37 @@ def _archive_finished(
         batch += [_arch(i, text, finished.get(i, {}), tries) for i, text in sorted(texts.items())]
         archive.append(batch, sync=False)
     return archived + len(batch), last_end, live_texts, tries
+
+
+_CHUNK = 4 << 20
+# A ``start`` says nothing compaction keeps (the state copy has who runs
+# what), and is a third of a busy journal: not decoded. Only a line that
+# begins so is one (its first key is the record's own type).
+_START = b'{"t":"start",'
+
+
+def _records_kept(pos: Position) -> Iterator[Record]:
+    """The records before ``pos`` but ``start`` ones, decoded a chunk at a time
+    (a replay validated them already; damage since is still refused)."""
+    offset, line_no = 0, 0
+    decode = records.decode
+    while offset < pos.offset:
+        data = os.pread(pos.fd, min(_CHUNK, pos.offset - offset), offset)
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # one record longer than a chunk
+            data = os.pread(pos.fd, pos.offset - offset, offset)
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                raise CorruptJournal(str(pos.path), line_no + 1, "no record ends here")
+        offset += cut
+        for line in data[:cut].split(b"\n")[:-1]:
+            line_no += 1
+            if line.startswith(_START):
+                continue
+            rec = decode(line)
+            if rec is None:
+                raise CorruptJournal(str(pos.path), line_no, "bad checksum or malformed record")
+            yield rec
 
 
 # ``crashes``/``attempts`` tell crash recovery and an uncounted give-back

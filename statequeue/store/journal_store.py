@@ -38,7 +38,7 @@ from statequeue.errors import (
     StateQueueError,
     UsageError,
 )
-from statequeue.fileio import DEFAULT_OPS, FileOps, durability_error
+from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import (
     GROWN,
     REPLACED,
@@ -55,6 +55,7 @@ from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
+from statequeue.store.background_compaction import BackgroundCompaction
 from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -72,6 +73,7 @@ from statequeue.store.locks import (
     unlink_if_free,
     wait_for_lock,
 )
+from statequeue.store.online_compaction import MARK, remove_stale_compaction
 from statequeue.store.record_store import RecordStore
 
 if TYPE_CHECKING:
@@ -122,6 +124,7 @@ class JournalStore(RecordStore):
         self._lock_path = folder / LOCK  # for the message only: built once, not per lock
         self._lock_limit = lock_timeout()
         self.auto_compact = auto_compact_threshold() if auto_compact is None else auto_compact
+        self._background = BackgroundCompaction()
         try:
             if not self.dir.exists(JOURNAL):
                 refuse_if_not_new(self.dir)
@@ -168,14 +171,17 @@ class JournalStore(RecordStore):
     def _remove_stale_temp_files(self) -> None:
         # Temp files are written only under the queue lock, which the caller
         # holds: any found now was left by a process that died mid-rewrite.
+        # A compaction's are written without it (under compact.lock): those
+        # only while no compaction runs.
         if self.read_only:
             return
         kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
         prefixes = tuple(f".{name}." for name in kinds)
         for tmp in self.dir.names():
-            if tmp.startswith(prefixes) and tmp.endswith(".tmp"):
+            if tmp.startswith(prefixes) and tmp.endswith(".tmp") and MARK not in tmp:
                 with suppress(FileNotFoundError):
                     self.dir.unlink(tmp)
+        remove_stale_compaction(self.dir)
 
     @contextmanager
     def _flock(self) -> Iterator[None]:
@@ -553,38 +559,39 @@ class JournalStore(RecordStore):
         # Dead records: everything in the journal beyond one record per live
         # item and runner. Compacting once they outnumber the live ones (and a
         # floor) keeps replay and appends cheap however long the history grows.
+        # It runs in a child process that holds the queue lock only briefly,
+        # so the runners carry on meanwhile (``online_compaction``).
         limit = self.auto_compact
         if limit <= 0:
             return
         live = state.live_count()
         dead = self.journal.lines - live - len(state.runners) - 1
         if dead >= limit and dead > live:
-            self._compact_locked(state)
+            # A checkpoint first, so that the child opens the queue without
+            # replaying (under the queue lock) what this store has read.
+            notice = self._background.start(self.dir, before=lambda: self._maybe_checkpoint(0))
+            if notice:
+                self._notices.append(notice)
 
     def compact(self) -> CompactResult:
-        with self._locked() as state:
-            return self._compact_locked(state)
-
-    def _compact_locked(self, state: QueueState) -> CompactResult:
-        from statequeue.store.compaction import compact_journal
-
-        self._remove_stale_temp_files()
-        self._prune_dead_runners(state)
-        carried = self._keys_to_carry(state)
-        try:
-            result = compact_journal(
-                journal=self.journal,
-                archive_path=self.folder / ARCHIVE,
-                state=state,
-                ops=self.ops,
-            )
-        except OSError as exc:
-            raise durability_error("compacting", str(self.folder), exc) from None
-        self._reload()
-        if carried is not None:
-            # The texts did not change, only the journal they are checked against.
-            checkpoint.save_keys(self.dir, self.journal, carried)
+        result = self._compact_online(wait=self._lock_limit)
+        assert result is not None  # it waited for the compaction lock
         return result
+
+    def compact_if_free(self) -> CompactResult | None:
+        """Compact unless another compaction runs now (then None at once)."""
+        return self._compact_online(wait=None)
+
+    def _compact_online(self, *, wait: float | None) -> CompactResult | None:
+        from statequeue.store.online_compaction import compact_online
+
+        if self._broken is not None:
+            raise self._broken
+        try:
+            return compact_online(self, wait=wait)
+        except DurabilityError as exc:
+            self._broken = exc  # a failed fsync is never retried
+            raise
 
     def _keys_to_carry(self, state: QueueState) -> list[str] | None:
         """Every item text in id order, if known without reading the journal
@@ -612,6 +619,7 @@ class JournalStore(RecordStore):
             # Leave a checkpoint for the next opener (status, run) to start from.
             with suppress(StateQueueError), self._locked():
                 self._maybe_checkpoint(self._least_on_close())
+        self._background.wait()
         self._close_files()
 
     def _close_files(self) -> None:
