@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -300,6 +301,10 @@ def test_fast_status_path_matches_the_full_cli(sq_env: Env) -> None:
     assert missing.stderr == sq(sq_env, "-q", "nosuch", "status", "--interval", "1").stderr
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_follow_views_stream_while_a_runner_works(sq_env: Env, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     sq(sq_env, "enqueue", "a")
@@ -311,7 +316,11 @@ def test_follow_views_stream_while_a_runner_works(sq_env: Env, tmp_path: Path) -
         stderr=subprocess.DEVNULL,
     )
     views = [
-        subprocess.Popen([STATEQUEUE, *args], env=sq_env, stdout=subprocess.PIPE)
+        # SIGINT restored: a shell running the suite in the background leaves
+        # it ignored, and an ignored SIGINT stays ignored in every child.
+        subprocess.Popen(
+            [STATEQUEUE, *args], env=sq_env, stdout=subprocess.PIPE, preexec_fn=_default_sigint
+        )
         for args in (
             ["logs", "1", "--follow"],
             ["events", "--follow", "--json"],
