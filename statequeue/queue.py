@@ -42,6 +42,7 @@ from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.opening import chosen_url
 
 if TYPE_CHECKING:
+    from statequeue.stats import Stats
     from statequeue.views import CompactResult, ItemHistory, ItemResult, ItemView, Status
 
 
@@ -278,6 +279,28 @@ class Queue:
             if current is not None and not current.settled:
                 store.release(current.claim, "abandoned: the work loop stopped early")
             store.unregister_runner(runner_id)
+
+    def stats(self, since: float | None = None, *, now: float | None = None) -> Stats:
+        """What the queue's runs did: durations, throughput, rate and ETA,
+        failure reasons, the slowest items, runners and hosts, computed in one
+        streaming pass over every finished attempt (archive included). With
+        ``since`` (seconds), only attempts that ended in that last stretch."""
+        import time
+
+        from statequeue.stats import compute_stats
+
+        now = time.time() if now is None else now
+        cutoff = None if since is None else now - since
+        with self._using() as store:
+            status = store.status()
+            return compute_stats(
+                store.iter_attempts(cutoff),
+                queue=status.queue,
+                counts=status.counts,
+                held=status.held,
+                now=now,
+                since=since,
+            )
 
 
 class WorkItem:

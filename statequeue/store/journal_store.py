@@ -25,7 +25,7 @@ import fcntl
 import os
 from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -53,6 +53,7 @@ from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
+from statequeue.store.base import attempts_since
 from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -73,6 +74,7 @@ from statequeue.store.locks import (
 from statequeue.store.record_store import RecordStore
 
 if TYPE_CHECKING:
+    from statequeue.attempts import Attempt
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
@@ -504,6 +506,35 @@ class JournalStore(RecordStore):
 
     def _archive_records(self) -> Iterator[Record]:
         return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.attempt_scan import scan_attempts
+
+        with self._locked() as state:
+            # Both read from duplicates taken now: a compaction meanwhile
+            # replaces the journal and appends past ``archive_size`` only.
+            journal = scan_attempts(
+                self.journal.fd, self.journal.offset, path=str(self.journal.path)
+            )
+            archive_size = state.archive_size
+            archive = self._archive_attempts(archive_size)
+        return attempts_since(chain(archive, journal), since)
+
+    def _archive_attempts(self, size: int) -> Iterator[Attempt]:
+        from statequeue.store.attempt_scan import scan_attempts
+
+        if size == 0:
+            return iter(())
+        try:
+            fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
+        except FileNotFoundError:
+            raise DamagedState(
+                f"{self.dir.path / ARCHIVE} is missing but the journal refers to it"
+            ) from None
+        try:
+            return scan_attempts(fd, size, path=str(self.dir.path / ARCHIVE))
+        finally:
+            os.close(fd)  # the scan reads from its own duplicate
 
     @property
     def logs_fd(self) -> int:

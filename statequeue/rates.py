@@ -1,0 +1,114 @@
+"""Finishes over time in fixed memory: throughput buckets over a run's span,
+and the recent rate that an ETA is computed from.
+
+Both take finish times in any order (the archive is in completion order, a
+carried-over attempt may be older than the journal around it), and both
+keep a bounded number of counters however many finishes they see.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MAX_BUCKETS = 120
+"""At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
+FIRST_BUCKET_SECONDS = 60.0
+RATE_WINDOW_SECONDS = 600.0
+"""The ETA's rate is the finishes of the last 10 minutes."""
+
+
+@dataclass(frozen=True)
+class ThroughputView:
+    """Finishes per bucket, oldest first, from ``start`` (epoch seconds)."""
+
+    start: float | None
+    bucket_seconds: float
+    counts: tuple[int, ...]
+
+    def per_minute(self) -> list[float]:
+        scale = 60.0 / self.bucket_seconds
+        return [n * scale for n in self.counts]
+
+
+class Throughput:
+    """Finishes counted in buckets of ``width`` seconds; when the span needs
+    more than ``MAX_BUCKETS``, the width doubles and neighbours merge."""
+
+    def __init__(self, width: float = FIRST_BUCKET_SECONDS, limit: int = MAX_BUCKETS) -> None:
+        self.width = width
+        self.limit = limit
+        self.counts: dict[int, int] = {}
+        self.lo: int | None = None
+        self.hi: int | None = None
+
+    def add(self, at: float) -> None:
+        key = math.floor(at / self.width)
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:
+            self.lo = self.hi = key
+        elif key < lo:
+            self.lo = key
+        elif key > hi:
+            self.hi = key
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        if self.hi - self.lo >= self.limit:  # type: ignore[operator]
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        # Keys are floor(at / width): floor(key / 2) is the key at twice the width.
+        while self.hi - self.lo >= self.limit:  # type: ignore[operator]
+            merged: dict[int, int] = {}
+            for key, n in self.counts.items():
+                merged[key // 2] = merged.get(key // 2, 0) + n
+            self.counts = merged
+            self.width *= 2
+            self.lo //= 2  # type: ignore[operator]
+            self.hi //= 2  # type: ignore[operator]
+
+    def view(self) -> ThroughputView:
+        if self.lo is None or self.hi is None:
+            return ThroughputView(None, self.width, ())
+        counts = tuple(self.counts.get(k, 0) for k in range(self.lo, self.hi + 1))
+        return ThroughputView(self.lo * self.width, self.width, counts)
+
+
+class RecentRate:
+    """Finishes per second over the last ``window`` seconds, from per-second
+    counts (at most ``window`` of them are kept)."""
+
+    def __init__(self, window: float = RATE_WINDOW_SECONDS) -> None:
+        self.window = window
+        self.seconds: dict[int, int] = {}
+        self.first: float | None = None
+        self.newest = -math.inf
+
+    def add(self, at: float) -> None:
+        second = math.floor(at)
+        seconds = self.seconds
+        seconds[second] = seconds.get(second, 0) + 1
+        if self.first is None or at < self.first:
+            self.first = at
+        if second > self.newest:
+            self.newest = second
+            if len(seconds) > 2 * self.window:
+                self._prune(self.newest)
+
+    def _prune(self, now: float) -> None:
+        oldest = math.floor(now) - self.window
+        for second in [s for s in self.seconds if s <= oldest]:
+            del self.seconds[second]
+
+    def count(self, now: float) -> int:
+        """Finishes in the window that ends at ``now`` (whole seconds)."""
+        oldest = math.floor(now) - self.window
+        return sum(n for s, n in self.seconds.items() if oldest < s <= now)
+
+    def rate(self, now: float) -> float | None:
+        """Finishes per second over the window (or since the first finish, when
+        that is later, but at least a second); None before any finish."""
+        if self.first is None:
+            return None
+        span = min(self.window, max(now - self.first, 1.0))
+        return self.count(now) / span
