@@ -219,6 +219,9 @@ class RecordStore(Store):
         from statequeue.views import RecoveryReport
 
         report = RecoveryReport()
+        # Hosts of the runners, taken before the dead ones are forgotten: an
+        # attempt that died with its runner names both (for `stats`).
+        hosts = {rid: str(r.get("host", "")) for rid, r in state.runners.items()}
         self._prune_dead_runners(state)
         for item in state.running():
             if not self._claim_free(item):
@@ -236,6 +239,8 @@ class RecordStore(Store):
             rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
             rec["crashes"] = crashes
             rec["runner"] = item.runner  # the runner that died (for `stats`)
+            if hosts.get(item.runner):
+                rec["host"] = hosts[item.runner]
             self._write([rec], sync=False)
             bucket.append(item.id)
         return report

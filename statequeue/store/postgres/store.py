@@ -35,6 +35,7 @@ from statequeue.store.postgres.connection import Connection, connect, guarded, m
 from statequeue.store.postgres.schema import LOCK_CLASS, migrate
 
 if TYPE_CHECKING:
+    from statequeue.attempts import Attempt
     from statequeue.views import (
         ActiveRunner,
         CompactResult,
@@ -411,3 +412,9 @@ class PostgresStore(Store):
 
     def notices(self) -> list[str]:
         return []
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.postgres import stats
+
+        with self._guard():
+            yield from stats.iter_attempts(self._conn, self.name, since)
