@@ -12,7 +12,7 @@ attempts as ``tries`` summaries, and ``attempts_of`` reads all three alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from statequeue.records import Record
@@ -137,3 +137,45 @@ def _attempts_of(
             yield from from_archived(rec)
         elif kind == "item" and rec.get("tries"):
             yield from from_tries(rec["tries"], rec["id"])
+
+
+class AttemptBatch(NamedTuple):
+    """Many attempts as columns (row i of each is one attempt): `stats` folds
+    them with C-level passes (counts, min, max, sorts) instead of a Python
+    step per attempt. ``failures`` holds the failed ones whole (they are few,
+    and their reasons need a closer look)."""
+
+    item_id: Sequence[int]
+    attempt: Sequence[int]
+    state: Sequence[str]
+    ok: Sequence[bool]
+    duration: Sequence[float | None]
+    ended_at: Sequence[float | None]
+    runner: Sequence[str | None]
+    host: Sequence[str | None]
+    failures: list[Attempt]
+
+
+BATCH = 20_000
+
+
+def batches_of(attempts: Iterable[Attempt], size: int = BATCH) -> Iterator[AttemptBatch]:
+    """``attempts`` as batches of at most ``size``."""
+    batch: list[Attempt] = []
+    for a in attempts:
+        batch.append(a)
+        if len(batch) >= size:
+            yield batch_of(batch)
+            batch = []
+    if batch:
+        yield batch_of(batch)
+
+
+def batch_of(attempts: Sequence[Attempt]) -> AttemptBatch:
+    if not attempts:
+        return AttemptBatch((), (), (), (), (), (), (), (), [])
+    cols = list(zip(*attempts, strict=True))
+    return AttemptBatch(
+        cols[0], cols[1], cols[2], cols[3], cols[4], cols[11], cols[9], cols[10],
+        [a for a in attempts if not a.ok],
+    )  # fmt: skip

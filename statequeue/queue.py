@@ -287,14 +287,14 @@ class Queue:
         ``since`` (seconds), only attempts that ended in that last stretch."""
         import time
 
-        from statequeue.stats import compute_stats
+        from statequeue.stats import stats_of_batches
 
         now = time.time() if now is None else now
         cutoff = None if since is None else now - since
         with self._using() as store:
             status = store.status()
-            return compute_stats(
-                store.iter_attempts(cutoff),
+            return stats_of_batches(
+                store.iter_attempt_batches(cutoff),
                 queue=status.queue,
                 counts=status.counts,
                 held=status.held,

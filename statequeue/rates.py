@@ -9,6 +9,8 @@ keep a bounded number of counters however many finishes they see.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_BUCKETS = 120
@@ -56,6 +58,20 @@ class Throughput:
         if self.hi - self.lo >= self.limit:  # type: ignore[operator]
             self._coarsen()
 
+    def add_many(self, times: Sequence[float]) -> None:
+        if not times:
+            return
+        width = self.width
+        found = Counter([math.floor(at / width) for at in times])
+        lo, hi = min(found), max(found)
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+        counts = self.counts
+        for key, n in found.items():
+            counts[key] = counts.get(key, 0) + n
+        if self.hi - self.lo >= self.limit:
+            self._coarsen()
+
     def _coarsen(self) -> None:
         # Keys are floor(at / width): floor(key / 2) is the key at twice the width.
         while self.hi - self.lo >= self.limit:  # type: ignore[operator]
@@ -94,6 +110,19 @@ class RecentRate:
             self.newest = second
             if len(seconds) > 2 * self.window:
                 self._prune(self.newest)
+
+    def add_many(self, times: Sequence[float]) -> None:
+        if not times:
+            return
+        first = min(times)
+        if self.first is None or first < self.first:
+            self.first = first
+        seconds = self.seconds
+        for second, n in Counter(map(math.floor, times)).items():
+            seconds[second] = seconds.get(second, 0) + n
+        self.newest = max(self.newest, math.floor(max(times)))
+        if len(seconds) > 2 * self.window:
+            self._prune(self.newest)
 
     def _prune(self, now: float) -> None:
         oldest = math.floor(now) - self.window

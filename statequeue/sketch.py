@@ -16,7 +16,8 @@ at most ~1,400 buckets, whether 10 or 10 million values were added.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 
 ALPHA = 0.01
 """Relative error of every quantile the sketch returns (1%)."""
@@ -62,6 +63,25 @@ class QuantileSketch:
             self.min = value
         if value > self.max:
             self.max = value
+
+    def add_many(self, values: Sequence[float]) -> None:
+        """Count every value in ``values`` (one C-level count per bucket, not
+        a Python step per value beyond finding its bucket)."""
+        if not values:
+            return
+        inv, log, ceil = self._inv_log_gamma, math.log, math.ceil
+        zero = self._zero_key()
+        keys = [
+            ceil(log(v if v < MAX_VALUE else MAX_VALUE) * inv) if v > MIN_VALUE else zero
+            for v in values
+        ]
+        buckets = self.buckets
+        for key, n in Counter(keys).items():
+            buckets[key] = buckets.get(key, 0) + n
+        self.count += len(values)
+        self.total += sum(values)
+        self.min = min(self.min, min(values))
+        self.max = max(self.max, max(values))
 
     def merge(self, other: QuantileSketch) -> None:
         """Add every value ``other`` counted (both must have the same ``alpha``)."""

@@ -18,11 +18,14 @@ from __future__ import annotations
 import heapq
 import signal
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
+from operator import neg
 from typing import Any
 
-from statequeue.attempts import Attempt
+from statequeue.attempts import Attempt, AttemptBatch, batches_of
 from statequeue.rates import RATE_WINDOW_SECONDS, RecentRate, Throughput, ThroughputView
 from statequeue.sketch import ALPHA, QuantileSketch
 
@@ -160,36 +163,41 @@ class StatsBuilder:
         self.retried = bytearray()
         self.runners: dict[str, list[Any]] = {}  # runner -> [attempts, failed, host]
 
-    def add_all(self, attempts: Iterable[Attempt]) -> None:
-        add = self.add
-        for a in attempts:
-            add(a)
+    def add_all(self, batches: Iterable[AttemptBatch]) -> None:
+        for batch in batches:
+            self.add_batch(batch)
 
-    def add(self, a: Attempt) -> None:
-        if self.cutoff is not None and (a.ended_at is None or a.ended_at < self.cutoff):
+    def add_batch(self, b: AttemptBatch) -> None:
+        """Fold a batch of attempts in, each column with C-level passes."""
+        if self.cutoff is not None:
+            b = _within(b, self.cutoff)
+        if not b.item_id:
             return
-        self.attempts += 1
-        if a.ok:
-            self._add_done(a)
-        else:
+        self.attempts += len(b.item_id)
+        self._add_done(b)
+        for a in b.failures:
             self._add_failure(a)
-        if a.ended_at is not None and a.state != "pending":
-            self.throughput.add(a.ended_at)
-            self.recent.add(a.ended_at)
-        if a.attempt >= 2:
-            self._mark_retried(a.item_id)
-        self._add_runner(a)
+        finished = [
+            at
+            for at, state in zip(b.ended_at, b.state, strict=True)
+            if at is not None and state != "pending"
+        ]
+        self.throughput.add_many(finished)
+        self.recent.add_many(finished)
+        retried = [i for i, n in zip(b.item_id, b.attempt, strict=True) if n and n >= 2]
+        for item_id in retried:
+            self._mark_retried(item_id)
+        self._add_runners(b)
 
-    def _add_done(self, a: Attempt) -> None:
-        duration = a.duration
-        if duration is None:
-            return
-        self.sketch.add(duration)
-        entry = (duration, -a.item_id, a.attempt)
-        if len(self.slowest) < SLOWEST:
-            heapq.heappush(self.slowest, entry)
-        elif entry > self.slowest[0]:
-            heapq.heapreplace(self.slowest, entry)
+    def _add_done(self, b: AttemptBatch) -> None:
+        rows = compress(zip(b.duration, map(neg, b.item_id), b.attempt, strict=True), b.ok)
+        done: list[tuple[float, int, int]] = [(d, i, n) for d, i, n in rows if d is not None]
+        self.sketch.add_many([row[0] for row in done])
+        for entry in heapq.nlargest(SLOWEST, done):
+            if len(self.slowest) < SLOWEST:
+                heapq.heappush(self.slowest, entry)
+            elif entry > self.slowest[0]:
+                heapq.heapreplace(self.slowest, entry)
 
     def _add_failure(self, a: Attempt) -> None:
         self.failed += 1
@@ -209,8 +217,13 @@ class StatsBuilder:
             marks.extend(bytes(max(item_id + 1 - len(marks), len(marks))))
         marks[item_id] = 1
 
-    def _add_runner(self, a: Attempt) -> None:
-        runner = a.runner
+    def _add_runners(self, b: AttemptBatch) -> None:
+        failed = Counter(a.runner for a in b.failures)
+        hosts = dict(zip(compress(b.runner, b.host), compress(b.host, b.host), strict=True))
+        for runner, n in Counter(b.runner).items():
+            self._runner_group(runner or "", str(hosts.get(runner) or ""), n, failed[runner or ""])
+
+    def _runner_group(self, runner: str, host: str, attempts: int, failed: int) -> None:
         group = self.runners.get(runner)
         if group is None:
             if len(self.runners) >= MAX_GROUPS:
@@ -218,11 +231,10 @@ class StatsBuilder:
                 group = self.runners.get(runner)
             if group is None:
                 group = self.runners[runner] = [0, 0, ""]
-        group[0] += 1
-        if not a.ok:
-            group[1] += 1
-        if a.host and not group[2]:
-            group[2] = a.host
+        group[0] += attempts
+        group[1] += failed
+        if host and not group[2]:
+            group[2] = host
 
     def build(self, *, queue: str, counts: dict[str, int], held: tuple[int, ...] = ()) -> Stats:
         runners = tuple(
@@ -325,6 +337,16 @@ def _series(lo: float, hi: float, steps: tuple[float, ...] | None) -> list[float
     return edges
 
 
+def _within(b: AttemptBatch, cutoff: float) -> AttemptBatch:
+    """The attempts of ``b`` that ended at ``cutoff`` or later."""
+    keep = [at is not None and at >= cutoff for at in b.ended_at]
+    if all(keep):
+        return b
+    failures = [a for a in b.failures if a.ended_at is not None and a.ended_at >= cutoff]
+    columns: list[Any] = [list(compress(column, keep)) for column in b[:-1]]
+    return AttemptBatch._make([*columns, failures])
+
+
 def compute_stats(
     attempts: Iterable[Attempt],
     *,
@@ -336,8 +358,23 @@ def compute_stats(
 ) -> Stats:
     """The figures of ``attempts`` (those that ended in the last ``since``
     seconds, when given), with the queue's current ``counts`` for the ETA."""
+    return stats_of_batches(
+        batches_of(attempts), queue=queue, counts=counts, held=held, now=now, since=since
+    )
+
+
+def stats_of_batches(
+    batches: Iterable[AttemptBatch],
+    *,
+    queue: str = "",
+    counts: dict[str, int] | None = None,
+    held: tuple[int, ...] = (),
+    now: float,
+    since: float | None = None,
+) -> Stats:
+    """``compute_stats`` over attempts already in batches (``Store.iter_attempt_batches``)."""
     builder = StatsBuilder(now=now, since=since)
-    builder.add_all(attempts)
+    builder.add_all(batches)
     return builder.build(queue=queue, counts=counts or {}, held=held)
 
 

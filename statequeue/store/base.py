@@ -16,7 +16,7 @@ from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Ou
 from statequeue.records import Record
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.attempts import Attempt
+    from statequeue.attempts import Attempt, AttemptBatch
     from statequeue.views import (
         ActiveRunner,
         CompactResult,
@@ -183,6 +183,13 @@ class Store(ABC):
         from statequeue.attempts import attempts_of
 
         return attempts_since(attempts_of(self._all_events()), since)
+
+    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        """What ``iter_attempts`` yields, as column batches (what `stats` folds).
+        Stores that can build the columns without a tuple per attempt override it."""
+        from statequeue.attempts import batches_of
+
+        return batches_of(self.iter_attempts(since))
 
     def _all_events(self) -> Iterator[Record]:
         cursor: object | None = None

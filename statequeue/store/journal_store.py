@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate, chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from statequeue.errors import (
     CorruptJournal,
@@ -73,8 +73,10 @@ from statequeue.store.locks import (
 )
 from statequeue.store.record_store import RecordStore
 
+_T = TypeVar("_T")
+
 if TYPE_CHECKING:
-    from statequeue.attempts import Attempt
+    from statequeue.attempts import Attempt, AttemptBatch
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
@@ -510,31 +512,31 @@ class JournalStore(RecordStore):
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
         from statequeue.store.attempt_scan import scan_attempts
 
+        return attempts_since(self._scan_files(scan_attempts), since)
+
+    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        from statequeue.store.attempt_scan import scan_attempt_batches
+
+        return self._scan_files(scan_attempt_batches)  # `stats` applies ``since`` itself
+
+    def _scan_files(self, scan: Callable[..., Iterator[_T]]) -> Iterator[_T]:
+        """``scan`` over the archive (up to what the snapshot vouches for),
+        then the live journal, each from a duplicate taken now: a compaction
+        meanwhile replaces the journal and appends past ``archive_size`` only."""
         with self._locked() as state:
-            # Both read from duplicates taken now: a compaction meanwhile
-            # replaces the journal and appends past ``archive_size`` only.
-            journal = scan_attempts(
-                self.journal.fd, self.journal.offset, path=str(self.journal.path)
-            )
-            archive_size = state.archive_size
-            archive = self._archive_attempts(archive_size)
-        return attempts_since(chain(archive, journal), since)
-
-    def _archive_attempts(self, size: int) -> Iterator[Attempt]:
-        from statequeue.store.attempt_scan import scan_attempts
-
-        if size == 0:
-            return iter(())
-        try:
-            fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
-        except FileNotFoundError:
-            raise DamagedState(
-                f"{self.dir.path / ARCHIVE} is missing but the journal refers to it"
-            ) from None
-        try:
-            return scan_attempts(fd, size, path=str(self.dir.path / ARCHIVE))
-        finally:
-            os.close(fd)  # the scan reads from its own duplicate
+            journal = scan(self.journal.fd, self.journal.offset, path=str(self.journal.path))
+            if not state.archive_size:
+                return journal
+            name = self.dir.path / ARCHIVE
+            try:
+                fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
+            except FileNotFoundError:
+                raise DamagedState(f"{name} is missing but the journal refers to it") from None
+            try:
+                archive = scan(fd, state.archive_size, path=str(name))
+            finally:
+                os.close(fd)
+        return chain(archive, journal)
 
     @property
     def logs_fd(self) -> int:
