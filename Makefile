@@ -50,6 +50,7 @@ $(BENCH_STAMP): pyproject.toml
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m compileall -q statequeue  # as an installed package would be
 	$(BENCH_VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python scripts/bench_stats.py --json bench-results-stats.json
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

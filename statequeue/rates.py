@@ -12,6 +12,12 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from statequeue.attempts import AttemptBatch, attempts_of, batches_of
+
+if TYPE_CHECKING:
+    from statequeue.store.base import Store
 
 MAX_BUCKETS = 120
 """At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
@@ -141,3 +147,41 @@ class RecentRate:
             return None
         span = min(self.window, max(now - self.first, 1.0))
         return self.count(now) / span
+
+
+def finish_times(b: AttemptBatch) -> list[float]:
+    """When the attempts of ``b`` that finished their item ended: all but those
+    a retry follows (the item is pending again). What rates and ETAs count."""
+    return [
+        at
+        for at, state in zip(b.ended_at, b.state, strict=True)
+        if at is not None and state != "pending"
+    ]
+
+
+class LiveRate:
+    """The recent rate of a queue that is running, kept up to date from the
+    store's new events (``read_events``): each update folds only what was
+    written since the last, never the archive. What `status --watch` shows."""
+
+    MAX_PAGES = 50  # per update: a long backlog is caught up over several
+
+    def __init__(self, store: Store, window: float = RATE_WINDOW_SECONDS) -> None:
+        self.store = store
+        self.recent = RecentRate(window)
+        self.cursor: object | None = None
+
+    def update(self) -> None:
+        for _ in range(self.MAX_PAGES):
+            records, self.cursor = self.store.read_events(self.cursor)
+            if not records:
+                return
+            # Only the attempts' own records: after a compaction the events
+            # start again from the snapshot, whose items carry earlier attempts.
+            ended = [r for r in records if r.get("t") in ("end", "intr")]
+            for batch in batches_of(attempts_of(ended)):
+                self.recent.add_many(finish_times(batch))
+
+    def rate(self, now: float) -> float | None:
+        """Items finished per second over the window, as ``Stats.rate``."""
+        return self.recent.rate(now)

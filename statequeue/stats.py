@@ -26,7 +26,13 @@ from operator import neg
 from typing import Any
 
 from statequeue.attempts import Attempt, AttemptBatch, batches_of
-from statequeue.rates import RATE_WINDOW_SECONDS, RecentRate, Throughput, ThroughputView
+from statequeue.rates import (
+    RATE_WINDOW_SECONDS,
+    RecentRate,
+    Throughput,
+    ThroughputView,
+    finish_times,
+)
 from statequeue.sketch import ALPHA, QuantileSketch
 
 STATS_SCHEMA = "statequeue.stats/1"
@@ -177,11 +183,7 @@ class StatsBuilder:
         self._add_done(b)
         for a in b.failures:
             self._add_failure(a)
-        finished = [
-            at
-            for at, state in zip(b.ended_at, b.state, strict=True)
-            if at is not None and state != "pending"
-        ]
+        finished = finish_times(b)
         self.throughput.add_many(finished)
         self.recent.add_many(finished)
         retried = [i for i, n in zip(b.item_id, b.attempt, strict=True) if n and n >= 2]

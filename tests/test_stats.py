@@ -309,3 +309,68 @@ def test_end_records_of_an_older_statequeue_take_their_runner_from_the_start() -
         )
     s = Queue("legacy").stats()
     assert [(g.name, g.host, g.attempts, g.failed) for g in s.runners] == [("old", "box", 2, 1)]
+
+
+def test_watch_rate_folds_only_new_events() -> None:
+    from statequeue.rates import LiveRate
+    from statequeue.store.memory import MemoryStore
+
+    store = MemoryStore("watch")
+    read: list[int] = []
+    real = store.read_events
+
+    def counting(cursor: object | None) -> tuple[list[Any], object]:
+        found, new = real(cursor)
+        read.append(len(found))
+        return found, new
+
+    store.read_events = counting  # type: ignore[method-assign]
+    runner = _runner("r", "h")
+    store.register_runner(runner)
+    store.enqueue(["a", "b", "c", "d"])
+
+    def run_one(ok: bool = True) -> None:
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=ok, duration=1.0, exit_code=0 if ok else 1))
+
+    live = LiveRate(store)
+    run_one()
+    run_one(ok=False)
+    live.update()
+    assert live.recent.count(time.time()) == 2
+    run_one()
+    live.update()
+    assert live.recent.count(time.time()) == 3
+    assert sum(read) == len(store.records)  # every record read once, none again
+    assert live.rate(time.time()) is not None
+
+
+def test_status_watch_shows_the_rate_and_eta_lines(sq_env: dict[str, str]) -> None:
+    q = Queue("watched")
+    store = q.store
+    runner = _runner("r", "h")
+    store.register_runner(runner)
+    q.enqueue(["a", "b", "c", "d", "e"])
+    for _ in range(3):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True, duration=0.5, exit_code=0))
+    q.close()
+    proc = subprocess.Popen(
+        [STATEQUEUE, "-q", "watched", "status", "--watch", "--interval", "0.2"],
+        env=sq_env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        seen = ""
+        while "ETA" not in seen and time.monotonic() < deadline:
+            seen += proc.stdout.readline()
+        assert "rate: " in seen and "over the last 10m00s (3 finished)" in seen
+        assert "ETA " in seen and "for 2 items left" in seen
+    finally:
+        proc.kill()  # by its pid
+        proc.wait()

@@ -10,6 +10,7 @@ from statequeue.cli.render import plural, shown
 from statequeue.durations import format_duration
 
 if TYPE_CHECKING:
+    from statequeue.rates import LiveRate
     from statequeue.stats import Group, Stats
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -50,14 +51,28 @@ def histogram_rows(s: Stats) -> list[tuple[str, int]]:
 
 
 def rate_lines(s: Stats) -> list[str]:
-    window = format_duration(s.rate_window)
-    per_min = 0.0 if s.rate is None else s.rate * 60
-    line = f"rate: {per_min:.1f} items/min over the last {window} ({s.recent_finishes} finished)"
-    if s.eta is not None:
-        line += f"; ETA {format_duration(s.eta)} for {plural(s.left, 'item')} left"
-    elif s.left:
-        line += f"; ETA unknown ({plural(s.left, 'item')} left, none finished in the window)"
-    return [line]
+    return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left)]
+
+
+def rate_text(rate: float | None, window: float, finished: int, left: int) -> str:
+    """The rate and ETA line, for `stats` and `status --watch` alike."""
+    per_min = 0.0 if rate is None else rate * 60
+    line = f"rate: {per_min:.1f} items/min over the last {format_duration(window)}"
+    line += f" ({finished} finished)"
+    if rate and left:
+        line += f"; ETA {format_duration(left / rate)} for {plural(left, 'item')} left"
+    elif left:
+        line += f"; ETA unknown ({plural(left, 'item')} left, none finished in the window)"
+    return line
+
+
+def watch_lines(live: LiveRate, left: int) -> list[str]:
+    """What `status --watch` adds on each refresh (events since the last are folded in)."""
+    import time as clock
+
+    live.update()
+    now = clock.time()
+    return [rate_text(live.rate(now), live.recent.window, live.recent.count(now), left)]
 
 
 def failure_lines(s: Stats) -> list[str]:
