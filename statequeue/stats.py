@@ -304,13 +304,18 @@ MAX_BINS = 12
 
 def histogram(sketch: QuantileSketch) -> tuple[tuple[float, float, int], ...]:
     """The sketch's counts in at most ``MAX_BINS`` bins with round edges
-    (1-2-5 steps, or powers of ten for a wide range). A value is binned by
-    its bucket's value, so a count near an edge may be off by that 1%."""
+    (1-2-5 steps, or powers of ten for a wide range), plus a first bin from 0
+    when some durations were 0. A value is binned by its bucket's value, so a
+    count near an edge may be off by that 1%."""
     if not sketch.count:
         return ()
-    edges = _edges(sketch.min, sketch.max)
+    found = list(sketch.iter_buckets())
+    positive = [value for value, _ in found if value > 0]
+    edges = _edges(min(positive), max(positive[-1], sketch.max)) if positive else []
+    if not positive or found[0][0] == 0:
+        edges = [0.0, *(edges or [1e-6])]
     counts = [0] * (len(edges) - 1)
-    for value, n in sketch.iter_buckets():
+    for value, n in found:
         i = min(max(bisect_right(edges, value) - 1, 0), len(counts) - 1)
         counts[i] += n
     return tuple((edges[i], edges[i + 1], n) for i, n in enumerate(counts))
@@ -330,10 +335,9 @@ def _series(lo: float, hi: float, steps: tuple[float, ...] | None) -> list[float
         values = [10.0**e for e in range(-6, 8, 2)]
     else:
         values = [m * 10.0**e for e in range(-6, 7) for m in steps]
-    below = [v for v in values if v <= max(lo, 1e-6)]
+    below = [v for v in values if v <= lo]
     start = below[-1] if below else values[0]
-    edges = [0.0] if lo < 1e-6 else []
-    edges += [v for v in values if start <= v <= hi]
+    edges = [v for v in values if start <= v <= hi]
     above = [v for v in values if v > hi]
     edges.append(above[0] if above else hi)
     return edges

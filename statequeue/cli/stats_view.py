@@ -46,8 +46,14 @@ def duration_lines(s: Stats) -> list[str]:
     ]
 
 
+def _edge(seconds: float) -> str:
+    if 0 < seconds < 0.001:
+        return f"{seconds * 1e6:.0f}us"
+    return "0" if seconds == 0 else format_duration(seconds)
+
+
 def histogram_rows(s: Stats) -> list[tuple[str, int]]:
-    return [(f"{_dur(lo)} - {_dur(hi)}", n) for lo, hi, n in s.durations.histogram]
+    return [(f"{_edge(lo)} - {_edge(hi)}", n) for lo, hi, n in s.durations.histogram]
 
 
 def rate_lines(s: Stats) -> list[str]:
