@@ -374,3 +374,27 @@ def test_status_watch_shows_the_rate_and_eta_lines(sq_env: dict[str, str]) -> No
     finally:
         proc.kill()  # by its pid
         proc.wait()
+
+
+def test_iter_attempts_yields_one_record_per_finished_attempt() -> None:
+    fill(lambda: Queue("each"))
+    q = Queue("each")
+    for _ in range(2):  # live journal, then archive and carried-over tries
+        found = sorted((a.item_id, a.attempt, a.ok, a.interrupted) for a in q.store.iter_attempts())
+        assert len(found) == 40
+        assert (38, 1, False, False) in found and (38, 2, True, False) in found
+        assert (39, 1, False, True) in found
+        batched = [
+            row
+            for b in q.store.iter_attempt_batches()
+            for row in zip(b.item_id, b.attempt, b.ok, strict=True)
+        ]
+        assert sorted(batched) == [(i, n, ok) for i, n, ok, _ in found]
+        q.compact()
+
+
+def test_zero_durations_get_a_first_bin_from_zero() -> None:
+    attempts = [_attempt(i, 1.0)._replace(duration=d) for i, d in enumerate([0.0, 0.0, 0.3, 0.5])]
+    s = compute_stats(attempts, now=2.0)
+    assert s.durations.histogram[0][:2] == (0.0, 0.2) and s.durations.histogram[0][2] == 2
+    assert sum(n for _, _, n in s.durations.histogram) == 4
