@@ -12,7 +12,9 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from itertools import repeat
+from operator import truediv
+from typing import TYPE_CHECKING, cast
 
 from statequeue.attempts import AttemptBatch, attempts_of, batches_of
 
@@ -67,8 +69,7 @@ class Throughput:
     def add_many(self, times: Sequence[float]) -> None:
         if not times:
             return
-        width = self.width
-        found = Counter([math.floor(at / width) for at in times])
+        found = Counter(map(math.floor, map(truediv, times, repeat(self.width))))
         lo, hi = min(found), max(found)
         self.lo = lo if self.lo is None else min(self.lo, lo)
         self.hi = hi if self.hi is None else max(self.hi, hi)
@@ -152,11 +153,10 @@ class RecentRate:
 def finish_times(b: AttemptBatch) -> list[float]:
     """When the attempts of ``b`` that finished their item ended: all but those
     a retry follows (the item is pending again). What rates and ETAs count."""
-    return [
-        at
-        for at, state in zip(b.ended_at, b.state, strict=True)
-        if at is not None and state != "pending"
-    ]
+    if "pending" not in b.state and None not in b.ended_at:
+        return cast(list[float], list(b.ended_at))  # no None: checked in C
+    pairs = zip(b.ended_at, b.state, strict=True)
+    return [at for at, state in pairs if at is not None and state != "pending"]
 
 
 class LiveRate:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
+from operator import mul
 
 ALPHA = 0.01
 """Relative error of every quantile the sketch returns (1%)."""
@@ -70,18 +72,23 @@ class QuantileSketch:
         if not values:
             return
         inv, log, ceil = self._inv_log_gamma, math.log, math.ceil
-        zero = self._zero_key()
-        keys = [
-            ceil(log(v if v < MAX_VALUE else MAX_VALUE) * inv) if v > MIN_VALUE else zero
-            for v in values
-        ]
+        low, high = min(values), max(values)
+        keys: Iterable[int]
+        if low > MIN_VALUE and high < MAX_VALUE:  # the usual case: map() runs in C
+            keys = map(ceil, map(mul, map(log, values), repeat(inv)))
+        else:
+            zero = self._zero_key()
+            keys = [
+                ceil(log(v if v < MAX_VALUE else MAX_VALUE) * inv) if v > MIN_VALUE else zero
+                for v in values
+            ]
         buckets = self.buckets
         for key, n in Counter(keys).items():
             buckets[key] = buckets.get(key, 0) + n
         self.count += len(values)
         self.total += sum(values)
-        self.min = min(self.min, min(values))
-        self.max = max(self.max, max(values))
+        self.min = min(self.min, low)
+        self.max = max(self.max, high)
 
     def merge(self, other: QuantileSketch) -> None:
         """Add every value ``other`` counted (both must have the same ``alpha``)."""

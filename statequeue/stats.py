@@ -16,14 +16,14 @@ into a ``Stats``, in memory that does not grow with the number of attempts:
 from __future__ import annotations
 
 import heapq
+import math
 import signal
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress
-from operator import neg
-from typing import Any
+from typing import Any, cast
 
 from statequeue.attempts import Attempt, AttemptBatch, batches_of
 from statequeue.rates import (
@@ -186,16 +186,20 @@ class StatsBuilder:
         finished = finish_times(b)
         self.throughput.add_many(finished)
         self.recent.add_many(finished)
-        retried = [i for i, n in zip(b.item_id, b.attempt, strict=True) if n and n >= 2]
-        for item_id in retried:
-            self._mark_retried(item_id)
+        if max(b.attempt) >= 2:
+            retried = [i for i, n in zip(b.item_id, b.attempt, strict=True) if n >= 2]
+            for item_id in retried:
+                self._mark_retried(item_id)
         self._add_runners(b)
 
     def _add_done(self, b: AttemptBatch) -> None:
-        rows = compress(zip(b.duration, map(neg, b.item_id), b.attempt, strict=True), b.ok)
-        done: list[tuple[float, int, int]] = [(d, i, n) for d, i, n in rows if d is not None]
-        self.sketch.add_many([row[0] for row in done])
-        for entry in heapq.nlargest(SLOWEST, done):
+        durations = cast(list[float], list(compress(b.duration, b.ok)))
+        if None in durations:  # a duration the record does not give (checked in C)
+            durations = [d for d in durations if d is not None]
+        self.sketch.add_many(durations)
+        top = heapq.nlargest(SLOWEST, durations)
+        floor = self.slowest[0][0] if len(self.slowest) == SLOWEST else -math.inf
+        for entry in _slowest_rows(b, [d for d in set(top) if d >= floor]):
             if len(self.slowest) < SLOWEST:
                 heapq.heappush(self.slowest, entry)
             elif entry > self.slowest[0]:
@@ -341,6 +345,26 @@ def _series(lo: float, hi: float, steps: tuple[float, ...] | None) -> list[float
     above = [v for v in values if v > hi]
     edges.append(above[0] if above else hi)
     return edges
+
+
+def _slowest_rows(b: AttemptBatch, values: list[float]) -> list[tuple[float, int, int]]:
+    """(duration, -id, attempt) of the successful attempts in ``b`` that took
+    one of ``values`` (found by C-level scans, not a Python step per
+    attempt); at most ``SLOWEST`` per value, the first in the batch."""
+    durations, rows = b.duration, []
+    for value in values:
+        start = 0
+        found = 0
+        while found < SLOWEST:
+            try:
+                pos = durations.index(value, start)
+            except ValueError:
+                break
+            if b.ok[pos]:
+                rows.append((value, -b.item_id[pos], b.attempt[pos]))
+                found += 1
+            start = pos + 1
+    return rows
 
 
 def _within(b: AttemptBatch, cutoff: float) -> AttemptBatch:
