@@ -82,7 +82,11 @@ def fill(open_queue: Callable[[], Queue]) -> Expected:
     claim = dying.store.claim(lost)
     assert claim is not None and claim.item_id == 39
     dying.close()
-    store.recover(on_interrupted=OnInterrupted.HOLD)
+    # PostgreSQL frees a closed session's locks a moment later: poll for it.
+    deadline = time.monotonic() + 30
+    while not store.recover(on_interrupted=OnInterrupted.HOLD).held:
+        assert time.monotonic() < deadline, "the dead runner's claim was never recovered"
+        time.sleep(0.05)
     want.count("runner-c", False)
     return want
 

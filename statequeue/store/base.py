@@ -201,6 +201,7 @@ class Store(ABC):
 
 
 def attempts_since(attempts: Iterator[Attempt], since: float | None) -> Iterator[Attempt]:
+    """The attempts that ended at ``since`` (epoch seconds) or later; all when None."""
     if since is None:
         return attempts
     return (a for a in attempts if a.ended_at is not None and a.ended_at >= since)
