@@ -41,4 +41,7 @@ say "re-enqueue everything plus 5 new items: only the new ones are added"
 seq -f 'page-%02g' 1 35 | statequeue enqueue
 statequeue run --no-live -j4 -- .demo/worker.sh {}
 statequeue status
+
+say "stats: what the runs did (durations, throughput, failures, slowest, runners)"
+statequeue stats
 say "demo finished: queue data is in $STATEQUEUE_HOME/default"

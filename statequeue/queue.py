@@ -44,6 +44,7 @@ from statequeue.work import WorkPolicy, work_loop
 
 if TYPE_CHECKING:
     from statequeue.aio import AsyncWorkItem
+    from statequeue.stats import Stats
     from statequeue.store.fsck import FsckReport
     from statequeue.views import CompactResult, Status
 
@@ -391,6 +392,28 @@ class Queue(QueueReading):
         """Give a claimed item back as pending, not counted as a failure (durable)."""
         with self._using() as store:
             store.release(claim, reason)
+
+    def stats(self, since: float | None = None, *, now: float | None = None) -> Stats:
+        """What the queue's runs did: durations, throughput, rate and ETA,
+        failure reasons, the slowest items, runners and hosts, computed in one
+        streaming pass over every finished attempt (archive included). With
+        ``since`` (seconds), only attempts that ended in that last stretch."""
+        import time
+
+        from statequeue.stats import stats_of_batches
+
+        now = time.time() if now is None else now
+        cutoff = None if since is None else now - since
+        with self._using() as store:
+            status = store.status()
+            return stats_of_batches(
+                store.iter_attempt_batches(cutoff),
+                queue=status.queue,
+                counts=status.counts,
+                held=status.held,
+                now=now,
+                since=since,
+            )
 
     def heartbeat(self, claim: Claim) -> None:
         """Tell the store ``claim`` is still held (a no-op for stores without leases)."""

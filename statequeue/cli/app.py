@@ -182,6 +182,7 @@ def compact(
 from statequeue.cli import db_cmds, inspect_cmds, manage_cmds, run_command  # noqa: E402
 
 _ = (db_cmds, inspect_cmds, manage_cmds, run_command)
+from statequeue.cli import stats_cmd  # noqa: E402, F401  (registers `stats`)
 
 
 def _invoke(argv: Sequence[str]) -> int:

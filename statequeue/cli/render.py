@@ -131,17 +131,24 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
 
         live = Live(Text(""), console=Console(), auto_refresh=False)
         live.start()
+    from statequeue.cli.stats_view import watch_lines
+    from statequeue.rates import LiveRate
+
+    rate = LiveRate(queue.store)  # `stats`'s rate and ETA, from new events only
     try:
         while True:
             st = queue.status()
             if json:
                 emit_json(st.to_json())
-            elif live is not None:
-                from rich.text import Text
-
-                live.update(Text(status_text(st)), refresh=True)
             else:
-                print(status_text(st) + "\n", flush=True)
+                left = st.counts.get("pending", 0) + st.counts.get("running", 0)
+                text = "\n".join([status_text(st), *watch_lines(rate, left)])
+                if live is not None:
+                    from rich.text import Text
+
+                    live.update(Text(text), refresh=True)
+                else:
+                    print(text + "\n", flush=True)
             time.sleep(interval)
     except KeyboardInterrupt:
         pass

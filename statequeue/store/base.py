@@ -17,6 +17,7 @@ from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Ou
 from statequeue.records import Record
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.attempts import Attempt, AttemptBatch
     from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
@@ -297,3 +298,39 @@ class Store(ABC):
     @abstractmethod
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        """Every finished attempt (an ``end``, or a crash recovery), archived
+        ones included, one small record each, streamed: memory does not grow
+        with the queue. With ``since`` (epoch seconds), only those that ended
+        then or later (a store may still yield older ones; callers filter).
+        An empty queue yields nothing. Not a snapshot: attempts that finish
+        meanwhile may or may not be included.
+
+        This default reads every event through ``read_events``; stores with
+        an archive or a results table override it."""
+        from statequeue.attempts import attempts_of
+
+        return attempts_since(attempts_of(self._all_events()), since)
+
+    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        """What ``iter_attempts`` yields, as column batches (what `stats` folds).
+        Stores that can build the columns without a tuple per attempt override it."""
+        from statequeue.attempts import batches_of
+
+        return batches_of(self.iter_attempts(since))
+
+    def _all_events(self) -> Iterator[Record]:
+        cursor: object | None = None
+        while True:
+            batch, cursor = self.read_events(cursor)
+            if not batch:
+                return
+            yield from batch
+
+
+def attempts_since(attempts: Iterator[Attempt], since: float | None) -> Iterator[Attempt]:
+    """The attempts that ended at ``since`` (epoch seconds) or later; all when None."""
+    if since is None:
+        return attempts
+    return (a for a in attempts if a.ended_at is not None and a.ended_at >= since)

@@ -149,7 +149,20 @@ def _item_record(
     return rec
 
 
-_RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
+# runner, host and timeout: `stats` groups the attempts by them after compaction.
+_RESULT_KEYS = (
+    "attempt",
+    "dur",
+    "exit",
+    "sig",
+    "result",
+    "err",
+    "reason",
+    "at",
+    "timeout",
+    "runner",
+    "host",
+)
 _ARCHIVE_BATCH = 20_000
 
 
@@ -265,6 +278,9 @@ _TRY_KEYS = (
     "crashes",
     "crashed",
     "attempts",
+    "timeout",
+    "runner",
+    "host",
 )
 _TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
 

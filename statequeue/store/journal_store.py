@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from statequeue.errors import (
     CorruptJournal,
@@ -56,6 +56,7 @@ from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint
 from statequeue.store.background_compaction import BackgroundCompaction
+from statequeue.store.base import attempts_since
 from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -76,7 +77,10 @@ from statequeue.store.locks import (
 from statequeue.store.online_compaction import MARK, remove_stale_compaction
 from statequeue.store.record_store import RecordStore
 
+_T = TypeVar("_T")
+
 if TYPE_CHECKING:
+    from statequeue.attempts import Attempt, AttemptBatch
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
@@ -517,6 +521,35 @@ class JournalStore(RecordStore):
 
     def _archive_records(self) -> Iterator[Record]:
         return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.attempt_scan import scan_attempts
+
+        return attempts_since(self._scan_files(scan_attempts), since)
+
+    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        from statequeue.store.attempt_scan import scan_attempt_batches
+
+        return self._scan_files(scan_attempt_batches)  # `stats` applies ``since`` itself
+
+    def _scan_files(self, scan: Callable[..., Iterator[_T]]) -> Iterator[_T]:
+        """``scan`` over the archive (up to what the snapshot vouches for),
+        then the live journal, each from a duplicate taken now: a compaction
+        meanwhile replaces the journal and appends past ``archive_size`` only."""
+        with self._locked() as state:
+            journal = scan(self.journal.fd, self.journal.offset, path=str(self.journal.path))
+            if not state.archive_size:
+                return journal
+            name = self.dir.path / ARCHIVE
+            try:
+                fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
+            except FileNotFoundError:
+                raise DamagedState(f"{name} is missing but the journal refers to it") from None
+            try:
+                archive = scan(fd, state.archive_size, path=str(name))
+            finally:
+                os.close(fd)
+        return chain(archive, journal)
 
     @property
     def logs_fd(self) -> int:

@@ -11,6 +11,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
@@ -18,9 +19,10 @@ from statequeue.gcpause import gc_paused
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import LiveItem, QueueState
-from statequeue.store.base import RETRYABLE, Store
+from statequeue.store.base import RETRYABLE, Store, attempts_since
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.attempts import Attempt
     from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
@@ -229,6 +231,9 @@ class RecordStore(Store):
         from statequeue.views import RecoveryReport
 
         report = RecoveryReport()
+        # Hosts of the runners, taken before the dead ones are forgotten: an
+        # attempt that died with its runner names both (for `stats`).
+        hosts = {rid: str(r.get("host", "")) for rid, r in state.runners.items()}
         self._prune_dead_runners(state)
         for item in state.running():
             if not self._claim_free(item):
@@ -245,6 +250,9 @@ class RecordStore(Store):
                 reason = f"poison: in flight during {crashes} runner crashes; held"
             rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
             rec["crashes"] = crashes
+            rec["runner"] = item.runner  # the runner that died (for `stats`)
+            if hosts.get(item.runner):
+                rec["host"] = hosts[item.runner]
             self._write([rec], sync=False)
             bucket.append(item.id)
         return report
@@ -299,6 +307,12 @@ class RecordStore(Store):
         else:
             target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
         rec = _end_record(claim, outcome, target)
+        # Who ran it, for `stats` per runner and host: the runner's own
+        # record does not survive compaction, this one's summary does.
+        rec["runner"] = claim.runner_id
+        host = state.runners.get(claim.runner_id, {}).get("host")
+        if host:
+            rec["host"] = host
         if retry_at is not None and not outcome.ok:
             rec["retry_at"] = retry_at
         self._write([rec], sync=sync)
@@ -577,6 +591,14 @@ class RecordStore(Store):
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         """Items moved out by compaction (always done); none for stores without an archive."""
         return iter(())
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.attempts import attempts_of
+
+        with self._locked():
+            journal = self._journal_records()
+        archived = attempts_of(self._archive_records())
+        return attempts_since(chain(archived, attempts_of(journal)), since)
 
 
 def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool) -> Record:

@@ -60,4 +60,8 @@ def test_full_disk_loses_nothing_and_resumes(tmp_path: Path) -> None:
     assert out["second_rc"] == "0", proc.stdout
     status = json.loads(out["status"])
     assert status["counts"]["done"] == 40 and status["counts"]["failed"] == 0
-    assert int(out["acked"]) >= 5
+    # Items 1-4 finished before the disk filled. Item 5's own end record is
+    # acknowledged only if it fits in the slack of the journal's last tmpfs
+    # page, which depends on record sizes (ends name runner and host since
+    # issue 15), so it is not counted on.
+    assert int(out["acked"]) >= 4

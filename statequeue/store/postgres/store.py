@@ -54,6 +54,7 @@ from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
+    from statequeue.attempts import Attempt
     from statequeue.exported import ExportedItem
     from statequeue.views import (
         ActiveRunner,
@@ -546,3 +547,9 @@ class PostgresStore(Store):
 
     def drain_wake(self) -> bool:
         return self._listener is not None and self._listener.drain()
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.postgres import stats
+
+        with self._guard():
+            yield from stats.iter_attempts(self._conn, self.name, since)

@@ -1,0 +1,211 @@
+"""Benchmark `statequeue stats --json` on a 1M-item queue (issue 15).
+
+Cases, each on the same synthetic queue (1M items run once each, 2% failed
+with exit code 1, 0.5% timed out, log-normal durations; written with
+statequeue's own record encoder, as scripts/bench.py writes its 1M-done queue,
+with the runner and host an `end` record names today), before and after
+compaction:
+
+  stats --json                          the command under test
+  results --json | python -c '<same>'   the baseline: export, then compute the
+                                        same percentiles, reason groups, slowest
+                                        5 and state counts in Python (exact: it
+                                        sorts every duration)
+
+Each runs as a whole process, interleaved over --rounds rounds (medians
+printed); the peak RSS of each is measured in one more run under a fresh small
+wrapper (`/usr/bin/time -f %M`, as scripts/bench.py does; for the pipeline,
+the larger of its two processes). Goal: stats <= 2 s and <= 100 MB.
+
+Examples:
+
+  .venv/bin/python scripts/bench_stats.py
+  .venv/bin/python scripts/bench_stats.py --items 100000 --rounds 1 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import MB, find_statequeue, read_rss, rss_wrapper
+
+try:
+    from statequeue import records
+except ImportError:  # run from a checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from statequeue import records
+
+GOAL_S = 2.0
+GOAL_RSS_MB = 100.0
+
+BASELINE = r"""
+import json, math, sys
+from collections import Counter
+durations, reasons, examples, states = [], Counter(), {}, Counter()
+for line in sys.stdin:
+    r = json.loads(line)
+    states[r["state"]] += 1
+    if r["state"] == "done" and r["duration"] is not None:
+        durations.append((r["duration"], r["id"]))
+    elif r["state"] == "failed":
+        reason = r["reason"]
+        reason = "timed out" if reason.startswith("timed out") else reason
+        reasons[reason] += 1
+        examples.setdefault(reason, r["id"])
+durations.sort()
+n = len(durations)
+q = {f"p{p}": durations[max(1, math.ceil(p / 100 * n)) - 1][0] for p in (50, 90, 99)}
+print(json.dumps({"count": n, **q, "max": durations[-1][0], "slowest": durations[-5:][::-1],
+                  "reasons": reasons.most_common(), "examples": examples, "states": states}))
+"""
+
+
+def write_run_queue(folder: Path, n: int, seed: int = 15) -> None:
+    """Items 1..n enqueued, then run once each by one runner: start and end
+    records as `statequeue run` writes them (end names runner and host)."""
+    folder.mkdir(mode=0o700)
+    for sub in ("claims", "runners", "logs"):
+        (folder / sub).mkdir(mode=0o700)
+    os.close(os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600))
+    rng = random.Random(seed)
+    runner, host = "benchrunner00001", socket.gethostname()
+    base = round(time.time() - n * 0.05, 3)
+    encode = records.encode
+    seq = 1
+    fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb", buffering=8 * MB) as out:
+        header = {"seq": 1, "t": "snap", "v": 1, "next_id": 1}
+        out.write(encode({**header, "archived": 0, "archive_size": 0, "watermark": 0}))
+
+        def line(rec: dict[str, Any]) -> bytes:
+            nonlocal seq
+            seq += 1
+            return encode({**rec, "seq": seq})
+
+        for i in range(1, n + 1):
+            out.write(line({"t": "enq", "id": i, "item": f"https://example.org/page/{i}"}))
+        run = {"t": "run", "runner": runner, "pid": os.getpid(), "host": host, "boot": ""}
+        out.write(line({**run, "since": base, "cmd": ["crawl", "{}"]}))
+        for i in range(1, n + 1):
+            at = round(base + i * 0.05, 3)
+            dur = round(rng.lognormvariate(-3, 1), 6)
+            out.write(line({"t": "start", "id": i, "attempt": 1, "runner": runner, "at": at}))
+            end: dict[str, Any] = {"t": "end", "id": i, "attempt": 1}
+            roll = rng.random()
+            if roll < 0.02:
+                end.update(state="failed", ok=False, at=at, dur=dur, exit=1, reason="exit code 1")
+            elif roll < 0.025:
+                end.update(state="failed", ok=False, at=at, dur=5.0, sig=15, timeout=True)
+                end["reason"] = "timed out after 5s; ended by SIGTERM"
+            else:
+                end.update(state="done", ok=True, at=at, dur=dur, exit=0)
+            out.write(line({**end, "runner": runner, "host": host}))
+        out.write(line({"t": "stop", "runner": runner, "at": round(base + n * 0.05, 3)}))
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def run(argv: list[str], env: dict[str, str], *, shell: bool = False) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, check=False, shell=shell, timeout=3600
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"bench_stats: {argv} exited {done.returncode}: {done.stderr[-500:]}")
+    return wall, done.stdout
+
+
+def peak_rss_mb(argv: list[str], env: dict[str, str], workdir: Path) -> float:
+    out = workdir / "rss"
+    out.unlink(missing_ok=True)
+    subprocess.run(rss_wrapper(out, argv), env=env, capture_output=True, check=True)
+    return read_rss(out) / 1024
+
+
+def measure(
+    exe: str, queue: str, env: dict[str, str], workdir: Path, rounds: int
+) -> dict[str, Any]:
+    stats_argv = [exe, "-q", queue, "stats", "--json"]
+    script = workdir / "baseline.py"
+    script.write_text(BASELINE)
+    pipeline = f"{exe} -q {queue} results --json | {sys.executable} {script}"
+    shell = ["/bin/sh", "-c", pipeline]
+    walls: dict[str, list[float]] = {"stats": [], "baseline": []}
+    outputs: dict[str, str] = {}
+    for _ in range(rounds):  # interleaved: both see the same machine load
+        wall, outputs["stats"] = run(stats_argv, env)
+        walls["stats"].append(wall)
+        wall, outputs["baseline"] = run(shell, env)
+        walls["baseline"].append(wall)
+    ours, theirs = json.loads(outputs["stats"]), json.loads(outputs["baseline"])
+    return {
+        "stats_s": statistics.median(walls["stats"]),
+        "baseline_s": statistics.median(walls["baseline"]),
+        "stats_rss_mb": peak_rss_mb(stats_argv, env, workdir),
+        "baseline_rss_mb": peak_rss_mb(shell, env, workdir),
+        "p99_stats": ours["durations"]["p99"],
+        "p99_exact": theirs["p99"],
+        "done_counted": (ours["durations"]["count"], theirs["count"]),
+    }
+
+
+def report(label: str, m: dict[str, Any]) -> str:
+    met = m["stats_s"] <= GOAL_S and m["stats_rss_mb"] <= GOAL_RSS_MB
+    p99_err = abs(m["p99_stats"] - m["p99_exact"]) / m["p99_exact"]
+    return (
+        f"{label:<12} stats --json {m['stats_s']:6.2f} s {m['stats_rss_mb']:6.1f} MB | "
+        f"results --json | python {m['baseline_s']:6.2f} s {m['baseline_rss_mb']:6.1f} MB | "
+        f"x{m['baseline_s'] / m['stats_s']:.1f} faster | p99 off by {p99_err:.2%} | "
+        f"goal <= {GOAL_S:.0f} s, <= {GOAL_RSS_MB:.0f} MB: {'met' if met else 'MISSED'}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    args = parser.parse_args(argv)
+    exe = find_statequeue()
+    if exe is None:
+        print("bench_stats: no statequeue executable beside the interpreter", file=sys.stderr)
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="statequeue-bench-stats-", dir="/var/tmp"))
+    home = workdir / "home"
+    home.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEQUEUE_")}
+    env.update(STATEQUEUE_HOME=str(home), NO_COLOR="1")
+    figures: dict[str, Any] = {"items": args.items, "rounds": args.rounds}
+    try:
+        started = time.perf_counter()
+        write_run_queue(home / "uncompacted", args.items)
+        run([exe, "-q", "uncompacted", "status", "--json"], env)  # leaves the state checkpoint
+        shutil.copytree(home / "uncompacted", home / "compacted")
+        run([exe, "-q", "compacted", "compact"], env)
+        print(f"(queues built in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        for name in ("uncompacted", "compacted"):
+            figures[name] = measure(exe, name, env, workdir, args.rounds)
+            print(report(name, figures[name]), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

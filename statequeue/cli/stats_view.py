@@ -1,0 +1,189 @@
+"""How `statequeue stats` draws its figures: plain text for pipes and files,
+a rich bar chart and a sparkline on a terminal. Both take a ``Stats``."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from statequeue.cli.render import plural, shown
+from statequeue.durations import format_duration
+
+if TYPE_CHECKING:
+    from statequeue.rates import LiveRate
+    from statequeue.stats import Group, Stats
+
+SPARKS = "▁▂▃▄▅▆▇█"
+PLAIN_ROWS = 12  # throughput rows in the plain table (buckets are merged to fit)
+BAR_WIDTH = 40
+
+
+def _dur(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds)
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
+def headline(s: Stats) -> str:
+    scope = f" in the last {format_duration(s.since)}" if s.since is not None else ""
+    c = s.counts
+    counts = ", ".join(f"{c[k]} {k}" for k in c if c[k])
+    return f"queue {s.queue}: {plural(s.attempts, 'finished attempt')}{scope} ({counts or 'empty'})"
+
+
+def duration_lines(s: Stats) -> list[str]:
+    d = s.durations
+    if not d.count:
+        return ["durations: no done item yet"]
+    q = d.quantiles
+    return [
+        f"durations of {plural(d.count, 'done item')} "
+        f"(p50/p90/p99 within {d.error:.0%}; count, mean and max exact):",
+        f"  p50 {_dur(q['p50'])}  p90 {_dur(q['p90'])}  p99 {_dur(q['p99'])}"
+        f"  max {_dur(d.max)}  mean {_dur(d.mean)}",
+    ]
+
+
+def _edge(seconds: float) -> str:
+    if 0 < seconds < 0.001:
+        return f"{seconds * 1e6:.0f}us"
+    return "0" if seconds == 0 else format_duration(seconds)
+
+
+def histogram_rows(s: Stats) -> list[tuple[str, int]]:
+    return [(f"{_edge(lo)} - {_edge(hi)}", n) for lo, hi, n in s.durations.histogram]
+
+
+def rate_lines(s: Stats) -> list[str]:
+    return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left)]
+
+
+def rate_text(rate: float | None, window: float, finished: int, left: int) -> str:
+    """The rate and ETA line, for `stats` and `status --watch` alike."""
+    per_min = 0.0 if rate is None else rate * 60
+    line = f"rate: {per_min:.1f} items/min over the last {format_duration(window)}"
+    line += f" ({finished} finished)"
+    if rate and left:
+        line += f"; ETA {format_duration(left / rate)} for {plural(left, 'item')} left"
+    elif left:
+        line += f"; ETA unknown ({plural(left, 'item')} left, none finished in the window)"
+    return line
+
+
+def watch_lines(live: LiveRate, left: int) -> list[str]:
+    """What `status --watch` adds on each refresh (events since the last are folded in)."""
+    import time as clock
+
+    live.update()
+    now = clock.time()
+    return [rate_text(live.rate(now), live.recent.window, live.recent.count(now), left)]
+
+
+def failure_lines(s: Stats) -> list[str]:
+    lines = [
+        f"failures: {plural(s.failed_attempts, 'failed attempt')}; "
+        f"{plural(s.retried_items, 'item')} ran a 2nd attempt or later; "
+        f"held: {', '.join(str(i) for i in s.held[:20]) or 'none'}"
+    ]
+    width = max((len(g.reason) for g in s.reasons), default=0)
+    for g in s.reasons:
+        example = f"e.g. item {g.example_id} (attempt {g.example_attempt})"
+        lines.append(f"  {shown(g.reason, 80):<{width}}  {g.count:>8}  {example}")
+    return lines
+
+
+def slowest_lines(s: Stats) -> list[str]:
+    if not s.slowest:
+        return []
+    lines = [f"slowest {len(s.slowest)}:"]
+    lines += [f"  item {x.item_id}  {_dur(x.duration)}  (attempt {x.attempt})" for x in s.slowest]
+    return lines
+
+
+def group_lines(title: str, groups: tuple[Group, ...], *, runner: bool) -> list[str]:
+    if not groups:
+        return []
+    lines = [f"{title}:"]
+    for g in groups[:20]:
+        name = f"{g.name or '(unnamed)'} on {g.host or '(unknown host)'}" if runner else g.name
+        name = name or "(unknown host)"
+        lines.append(
+            f"  {shown(name, 60)}  {plural(g.attempts, 'attempt')}, "
+            f"{g.failed} failed ({g.failure_rate:.1%})"
+        )
+    if len(groups) > 20:
+        lines.append(f"  ... and {len(groups) - 20} more")
+    return lines
+
+
+def throughput_rows(s: Stats) -> list[tuple[str, float]]:
+    """(bucket start, items per minute), merged to at most ``PLAIN_ROWS`` rows."""
+    t = s.throughput
+    if t.start is None:
+        return []
+    per = max(1, -(-len(t.counts) // PLAIN_ROWS))
+    rows = []
+    for i in range(0, len(t.counts), per):
+        chunk = t.counts[i : i + per]
+        minutes = len(chunk) * t.bucket_seconds / 60
+        rows.append((_clock(t.start + i * t.bucket_seconds), sum(chunk) / minutes))
+    return rows
+
+
+def plain_text(s: Stats) -> str:
+    if not s.attempts:
+        return f"{headline(s)}\nno finished attempts yet: nothing to show"
+    lines = [headline(s), *duration_lines(s)]
+    rows = histogram_rows(s)
+    if rows:
+        width = max(len(r) for r, _ in rows)
+        lines += ["  histogram:"] + [f"    {r:<{width}}  {n:>8}" for r, n in rows]
+    width_s = format_duration(s.throughput.bucket_seconds)
+    lines.append(f"throughput (items finished per minute; {width_s} buckets):")
+    lines += [f"  {when}  {per_min:>10.1f}" for when, per_min in throughput_rows(s)]
+    lines += rate_lines(s) + failure_lines(s) + slowest_lines(s)
+    lines += group_lines("runners", s.runners, runner=True)
+    lines += group_lines("hosts", s.hosts, runner=False)
+    return "\n".join(lines)
+
+
+def sparkline(values: list[float]) -> str:
+    top = max(values, default=0)
+    if top <= 0:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[min(int(v / top * (len(SPARKS) - 1) + 0.5), 7)] for v in values)
+
+
+def print_rich(s: Stats) -> None:
+    """The same figures on a terminal: a bar chart and a sparkline."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    out = console.print
+    if not s.attempts:
+        out(plain_text(s), markup=False, highlight=False)
+        return
+    out(headline(s), markup=False, highlight=False, style="bold")
+    for line in duration_lines(s):
+        out(line, markup=False, highlight=False)
+    rows = histogram_rows(s)
+    top = max((n for _, n in rows), default=0) or 1
+    chart = Table(show_header=False, box=None, padding=(0, 1))
+    for label, n in rows:
+        chart.add_row("  " + label, "[cyan]" + "█" * round(n / top * BAR_WIDTH) + "[/]", str(n))
+    out(chart)
+    t = s.throughput
+    if t.start is not None:
+        spark = sparkline(t.per_minute())
+        top_rate = max(t.per_minute(), default=0)
+        out(f"throughput since {_clock(t.start)} (peak {top_rate:.1f}/min):", highlight=False)
+        out("  " + spark, style="green", markup=False)
+    for line in rate_lines(s) + failure_lines(s) + slowest_lines(s):
+        out(line, markup=False, highlight=False)
+    for line in group_lines("runners", s.runners, runner=True):
+        out(line, markup=False, highlight=False)
+    for line in group_lines("hosts", s.hosts, runner=False):
+        out(line, markup=False, highlight=False)

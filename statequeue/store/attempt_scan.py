@@ -1,0 +1,237 @@
+"""The journal store's finished attempts, read straight from its files.
+
+`stats` on a million-item queue must not decode three million records nor
+hold them: the live journal is read a chunk at a time and only the lines
+that can be an attempt (``end``, ``intr``, ``item``, ``arch``, and ``run`` for
+hosts) are decoded;
+a ``start`` line is kept undecoded until its attempt ends, and decoded only
+if that ``end`` does not name its runner (records of an older statequeue).
+The archive is streamed the same way, up to the size the snapshot vouches for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import orjson
+
+from statequeue.attempts import (
+    Attempt,
+    AttemptBatch,
+    batch_of,
+    batches_of,
+    from_archived,
+    from_crash,
+    from_end,
+    from_tries,
+)
+from statequeue.errors import DamagedState
+from statequeue.records import Record, decode
+
+_CHUNK = 1 << 20  # a chunk's decoded records (dicts) take several times its size
+_START = b'{"t":"start","id":'
+_WANTED = (b'"t":"end"', b'"t":"intr"', b'"t":"item"', b'"t":"arch"', b'"t":"run"')
+
+
+def scan_attempts(fd: int, end: int, *, path: str) -> Iterator[Attempt]:
+    """The finished attempts recorded in the first ``end`` bytes of ``fd``
+    (a journal or an archive), read from a duplicate of ``fd`` taken now, so
+    the caller may iterate after releasing the lock."""
+    return _owned(os.dup(fd), end, path)  # duplicated now, not on first use
+
+
+def _owned(own: int, end: int, path: str) -> Iterator[Attempt]:
+    try:
+        yield from _scan(own, end, path)
+    finally:
+        os.close(own)
+
+
+def _scan(fd: int, end: int, path: str) -> Iterator[Attempt]:
+    started: dict[int, bytes] = {}  # id -> its attempt's start line, undecoded
+    hosts: dict[str, str] = {}  # runner -> host, from ``run`` records
+    for data in _chunks(fd, end, path):
+        lines = data.split(b"\n")
+        lines.pop()
+        yield from _scan_lines(lines, started, hosts, path)
+
+
+def _with_host(a: Attempt, hosts: dict[str, str]) -> Attempt:
+    return a._replace(host=hosts.get(a.runner, ""))
+
+
+def _attempts(rec: Record, started: dict[int, bytes], path: str) -> Iterator[Attempt]:
+    kind = rec.get("t")
+    if kind == "end":
+        a = from_end(rec, rec["id"])
+        start = started.pop(a.item_id, None)
+        yield a if a.runner else a._replace(runner=_runner(start, path))
+    elif kind == "intr":
+        start = started.pop(rec["id"], None)
+        if "crashes" in rec:
+            a = from_crash(rec, rec["id"])
+            yield a if a.runner else a._replace(runner=_runner(start, path))
+    elif kind == "arch":
+        yield from from_archived(rec)
+    elif kind == "item" and rec.get("tries"):
+        yield from from_tries(rec["tries"], rec["id"])
+
+
+def _runner(start: bytes | None, path: str) -> str:
+    if start is None:
+        return ""
+    runner = _decode(start, path).get("runner", "")
+    return runner if isinstance(runner, str) else ""
+
+
+def _decode(line: bytes, path: str) -> Record:
+    rec = decode(line)
+    if rec is None:
+        raise DamagedState(f"{path}: a record does not decode; run `statequeue fsck`")
+    return rec
+
+
+def _chunks(fd: int, end: int, path: str) -> Iterator[bytes]:
+    """Bytes 0..``end`` of ``fd`` in chunks of whole lines."""
+    offset = 0
+    while offset < end:
+        data = os.pread(fd, min(_CHUNK, end - offset), offset)
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # one record longer than a chunk
+            data = os.pread(fd, end - offset, offset)
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                raise DamagedState(f"{path}: ends inside a record; run `statequeue fsck`")
+        yield data[:cut]
+        offset += cut
+
+
+# -- in batches: the path `stats` takes ---------------------------------------------
+
+# Records as the encoder writes them start with their type (an ``item`` record
+# or a snapshot header starts with its seq): these prefixes sort lines in C.
+_ENQ, _END, _ARCH = b'{"t":"enq"', b'{"t":"end"', b'{"t":"arch"'
+_BULK = (_ENQ, _START[:-6], _END)
+# Any other record a chunk may hold that can matter (a nested "t" only makes
+# the check pass needlessly): when none is in it, its other lines are skipped.
+_RARE = (b'"t":"arch"', b'"t":"intr"', b'"t":"item"', b'"t":"run"')
+
+
+def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBatch]:
+    """What ``scan_attempts`` yields, a chunk of the file per batch.
+
+    The ``end`` and plain ``arch`` lines of a chunk, nearly all of it, are
+    decoded by one orjson call and turned into columns in C; the checksums
+    were verified when the store was opened (and the archive when written),
+    and a line that does not parse is reported as damage. A chunk whose
+    ``end`` records do not name their runner (an older statequeue wrote them)
+    is read record by record, joining each attempt's ``start``."""
+    return _owned_batches(os.dup(fd), end, path)
+
+
+def _owned_batches(own: int, end: int, path: str) -> Iterator[AttemptBatch]:
+    started: dict[int, bytes] = {}
+    hosts: dict[str, str] = {}
+    try:
+        for data in _chunks(own, end, path):
+            yield from _chunk_batches(data, started, hosts, path)
+    finally:
+        os.close(own)
+
+
+def _chunk_batches(
+    data: bytes, started: dict[int, bytes], hosts: dict[str, str], path: str
+) -> Iterator[AttemptBatch]:
+    lines = data.split(b"\n")
+    lines.pop()
+    ends = _bulk_decode([line for line in lines if line.startswith(_END)], path)
+    runners = list(map(dict.get, ends, repeat("runner")))
+    if None in runners:  # written before ends named their runner: the exact, slow way
+        yield from batches_of(_scan_lines(lines, started, hosts, path))
+        return
+    if ends:
+        yield _batch_of_ends(ends, runners)
+    if not any(marker in data for marker in _RARE):
+        return  # the usual chunk of a run: nothing but enq, start and end records
+    others = [line for line in lines if not line.startswith(_BULK)]
+    archived = _bulk_decode([line for line in others if line.startswith(_ARCH)], path)
+    plain = [r for r in archived if not r.get("tries") and "attempt" in r]
+    if plain:
+        yield _batch_of_archived(plain)
+    carried = [a for r in archived if r.get("tries") for a in from_archived(r)]
+    carried += _scan_lines(
+        [line for line in others if not line.startswith(_ARCH)], started, hosts, path
+    )
+    if carried:
+        yield batch_of(carried)
+
+
+def _batch_of_ends(ends: list[Record], runners: list[Any]) -> AttemptBatch:
+    ids, attempts, states, oks, durations, ats = (
+        list(map(itemgetter(key), ends)) for key in ("id", "attempt", "state", "ok", "dur", "at")
+    )
+    return AttemptBatch(
+        ids,
+        attempts,
+        states,
+        oks,
+        durations,
+        ats,
+        runners,
+        list(map(dict.get, ends, repeat("host"))),
+        [from_end(r, r["id"]) for r in ends if not r["ok"]],
+    )
+
+
+def _batch_of_archived(archived: list[Record]) -> AttemptBatch:
+    n = len(archived)
+    get = dict.get
+    return AttemptBatch(
+        list(map(itemgetter("id"), archived)),
+        list(map(itemgetter("attempt"), archived)),
+        ["done"] * n,
+        [True] * n,
+        list(map(get, archived, repeat("dur"))),
+        list(map(get, archived, repeat("at"))),
+        [r or "" for r in map(get, archived, repeat("runner"))],
+        list(map(get, archived, repeat("host"))),
+        [],
+    )
+
+
+def _bulk_decode(lines: list[bytes], path: str) -> list[Record]:
+    if not lines:
+        return []
+    try:
+        found = orjson.loads(b"[%s]" % b",".join(lines))
+    except orjson.JSONDecodeError:
+        for line in lines:
+            _decode(line, path)  # names the damage (DamagedState)
+        raise DamagedState(f"{path}: a record does not parse; run `statequeue fsck`") from None
+    return found  # type: ignore[no-any-return]
+
+
+def _scan_lines(
+    lines: list[bytes], started: dict[int, bytes], hosts: dict[str, str], path: str
+) -> list[Attempt]:
+    """Record by record, in order: what ``_scan`` does for one chunk."""
+    found: list[Attempt] = []
+    end_m, intr_m, item_m, arch_m, run_m = _WANTED
+    for line in lines:
+        if line.startswith(_START):
+            comma = line.find(b",", len(_START))
+            started[int(line[len(_START) : comma])] = line
+        elif end_m in line or intr_m in line or arch_m in line or item_m in line:
+            for a in _attempts(_decode(line, path), started, path):
+                found.append(
+                    a if a.host or not a.runner else a._replace(host=hosts.get(a.runner, ""))
+                )
+        elif run_m in line:
+            rec = _decode(line, path)
+            if rec.get("t") == "run":
+                hosts[rec["runner"]] = rec.get("host", "")
+    return found

@@ -1,0 +1,66 @@
+"""The PostgreSQL store's finished attempts for `stats`, streamed from the server.
+
+One row per finished attempt: the ``results`` table (one row per token), and
+crash recoveries (``intr`` events that count a crash). The runner of an
+attempt is its ``start`` event's; its host is the runner's registration.
+A server-side cursor hands the rows over a batch at a time, so neither side
+holds them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from statequeue.attempts import Attempt
+from statequeue.store.postgres.connection import Connection
+
+BATCH = 10_000
+
+_RUNNER_OF = """
+LEFT JOIN LATERAL (
+    SELECT e.body->>'runner' AS runner FROM statequeue.events e
+    WHERE e.queue = {t}.queue AND e.id = {t}.id AND e.body->>'t' = 'start'
+      AND (e.body->>'attempt')::int = {attempt}
+    ORDER BY e.seq DESC LIMIT 1
+) s ON true
+LEFT JOIN statequeue.runners ru ON ru.queue = {t}.queue AND ru.runner_id = s.runner
+"""
+
+ATTEMPTS = f"""
+SELECT r.id, r.attempt, r.state, r.ok, r.duration, r.reason, r.exit_code, r.signal,
+       r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, ''), r.at, false
+FROM statequeue.results r
+{_RUNNER_OF.format(t="r", attempt="r.attempt")}
+WHERE r.queue = %(q)s AND (%(since)s::float8 IS NULL OR r.at >= %(since)s::float8)
+UNION ALL
+SELECT i.id, (i.body->>'attempt')::int, i.body->>'state', false, NULL, 'interrupted', NULL,
+       NULL, false, coalesce(s.runner, ''), coalesce(ru.host, ''), (i.body->>'at')::float8, true
+FROM statequeue.events i
+{_RUNNER_OF.format(t="i", attempt="(i.body->>'attempt')::int")}
+WHERE i.queue = %(q)s AND i.body->>'t' = 'intr' AND i.body->'crashes' IS NOT NULL
+  AND (%(since)s::float8 IS NULL OR (i.body->>'at')::float8 >= %(since)s::float8)
+"""
+
+
+def iter_attempts(conn: Connection, queue: str, since: float | None) -> Iterator[Attempt]:
+    """Every finished attempt of ``queue`` (ended at ``since`` or later, when given),
+    through a server-side cursor inside one read transaction."""
+    with conn.transaction(), conn.cursor(name="statequeue_stats") as cur:
+        cur.itersize = BATCH
+        cur.execute(ATTEMPTS, {"q": queue, "since": since})
+        for row in cur:
+            yield Attempt(
+                int(row[0]),
+                int(row[1] or 0),
+                str(row[2] or ""),
+                bool(row[3]),
+                row[4],
+                str(row[5]),
+                row[6],
+                row[7],
+                bool(row[8]),
+                str(row[9]),
+                str(row[10]),
+                row[11],
+                bool(row[12]),
+            )
