@@ -110,6 +110,9 @@ def drop_store(name: str, store: Store, *, before: Callable[[], None]) -> None:
         return
     if store.url is None:
         raise NotSupported(f"drop does not work with the {type(store).__name__}")
+    # Refused while the queue is still open (a work loop of this Queue goes
+    # on); the drop checks again under the row lock that runners register with.
+    _refuse_runners(name, store.active_runners())
     before()
     drop_postgres_queue(store.url, name)
 
@@ -121,12 +124,16 @@ def drop_folder(
     active; ``before`` (closing the queue) runs just before the files go."""
     from statequeue.store.folder import remove_queue_folder
 
+    _refuse_runners(name, runners)
+    before()
+    remove_queue_folder(folder)
+
+
+def _refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:
     if runners:
         raise UsageError(
             f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
         )
-    before()
-    remove_queue_folder(folder)
 
 
 def list_queues(
@@ -179,11 +186,7 @@ def _idle_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
             raise UsageError(f"queue {name!r} has an active runner; stop it first") from None
         return folder
     try:
-        runners = q.store.active_runners()
-        if runners:
-            raise UsageError(
-                f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
-            )
+        _refuse_runners(name, q.store.active_runners())
         assert q.path is not None  # a journal store always has its folder
         return q.path
     finally:

@@ -77,6 +77,9 @@ def test_drop_on_postgres_refuses_while_a_work_loop_runs(sq_home: Path, pg_url: 
         work = q.work()
         item = next(work)
         with pytest.raises(UsageError, match="active runner"):
+            q.drop()
+        assert not q.closed  # refused before anything: the loop goes on
+        with pytest.raises(UsageError, match="active runner"):
             drop_queue("busy", home=sq_home, store=pg_url)
         item.done()
         work.close()
