@@ -1,9 +1,10 @@
 """Operations on a whole queue that may not open: check, repair, drop, list.
 
-``Queue.fsck`` and ``Queue.drop`` use these for an open queue; the CLI uses
-them by name, since a damaged queue refuses to open (promise 5) and must
-still be checked, repaired or dropped. They work on local queue folders;
-another store raises NotSupported.
+One code path for every store: ``Queue.fsck`` and ``Queue.drop`` use these
+for an open queue, and the CLI uses them by name, since a damaged local queue
+refuses to open (promise 5) and must still be checked, repaired or dropped.
+A PostgreSQL store (``store=`` a URL, or $STATEQUEUE_STORE) is checked by
+recounting its rows, dropped row by row, and listed from its database.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.errors import DamagedState, NotSupported, UsageError
-from statequeue.location import resolve_home
+from statequeue.location import resolve_home, validate_queue_name
 from statequeue.store.opening import chosen_url
 
 if TYPE_CHECKING:
+    from statequeue.store.base import Store
     from statequeue.store.fsck import FsckReport
-    from statequeue.views import ActiveRunner, Status
+    from statequeue.views import ActiveRunner, QueueCheck, Status
 
 
 def fsck_queue(
@@ -28,12 +30,28 @@ def fsck_queue(
     home: str | os.PathLike[str] | None = None,
     store: str | None = None,
     repair: bool = False,
-) -> FsckReport:
-    """Check (and with ``repair``, salvage) queue ``name``, even one too damaged to open."""
-    from statequeue.queue import queue_folder
+) -> QueueCheck:
+    """Check (and with ``repair``, salvage or correct) queue ``name``: a local
+    one even when too damaged to open (a ``FsckReport``), one in a PostgreSQL
+    store by recounting its rows (a ``StoreCheck``; QueueNotFound if missing)."""
+    from statequeue.queue import Queue, queue_folder
 
-    _refuse_url(store, "fsck")
+    url = chosen_url(store)
+    if url is not None:
+        with Queue(name, home=home, store=url, create=False) as q:
+            return q.fsck(repair=repair)
     return fsck_folder(queue_folder(name, home), repair=repair)
+
+
+def check_store(store: Store, *, repair: bool) -> QueueCheck:
+    """``fsck`` of an open store: a journal record by record in its folder,
+    any other store by its own ``check`` (NotSupported where it has none)."""
+    from statequeue.store.journal_store import JournalStore
+
+    # Only the journal's folder holds the queue (another store's folder is scratch).
+    if isinstance(store, JournalStore):
+        return fsck_folder(store.folder, repair=repair)
+    return store.check(repair=repair)
 
 
 def fsck_folder(folder: Path, *, repair: bool) -> FsckReport:
@@ -48,19 +66,55 @@ def drop_queue(
     *,
     home: str | os.PathLike[str] | None = None,
     store: str | None = None,
-    confirm: Callable[[Path], None] | None = None,
-) -> Path:
+    confirm: Callable[[str], None] | None = None,
+) -> str:
     """Delete queue ``name`` with everything in it, once no runner is active on
-    it (UsageError otherwise); ``confirm(folder)`` is called first and may raise
-    to stop. A damaged queue can be dropped too. Returns the folder removed."""
+    it (UsageError otherwise). ``confirm(place)`` is called first and may raise
+    to stop; ``place`` is the queue's folder, or the store's URL (password
+    masked). A damaged local queue can be dropped too; an interrupted drop from
+    a PostgreSQL store is finished by dropping again. Returns ``place``."""
     from statequeue.store.folder import remove_queue_folder
 
-    _refuse_url(store, "drop")
+    url = chosen_url(store)
+    if url is not None:
+        return _drop_from_database(url, name, confirm)
     folder = _idle_folder(name, home)
     if confirm is not None:
-        confirm(folder)
+        confirm(str(folder))
     remove_queue_folder(folder)
-    return folder
+    return str(folder)
+
+
+def _drop_from_database(url: str, name: str, confirm: Callable[[str], None] | None) -> str:
+    from statequeue.store.opening import drop_postgres_queue
+    from statequeue.store.urls import mask
+
+    validate_queue_name(name)
+    place = mask(url)
+    if confirm is not None:
+        confirm(place)
+    # Not opened first (it would hold the queue): the drop itself refuses
+    # while a runner is active, under the row lock runners register with.
+    drop_postgres_queue(url, name)
+    return place
+
+
+def drop_store(name: str, store: Store, *, before: Callable[[], None]) -> None:
+    """Delete the open queue ``name`` held by ``store`` unless a runner is
+    active on it; ``before`` (closing the queue) runs just before the delete."""
+    from statequeue.store.journal_store import JournalStore
+    from statequeue.store.opening import drop_postgres_queue
+
+    if isinstance(store, JournalStore):
+        drop_folder(name, store.folder, store.active_runners(), before=before)
+        return
+    if store.url is None:
+        raise NotSupported(f"drop does not work with the {type(store).__name__}")
+    # Refused while the queue is still open (a work loop of this Queue goes
+    # on); the drop checks again under the row lock that runners register with.
+    _refuse_runners(name, store.active_runners())
+    before()
+    drop_postgres_queue(store.url, name)
 
 
 def drop_folder(
@@ -70,22 +124,31 @@ def drop_folder(
     active; ``before`` (closing the queue) runs just before the files go."""
     from statequeue.store.folder import remove_queue_folder
 
+    _refuse_runners(name, runners)
+    before()
+    remove_queue_folder(folder)
+
+
+def _refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:
     if runners:
         raise UsageError(
             f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
         )
-    before()
-    remove_queue_folder(folder)
 
 
 def list_queues(
     home: str | os.PathLike[str] | None = None, *, store: str | None = None
 ) -> list[Status]:
-    """The status of every queue under ``home``, by name."""
+    """The status of every queue under ``home`` (or in the PostgreSQL store
+    ``store``), by name."""
     from statequeue.queue import Queue
     from statequeue.store.integrity import holds_queue
 
-    _refuse_url(store, "queues")
+    url = chosen_url(store)
+    if url is not None:
+        from statequeue.store.opening import postgres_queues
+
+        return postgres_queues(url)
     root = resolve_home(home)
     # A folder whose journal is gone but whose archive remains is a damaged
     # queue (opening it refuses), never one to leave out silently.
@@ -95,6 +158,18 @@ def list_queues(
         with Queue(folder.name, home=root, create=False, store=None) as q:
             found.append(q.status())
     return found
+
+
+def queues_place(
+    home: str | os.PathLike[str] | None = None, *, store: str | None = None
+) -> tuple[str, str]:
+    """Where ``list_queues`` looks: ``("home", folder)`` or ``("store", masked URL)``."""
+    url = chosen_url(store)
+    if url is not None:
+        from statequeue.store.urls import mask
+
+        return "store", mask(url)
+    return "home", str(resolve_home(home))
 
 
 def _idle_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
@@ -111,17 +186,8 @@ def _idle_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
             raise UsageError(f"queue {name!r} has an active runner; stop it first") from None
         return folder
     try:
-        runners = q.store.active_runners()
-        if runners:
-            raise UsageError(
-                f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
-            )
+        _refuse_runners(name, q.store.active_runners())
         assert q.path is not None  # a journal store always has its folder
         return q.path
     finally:
         q.close()
-
-
-def _refuse_url(store: str | None, operation: str) -> None:
-    if chosen_url(store) is not None:
-        raise NotSupported(f"{operation} does not work with a PostgreSQL store yet")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.errors import (
-    NotSupported,
     QueueClosed,
     QueueForked,
     UsageError,
@@ -35,6 +34,7 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.queue_whole import QueueWhole
 from statequeue.reading import QueueReading
 from statequeue.records import check_json
 from statequeue.store.base import RETRYABLE, Store
@@ -45,7 +45,6 @@ from statequeue.work import WorkPolicy, work_loop
 if TYPE_CHECKING:
     from statequeue.aio import AsyncWorkItem
     from statequeue.stats import Stats
-    from statequeue.store.fsck import FsckReport
     from statequeue.views import CompactResult, Status
 
 
@@ -63,7 +62,7 @@ def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = 
     return resolve_home(home) / resolve_queue_name(name)
 
 
-class Queue(QueueReading):
+class Queue(QueueReading, QueueWhole):
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
@@ -285,33 +284,6 @@ class Queue(QueueReading):
         """Let runners take items again after ``pause()``."""
         with self._using() as store:
             store.set_paused(False)
-
-    def fsck(self, *, repair: bool = False) -> FsckReport:
-        """Check every record's checksum and sequence; ``repair`` salvages the
-        valid records (see ``statequeue.maintenance.fsck_queue`` for a queue
-        too damaged to open). NotSupported on a store without files."""
-        from statequeue.maintenance import fsck_folder
-
-        with self._using() as store:
-            folder = self._folder_of(store, "fsck")
-            return fsck_folder(folder, repair=repair)
-
-    def drop(self) -> None:
-        """Delete the queue with all its items, results and logs, then close it.
-        UsageError while a runner is active on it; NotSupported on a store without files."""
-        from statequeue.maintenance import drop_folder
-
-        with self._using() as store:
-            folder = self._folder_of(store, "drop")
-            drop_folder(self.name, folder, store.active_runners(), before=self.close)
-
-    def _folder_of(self, store: Store, operation: str) -> Path:
-        from statequeue.store.journal_store import JournalStore
-
-        # Only the journal's folder holds the queue (another store's folder is scratch).
-        if not isinstance(store, JournalStore):
-            raise NotSupported(f"{operation} does not work with this store yet")
-        return store.folder
 
     def work(
         self,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -41,6 +41,13 @@ class ExportHeader:
     queue: str
     items: int
     paused: bool = False
+
+
+class CheckedExport(NamedTuple):
+    """A whole export, read and checked (``read_export``): ready to import."""
+
+    header: ExportHeader
+    entries: list[ExportedItem]
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
     return count
 
 
-def read_export(lines: Iterable[bytes]) -> tuple[ExportHeader, list[ExportedItem]]:
+def read_export(lines: Iterable[bytes]) -> CheckedExport:
     """Parse and check a whole export; InvalidExport naming the first problem."""
     header: ExportHeader | None = None
     entries: list[ExportedItem] = []
@@ -128,7 +135,7 @@ def read_export(lines: Iterable[bytes]) -> tuple[ExportHeader, list[ExportedItem
             f"the header promises {header.items} item(s) but {len(entries)} follow: "
             "the file is truncated or was edited"
         )
-    return header, entries
+    return CheckedExport(header, entries)
 
 
 def _json(raw: bytes, number: int) -> Any:

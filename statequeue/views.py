@@ -7,7 +7,7 @@ loops) does not pay for creating these dataclasses at import time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from statequeue.models import STATUS_SCHEMA, ItemState
 from statequeue.textsafe import item_json, record_json
@@ -236,3 +236,47 @@ class StoreCheck:
             "damaged": self.damaged,
             "warnings": list(self.warnings),
         }
+
+    def report_lines(self) -> list[str]:
+        """What `fsck` prints: each mismatch, then the outcome."""
+        lines = [
+            f"{m.state}: the counter says {m.counted}, the items say {m.recounted}"
+            for m in self.mismatches
+        ]
+        if self.repaired:
+            lines.append("repaired: the counters now match the items")
+        elif not self.mismatches:
+            total = sum(self.counts.values())
+            lines.append(f"queue {self.queue!r}: {total} item{'' if total == 1 else 's'}; ok")
+        return lines
+
+    def advice(self) -> str:
+        return "run `statequeue fsck --repair` to correct it"
+
+
+class QueueCheck(Protocol):
+    """What ``fsck`` found, in any store: a ``FsckReport`` for a local journal
+    (every record's checksum and sequence, in the files), a ``StoreCheck`` for
+    a store that keeps counters (PostgreSQL: the counters against a recount).
+    ``to_json`` differs by store; test ``isinstance`` for the details."""
+
+    @property
+    def damaged(self) -> bool:
+        """Damage was found (and, after a repair, is still there to report)."""
+
+    @property
+    def repaired(self) -> bool:
+        """A repair was asked for and made."""
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Problems outside the queue that harm it (none for a journal)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """What `fsck --json` prints."""
+
+    def report_lines(self) -> list[str]:
+        """What `fsck` prints, line by line."""
+
+    def advice(self) -> str:
+        """What to do about damage found and not repaired."""

@@ -75,6 +75,9 @@ def sync_api(q: Queue) -> None:
         q.finish(claim, Outcome(ok=True, result=1))
     print(WorkPolicy(retries=1).retries, list_queues(), fsck_queue("crawl").damaged)
     drop_queue("old")
+    print(q.fsck(repair=True).report_lines(), q.export("crawl.ndjson"))
+    with open("crawl.ndjson", "rb") as lines:
+        print(q.import_(lines, merge=True).added)
     q.drop()
 
 

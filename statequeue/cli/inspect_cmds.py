@@ -258,18 +258,11 @@ def queues(
 
     Example: statequeue queues --json
     """
-    from statequeue.location import resolve_home
-    from statequeue.maintenance import list_queues
+    from statequeue.maintenance import list_queues, queues_place
 
-    url = store_url(ctx)
-    if url is not None:
-        from statequeue.store.opening import postgres_queues
-        from statequeue.store.urls import mask
-
-        _show_queues(postgres_queues(url), "store", mask(url), json)
-        return
-    root = resolve_home(home if home is not None else (ctx.obj or {}).get("home"))
-    _show_queues(list_queues(root), "home", str(root), json)
+    given_home = home if home is not None else (ctx.obj or {}).get("home")
+    where, place = queues_place(given_home, store=store_url(ctx))
+    _show_queues(list_queues(given_home, store=store_url(ctx)), where, place, json)
 
 
 def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:

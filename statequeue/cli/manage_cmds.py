@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from statequeue.cli.app import app
 from statequeue.cli.completion import complete_queue
-from statequeue.cli.options import (
-    HomeOpt,
-    JsonOpt,
-    QueueOpt,
-    StoreOpt,
-    open_queue,
-    store_url,
-)
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json, plural
 from statequeue.errors import UsageError
 from statequeue.exitcodes import ExitCode
@@ -131,62 +123,24 @@ def fsck(
     """
     from statequeue.maintenance import fsck_queue
 
-    if store_url(ctx) is not None:
-        return _check_store(open_queue(ctx, home, queue, create=False), repair, json)
     glob = ctx.obj or {}
     report = fsck_queue(
         queue if queue is not None else glob.get("queue"),
         home=home if home is not None else glob.get("home"),
+        store=store_url(ctx),
         repair=repair,
     )
     if json:
         emit_json(report.to_json())
     else:
-        for check in (report.journal, report.archive):
-            problems = list(check.problems)
-            if check.bad_lines:
-                problems.append(f"bad records at lines {_lines(check.bad_lines)}")
-            if check.seq_errors:
-                problems.append(f"sequence breaks at lines {_lines(check.seq_errors)}")
-            if check.torn_bytes:
-                problems.append(f"torn tail of {check.torn_bytes} bytes (repaired on open)")
-            print(f"{check.path}: {check.valid} valid records; " + ("; ".join(problems) or "ok"))
-        if report.repaired:
-            for kept in report.kept:
-                print(f"kept the damaged file as {kept}")
-            if report.lost_ids:
-                lost = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in report.lost_ids)
-                print(f"no surviving record names item id(s) {lost}: left out, never reused")
-            print("repaired: the valid records now form the queue")
-    if report.damaged and not report.repaired:
-        print("damage found: run `statequeue fsck --repair` to salvage", file=sys.stderr)
-        return int(ExitCode.DAMAGED)
-    return 0
-
-
-def _check_store(q: Any, repair: bool, json: bool) -> int:
-    """fsck of a store that keeps counters (PostgreSQL): see Store.check."""
-    report = q.store.check(repair=repair)
-    if json:
-        emit_json(report.to_json())
-    else:
-        for m in report.mismatches:
-            print(f"{m.state}: the counter says {m.counted}, the items say {m.recounted}")
-        if report.repaired:
-            print("repaired: the counters now match the items")
-        elif not report.mismatches:
-            print(f"queue {report.queue!r}: {plural(sum(report.counts.values()), 'item')}; ok")
+        for line in report.report_lines():
+            print(line)
         for text in report.warnings:
             print(f"warning: {text}", file=sys.stderr)
-    if report.damaged:
-        print("damage found: run `statequeue fsck --repair` to correct it", file=sys.stderr)
+    if report.damaged and not report.repaired:
+        print(f"damage found: {report.advice()}", file=sys.stderr)
         return int(ExitCode.DAMAGED)
     return 0
-
-
-def _lines(numbers: list[int]) -> str:
-    shown = ", ".join(str(n) for n in numbers[:10])
-    return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
 
 
 @app.command("drop")
@@ -208,34 +162,16 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    url = store_url(ctx)
-    if url is not None:
-        _drop_from_store(url, name, yes)
-        return
     from statequeue.maintenance import drop_queue
 
-    def confirm(folder: Path) -> None:
+    def confirm(place: str) -> None:
         if not yes:
             if not sys.stdin.isatty():
                 raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
-            typer.confirm(f"Delete queue {name!r} and everything in {folder}?", abort=True)
+            typer.confirm(f"Delete queue {name!r} and everything in {place}?", abort=True)
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
-    drop_queue(name, home=given_home, confirm=confirm)
-    print(f"dropped queue {name!r}")
-
-
-def _drop_from_store(url: str, name: str, yes: bool) -> None:
-    from statequeue.location import validate_queue_name
-    from statequeue.store.opening import drop_postgres_queue
-    from statequeue.store.urls import mask
-
-    validate_queue_name(name)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to drop {name!r} without confirmation: pass --yes")
-        typer.confirm(f"Delete queue {name!r} and all its rows in {mask(url)}?", abort=True)
-    drop_postgres_queue(url, name)  # refuses while a runner is active
+    drop_queue(name, home=given_home, store=store_url(ctx), confirm=confirm)
     print(f"dropped queue {name!r}")
 
 

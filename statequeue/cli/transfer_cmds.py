@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -31,15 +30,11 @@ def export(
 
     Example: statequeue export -q crawl -o crawl.ndjson
     """
-    from statequeue.transfer import export_lines, export_to_file
-
     q = open_queue(ctx, home, queue, create=False)
     if output is None or output == "-":
-        out = sys.stdout.buffer
-        for line in export_lines(q):
-            out.write(line)
+        q.export(sys.stdout.buffer)
         return
-    count = export_to_file(q, Path(output))
+    count = q.export(output)
     print(f"exported {plural(count, 'item')} of queue {q.name!r} to {output}", file=sys.stderr)
 
 
@@ -63,12 +58,12 @@ def import_(
 
     Example: statequeue export -q crawl | statequeue --store postgresql:///jobs import -q crawl
     """
-    from statequeue.transfer import import_entries, read_export
+    from statequeue.transfer import read_export
 
     # Checked whole before the queue is opened: bad input creates nothing.
-    header, entries = read_export(_open_input(file))
+    checked = read_export(_open_input(file))
     q = open_queue(ctx, home, queue, create=True)
-    result = import_entries(q, header, entries, merge=merge)
+    result = q.import_(checked, merge=merge)
     if json:
         emit_json({"added": result.added, "skipped": result.skipped, "paused": result.paused})
     else:

@@ -42,6 +42,9 @@ class Store(ABC):
     processes using the same queue; none prints or exits."""
 
     name: str
+    url: str | None = None
+    """The URL of a store reached by one (PostgreSQL), whose database holds
+    the queue; None for a store held in a folder or in memory."""
 
     @abstractmethod
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
@@ -187,12 +190,13 @@ class Store(ABC):
         """Recount the items per state from the stored rows and compare with the
         counters ``status`` reads, in one consistent snapshot; with ``repair``,
         correct the counters (concurrent writers stay correct). Reports what
-        outside the queue harms it (an old open transaction). Raises UsageError
-        for a store without counters: a journal is checked on its folder
-        (``statequeue.store.fsck``), since a damaged one cannot be opened."""
-        from statequeue.errors import UsageError
+        outside the queue harms it (an old open transaction). Raises
+        NotSupported for a store without counters: a journal is checked on its
+        folder (``statequeue.store.fsck``), since a damaged one cannot be opened;
+        ``statequeue.maintenance.check_store`` chooses for an open store."""
+        from statequeue.errors import NotSupported
 
-        raise UsageError(f"the {type(self).__name__} is checked on its folder, not by check()")
+        raise NotSupported(f"the {type(self).__name__} is checked on its folder, not by check()")
 
     stores_logs: bool = False
     """True when the store keeps finished attempts' output itself (``save_log``);

@@ -56,6 +56,22 @@ class FileCheck:
             "problems": self.problems,
         }
 
+    def summary(self) -> str:
+        """One line for people: the file, its valid records, what is wrong."""
+        problems = list(self.problems)
+        if self.bad_lines:
+            problems.append(f"bad records at lines {_lines(self.bad_lines)}")
+        if self.seq_errors:
+            problems.append(f"sequence breaks at lines {_lines(self.seq_errors)}")
+        if self.torn_bytes:
+            problems.append(f"torn tail of {self.torn_bytes} bytes (repaired on open)")
+        return f"{self.path}: {self.valid} valid records; " + ("; ".join(problems) or "ok")
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:10])
+    return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
+
 
 @dataclass
 class FsckReport:
@@ -82,6 +98,24 @@ class FsckReport:
             "kept_damaged_files": self.kept,
             "lost_ids": self.lost_ids,
         }
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return ()  # a journal's problems are all in its files
+
+    def report_lines(self) -> list[str]:
+        """What `fsck` prints: each file's summary, then what a repair did."""
+        lines = [check.summary() for check in (self.journal, self.archive)]
+        if self.repaired:
+            lines += [f"kept the damaged file as {kept}" for kept in self.kept]
+            if self.lost_ids:
+                lost = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.lost_ids)
+                lines.append(f"no surviving record names item id(s) {lost}: left out, never reused")
+            lines.append("repaired: the valid records now form the queue")
+        return lines
+
+    def advice(self) -> str:
+        return "run `statequeue fsck --repair` to salvage"
 
 
 def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:

@@ -77,6 +77,7 @@ class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
     stores_logs = True
+    url: str  # always set: the database holds the queue
 
     def __init__(
         self,
