@@ -54,6 +54,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench_transfer.py
 	$(BENCH_VENV)/bin/python scripts/bench_library.py
 	$(BENCH_VENV)/bin/python scripts/bench_compaction.py $(filter --quick,$(BENCH_ARGS))
+	$(BENCH_VENV)/bin/python scripts/bench_pg.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache
