@@ -40,11 +40,12 @@ demo: $(DEMO_STAMP)
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-# The peers persist-queue and litequeue live in the bench environment only.
+# The peers persist-queue and litequeue live in the bench environment only;
+# psycopg (the postgres extra) for the PostgreSQL figures.
 $(BENCH_STAMP): pyproject.toml
 	$(PY) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/pip install -q -e . persist-queue litequeue
+	$(BENCH_VENV)/bin/pip install -q -e '.[postgres]' persist-queue litequeue
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
@@ -55,6 +56,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench_library.py
 	$(BENCH_VENV)/bin/python scripts/bench_compaction.py $(filter --quick,$(BENCH_ARGS))
 	$(BENCH_VENV)/bin/python scripts/bench_stats.py --json bench-results-stats.json
+	$(BENCH_VENV)/bin/python scripts/bench_pg.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,280 @@
+"""Benchmark: issue 12's PostgreSQL figures, each beside its goal, in one run.
+
+Starts a throwaway PostgreSQL cluster of its own (initdb + pg_ctl, unix
+socket only, in a short temp folder; as root the server runs as ``postgres``;
+stopped with pg_ctl at the end, always; the same helper as the tests) and
+measures, on a fresh database each:
+
+  claim+finish   P = 1, 4, 16 runner processes on one queue, no-op job:
+                   store    each process loops PostgresStore.claim + finish (sync=True)
+                   floor    a minimal psycopg loop: one FOR UPDATE SKIP LOCKED claim
+                            UPDATE and one finish UPDATE per item, synchronous_commit on
+                   CLI      P `statequeue --store URL run -- true` processes (whole
+                            processes: start-up and a fork of `true` per item included)
+                 goal: store >= 0.7x floor at 16 processes
+  enqueue        N items through PostgresStore.enqueue; goal >= 40k items/s
+  re-enqueue     the same N again (all skipped); goal >= 100k items/s
+  status         on the N-item queue: the first call after the enqueue (it folds
+                 the count deltas) and then folded (best of 3); goal <= 0.2 s
+
+Sizes: N = 1,000,000 and 5,000 items per claim run (--quick: 100,000 and
+2,000). procrastinate is not run as a peer yet (see the closing note). On a
+shared or small machine the absolute figures vary between runs: compare the
+ratios to the floor, measured in the same run.
+
+  .venv/bin/python scripts/bench_pg.py --quick [--json PATH] [--no-cli]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:
+    import psycopg
+
+    from statequeue.identity import new_runner
+    from statequeue.models import Outcome
+    from statequeue.store.postgres import PostgresStore
+except ImportError:  # the bench environment may lack the postgres extra
+    print("bench_pg: skipped, psycopg is not installed (pip install '.[postgres]')")
+    sys.exit(0)
+from tests.pg import PgCluster, _start_cluster, find_bin_dir
+
+PROCESSES = (1, 4, 16)
+FLOOR_RATIO_GOAL = 0.7
+ENQUEUE_GOAL = 40_000.0
+REENQUEUE_GOAL = 100_000.0
+STATUS_GOAL = 0.2
+STATEQUEUE = shutil.which("statequeue", path=str(Path(sys.executable).parent)) or "statequeue"
+
+FLOOR_SCHEMA = """
+CREATE TABLE floor (id bigint PRIMARY KEY, item text NOT NULL, state text NOT NULL);
+CREATE INDEX floor_pending ON floor (id) WHERE state = 'pending';
+"""
+FLOOR_CLAIM = """
+UPDATE floor SET state = 'running' WHERE id = (
+    SELECT id FROM floor WHERE state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+) RETURNING id, item
+"""
+FLOOR_FINISH = "UPDATE floor SET state = 'done' WHERE id = %s"
+
+
+def items(n: int) -> list[str]:
+    return [f"https://example.com/page/{i}" for i in range(n)]
+
+
+# -- claim + finish: one function per kind of runner process -----------------
+# Each opens its connection first, waits at the barrier with the others (so
+# connecting is not timed), drains the queue and reports (done, end time).
+
+
+def store_runner(url: str, go: Barrier, out: Any) -> None:
+    store = PostgresStore(url, "q")
+    runner = new_runner(("true",))
+    store.register_runner(runner)
+    ok = Outcome(ok=True, exit_code=0)
+    done = 0
+    go.wait()
+    while (claim := store.claim(runner)) is not None:
+        store.finish(claim, ok, sync=True)
+        done += 1
+    out.put((done, time.monotonic()))
+    store.unregister_runner(runner.runner_id)
+    store.close()
+
+
+def floor_runner(url: str, go: Barrier, out: Any) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        done = 0
+        go.wait()
+        while (row := conn.execute(FLOOR_CLAIM).fetchone()) is not None:
+            conn.execute(FLOOR_FINISH, (row[0],))
+            done += 1
+        out.put((done, time.monotonic()))
+
+
+def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> tuple[int, float]:
+    """(items done, seconds) for ``procs`` processes running ``target`` at once."""
+    ctx = mp.get_context("spawn")  # no connection of this process leaks into a child
+    go, out = ctx.Barrier(procs + 1), ctx.Queue()
+    workers = [ctx.Process(target=target, args=(url, go, out)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    go.wait(timeout=120)
+    start = time.monotonic()
+    reports = [out.get(timeout=600) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+        if w.exitcode != 0:
+            raise SystemExit(f"bench_pg: a {target.__name__} process failed")
+    return sum(r[0] for r in reports), max(r[1] for r in reports) - start
+
+
+def cli_drain(url: str, procs: int) -> tuple[int, float]:
+    """P whole `statequeue run` processes, from their start to the last one's exit."""
+    home = tempfile.mkdtemp(prefix="sqbench-pg-")  # never the user's data folder
+    env = {**os.environ, "STATEQUEUE_STORE": url, "STATEQUEUE_HOME": home}
+    cmd = [STATEQUEUE, "run", "-q", "q", "--quiet", "--", "true"]
+    start = time.monotonic()
+    runs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(procs)
+    ]
+    for r in runs:
+        if r.wait(timeout=900) != 0:
+            raise SystemExit(f"bench_pg: `statequeue run` exited with {r.returncode}")
+    seconds = time.monotonic() - start
+    shutil.rmtree(home, ignore_errors=True)
+    store = PostgresStore(url, "q", create=False)
+    done = store.status().counts.get("done", 0)
+    store.close()
+    return done, seconds
+
+
+def filled_store(url: str, n: int) -> None:
+    store = PostgresStore(url, "q")
+    store.enqueue(items(n))
+    store.close()
+
+
+def filled_floor(url: str, n: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FLOOR_SCHEMA)
+        with conn.cursor().copy("COPY floor (id, item, state) FROM STDIN") as copy:
+            for i, item in enumerate(items(n)):
+                copy.write_row((i + 1, item, "pending"))
+        conn.execute("VACUUM ANALYZE floor")
+
+
+def one_run(kind: str, url: str, procs: int) -> tuple[int, float]:
+    if kind == "cli":
+        return cli_drain(url, procs)
+    return drain(floor_runner if kind == "floor" else store_runner, url, procs)
+
+
+def throughput(cluster: PgCluster, n: int, cli: bool) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for procs in PROCESSES:
+        for kind in ("floor", "store", "cli") if cli else ("floor", "store"):
+            url = cluster.new_database()
+            (filled_floor if kind == "floor" else filled_store)(url, n)
+            done, seconds = one_run(kind, url, procs)
+            if done != n:
+                raise SystemExit(f"bench_pg: {kind} x{procs} finished {done} of {n} items")
+            figures[f"{kind}_{procs}_per_s"] = n / seconds
+            print(f"  claim+finish {kind:5} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
+    return figures
+
+
+def timed(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def big_queue(url: str, n: int) -> dict[str, float]:
+    data = items(n)
+    store = PostgresStore(url, "big")
+    figures = {"enqueue_per_s": n / timed(lambda: store.enqueue(data))}
+    figures["reenqueue_per_s"] = n / timed(lambda: store.enqueue(data))
+    figures["status_first_s"] = timed(store.status)
+    figures["status_s"] = min(timed(store.status) for _ in range(3))
+    store.close()
+    return figures
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def table(f: dict[str, float], n: int, claims: int, cli: bool) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for procs in PROCESSES:
+        floor = f[f"floor_{procs}_per_s"]
+        for kind in ("store", "cli") if cli else ("store",):
+            rate = f[f"{kind}_{procs}_per_s"]
+            goal_row = kind == "store" and procs == 16
+            rows.append(
+                (
+                    f"claim+finish {kind} x{procs} ({claims:,} items)",
+                    f"{rate:,.0f}/s = {rate / floor:.2f}x floor ({floor:,.0f}/s)",
+                    f">= {FLOOR_RATIO_GOAL}x floor" if goal_row else "-",
+                    verdict(rate / floor >= FLOOR_RATIO_GOAL) if goal_row else "-",
+                )
+            )
+    rows += [
+        (
+            f"enqueue {n:,}",
+            f"{f['enqueue_per_s']:,.0f}/s",
+            f">= {ENQUEUE_GOAL:,.0f}/s",
+            verdict(f["enqueue_per_s"] >= ENQUEUE_GOAL),
+        ),
+        (
+            f"re-enqueue {n:,} (all skipped)",
+            f"{f['reenqueue_per_s']:,.0f}/s",
+            f">= {REENQUEUE_GOAL:,.0f}/s",
+            verdict(f["reenqueue_per_s"] >= REENQUEUE_GOAL),
+        ),
+        (
+            f"status, {n:,} items, first after enqueue",
+            f"{f['status_first_s']:.4f} s = {f['status_first_s'] / f['status_s']:.1f}x folded",
+            "-",
+            "-",
+        ),
+        (
+            f"status, {n:,} items, deltas folded",
+            f"{f['status_s']:.4f} s",
+            f"<= {STATUS_GOAL} s",
+            verdict(f["status_s"] <= STATUS_GOAL),
+        ),
+    ]
+    return rows
+
+
+def show(rows: list[tuple[str, str, str, str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in [("measure", "figure", "goal", "verdict"), *rows]:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k items (2,000 per claim run)")
+    parser.add_argument("--no-cli", action="store_true", help="skip the `statequeue run` rows")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args()
+    n, claims = (100_000, 2_000) if args.quick else (1_000_000, 5_000)
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("bench_pg: PostgreSQL binaries (initdb, pg_ctl) not found")
+    cluster = _start_cluster(bin_dir)
+    try:
+        print(f"PostgreSQL store figures ({bin_dir}), {os.cpu_count()} CPUs", flush=True)
+        f = throughput(cluster, claims, not args.no_cli)
+        f.update(big_queue(cluster.new_database(), n))
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+    show(table(f, n, claims, not args.no_cli))
+    print("  procrastinate: not run as a peer (not in the bench environment)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"items": n, "claims": claims, **f}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
