@@ -25,17 +25,15 @@ Other callers (enqueue, status) fail at once with StoreUnreachable.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Collection, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import (
     ClaimLost,
-    ItemNotFound,
     QueueNotFound,
     RunnerActive,
     StateQueueError,
@@ -43,28 +41,20 @@ from statequeue.errors import (
 )
 from statequeue.identity import boot_id, host_name
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
-from statequeue.records import Record
-from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
-from statequeue.store.postgres import archive, events, logs, reads, reaping, sql, transfer, writes
-from statequeue.store.postgres import check as checking
-from statequeue.store.postgres.connection import Connection, guarded, mask
+from statequeue.store.base import DEFAULT_LEASE, RETRYABLE
+from statequeue.store.postgres import archive, logs, reads, reaping, sql, transfer, writes
+from statequeue.store.postgres.connection import Connection, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.notify import Listener, Notifier
+from statequeue.store.postgres.reading import PostgresReading
 from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
-    from statequeue.attempts import Attempt
     from statequeue.exported import ExportedItem
     from statequeue.views import (
-        ActiveRunner,
         CompactResult,
-        ItemHistory,
-        ItemResult,
-        ItemView,
         RecoveryReport,
-        Status,
-        StoreCheck,
     )
 
 ENQUEUE_BATCH = 20_000
@@ -73,7 +63,7 @@ RECOVER_EVERY = 1.0
 Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresReading):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
     stores_logs = True
@@ -98,7 +88,6 @@ class PostgresStore(Store):
         self._leases = Leases(url, name, lease)
         self._locks = reaping.ClaimLocks(scratch)
         self._session = Session(url, self._leases.fence_at)
-        self._patiently = self._session.patiently
         self._notifier = Notifier(name)
         self._listener: Listener | None = None
         with self._guard():
@@ -107,24 +96,6 @@ class PostgresStore(Store):
 
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
-
-    @property
-    def _conn(self) -> Connection:
-        return self._session.conn
-
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
-        with guarded(self.url):
-            yield
-
-    @contextmanager
-    def _tx(self, *, sync: bool = True) -> Iterator[Connection]:
-        with self._guard(), self._conn.transaction():
-            if not sync:
-                # Group commit: a later synchronous commit (``sync``) flushes
-                # the WAL past this one too.
-                self._conn.execute("SET LOCAL synchronous_commit = off")
-            yield self._conn
 
     def use_lease(self, seconds: float) -> None:
         super().use_lease(seconds)
@@ -388,23 +359,6 @@ class PostgresStore(Store):
 
         self._patiently(attempt)
 
-    def active_runners(self) -> list[ActiveRunner]:
-        with self._guard():
-            return reads.active_runners(self._conn, self.name)
-
-    def commands(self) -> list[list[str]]:
-        rows = self._patiently(
-            lambda conn: conn.execute(
-                "SELECT command FROM statequeue.runners WHERE queue = %s ORDER BY since",
-                (self.name,),
-            ).fetchall()
-        )
-        found: list[list[str]] = []
-        for (command,) in rows:
-            if command and (not found or found[-1] != command):
-                found.append(list(command))
-        return found
-
     # -- user actions ------------------------------------------------------------
 
     def retry(
@@ -460,79 +414,11 @@ class PostgresStore(Store):
         self._locks.close()
         self._session.close()
 
-    # -- reading -----------------------------------------------------------------
-
-    def is_paused(self) -> bool:
-        row = self._patiently(
-            lambda conn: conn.execute(
-                "SELECT paused FROM statequeue.queues WHERE name = %s", (self.name,)
-            ).fetchone()
-        )
-        return bool(row and row[0])
-
-    def next_due(self, among: Collection[int] | None = None) -> float | None:
-        row = self._patiently(
-            lambda conn: conn.execute(
-                "SELECT min(coalesce(retry_at, 0)) FROM statequeue.live"
-                " WHERE queue = %(q)s AND state = 'pending' AND ("
-                " (%(among)s::bigint[] IS NULL AND retry_at IS NOT NULL)"
-                " OR id = ANY(%(among)s::bigint[]))",
-                {"q": self.name, "among": sorted(among) if among is not None else None},
-            ).fetchone()
-        )
-        return float(row[0]) if row and row[0] is not None else None
-
-    def status(self) -> Status:
-        with self._guard():
-            return reads.status(self._conn, self.name, self.is_paused())
-
-    def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
-        with self._guard():
-            yield from reads.items(self._conn, self.name, state)
-
-    def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        with self._guard():
-            yield from reads.results(self._conn, self.name, state)
-
-    def history(self, item_id: int) -> ItemHistory:
-        with self._guard():
-            found = reads.history(self._conn, self.name, item_id)
-            if found is None:
-                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-            paths = logs.log_paths(self._conn, self.name, item_id, self.folder)
-        return dataclasses.replace(found, log_paths=paths)
-
-    def check(self, *, repair: bool = False) -> StoreCheck:
-        with self._guard():
-            return checking.check(self._conn, self.name, repair=repair)
-
     def save_log(self, claim: Claim, data: bytes) -> bool:
         # Asynchronous commit: the finish that follows commits synchronously,
         # which flushes the WAL past this log too. Lost only with its attempt.
         with self._tx(sync=False) as conn:
             return logs.save(conn, self.name, claim, data)
-
-    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
-        """From the database once the attempt ended; before that, from this
-        host's scratch file (for `logs --follow` on the runner's host)."""
-        with self._guard():
-            found = logs.read(self._conn, self.name, item_id, attempt, offset)
-            if found is None:
-                found = logs.read_local(self.folder, item_id, attempt, offset)
-            if found is None:  # stored and removed between the two reads
-                found = logs.read(self._conn, self.name, item_id, attempt, offset)
-        return found
-
-    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
-        with self._guard():
-            return events.read_events(self._conn, self.name, cursor)
-
-    def notices(self) -> list[str]:
-        return []
-
-    def export_items(self) -> Iterator[ExportedItem]:
-        with self._guard():
-            yield from transfer.export_items(self._conn, self.name)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
         result = transfer.import_items(self._tx, self.name, entries)
@@ -548,9 +434,3 @@ class PostgresStore(Store):
 
     def drain_wake(self) -> bool:
         return self._listener is not None and self._listener.drain()
-
-    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        from statequeue.store.postgres import stats
-
-        with self._guard():
-            yield from stats.iter_attempts(self._conn, self.name, since)
