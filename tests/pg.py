@@ -143,3 +143,12 @@ def throwaway_cluster() -> Iterator[PgCluster]:
         with suppress(subprocess.SubprocessError):
             cluster.stop("immediate")
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    """Run one statement on its own autocommit connection; its rows, if any."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query.encode(), params or None)
+        return cur.fetchall() if cur.description else []

@@ -12,6 +12,7 @@ import pytest
 from statequeue.identity import new_runner
 from statequeue.models import ItemState, Outcome
 from tests.conftest import STATEQUEUE
+from tests.pg import sql as _rows
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, archive  # noqa: E402  (needs psycopg)
@@ -28,12 +29,6 @@ def store(pg_url: str) -> Iterator[PostgresStore]:
     s = PostgresStore(pg_url, "q")
     yield s
     s.close()
-
-
-def _rows(url: str, query: str) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query.encode())
-        return cur.fetchall() if cur.description else []
 
 
 # What finish writes for a done item, for items RUN+1 .. N-50 at once: running

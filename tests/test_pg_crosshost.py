@@ -19,6 +19,7 @@ import pytest
 from tests.acceptance.killloop import Harness
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster, throwaway_cluster
+from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
 from tests.pg_proxy import proxy_for  # noqa: E402
@@ -31,12 +32,6 @@ WORK = (
     'sleep "$WORK_SECONDS"; '
     'echo "end $0 $STATEQUEUE_ATTEMPT $$ $STATEQUEUE_HOST" >> "$WORK_LOG"'
 )
-
-
-def _sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query.encode(), params or None)
-        return cur.fetchall() if cur.description else []
 
 
 def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import STATEQUEUE
+from tests.pg import sql as _rows
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, events, writes  # noqa: E402
@@ -92,8 +93,3 @@ def test_pages_and_held_transactions_deliver_each_event_once(
     every = [int(r[0]) for r in _rows(pg_url, "SELECT seq FROM statequeue.events ORDER BY seq")]
     assert sorted(delivered) == every  # none missed
     assert len(delivered) == len(set(delivered))  # none twice
-
-
-def _rows(url: str, query: str) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(query.encode()).fetchall()

@@ -20,6 +20,7 @@ from statequeue.models import ItemState, OnInterrupted, Outcome
 from statequeue.views import RecoveryReport
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
+from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
@@ -27,12 +28,6 @@ from tests.pg_proxy import proxy_for  # noqa: E402
 
 OK = Outcome(ok=True)
 DEADLINE = 30.0  # generous: the machine is shared
-
-
-def _sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query.encode(), params or None)
-        return cur.fetchall() if cur.description else []
 
 
 def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:

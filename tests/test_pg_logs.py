@@ -15,6 +15,7 @@ from statequeue.identity import new_runner
 from statequeue.models import Claim, Outcome
 from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
+from tests.pg import sql as _rows
 from tests.test_store_contract import age_leases
 
 psycopg = pytest.importorskip("psycopg")
@@ -47,11 +48,6 @@ def _sq(cap: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, bytes]:
     with pytest.raises(SystemExit) as exited:
         main(list(args))
     return int(exited.value.code or 0), cap.readouterr().out
-
-
-def _rows(url: str, query: str) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(query.encode()).fetchall()
 
 
 def test_logs_and_show_work_from_another_host(

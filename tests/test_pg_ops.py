@@ -13,6 +13,7 @@ from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
+from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, check  # noqa: E402  (needs psycopg)
@@ -44,12 +45,6 @@ def _sq(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         main(list(args))
     out, err = capsys.readouterr()
     return int(exited.value.code or 0), out, err
-
-
-def _sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query.encode(), params or None)
-        return cur.fetchall() if cur.description else []
 
 
 def _one_line(done: subprocess.CompletedProcess[str] | tuple[int, str, str], code: int) -> None:

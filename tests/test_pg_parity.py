@@ -18,13 +18,9 @@ from statequeue.maintenance import drop_queue, fsck_queue, list_queues
 from statequeue.models import Outcome
 from statequeue.queue import Queue
 from tests.conftest import STATEQUEUE
+from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
-
-
-def _sql(url: str, query: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(query.encode())
 
 
 def _finish(q: Queue, count: int) -> None:

@@ -22,6 +22,7 @@ from statequeue.models import ItemState, Outcome
 from statequeue.queue import Queue
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
+from tests.pg import sql as _sql
 from tests.test_store_contract import age_leases
 
 psycopg = pytest.importorskip("psycopg")
@@ -40,12 +41,6 @@ def store(pg_url: str) -> Iterator[PostgresStore]:
     s = PostgresStore(pg_url, "q")
     yield s
     s.close()
-
-
-def _sql(url: str, query: str, *params: object) -> list[tuple[object, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(query.encode(), params or None)
-        return cur.fetchall() if cur.description else []
 
 
 def test_non_utf8_item_round_trips_as_bytea(store: PostgresStore, pg_url: str) -> None:
