@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import random
 import selectors
 import shlex
 import signal
@@ -38,6 +37,7 @@ from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.store.base import MIN_LEASE
 from statequeue.wakeup import StoreWake, follow_poll
+from statequeue.work import backoff
 
 __all__ = [
     "ItemFinished",
@@ -621,9 +621,7 @@ class Runner:
 
     def _backoff(self, retry: int) -> float:
         """The wait before the ``retry``-th retry of this episode."""
-        growth = 2.0 ** (retry - 1)
-        base = min(self.options.retry_max_delay, self.options.retry_delay * growth)
-        return base * random.uniform(0.5, 1.0)  # jitter, not security
+        return backoff(retry, self.options.retry_delay, self.options.retry_max_delay)
 
     # -- stopping ------------------------------------------------------------------
 

@@ -68,8 +68,9 @@ class WorkPolicy:
 
 
 def backoff(retry: int, delay: float, max_delay: float) -> float:
-    """The wait before the ``retry``-th retry of an episode: the formula of
-    ``Runner._backoff`` (copied: the runner module is not the library's)."""
+    """The wait before the ``retry``-th retry of an episode (``run --retries``
+    and ``work(retries=)`` alike): doubling from ``delay`` up to ``max_delay``,
+    with jitter."""
     import random  # here: enqueue never needs it
 
     base = min(max_delay, delay * 2.0 ** (retry - 1))
