@@ -222,7 +222,8 @@ def test_killed_runner_item_is_recovered_by_the_next_run(
     pid_file = tmp_path / "child.pid"
     job = f"echo $$ > {pid_file}; exec sleep 60"
     runner = subprocess.Popen(
-        [STATEQUEUE, "run", "--", "sh", "-c", job],
+        # A short lease: the dead runner's claim expires in 2 s, not the default 30 s.
+        [STATEQUEUE, "run", "--lease", "2s", "--", "sh", "-c", job],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -316,6 +317,10 @@ def test_acknowledged_results_survive_an_immediate_server_stop(
     # A database whose default trades durability away: the store must not inherit it.
     dbname = pg_url.split("@/")[1].split("?")[0]
     _sql(pg_url, f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
+    # Everything the session's earlier tests wrote (each CREATE DATABASE logs a
+    # whole template) is flushed now, so the restart replays only this test's
+    # WAL: the results below are still in WAL alone when the server dies.
+    _sql(pg_url, "CHECKPOINT")
     store = PostgresStore(pg_url, "q")
     store.enqueue(["a", "b", "c"])
     runner = new_runner()
