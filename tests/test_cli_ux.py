@@ -331,3 +331,28 @@ def test_events_show_lost_runners_timestamps_and_seq_labels(sq_env: Env, sq_home
         seq, stamp = line.split()[:2], line.split()[2:4]
         assert seq[0] == "seq" and seq[1].isdigit(), line
         assert stamp[0][:1] in "~2" and ":" in stamp[1], line
+
+
+def _commands(group: Any) -> Iterator[Any]:
+    yield group
+    for sub in getattr(group, "commands", {}).values():
+        yield from _commands(sub)
+
+
+def test_no_help_text_loses_a_bracketed_part_to_rich_markup() -> None:
+    """Rich reads `[default: ...]` in a help string as a markup tag and drops
+    it, leaving "as it comes ." in `run --help`; brackets must be escaped."""
+    import re
+
+    import typer.main
+
+    from statequeue.cli.app import app
+
+    tag = re.compile(r"(?<!\\)\[[a-z/][^\]]*\]")  # what rich would take for a style tag
+    eaten = [
+        f"{command.name} {param.name}: {param.help}"
+        for command in _commands(typer.main.get_command(app))
+        for param in getattr(command, "params", [])
+        if tag.search(getattr(param, "help", None) or "")
+    ]
+    assert eaten == []

@@ -119,7 +119,7 @@ def run(
         bool | None,
         typer.Option(
             "--live/--no-live",
-            help="Show the children's output as it comes [default: on with -j1 on a terminal].",
+            help="Show the children's output as it comes (by default: on with -j1 on a terminal).",
             show_default=False,
         ),
     ] = None,
