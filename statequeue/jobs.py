@@ -76,13 +76,20 @@ def child_env(
     """The environment of a child for ``claim``: ``base`` (default: ours) plus
     the STATEQUEUE_* variables."""
     env = dict(os.environ if base is None else base)
-    env.update(
-        STATEQUEUE_ITEM=claim.item,
-        STATEQUEUE_ID=str(claim.item_id),
-        STATEQUEUE_ATTEMPT=str(claim.attempt),
-        STATEQUEUE_QUEUE=queue,
-        STATEQUEUE_RESULT=result_path,
-    )
+    env.update(item_env(claim, queue, result_path))
+    return env
+
+
+def item_env(claim: Claim, queue: str, result_path: str) -> dict[str, str]:
+    """The STATEQUEUE_* variables of a child for ``claim`` (the keeper adds
+    them to the run's environment, which it was sent once)."""
+    env = {
+        "STATEQUEUE_ITEM": claim.item,
+        "STATEQUEUE_ID": str(claim.item_id),
+        "STATEQUEUE_ATTEMPT": str(claim.attempt),
+        "STATEQUEUE_QUEUE": queue,
+        "STATEQUEUE_RESULT": result_path,
+    }
     if claim.token is not None:  # stores that fence (PostgreSQL): for the child's own fencing
         env["STATEQUEUE_LEASE_TOKEN"] = str(claim.token)
     return env
@@ -140,7 +147,7 @@ class Job:
             self.spec.template, self.claim.item, item_id=self.claim.item_id, slot=self.slot
         )
         self.program = argv[0]  # named in the reason if it cannot be started
-        env = child_env(self.claim, self.spec.queue, self.result_file, self.spec.base_env)
+        env = item_env(self.claim, self.spec.queue, self.result_file)
         CRASH.hit("spawn")
         try:
             if self.spec.item_on_stdin:

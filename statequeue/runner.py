@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import selectors
 import shlex
 import signal
 import time
@@ -25,6 +24,7 @@ from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
 from statequeue.keeper import Keeper
+from statequeue.poller import Poller
 from statequeue.models import (
     Claim,
     ItemState,
@@ -160,10 +160,11 @@ class Runner:
         self._taking = True
         self._taken: set[int] = set()
         self._prefetched: Claim | None = None  # claimed with the last result, not started yet
+        self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector = Poller()
+        self._selector.watch(self._wake_r, None)
         self._store_wake = StoreWake(queue.store, self._selector, _STORE_WAKE)
         self._follow_poll = follow_poll()
 
@@ -203,11 +204,10 @@ class Runner:
         except BaseException:
             store.unregister_runner(self.info.runner_id)
             raise
-        deadline = None
         if self.options.max_time is not None:
-            deadline = time.monotonic() + self.options.max_time
+            self._max_time_at = time.monotonic() + self.options.max_time
         try:
-            self._loop(deadline)
+            self._loop()
         finally:
             self._shutdown()
             if self.keeper is not None:
@@ -222,10 +222,14 @@ class Runner:
         self.summary.stopped_by = self._stop_signal
         return self.summary
 
-    def _loop(self, deadline: float | None) -> None:
+    def _out_of_time(self) -> bool:
+        """Whether --max-time has run out."""
+        return self._max_time_at is not None and time.monotonic() >= self._max_time_at
+
+    def _loop(self) -> None:
         while True:
             self._handle_stop()
-            if self._taking and deadline is not None and time.monotonic() >= deadline:
+            if self._taking and self._out_of_time():
                 self._taking = False
                 self.on_event(Notice("--max-time reached: taking no new items"))
             if self.options.follow:
@@ -241,7 +245,14 @@ class Runner:
                     return
             else:
                 wait = self._next_deadline()
-            self._wait(wait)
+            until = time.monotonic() + wait
+            while not self._wait(wait):
+                # Only children's output came: nothing the loop acts on has
+                # changed, so wait on for what it was waiting for (a child's
+                # exit comes from the keeper, after its pipes' end of file).
+                wait = until - time.monotonic()
+                if wait <= 0:
+                    break
             self._fence()
             self._reap()
 
@@ -318,6 +329,7 @@ class Runner:
             or self.options.halt_on_failure  # this very result may stop the run
             or self._prefetched is not None
             or len(self.jobs) >= self._concurrency
+            or self._out_of_time()  # the loop stops taking items on its next pass
         ):
             return False, None
         scope = self._scope()
@@ -346,7 +358,7 @@ class Runner:
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
         for fd in job.pipes:
-            self._selector.register(fd, selectors.EVENT_READ, job)
+            self._selector.watch(fd, job)
         self.on_event(ItemStarted(claim))
 
     def _verify_wanted(self, claim: Claim) -> bool:
@@ -483,22 +495,30 @@ class Runner:
         if self.keeper is None:
             # Started with the first child, not before; it is the parent of
             # every child, so nothing of an item ever runs unwatched.
-            self.keeper = Keeper(self.queue.name)
-            self._selector.register(self.keeper.fileno(), selectors.EVENT_READ, _KEEPER)
+            self.keeper = Keeper(self.queue.name, environ=self.spec.base_env)
+            self._selector.watch(self.keeper.fileno(), _KEEPER)
         return self.keeper
 
-    def _wait(self, timeout: float) -> None:
-        for key, _ in self._selector.select(timeout):
-            job = key.data
+    def _wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds and take in what came. False if only
+        children's output came (no exit, signal or wake-up: the loop need not
+        look again at its slots, deadlines and items)."""
+        ready = self._selector.ready(timeout)
+        news = not ready  # the wait timed out: a deadline may have come
+        for fd, job in ready:
             if job is None:
                 _drain_pipe(self._wake_r)
+                news = True
             elif job is _KEEPER:
                 self._keeper().receive()  # exits, recorded in keeper.exits
+                news = True
             elif job is _STORE_WAKE:
                 self._store_wake.woke()  # the next pass of the loop claims
-            elif key.fd in job.pipes and not job.read(key.fd):
-                self._selector.unregister(key.fd)
-                job.close_pipe(key.fd)
+                news = True
+            elif fd in job.pipes and not job.read(fd):
+                self._selector.forget(fd)  # closing it takes it out of the epoll set
+                job.close_pipe(fd)
+        return news
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -522,7 +542,7 @@ class Runner:
             if (error := job.spawn_error()) is not None:
                 del self.jobs[job.token]
                 for fd in job.pipes:
-                    self._selector.unregister(fd)
+                    self._selector.forget(fd)
                 job.close()
                 self.summary.attempts -= 1
                 unstarted.append((job, error))
@@ -532,8 +552,8 @@ class Runner:
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
             del self.jobs[job.token]
-            for fd in job.pipes:  # pipes at end of file were unregistered already
-                self._selector.unregister(fd)
+            for fd in job.pipes:  # pipes at end of file were forgotten already
+                self._selector.forget(fd)  # finish() closes them
             results.append((job, job.finish()))
         self._record_batch(results)
         # Every claim that did not start goes back (or fails) before the run
