@@ -128,6 +128,9 @@ class Runner:
         live: OutputSink | None = None,
     ) -> None:
         self.queue = queue
+        # Taken once: ``queue.store`` checks the process id on every use (for
+        # a Queue used across a fork), a syscall the per-item path need not pay.
+        self._store = queue.store
         self.options = options
         self.on_event = on_event or (lambda event: None)
         self.info: RunnerInfo = new_runner(command=options.command)
@@ -439,7 +442,7 @@ class Runner:
 
     def _next_retry(self, scope: set[int] | None) -> float | None:
         """When the next deferred retry this run may take comes due."""
-        return self.queue.store.next_due(scope)
+        return self._store.next_due(scope)
 
     def _next_deadline(self) -> float:
         now = time.monotonic()
@@ -452,7 +455,7 @@ class Runner:
                 wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, self._follow_poll)
-        fence = self.queue.store.fence_at()  # a lease that needs renewing soon
+        fence = self._store.fence_at()  # a lease that needs renewing soon
         for job in self.jobs.values():
             for t in (job.deadline, job.kill_at, fence):
                 if t is not None:
@@ -462,7 +465,7 @@ class Runner:
     def _fence(self) -> None:
         """Stop at once the children of claims whose lease this runner can
         no longer vouch for (promise 4 across hosts); nothing is recorded for them."""
-        store = self.queue.store
+        store = self._store
         if store.fence_at() is not None:
             for job in self.jobs.values():
                 self._lease_backstop(job)
@@ -485,7 +488,7 @@ class Runner:
     def _lease_backstop(self, job: Job) -> None:
         """Tell the keeper when ``job``'s lease ends as last renewed: it kills
         the child then even if this runner is frozen (SIGSTOP, a paused VM)."""
-        at = self.queue.store.kill_by(job.claim.token)
+        at = self._store.kill_by(job.claim.token)
         if at is not None and at != job.lease_kill_at:
             job.lease_kill_at = at
             with contextlib.suppress(KeeperLost):
@@ -566,7 +569,7 @@ class Runner:
         # Nothing is reported, and no slot refilled, before every end record is
         # fsynced. One result (always, with -j1) is written and fsynced in one
         # locked section; several share one fsync (group commit).
-        store = self.queue.store
+        store = self._store
         ended = []
         for job, outcome in results:
             for text in job.warnings:
@@ -615,7 +618,7 @@ class Runner:
         if not outcome.ok and claim.failures < self.options.retries:
             retry_at = time.time() + self._backoff(claim.failures + 1)
         if job is not None:  # a store shared by hosts keeps the log (PostgreSQL)
-            hand_over_log(self.queue.store, claim, job.log_path)
+            hand_over_log(self._store, claim, job.log_path)
         fused, scope = self._prefetch_scope() if fuse else (False, None)
         try:
             if fused:
