@@ -55,9 +55,7 @@ class Poller(selectors.BaseSelector):
         tag = self._tags.pop(fd)
         return selectors.SelectorKey(fileobj, fd, selectors.EVENT_READ, tag)
 
-    def select(
-        self, timeout: float | None = None
-    ) -> list[tuple[selectors.SelectorKey, int]]:
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         return [
             (selectors.SelectorKey(fd, fd, selectors.EVENT_READ, tag), selectors.EVENT_READ)
             for fd, tag in self.ready(timeout)

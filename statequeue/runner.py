@@ -24,7 +24,6 @@ from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
 from statequeue.keeper import Keeper
-from statequeue.poller import Poller
 from statequeue.models import (
     Claim,
     ItemState,
@@ -32,6 +31,7 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.poller import Poller
 from statequeue.queue import Queue
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary

@@ -66,7 +66,8 @@ def test_a_child_sees_the_run_environment_and_its_own_item_variables(
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setenv("OVERHEAD_TEST_VAR", "from the run")
-    script = f'printf "%s|%s|%s" "$OVERHEAD_TEST_VAR" "$STATEQUEUE_ITEM" "$STATEQUEUE_ID" > {out}/$1'
+    values = '"$OVERHEAD_TEST_VAR" "$STATEQUEUE_ITEM" "$STATEQUEUE_ID"'
+    script = f'printf "%s|%s|%s" {values} > {out}/$1'
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b"])
         _run(q, "sh", "-c", script, "sh", "{}", jobs=2)
