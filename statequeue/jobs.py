@@ -110,6 +110,7 @@ class Job:
         self.grace = 0.0  # how long the runner waited after TERM before KILL
         self.killed = False  # the runner sent SIGKILL when the grace ran out
         self.lease_kill_at: float | None = None  # the keeper's hard stop (stores with leases)
+        self.watch_at: float | None = None  # when the runner starts reading its pipes (None: now)
         self.warnings: list[str] = []  # for the user: e.g. a result that was not stored
         self.returncode: int | None = None
         # Plain strings, not Paths: building Paths cost more than the syscalls.

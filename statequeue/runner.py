@@ -53,6 +53,11 @@ __all__ = [
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
 HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
+# A child's pipes are watched from this many seconds after its start: most
+# short items have exited by then, and their output is read once, at their
+# exit, with no wakeup of the runner for their pipes' end of file. A child
+# that fills a pipe sooner waits at most this long for the runner to read it.
+OUTPUT_WATCH_DELAY = 0.05
 VERIFY_TIMEOUT = 600.0
 # Spawn errors that say the runner (or the machine) is short of something,
 # not that the item's command is wrong: the item is given back, uncounted.
@@ -360,9 +365,14 @@ class Runner:
         self.summary.attempts += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
+        job.watch_at = job.started + OUTPUT_WATCH_DELAY
+        self.on_event(ItemStarted(claim))
+
+    def _watch_output(self, job: Job) -> None:
+        """Read ``job``'s pipes as output arrives (its start was a while ago)."""
+        job.watch_at = None
         for fd in job.pipes:
             self._selector.watch(fd, job)
-        self.on_event(ItemStarted(claim))
 
     def _verify_wanted(self, claim: Claim) -> bool:
         """Check --verify first for an item whose runner died mid-attempt, and
@@ -457,7 +467,7 @@ class Runner:
                 wait = min(wait, self._follow_poll)
         fence = self._store.fence_at()  # a lease that needs renewing soon
         for job in self.jobs.values():
-            for t in (job.deadline, job.kill_at, fence):
+            for t in (job.deadline, job.kill_at, fence, job.watch_at):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
         return wait
@@ -527,6 +537,8 @@ class Runner:
         now = time.monotonic()
         finished: list[Job] = []
         for job in self.jobs.values():
+            if job.watch_at is not None and now >= job.watch_at and not job.exited():
+                self._watch_output(job)
             if job.exited():
                 finished.append(job)
             elif job.kill_at is not None and now >= job.kill_at:
@@ -544,8 +556,7 @@ class Runner:
         for job in finished:
             if (error := job.spawn_error()) is not None:
                 del self.jobs[job.token]
-                for fd in job.pipes:
-                    self._selector.forget(fd)
+                self._forget_output(job)
                 job.close()
                 self.summary.attempts -= 1
                 unstarted.append((job, error))
@@ -555,8 +566,7 @@ class Runner:
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
             del self.jobs[job.token]
-            for fd in job.pipes:  # pipes at end of file were forgotten already
-                self._selector.forget(fd)  # finish() closes them
+            self._forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))
         self._record_batch(results)
         # Every claim that did not start goes back (or fails) before the run
@@ -564,6 +574,11 @@ class Runner:
         short = [error for job, error in unstarted if self._not_started(job.claim, error)]
         if short:
             self._short_of_resources(short[0])
+
+    def _forget_output(self, job: Job) -> None:
+        if job.watch_at is None:  # watched: pipes at end of file were forgotten already
+            for fd in job.pipes:
+                self._selector.forget(fd)
 
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
         # Nothing is reported, and no slot refilled, before every end record is

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from statequeue import keeper_process as kp
+from statequeue.jobs import Job
 from statequeue.keeper import Keeper
 from statequeue.poller import Poller
 from statequeue.queue import Queue
@@ -177,3 +178,46 @@ def test_the_poller_keeps_the_selectors_interface_for_the_store_wakeup() -> None
         os.close(r)
         os.close(w)
         poller.close()
+
+
+# -- the children's pipes ---------------------------------------------------------------
+
+
+def test_a_short_items_pipes_are_read_at_its_exit_without_watching_them(
+    monkeypatch: pytest.MonkeyPatch, sq_home: Path
+) -> None:
+    watched: list[object] = []
+    real_watch = Poller.watch
+
+    def spy(self: Poller, fd: int, tag: Any) -> None:
+        watched.append(tag)
+        real_watch(self, fd, tag)
+
+    monkeypatch.setattr(Poller, "watch", spy)
+    # Longer than the delay, never: a watch on a pipe costs a syscall, and its
+    # end of file a wakeup of the runner, per item.
+    monkeypatch.setattr("statequeue.runner.OUTPUT_WATCH_DELAY", 3600.0)
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(["a", "b", "c"])
+        _run(q, "sh", "-c", 'echo "out $1"; echo "err $1" >&2', "sh")
+        results = {r.item: r for r in q.results()}
+    assert not [tag for tag in watched if isinstance(tag, Job)]
+    assert {item: r.state.value for item, r in results.items()} == dict.fromkeys("abc", "done")
+    log = (sq_home / "q" / "logs" / "2.1.log").read_bytes()
+    assert b"out b" in log and b"err b" in log  # read at the exit all the same
+
+
+def test_a_child_that_fills_its_pipe_before_it_is_watched_goes_on(
+    monkeypatch: pytest.MonkeyPatch, sq_home: Path
+) -> None:
+    monkeypatch.setattr("statequeue.runner.OUTPUT_WATCH_DELAY", 0.2)
+    big = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo tail-of-stderr >&2"
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(["a"])
+        # --timeout: were the pipe never read, the child would block for good.
+        _run(q, "sh", "-c", big, timeout=60.0)
+        [result] = list(q.results())
+    assert result.state.value == "done", result.reason
+    log = (sq_home / "q" / "logs" / "1.1.log").read_bytes()
+    assert log.count(b"x") == 300000
+    assert b"tail-of-stderr" in log
