@@ -344,11 +344,13 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:  # not contextlib.suppress: this runs for every item
             if self.spec.log_dir_fd < 0:
                 os.unlink(f"{self.spec.log_dir}/{name}")
             else:
                 os.unlink(name, dir_fd=self.spec.log_dir_fd)
+        except FileNotFoundError:
+            pass
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""

@@ -273,8 +273,11 @@ class KeeperProcess:
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
     def report(self, exits: list[tuple[int, int]]) -> None:
-        for token, code in exits:
-            self.reply(EXITED, token, code)
+        """Tell the runner of ``exits`` in one message (one wakeup of the
+        runner for every child that ended since the last look)."""
+        if exits:
+            with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+                self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
 
     def settle(self, now: float) -> None:
         """Release the claims of finished items no process is left of."""

@@ -345,6 +345,8 @@ class Runner:
 
     def _free_slot(self) -> int:
         """The lowest job slot (1 to --jobs) no running child holds: ``{%}``."""
+        if not self.jobs:
+            return 1
         used = {job.slot for job in self.jobs.values()}
         return next(n for n in range(1, self.options.jobs + 1) if n not in used)
 

@@ -221,3 +221,27 @@ def test_a_child_that_fills_its_pipe_before_it_is_watched_goes_on(
     log = (sq_home / "q" / "logs" / "1.1.log").read_bytes()
     assert log.count(b"x") == 300000
     assert b"tail-of-stderr" in log
+
+
+# -- the keeper's reports ---------------------------------------------------------------
+
+
+class _Sock:
+    """A socket that notes each message sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+
+def test_exits_found_together_go_to_the_runner_in_one_message() -> None:
+    sock = _Sock()
+    keeper = kp.KeeperProcess(sock, "q")  # type: ignore[arg-type]  # only sendall is used
+    keeper.report([(1, 0), (2, 3), (3, -9)])
+    assert len(sock.sent) == 1, "one wakeup of the runner for the three exits"
+    found = list(kp.REPLY.iter_unpack(sock.sent[0]))
+    assert found == [(kp.EXITED, 1, 0), (kp.EXITED, 2, 3), (kp.EXITED, 3, -9)]
+    keeper.report([])
+    assert len(sock.sent) == 1, "nothing to say: no message"
