@@ -9,6 +9,7 @@ epoll set, so the kernel does the unregistering for free.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import selectors
 from collections.abc import Mapping
@@ -51,8 +52,11 @@ class Poller(selectors.BaseSelector):
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
-        self._epoll.unregister(fd)
-        tag = self._tags.pop(fd)
+        tag = self._tags.pop(fd)  # KeyError if not registered, as in selectors
+        # As selectors does: the fd may be closed already (a store's dropped
+        # connection), which took it out of the epoll set.
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(fd)
         return selectors.SelectorKey(fileobj, fd, selectors.EVENT_READ, tag)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:

@@ -245,3 +245,19 @@ def test_exits_found_together_go_to_the_runner_in_one_message() -> None:
     assert found == [(kp.EXITED, 1, 0), (kp.EXITED, 2, 3), (kp.EXITED, 3, -9)]
     keeper.report([])
     assert len(sock.sent) == 1, "nothing to say: no message"
+
+
+def test_unregistering_an_fd_its_owner_closed_already_is_no_error() -> None:
+    # A store's wake-up fd (PostgreSQL LISTEN) goes away with a dropped
+    # connection before the runner lets go of it, as selectors allows.
+    poller = Poller()
+    try:
+        r, w = os.pipe()
+        poller.register(r, 1, "wake")
+        os.close(r)
+        os.close(w)
+        key = poller.unregister(r)
+        assert key.data == "wake"
+        assert poller.get_map() == {}
+    finally:
+        poller.close()
