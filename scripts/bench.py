@@ -12,7 +12,10 @@ Cases (sizes of a full run; --quick uses 100k instead of 1M and 200 instead of 1
      line, fdatasync; -j1 and -j2), xargs -P1/-P2 and GNU parallel -j1/-j2
      --joblog (fresh queue each round, enqueued untimed); and the runner's own
      CPU per item (user+sys of the runner process alone, children excluded:
-     read from /proc/PID/stat while it is a zombie, minus a 1-item run)
+     read from /proc/PID/stat while it is a zombie, minus a 1-item run),
+     shown beside the runner plus its keeper (the keeper, statequeue's own
+     process that spawns each child, writes its CPU time as it exits) and
+     beside the floor loop's own CPU per item
   2  enqueue 1M items from stdin against litequeue (all puts in one
      transaction) and persist-queue (put() per item); re-enqueue (all skipped)
   3  status and status --json on a 1M-item queue: all pending, all done
@@ -97,6 +100,7 @@ GOAL_RUN_J1_VS_FLOOR = 1.15  # statequeue run -j1 wall / floor -j1 wall, at most
 GOAL_RUN_J2_VS_XARGS = 1.3  # statequeue run -j2 wall / xargs -P2 wall, at most
 GOAL_RUNNER_CPU_MS = 0.15  # the runner's own user+sys per item, at most
 GOAL_SLEEP_J16_VS_XARGS = 1.1  # run -j16 sleep 0.02 wall / xargs -P16 wall, at most
+KEEPER_CPU_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"  # where the keeper writes its CPU seconds
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ class Sample:
     rss_kb: int  # 0 unless measured under the RSS wrapper
     rc: int
     own_cpu: float = 0.0  # user+sys seconds of the process alone (Invocation.own_cpu)
+    keeper_cpu: float = 0.0  # user+sys seconds of statequeue's keeper (fresh_run)
     stdout: str = ""
     stderr: str = ""
 
@@ -218,6 +223,7 @@ class Invocation:
     ok_codes: tuple[int, ...] = (0,)
     after: Callable[[Sample], None] | None = None  # checks and cleanup, untimed
     own_cpu: bool = False  # read its own CPU time (children excluded) before reaping it
+    env: dict[str, str] | None = None  # added to the bench's environment
 
 
 class Bench:
@@ -255,7 +261,7 @@ class Bench:
                 stdin=stdin_f,
                 stdout=out,
                 stderr=err,
-                env=self.env,
+                env=self.env if inv.env is None else {**self.env, **inv.env},
                 cwd=self.workdir,
                 start_new_session=True,
             )
@@ -577,15 +583,29 @@ def fresh_run(bench: Bench, name: str, items: Path, argv: list[str], n: int) -> 
     untimed); checks afterwards that all ``n`` are done, then drops it."""
     bench.drop_queue(name)
     bench.sq_quiet("-q", name, "enqueue", stdin=items)
+    keeper_cpu = bench.workdir / f"{name}.keeper-cpu"
+    keeper_cpu.unlink(missing_ok=True)
 
     def check(s: Sample) -> None:
+        s.keeper_cpu = read_keeper_cpu(keeper_cpu)
         st = bench.sq_quiet("-q", name, "status", "--json")
         done = _json_or_empty(st.stdout).get("counts", {}).get("done")
         if done != n:
             bench.note(f"{name}: {done} done, expected {n}")
         bench.drop_queue(name)
 
-    return Invocation(bench.sq("-q", name, "run", *argv), after=check, own_cpu=True)
+    env = {KEEPER_CPU_ENV: str(keeper_cpu)}
+    return Invocation(bench.sq("-q", name, "run", *argv), after=check, own_cpu=True, env=env)
+
+
+def read_keeper_cpu(path: Path) -> float:
+    """The keeper's own user+sys seconds, as it wrote them on exit (0 if it did not)."""
+    try:
+        found = float(path.read_text())
+    except (OSError, ValueError):
+        return 0.0
+    path.unlink(missing_ok=True)
+    return found
 
 
 def floor_make(
@@ -613,7 +633,14 @@ def case_run(bench: Bench) -> list[Row]:
     one = bench.items_file(1)
     rows = []
     par = parallel_missing()
-    own: dict[str, list[float]] = {"run": [], "one": [], "floor": [], "floor_one": []}
+    own: dict[str, list[float]] = {
+        "run": [],
+        "one": [],
+        "floor": [],
+        "floor_one": [],
+        "run_keeper": [],
+        "one_keeper": [],
+    }
     for jobs in (1, 2):
 
         def sq_make(r: int, jobs: int = jobs) -> Invocation:
@@ -635,6 +662,8 @@ def case_run(bench: Bench) -> list[Row]:
         def keep(key: str) -> Callable[[Sample], float]:
             def take(s: Sample) -> float:
                 own[key].append(s.own_cpu)
+                if f"{key}_keeper" in own:
+                    own[f"{key}_keeper"].append(s.own_cpu + s.keeper_cpu)
                 return s.wall
 
             return take
@@ -709,11 +738,16 @@ def per_item_cpu(tool: str, n: int, full: list[float], one: list[float]) -> Cell
 
 
 def runner_cpu_row(n: int, own: dict[str, list[float]]) -> Row:
-    """The runner's own CPU per item, beside the floor loop's (which spawns
-    each child itself; the runner leaves that to its keeper)."""
+    """The runner's own CPU per item, beside the runner and its keeper
+    together (the keeper spawns and reaps each child for the runner: its
+    work is statequeue's too) and the floor loop's (which spawns each child
+    itself)."""
     cell = per_item_cpu("statequeue", n, own["run"], own["one"])
     floor = per_item_cpu("durable floor -j1 (its own loop)", n, own["floor"], own["floor_one"])
-    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell, floor])
+    both = per_item_cpu("runner + keeper", n, own["run_keeper"], own["one_keeper"])
+    if not any(own["run_keeper"][i] > own["run"][i] for i in range(len(own["run"]))):
+        both = Cell("runner + keeper", missing="missing: the keeper reported no CPU time")
+    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell, floor, both])
     set_ratio(row, 1)
     row.goal = f"<= {GOAL_RUNNER_CPU_MS:.2f} ms"
     v = cell.median

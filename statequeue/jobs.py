@@ -76,13 +76,20 @@ def child_env(
     """The environment of a child for ``claim``: ``base`` (default: ours) plus
     the STATEQUEUE_* variables."""
     env = dict(os.environ if base is None else base)
-    env.update(
-        STATEQUEUE_ITEM=claim.item,
-        STATEQUEUE_ID=str(claim.item_id),
-        STATEQUEUE_ATTEMPT=str(claim.attempt),
-        STATEQUEUE_QUEUE=queue,
-        STATEQUEUE_RESULT=result_path,
-    )
+    env.update(item_env(claim, queue, result_path))
+    return env
+
+
+def item_env(claim: Claim, queue: str, result_path: str) -> dict[str, str]:
+    """The STATEQUEUE_* variables of a child for ``claim`` (the keeper adds
+    them to the run's environment, which it was sent once)."""
+    env = {
+        "STATEQUEUE_ITEM": claim.item,
+        "STATEQUEUE_ID": str(claim.item_id),
+        "STATEQUEUE_ATTEMPT": str(claim.attempt),
+        "STATEQUEUE_QUEUE": queue,
+        "STATEQUEUE_RESULT": result_path,
+    }
     if claim.token is not None:  # stores that fence (PostgreSQL): for the child's own fencing
         env["STATEQUEUE_LEASE_TOKEN"] = str(claim.token)
     return env
@@ -103,6 +110,7 @@ class Job:
         self.grace = 0.0  # how long the runner waited after TERM before KILL
         self.killed = False  # the runner sent SIGKILL when the grace ran out
         self.lease_kill_at: float | None = None  # the keeper's hard stop (stores with leases)
+        self.watch_at: float | None = None  # when the runner starts reading its pipes (None: now)
         self.warnings: list[str] = []  # for the user: e.g. a result that was not stored
         self.returncode: int | None = None
         # Plain strings, not Paths: building Paths cost more than the syscalls.
@@ -140,7 +148,7 @@ class Job:
             self.spec.template, self.claim.item, item_id=self.claim.item_id, slot=self.slot
         )
         self.program = argv[0]  # named in the reason if it cannot be started
-        env = child_env(self.claim, self.spec.queue, self.result_file, self.spec.base_env)
+        env = item_env(self.claim, self.spec.queue, self.result_file)
         CRASH.hit("spawn")
         try:
             if self.spec.item_on_stdin:
@@ -336,11 +344,13 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:  # not contextlib.suppress: this runs for every item
             if self.spec.log_dir_fd < 0:
                 os.unlink(f"{self.spec.log_dir}/{name}")
             else:
                 os.unlink(name, dir_fd=self.spec.log_dir_fd)
+        except FileNotFoundError:
+            pass
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""

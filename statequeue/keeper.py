@@ -33,7 +33,7 @@ _PROGRAM = str(Path(kp.__file__).resolve())
 class Keeper:
     """A running keeper process and the socket to it."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, *, environ: Mapping[str, str] | None = None) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             self.pid = os.posix_spawn(
@@ -61,6 +61,9 @@ class Keeper:
         self.exits: dict[int, int] = {}  # token -> exit code (or -signal)
         self._lingering = False
         self._tokens = 0
+        if environ is not None:
+            # Once per run: each spawn then sends only its item's variables.
+            self._send((kp.ENVIRON, dict(environ)), [])
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -69,18 +72,19 @@ class Keeper:
         self,
         *,
         item_id: int,
-        argv: Sequence[str],
-        env: Mapping[str, str],
+        argv: list[str],
+        env: dict[str, str],
         streams: Sequence[int],
         claim_fds: Sequence[int],
     ) -> int:
         """Have ``argv`` started in a new session with ``streams`` (stdout,
-        stderr and optionally stdin) and the claim fds; returns its token. If
-        the spawn fails, ``failed`` gets its errno; KeeperLost if it is gone."""
+        stderr and optionally stdin) and the claim fds, its environment the
+        run's (``environ``) plus ``env``; returns its token. If the spawn
+        fails, ``failed`` gets its errno; KeeperLost if it is gone."""
         self._tokens += 1
         token = self._tokens
         has_stdin = len(streams) > 2
-        request = (kp.SPAWN, token, item_id, list(argv), dict(env), int(has_stdin))
+        request = (kp.SPAWN, token, item_id, argv, env, int(has_stdin))
         self._send(request, [*streams, *claim_fds])
         return token
 

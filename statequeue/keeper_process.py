@@ -24,6 +24,15 @@ keeper's children needs a /proc scan when the kernel lacks the cheap
 ``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
 whenever ``waitid`` says the keeper has no child at all.
 
+The children's environment comes once per run (ENVIRON); each SPAWN names
+only the variables of its item, so a request stays small whatever the size of
+the user's environment.
+
+``STATEQUEUE_BENCH_KEEPER_CPU``, if set, names a file where the keeper writes
+its own user+sys CPU seconds as it exits (scripts/bench.py reports the
+runner's and the keeper's CPU per item side by side: the keeper is
+statequeue's own process, and its work must not go unreported).
+
 This file runs as a script under ``python -I -S``: standard library only.
 """
 
@@ -46,11 +55,12 @@ CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lo
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
-SPAWN, SIGNAL, GOODBYE, DEADLINE = 1, 2, 3, 4
+SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON = 1, 2, 3, 4, 5
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING = 2, 3, 4
 
+CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 MAX_FDS = 8
 MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
@@ -107,6 +117,7 @@ class KeeperProcess:
         # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
         self.deadlines: dict[int, float] = {}
         self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
+        self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
 
     # -- requests -------------------------------------------------------------
 
@@ -152,6 +163,9 @@ class KeeperProcess:
         if request[0] == SIGNAL:
             self.signal(request[1], request[2])
             return
+        if request[0] == ENVIRON:
+            self.environ = request[1]
+            return
         if request[0] == DEADLINE:
             if request[1] in self.by_token:
                 self.deadlines[request[1]] = request[2]
@@ -175,7 +189,8 @@ class KeeperProcess:
         # reply per spawn cost a wakeup of the runner per item).
 
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
-        _, token, item, argv, env, has_stdin = request
+        _, token, item, argv, item_env, has_stdin = request
+        env = self.environ | item_env
         streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         if has_stdin:
@@ -258,8 +273,11 @@ class KeeperProcess:
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
     def report(self, exits: list[tuple[int, int]]) -> None:
-        for token, code in exits:
-            self.reply(EXITED, token, code)
+        """Tell the runner of ``exits`` in one message (one wakeup of the
+        runner for every child that ended since the last look)."""
+        if exits:
+            with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+                self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
 
     def settle(self, now: float) -> None:
         """Release the claims of finished items no process is left of."""
@@ -449,6 +467,18 @@ def main() -> None:
         if (keeper.ending or keeper.goodbye) and not keeper.has_children():
             break
     keeper.release(set(keeper.held))
+    report_cpu(os.environ.get(CPU_REPORT_ENV, ""))
+
+
+def report_cpu(path: str) -> None:
+    """Write this process's own user+sys CPU seconds to ``path`` (if set)."""
+    if not path:
+        return
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
+        f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import selectors
 import shlex
 import signal
 import time
@@ -32,6 +31,7 @@ from statequeue.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.poller import Poller
 from statequeue.queue import Queue
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
@@ -53,6 +53,11 @@ __all__ = [
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
 HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
+# A child's pipes are watched from this many seconds after its start: most
+# short items have exited by then, and their output is read once, at their
+# exit, with no wakeup of the runner for their pipes' end of file. A child
+# that fills a pipe sooner waits at most this long for the runner to read it.
+OUTPUT_WATCH_DELAY = 0.05
 VERIFY_TIMEOUT = 600.0
 # Spawn errors that say the runner (or the machine) is short of something,
 # not that the item's command is wrong: the item is given back, uncounted.
@@ -128,6 +133,9 @@ class Runner:
         live: OutputSink | None = None,
     ) -> None:
         self.queue = queue
+        # Taken once: ``queue.store`` checks the process id on every use (for
+        # a Queue used across a fork), a syscall the per-item path need not pay.
+        self._store = queue.store
         self.options = options
         self.on_event = on_event or (lambda event: None)
         self.info: RunnerInfo = new_runner(command=options.command)
@@ -160,10 +168,11 @@ class Runner:
         self._taking = True
         self._taken: set[int] = set()
         self._prefetched: Claim | None = None  # claimed with the last result, not started yet
+        self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector = Poller()
+        self._selector.watch(self._wake_r, None)
         self._store_wake = StoreWake(queue.store, self._selector, _STORE_WAKE)
         self._follow_poll = follow_poll()
 
@@ -203,11 +212,10 @@ class Runner:
         except BaseException:
             store.unregister_runner(self.info.runner_id)
             raise
-        deadline = None
         if self.options.max_time is not None:
-            deadline = time.monotonic() + self.options.max_time
+            self._max_time_at = time.monotonic() + self.options.max_time
         try:
-            self._loop(deadline)
+            self._loop()
         finally:
             self._shutdown()
             if self.keeper is not None:
@@ -222,10 +230,14 @@ class Runner:
         self.summary.stopped_by = self._stop_signal
         return self.summary
 
-    def _loop(self, deadline: float | None) -> None:
+    def _out_of_time(self) -> bool:
+        """Whether --max-time has run out."""
+        return self._max_time_at is not None and time.monotonic() >= self._max_time_at
+
+    def _loop(self) -> None:
         while True:
             self._handle_stop()
-            if self._taking and deadline is not None and time.monotonic() >= deadline:
+            if self._taking and self._out_of_time():
                 self._taking = False
                 self.on_event(Notice("--max-time reached: taking no new items"))
             if self.options.follow:
@@ -241,7 +253,14 @@ class Runner:
                     return
             else:
                 wait = self._next_deadline()
-            self._wait(wait)
+            until = time.monotonic() + wait
+            while not self._wait(wait):
+                # Only children's output came: nothing the loop acts on has
+                # changed, so wait on for what it was waiting for (a child's
+                # exit comes from the keeper, after its pipes' end of file).
+                wait = until - time.monotonic()
+                if wait <= 0:
+                    break
             self._fence()
             self._reap()
 
@@ -318,6 +337,7 @@ class Runner:
             or self.options.halt_on_failure  # this very result may stop the run
             or self._prefetched is not None
             or len(self.jobs) >= self._concurrency
+            or self._out_of_time()  # the loop stops taking items on its next pass
         ):
             return False, None
         scope = self._scope()
@@ -325,6 +345,8 @@ class Runner:
 
     def _free_slot(self) -> int:
         """The lowest job slot (1 to --jobs) no running child holds: ``{%}``."""
+        if not self.jobs:
+            return 1
         used = {job.slot for job in self.jobs.values()}
         return next(n for n in range(1, self.options.jobs + 1) if n not in used)
 
@@ -345,9 +367,14 @@ class Runner:
         self.summary.attempts += 1
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
-        for fd in job.pipes:
-            self._selector.register(fd, selectors.EVENT_READ, job)
+        job.watch_at = job.started + OUTPUT_WATCH_DELAY
         self.on_event(ItemStarted(claim))
+
+    def _watch_output(self, job: Job) -> None:
+        """Read ``job``'s pipes as output arrives (its start was a while ago)."""
+        job.watch_at = None
+        for fd in job.pipes:
+            self._selector.watch(fd, job)
 
     def _verify_wanted(self, claim: Claim) -> bool:
         """Check --verify first for an item whose runner died mid-attempt, and
@@ -427,7 +454,7 @@ class Runner:
 
     def _next_retry(self, scope: set[int] | None) -> float | None:
         """When the next deferred retry this run may take comes due."""
-        return self.queue.store.next_due(scope)
+        return self._store.next_due(scope)
 
     def _next_deadline(self) -> float:
         now = time.monotonic()
@@ -440,9 +467,9 @@ class Runner:
                 wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, self._follow_poll)
-        fence = self.queue.store.fence_at()  # a lease that needs renewing soon
+        fence = self._store.fence_at()  # a lease that needs renewing soon
         for job in self.jobs.values():
-            for t in (job.deadline, job.kill_at, fence):
+            for t in (job.deadline, job.kill_at, fence, job.watch_at):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
         return wait
@@ -450,7 +477,7 @@ class Runner:
     def _fence(self) -> None:
         """Stop at once the children of claims whose lease this runner can
         no longer vouch for (promise 4 across hosts); nothing is recorded for them."""
-        store = self.queue.store
+        store = self._store
         if store.fence_at() is not None:
             for job in self.jobs.values():
                 self._lease_backstop(job)
@@ -473,7 +500,7 @@ class Runner:
     def _lease_backstop(self, job: Job) -> None:
         """Tell the keeper when ``job``'s lease ends as last renewed: it kills
         the child then even if this runner is frozen (SIGSTOP, a paused VM)."""
-        at = self.queue.store.kill_by(job.claim.token)
+        at = self._store.kill_by(job.claim.token)
         if at is not None and at != job.lease_kill_at:
             job.lease_kill_at = at
             with contextlib.suppress(KeeperLost):
@@ -483,27 +510,37 @@ class Runner:
         if self.keeper is None:
             # Started with the first child, not before; it is the parent of
             # every child, so nothing of an item ever runs unwatched.
-            self.keeper = Keeper(self.queue.name)
-            self._selector.register(self.keeper.fileno(), selectors.EVENT_READ, _KEEPER)
+            self.keeper = Keeper(self.queue.name, environ=self.spec.base_env)
+            self._selector.watch(self.keeper.fileno(), _KEEPER)
         return self.keeper
 
-    def _wait(self, timeout: float) -> None:
-        for key, _ in self._selector.select(timeout):
-            job = key.data
+    def _wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds and take in what came. False if only
+        children's output came (no exit, signal or wake-up: the loop need not
+        look again at its slots, deadlines and items)."""
+        ready = self._selector.ready(timeout)
+        news = not ready  # the wait timed out: a deadline may have come
+        for fd, job in ready:
             if job is None:
                 _drain_pipe(self._wake_r)
+                news = True
             elif job is _KEEPER:
                 self._keeper().receive()  # exits, recorded in keeper.exits
+                news = True
             elif job is _STORE_WAKE:
                 self._store_wake.woke()  # the next pass of the loop claims
-            elif key.fd in job.pipes and not job.read(key.fd):
-                self._selector.unregister(key.fd)
-                job.close_pipe(key.fd)
+                news = True
+            elif fd in job.pipes and not job.read(fd):
+                self._selector.forget(fd)  # closing it takes it out of the epoll set
+                job.close_pipe(fd)
+        return news
 
     def _reap(self) -> None:
         now = time.monotonic()
         finished: list[Job] = []
         for job in self.jobs.values():
+            if job.watch_at is not None and now >= job.watch_at and not job.exited():
+                self._watch_output(job)
             if job.exited():
                 finished.append(job)
             elif job.kill_at is not None and now >= job.kill_at:
@@ -521,8 +558,7 @@ class Runner:
         for job in finished:
             if (error := job.spawn_error()) is not None:
                 del self.jobs[job.token]
-                for fd in job.pipes:
-                    self._selector.unregister(fd)
+                self._forget_output(job)
                 job.close()
                 self.summary.attempts -= 1
                 unstarted.append((job, error))
@@ -532,8 +568,7 @@ class Runner:
                 # descendant that ignored TERM) must not outlive the attempt.
                 job.signal_group(signal.SIGKILL)
             del self.jobs[job.token]
-            for fd in job.pipes:  # pipes at end of file were unregistered already
-                self._selector.unregister(fd)
+            self._forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))
         self._record_batch(results)
         # Every claim that did not start goes back (or fails) before the run
@@ -542,11 +577,16 @@ class Runner:
         if short:
             self._short_of_resources(short[0])
 
+    def _forget_output(self, job: Job) -> None:
+        if job.watch_at is None:  # watched: pipes at end of file were forgotten already
+            for fd in job.pipes:
+                self._selector.forget(fd)
+
     def _record_batch(self, results: list[tuple[Job, Outcome]]) -> None:
         # Nothing is reported, and no slot refilled, before every end record is
         # fsynced. One result (always, with -j1) is written and fsynced in one
         # locked section; several share one fsync (group commit).
-        store = self.queue.store
+        store = self._store
         ended = []
         for job, outcome in results:
             for text in job.warnings:
@@ -595,7 +635,7 @@ class Runner:
         if not outcome.ok and claim.failures < self.options.retries:
             retry_at = time.time() + self._backoff(claim.failures + 1)
         if job is not None:  # a store shared by hosts keeps the log (PostgreSQL)
-            hand_over_log(self.queue.store, claim, job.log_path)
+            hand_over_log(self._store, claim, job.log_path)
         fused, scope = self._prefetch_scope() if fuse else (False, None)
         try:
             if fused:

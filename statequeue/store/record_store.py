@@ -232,8 +232,9 @@ class RecordStore(Store):
 
         report = RecoveryReport()
         # Hosts of the runners, taken before the dead ones are forgotten: an
-        # attempt that died with its runner names both (for `stats`).
-        hosts = {rid: str(r.get("host", "")) for rid, r in state.runners.items()}
+        # attempt that died with its runner names both (for `stats`). Copied
+        # as they are (this runs with every claim); read only for a recovery.
+        hosts = dict(state.runners)
         self._prune_dead_runners(state)
         for item in state.running():
             if not self._claim_free(item):
@@ -251,8 +252,9 @@ class RecordStore(Store):
             rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
             rec["crashes"] = crashes
             rec["runner"] = item.runner  # the runner that died (for `stats`)
-            if hosts.get(item.runner):
-                rec["host"] = hosts[item.runner]
+            host = str(hosts.get(item.runner, {}).get("host", ""))
+            if host:
+                rec["host"] = host
             self._write([rec], sync=False)
             bucket.append(item.id)
         return report

@@ -366,7 +366,7 @@ class _KeeperOutOfProcesses:
     """A keeper whose every spawn fails with EAGAIN, reported later, as the
     real keeper reports a failed posix_spawn."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, **options: object) -> None:
         self._r, self._w = os.pipe()
         self.failed: dict[int, int] = {}
         self.exits: dict[int, int] = {}
