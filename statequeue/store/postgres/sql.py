@@ -32,40 +32,6 @@ WITH input AS (
 SELECT count(*) FROM ins
 """
 
-# One statement: pick the lowest-id due pending item (the CTE is MATERIALIZED
-# so the planner cannot run the LIMIT subquery twice), claim it with a new
-# fencing token, count it and record its start.
-CLAIM = f"""
-WITH pick AS MATERIALIZED (
-    SELECT l.id FROM statequeue.live l
-    WHERE l.queue = %(q)s AND l.state = 'pending'
-      AND (l.retry_at IS NULL OR l.retry_at <= %(now)s)
-      AND (%(among)s::bigint[] IS NULL OR l.id = ANY(%(among)s::bigint[]))
-      AND NOT (SELECT paused FROM statequeue.queues WHERE name = %(q)s)
-    ORDER BY l.id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE statequeue.live l
-    SET state = 'running', attempts = l.attempts + 1, token = nextval('statequeue.tokens'),
-        runner = %(runner)s, holder = NULL, lease_until = {LEASE}, retry_at = NULL,
-        changed_at = %(now)s
-    FROM pick WHERE l.queue = %(q)s AND l.id = pick.id
-    RETURNING l.id, l.attempts, l.token, l.interrupted, l.failures
-), counted AS (
-    INSERT INTO statequeue.count_deltas (queue, state, delta)
-    SELECT %(q)s, x.state, x.delta
-    FROM claimed, (VALUES ('pending', -1), ('running', 1)) x(state, delta)
-), started AS (
-    INSERT INTO statequeue.events (queue, id, body)
-    SELECT %(q)s, id, jsonb_build_object(
-        't', 'start', 'id', id, 'attempt', attempts, 'runner', %(runner)s::text,
-        'at', %(now)s::float8
-    ) FROM claimed
-)
-SELECT c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
-FROM claimed c JOIN statequeue.items i ON i.queue = %(q)s AND i.id = c.id
-"""
-
 ROLL_UP_COUNTS = """
 WITH gone AS (
     DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta

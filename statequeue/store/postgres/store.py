@@ -42,7 +42,16 @@ from statequeue.errors import (
 from statequeue.identity import boot_id, host_name
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE
-from statequeue.store.postgres import archive, logs, reads, reaping, sql, transfer, writes
+from statequeue.store.postgres import (
+    archive,
+    functions,
+    logs,
+    reads,
+    reaping,
+    sql,
+    transfer,
+    writes,
+)
 from statequeue.store.postgres.connection import Connection, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.notify import Listener, Notifier
@@ -187,8 +196,10 @@ class PostgresStore(PostgresReading):
         if row is None and not recovered:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
             sent, row = self._claim_row(runner, among)
-        if row is None:
-            return None
+        return None if row is None else self._held(runner, sent, row)
+
+    def _held(self, runner: RunnerInfo, sent: float, row: Sequence[Any]) -> Claim:
+        """The claim of a claimed row (id, item, attempts, token, interrupted, failures)."""
         item_id, item, attempt, token, interrupted, failures = row
         # Counted from before the claim was sent: the database started the
         # lease later than that, so this side never thinks it holds it longer.
@@ -219,8 +230,7 @@ class PostgresStore(PostgresReading):
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
             sent = time.monotonic()
-            with conn.transaction():
-                return conn.execute(sql.CLAIM, params).fetchone()
+            return conn.execute(functions.CLAIM, params).fetchone()  # one statement: atomic
 
         row = self._patiently(attempt)
         return sent, row
@@ -228,10 +238,7 @@ class PostgresStore(PostgresReading):
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:
-        if outcome.ok:
-            target = ItemState.DONE
-        else:
-            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
+        target = _target(outcome, retry_at)
         generation = self._session.generation
         try:
             state = self._patiently(
@@ -252,6 +259,52 @@ class PostgresStore(PostgresReading):
             self._unsynced.append((self._session.generation, claim, outcome, target, retry_at))
         self._forget(claim)
         return state
+
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        """One statement, one transaction and one synchronous commit: the result
+        is durable before this returns. No next claim (None) when none is due,
+        or recovery is due first: the runner's own ``claim`` recovers then."""
+        if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
+            target = self.finish(claim, outcome, retry_at=retry_at)
+            return target, None
+        params = {
+            **writes.finish_params(
+                self.name, claim, outcome, (_target(outcome, retry_at), retry_at)
+            ),
+            "now": time.time(),
+            "runner": runner.runner_id,
+            "lease": self._leases.lease,
+            "among": sorted(among) if among is not None else None,
+        }
+        generation = self._session.generation
+        sent = time.monotonic()
+
+        def attempt(conn: Connection) -> tuple[Any, ...] | None:
+            nonlocal sent
+            sent = time.monotonic()
+            retried = self._session.generation != generation
+            return conn.execute(
+                functions.FINISH_AND_CLAIM, {**params, "retried": retried}
+            ).fetchone()
+
+        try:
+            row = self._patiently(attempt)
+            if row is None or row[0] is None:
+                raise writes.stale(claim)
+        finally:
+            self._forget(claim)
+        taken = None if row[1] is None else self._held(runner, sent, row[1:])
+        return ItemState(row[0]), taken
 
     def _forget(self, claim: Claim) -> None:
         self._leases.drop(claim.token)
@@ -417,8 +470,8 @@ class PostgresStore(PostgresReading):
     def save_log(self, claim: Claim, data: bytes) -> bool:
         # Asynchronous commit: the finish that follows commits synchronously,
         # which flushes the WAL past this log too. Lost only with its attempt.
-        with self._tx(sync=False) as conn:
-            return logs.save(conn, self.name, claim, data)
+        with self._guard():
+            return logs.save(self._conn, self.name, claim, data)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
         result = transfer.import_items(self._tx, self.name, entries)
@@ -434,3 +487,10 @@ class PostgresStore(PostgresReading):
 
     def drain_wake(self) -> bool:
         return self._listener is not None and self._listener.drain()
+
+
+def _target(outcome: Outcome, retry_at: float | None) -> ItemState:
+    """The state an attempt's outcome moves its item to."""
+    if outcome.ok:
+        return ItemState.DONE
+    return ItemState.PENDING if retry_at is not None else ItemState.FAILED
