@@ -272,11 +272,10 @@ class PostgresStore(PostgresReading):
         among: Collection[int] | None = None,
     ) -> tuple[ItemState, Claim | None]:
         """One statement, one transaction and one synchronous commit: the result
-        is durable before this returns. No next claim (None) when none is due,
-        or recovery is due first: the runner's own ``claim`` recovers then."""
+        is durable before this returns. No next claim (None) when none is due
+        (the runner's own ``claim`` then recovers orphans before it says so)."""
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
-            target = self.finish(claim, outcome, retry_at=retry_at)
-            return target, None
+            self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)  # as claim does
         params = {
             **writes.finish_params(
                 self.name, claim, outcome, (_target(outcome, retry_at), retry_at)
@@ -297,12 +296,10 @@ class PostgresStore(PostgresReading):
                 functions.FINISH_AND_CLAIM, {**params, "retried": retried}
             ).fetchone()
 
-        try:
-            row = self._patiently(attempt)
-            if row is None or row[0] is None:
-                raise writes.stale(claim)
-        finally:
-            self._forget(claim)
+        row = self._patiently(attempt)
+        self._forget(claim)  # finished, or stale: either way no longer held
+        if row is None or row[0] is None:
+            raise writes.stale(claim)
         taken = None if row[1] is None else self._held(runner, sent, row[1:])
         return ItemState(row[0]), taken
 
