@@ -227,10 +227,14 @@ def set_state(
 def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: str) -> None:
     key = {"q": queue, "id": item_id, "r": reason, "now": time.time()}
     if target is ItemState.CANCELLED:
-        conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
+        # The item leaves the hot table: its attempts so far go with it to
+        # ``items`` (shown and exported from there once it is cancelled).
         conn.execute(
-            "UPDATE statequeue.items SET state = 'cancelled', reason = %(r)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
+            "WITH gone AS (DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s"
+            " RETURNING attempts)"
+            " UPDATE statequeue.items i SET state = 'cancelled', reason = %(r)s,"
+            " attempts = coalesce((SELECT attempts FROM gone), i.attempts)"
+            " WHERE i.queue = %(q)s AND i.id = %(id)s",
             key,
         )
         return
