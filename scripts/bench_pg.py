@@ -131,10 +131,10 @@ def procrastinate_app(url: str) -> Any:
         return None
     # A pool of at most 2 connections per process (its default opens more:
     # 16 workers would pass the server's max_connections).
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # "App in the main module"
     conn = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=2)
     app = procrastinate.App(connector=conn)
     app.task(name="noop")(noop)
-    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # "App in the main module"
     return app
 
 
