@@ -41,11 +41,12 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
 # The peers persist-queue and litequeue live in the bench environment only;
-# psycopg (the postgres extra) for the PostgreSQL figures.
+# psycopg (the postgres extra) for the PostgreSQL figures, procrastinate as their peer,
+# pytest for the throwaway-cluster helper bench_pg.py shares with the tests (tests/pg.py).
 $(BENCH_STAMP): pyproject.toml
 	$(PY) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/pip install -q -e '.[postgres]' persist-queue litequeue
+	$(BENCH_VENV)/bin/pip install -q -e '.[postgres]' persist-queue litequeue 'procrastinate==3.10.*' pytest
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

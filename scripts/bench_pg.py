@@ -7,18 +7,25 @@ measures, on a fresh database each:
 
   claim+finish   P = 1, 4, 16 runner processes on one queue, no-op job:
                    store    each process loops PostgresStore.claim + finish (sync=True)
+                   fused    each process loops PostgresStore.finish_and_claim (one
+                            statement and one synchronous commit per item: what
+                            `statequeue run` does)
                    floor    a minimal psycopg loop: one FOR UPDATE SKIP LOCKED claim
                             UPDATE and one finish UPDATE per item, synchronous_commit on
                    CLI      P `statequeue --store URL run -- true` processes (whole
                             processes: start-up and a fork of `true` per item included)
-                 goal: store >= 0.7x floor at 16 processes
+                   procrastinate  the peer: P procrastinate workers (one process
+                            each, concurrency 1, wait=False: they stop once the
+                            queue is drained) running a no-op task, on a database
+                            of their own in the same cluster
+                 goal: store >= 0.7x floor at 16 processes; faster than procrastinate
   enqueue        N items through PostgresStore.enqueue; goal >= 40k items/s
   re-enqueue     the same N again (all skipped); goal >= 100k items/s
   status         on the N-item queue: the first call after the enqueue (it folds
                  the count deltas) and then folded (best of 3); goal <= 0.2 s
 
 Sizes: N = 1,000,000 and 5,000 items per claim run (--quick: 100,000 and
-2,000). procrastinate is not run as a peer yet (see the closing note). On a
+2,000). procrastinate runs where it is installed (the bench environment). On a
 shared or small machine the absolute figures vary between runs: compare the
 ratios to the floor, measured in the same run.
 
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -97,6 +105,51 @@ def store_runner(url: str, go: Barrier, out: Any) -> None:
     store.close()
 
 
+def fused_runner(url: str, go: Barrier, out: Any) -> None:
+    store = PostgresStore(url, "q")
+    runner = new_runner(("true",))
+    store.register_runner(runner)
+    ok = Outcome(ok=True, exit_code=0)
+    done = 0
+    go.wait()
+    claim = store.claim(runner)
+    while claim is not None:
+        _, claim = store.finish_and_claim(claim, ok, runner=runner)
+        done += 1
+        if claim is None:  # none due with the fused claim: a plain one recovers first
+            claim = store.claim(runner)
+    out.put((done, time.monotonic()))
+    store.unregister_runner(runner.runner_id)
+    store.close()
+
+
+def procrastinate_app(url: str) -> Any:
+    """A procrastinate app on ``url`` with one no-op task, "noop" (None: not installed)."""
+    try:
+        import procrastinate
+    except ImportError:
+        return None
+    # A pool of at most 2 connections per process (its default opens more:
+    # 16 workers would pass the server's max_connections).
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # "App in the main module"
+    conn = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=2)
+    app = procrastinate.App(connector=conn)
+    app.task(name="noop")(noop)
+    return app
+
+
+async def noop() -> None:
+    """procrastinate's no-op task (async: run on its event loop, no thread hop)."""
+
+
+def procrastinate_runner(url: str, go: Barrier, out: Any) -> None:
+    app = procrastinate_app(url)
+    go.wait()
+    # Not listening: like the store's runs here, it only claims until the queue is drained.
+    app.run_worker(concurrency=1, wait=False, install_signal_handlers=False, listen_notify=False)
+    out.put((0, time.monotonic()))  # its jobs are counted in the database afterwards
+
+
 def floor_runner(url: str, go: Barrier, out: Any) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = on")
@@ -152,6 +205,23 @@ def filled_store(url: str, n: int) -> None:
     store.close()
 
 
+def filled_procrastinate(url: str, n: int) -> None:
+    app = procrastinate_app(url)
+    with app.open():
+        app.schema_manager.apply_schema()
+        for start in range(0, n, 1000):
+            app.tasks["noop"].batch_defer(*({} for _ in range(min(1000, n - start))))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE procrastinate_jobs")
+
+
+def procrastinated(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
+        found = row.fetchone()
+    return 0 if found is None else int(found[0])
+
+
 def filled_floor(url: str, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FLOOR_SCHEMA)
@@ -161,23 +231,35 @@ def filled_floor(url: str, n: int) -> None:
         conn.execute("VACUUM ANALYZE floor")
 
 
+RUNNERS = {"floor": floor_runner, "store": store_runner, "fused": fused_runner}
+FILLS = {"floor": filled_floor, "procrastinate": filled_procrastinate}
+
+
 def one_run(kind: str, url: str, procs: int) -> tuple[int, float]:
     if kind == "cli":
         return cli_drain(url, procs)
-    return drain(floor_runner if kind == "floor" else store_runner, url, procs)
+    if kind == "procrastinate":
+        _, seconds = drain(procrastinate_runner, url, procs)
+        return procrastinated(url), seconds
+    return drain(RUNNERS[kind], url, procs)
+
+
+def kinds(cli: bool) -> list[str]:
+    found = ["floor", "store", "fused"] + (["cli"] if cli else [])
+    return found + (["procrastinate"] if procrastinate_app("") is not None else [])
 
 
 def throughput(cluster: PgCluster, n: int, cli: bool) -> dict[str, float]:
     figures: dict[str, float] = {}
     for procs in PROCESSES:
-        for kind in ("floor", "store", "cli") if cli else ("floor", "store"):
+        for kind in kinds(cli):
             url = cluster.new_database()
-            (filled_floor if kind == "floor" else filled_store)(url, n)
+            FILLS.get(kind, filled_store)(url, n)
             done, seconds = one_run(kind, url, procs)
             if done != n:
                 raise SystemExit(f"bench_pg: {kind} x{procs} finished {done} of {n} items")
             figures[f"{kind}_{procs}_per_s"] = n / seconds
-            print(f"  claim+finish {kind:5} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
+            print(f"  claim+finish {kind:13} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
     return figures
 
 
@@ -202,21 +284,38 @@ def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
-def table(f: dict[str, float], n: int, claims: int, cli: bool) -> list[tuple[str, str, str, str]]:
+def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, str, str, str]]:
     rows = []
-    for procs in PROCESSES:
-        floor = f[f"floor_{procs}_per_s"]
-        for kind in ("store", "cli") if cli else ("store",):
-            rate = f[f"{kind}_{procs}_per_s"]
-            goal_row = kind == "store" and procs == 16
-            rows.append(
-                (
-                    f"claim+finish {kind} x{procs} ({claims:,} items)",
-                    f"{rate:,.0f}/s = {rate / floor:.2f}x floor ({floor:,.0f}/s)",
-                    f">= {FLOOR_RATIO_GOAL}x floor" if goal_row else "-",
-                    verdict(rate / floor >= FLOOR_RATIO_GOAL) if goal_row else "-",
-                )
+    floor = f[f"floor_{procs}_per_s"]
+    for kind in ("store", "fused", "cli", "procrastinate"):
+        rate = f.get(f"{kind}_{procs}_per_s")
+        if rate is None:
+            continue
+        goal_row = kind in ("store", "fused") and procs == 16
+        rows.append(
+            (
+                f"claim+finish {kind} x{procs} ({claims:,} items)",
+                f"{rate:,.0f}/s = {rate / floor:.2f}x floor ({floor:,.0f}/s)",
+                f">= {FLOOR_RATIO_GOAL}x floor" if goal_row else "-",
+                verdict(rate / floor >= FLOOR_RATIO_GOAL) if goal_row else "-",
             )
+        )
+    peer = f.get(f"procrastinate_{procs}_per_s")
+    for kind in ("store", "fused") if peer is not None else ():
+        ratio = f[f"{kind}_{procs}_per_s"] / (peer or 1.0)
+        rows.append(
+            (
+                f"  {kind} x{procs} vs procrastinate x{procs}",
+                f"{ratio:.2f}x",
+                "> 1x (faster)",
+                verdict(ratio > 1),
+            )
+        )
+    return rows
+
+
+def table(f: dict[str, float], n: int, claims: int) -> list[tuple[str, str, str, str]]:
+    rows = [row for procs in PROCESSES for row in claim_rows(f, claims, procs)]
     rows += [
         (
             f"enqueue {n:,}",
@@ -270,8 +369,9 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
-    show(table(f, n, claims, not args.no_cli))
-    print("  procrastinate: not run as a peer (not in the bench environment)")
+    show(table(f, n, claims))
+    if "procrastinate_1_per_s" not in f:
+        print("  procrastinate: not run as a peer (not installed in this environment)")
     if args.json:
         Path(args.json).write_text(json.dumps({"items": n, "claims": claims, **f}, indent=2) + "\n")
 

@@ -9,12 +9,13 @@ recounting its rows, dropped row by row, and listed from its database.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.errors import DamagedState, NotSupported, UsageError
+from statequeue.errors import DamagedState, NotSupported, QueueNotFound, UsageError
 from statequeue.location import resolve_home, validate_queue_name
 from statequeue.store.opening import chosen_url
 
@@ -77,7 +78,9 @@ def drop_queue(
 
     url = chosen_url(store)
     if url is not None:
-        return _drop_from_database(url, name, confirm)
+        place = _drop_from_database(url, name, confirm)
+        _remove_scratch(resolve_home(home) / ".postgres" / name)
+        return place
     folder = _idle_folder(name, home)
     if confirm is not None:
         confirm(str(folder))
@@ -115,6 +118,17 @@ def drop_store(name: str, store: Store, *, before: Callable[[], None]) -> None:
     _refuse_runners(name, store.active_runners())
     before()
     drop_postgres_queue(store.url, name)
+    _remove_scratch(getattr(store, "folder", None))
+
+
+def _remove_scratch(folder: Path | None) -> None:
+    """This host's scratch folder of a dropped database queue (logs of
+    attempts, claim locks), where there is one."""
+    from statequeue.store.folder import remove_queue_folder
+
+    if folder is not None:
+        with contextlib.suppress(QueueNotFound):
+            remove_queue_folder(folder)
 
 
 def drop_folder(

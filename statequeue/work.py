@@ -186,7 +186,14 @@ def work_loop(
             if claim is None:
                 if wait_for_due(queue):
                     continue
-                return
+                # Not paused now and nothing waits for a retry: but a resume
+                # may have come between the claim and that look. One more
+                # claim decides (else the loop would end beside pending items).
+                claim = queue.claim(
+                    runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
+                )
+                if claim is None:
+                    return
             current = WorkItem(queue, claim, policy)
             if not verified(current, verify):
                 yield current

@@ -13,35 +13,21 @@ import time
 from pathlib import Path
 
 from statequeue.models import Claim
+from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
 
 SHOWN_PREFIX = "database:logs/"
 """How a stored log is named in ``ItemHistory.log_paths`` (there is no file):
 ``database:logs/ID.N.log``, so that the name ends with the attempt as a file's does."""
 
-# Fenced like finish: the row is written only while the claim's token is the
-# item's current one, so a runner whose item was taken over stores nothing.
-SAVE = """
-INSERT INTO statequeue.logs (queue, id, attempt, token, data, at)
-SELECT l.queue, l.id, %(attempt)s, l.token, %(data)s, %(now)s FROM statequeue.live l
-WHERE l.queue = %(q)s AND l.id = %(id)s AND l.token = %(token)s AND l.state = 'running'
-ON CONFLICT (queue, id, attempt) DO NOTHING
-"""
-
 
 def save(conn: Connection, queue: str, claim: Claim, data: bytes) -> bool:
-    """Store ``claim``'s output if its token is current; True when stored (or
-    already stored by an earlier call for the same token)."""
+    """Store ``claim``'s output if its token is current (one statement, fenced
+    like finish, committed asynchronously: see functions.py); True when stored
+    (or already stored by an earlier call for the same token)."""
     key = {"q": queue, "id": claim.item_id, "attempt": claim.attempt, "token": claim.token}
-    cur = conn.execute(SAVE, {**key, "data": data, "now": time.time()})
-    if cur.rowcount:
-        return True
-    row = conn.execute(
-        "SELECT 1 FROM statequeue.logs WHERE queue = %(q)s AND id = %(id)s"
-        " AND attempt = %(attempt)s AND token = %(token)s",
-        key,
-    ).fetchone()
-    return row is not None
+    row = conn.execute(functions.SAVE_LOG, {**key, "data": data, "at": time.time()}).fetchone()
+    return bool(row and row[0])
 
 
 def read(conn: Connection, queue: str, item_id: int, attempt: int, offset: int) -> bytes | None:

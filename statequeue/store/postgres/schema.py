@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from statequeue.errors import SchemaTooNew
+from statequeue.store.postgres.functions import V5_FUNCTIONS
 
 if TYPE_CHECKING:
     from statequeue.store.postgres.connection import Connection
@@ -192,7 +193,10 @@ ALTER TABLE statequeue.events ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xa
 CREATE INDEX events_xid ON statequeue.events (queue, xid);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY)
+_V5_FUNCTIONS = V5_FUNCTIONS
+# One round trip per claim, finish, finish-and-claim and log (functions.py).
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS)
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
 

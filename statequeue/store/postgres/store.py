@@ -25,7 +25,6 @@ Other callers (enqueue, status) fail at once with StoreUnreachable.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Collection, Sequence
 from contextlib import suppress
@@ -40,30 +39,32 @@ from statequeue.errors import (
     StoreUnreachable,
 )
 from statequeue.identity import boot_id, host_name
-from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
-from statequeue.store.base import DEFAULT_LEASE, RETRYABLE
-from statequeue.store.postgres import archive, logs, reads, reaping, sql, transfer, writes
+from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.store.base import DEFAULT_LEASE
+from statequeue.store.postgres import (
+    functions,
+    reads,
+    reaping,
+    writes,
+)
+from statequeue.store.postgres.actions import PostgresActions
 from statequeue.store.postgres.connection import Connection, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.notify import Listener, Notifier
-from statequeue.store.postgres.reading import PostgresReading
 from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
-    from statequeue.exported import ExportedItem
     from statequeue.views import (
-        CompactResult,
         RecoveryReport,
     )
 
-ENQUEUE_BATCH = 20_000
 RECOVER_EVERY = 1.0
 """Seconds between recovery passes made by ``claim`` while it finds items."""
 Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 
 
-class PostgresStore(PostgresReading):
+class PostgresStore(PostgresActions):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
     stores_logs = True
@@ -142,32 +143,6 @@ class PostgresStore(PostgresReading):
                 " to finish"
             )
 
-    def enqueue(self, items: Sequence[str]) -> EnqueueResult:
-        unique = list(dict.fromkeys(items))
-        added = 0
-        for start in range(0, len(unique), ENQUEUE_BATCH):
-            batch = [os.fsencode(t) for t in unique[start : start + ENQUEUE_BATCH]]
-            with self._tx() as conn:
-                # The row lock serialises enqueuers of this queue: ids follow
-                # input order, and two enqueuers cannot deadlock on the index.
-                first, _ = writes.lock_queue(conn, self.name)
-                row = conn.execute(
-                    sql.ENQUEUE, {"q": self.name, "items": batch, "first": first}
-                ).fetchone()
-                n = int(row[0]) if row else 0
-                if n:
-                    conn.execute(
-                        "UPDATE statequeue.queues SET next_id = next_id + %s WHERE name = %s",
-                        (n, self.name),
-                    )
-                    writes.count(conn, self.name, {"pending": n})
-                    writes.event(
-                        conn, self.name, {"t": "enq", "id": first, "n": n, "at": writes.now()}
-                    )
-                    self._notifier.notify(conn)
-            added += n
-        return EnqueueResult(added=added, skipped=len(items) - added)
-
     def claim(
         self,
         runner: RunnerInfo,
@@ -187,8 +162,10 @@ class PostgresStore(PostgresReading):
         if row is None and not recovered:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
             sent, row = self._claim_row(runner, among)
-        if row is None:
-            return None
+        return None if row is None else self._held(runner, sent, row)
+
+    def _held(self, runner: RunnerInfo, sent: float, row: Sequence[Any]) -> Claim:
+        """The claim of a claimed row (id, item, attempts, token, interrupted, failures)."""
         item_id, item, attempt, token, interrupted, failures = row
         # Counted from before the claim was sent: the database started the
         # lease later than that, so this side never thinks it holds it longer.
@@ -219,8 +196,7 @@ class PostgresStore(PostgresReading):
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
             sent = time.monotonic()
-            with conn.transaction():
-                return conn.execute(sql.CLAIM, params).fetchone()
+            return conn.execute(functions.CLAIM, params).fetchone()  # one statement: atomic
 
         row = self._patiently(attempt)
         return sent, row
@@ -228,10 +204,7 @@ class PostgresStore(PostgresReading):
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:
-        if outcome.ok:
-            target = ItemState.DONE
-        else:
-            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
+        target = _target(outcome, retry_at)
         generation = self._session.generation
         try:
             state = self._patiently(
@@ -252,6 +225,49 @@ class PostgresStore(PostgresReading):
             self._unsynced.append((self._session.generation, claim, outcome, target, retry_at))
         self._forget(claim)
         return state
+
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        """One statement, one transaction and one synchronous commit: the result
+        is durable before this returns. No next claim (None) when none is due
+        (the runner's own ``claim`` then recovers orphans before it says so)."""
+        if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
+            self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)  # as claim does
+        params = {
+            **writes.finish_params(
+                self.name, claim, outcome, (_target(outcome, retry_at), retry_at)
+            ),
+            "now": time.time(),
+            "runner": runner.runner_id,
+            "lease": self._leases.lease,
+            "among": sorted(among) if among is not None else None,
+        }
+        generation = self._session.generation
+        sent = time.monotonic()
+
+        def attempt(conn: Connection) -> tuple[Any, ...] | None:
+            nonlocal sent
+            sent = time.monotonic()
+            retried = self._session.generation != generation
+            return conn.execute(
+                functions.FINISH_AND_CLAIM, {**params, "retried": retried}
+            ).fetchone()
+
+        row = self._patiently(attempt)
+        self._forget(claim)  # finished, or stale: either way no longer held
+        if row is None or row[0] is None:
+            raise writes.stale(claim)
+        taken = None if row[1] is None else self._held(runner, sent, row[1:])
+        return ItemState(row[0]), taken
 
     def _forget(self, claim: Claim) -> None:
         self._leases.drop(claim.token)
@@ -359,49 +375,6 @@ class PostgresStore(PostgresReading):
 
         self._patiently(attempt)
 
-    # -- user actions ------------------------------------------------------------
-
-    def retry(
-        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
-    ) -> list[int]:
-        allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
-        with self._tx() as conn:
-            changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
-            if changed:
-                self._notifier.notify(conn)
-            return changed
-
-    def cancel(self, ids: Sequence[int]) -> list[int]:
-        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
-        with self._tx() as conn:
-            return writes.set_state(conn, self.name, ids, ItemState.CANCELLED, allowed, "cancel")
-
-    def set_paused(self, paused: bool) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
-            )
-            writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
-            if not paused:
-                self._notifier.notify(conn)
-
-    def compact(self) -> CompactResult:
-        """Folds the count deltas into the counters, then moves done and
-        cancelled items' results and events to the archive tables, in batches
-        (see archive.py). There is no journal: the byte sizes are 0."""
-        from statequeue.views import CompactResult
-
-        with self._guard():
-            reads.roll_up_counts(self._conn, self.name)
-            moved = archive.archive_finished(self._conn, self.name)
-        return CompactResult(
-            bytes_before=0,
-            bytes_after=0,
-            archived=moved.items,
-            archive_bytes=0,
-            rows_moved=moved.rows,
-        )
-
     def close(self) -> None:
         """Claims still held are left to recovery (when their leases expire,
         or at once on this host once no process of theirs is left)."""
@@ -414,23 +387,9 @@ class PostgresStore(PostgresReading):
         self._locks.close()
         self._session.close()
 
-    def save_log(self, claim: Claim, data: bytes) -> bool:
-        # Asynchronous commit: the finish that follows commits synchronously,
-        # which flushes the WAL past this log too. Lost only with its attempt.
-        with self._tx(sync=False) as conn:
-            return logs.save(conn, self.name, claim, data)
 
-    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        result = transfer.import_items(self._tx, self.name, entries)
-        if result.added:
-            with self._tx() as conn:
-                self._notifier.notify(conn)
-        return result
-
-    def wake_fd(self) -> int | None:
-        if self._listener is None:
-            self._listener = Listener(self.url, self.name)
-        return self._listener.fileno()
-
-    def drain_wake(self) -> bool:
-        return self._listener is not None and self._listener.drain()
+def _target(outcome: Outcome, retry_at: float | None) -> ItemState:
+    """The state an attempt's outcome moves its item to."""
+    if outcome.ok:
+        return ItemState.DONE
+    return ItemState.PENDING if retry_at is not None else ItemState.FAILED

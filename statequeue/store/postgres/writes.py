@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, UsageError
 from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
+from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
@@ -51,31 +52,6 @@ def count(conn: Connection, queue: str, changes: dict[str, int]) -> None:
             )
 
 
-def record_result(
-    conn: Connection, queue: str, claim: Claim, outcome: Outcome, target: ItemState
-) -> None:
-    conn.execute(
-        "INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,"
-        " signal, duration, reason, result, err, at) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-        " %s, %s, %s, %s, %s, %s)",
-        (
-            claim.token,
-            queue,
-            claim.item_id,
-            claim.attempt,
-            target.value,
-            outcome.ok,
-            outcome.exit_code,
-            outcome.signal,
-            outcome.duration,
-            safe(outcome.reason),
-            None if outcome.result is None else Jsonb(outcome.result),
-            safe(outcome.stderr_tail),
-            time.time(),
-        ),
-    )
-
-
 def held(conn: Connection, queue: str, claim: Claim) -> int:
     """Lock the claim's row if its token is still current (its attempts so
     far), else ClaimLost: nothing is written for a stale token."""
@@ -85,10 +61,7 @@ def held(conn: Connection, queue: str, claim: Claim) -> int:
         {"q": queue, "id": claim.item_id, "token": claim.token},
     ).fetchone()
     if row is None:
-        raise ClaimLost(
-            f"item {claim.item_id} is no longer claimed by runner {claim.runner_id} "
-            f"(token {claim.token} is stale); nothing was recorded"
-        )
+        raise stale(claim)
     return int(row[0])
 
 
@@ -102,63 +75,44 @@ def finish_once(
     sync: bool,
     retried: bool,
 ) -> ItemState:
-    """Record one attempt's result in its own transaction; the item's new state."""
+    """Record one attempt's result: one statement, its own transaction
+    (functions.py); the item's new state, or ClaimLost if the token is stale."""
+    params = {**finish_params(queue, claim, outcome, end), "sync": sync, "retried": retried}
+    row = conn.execute(functions.FINISH, params).fetchone()
+    if row is None or row[0] is None:
+        raise stale(claim)
+    return ItemState(row[0])
+
+
+def finish_params(
+    queue: str, claim: Claim, outcome: Outcome, end: tuple[ItemState, float | None]
+) -> dict[str, Any]:
+    """The arguments of ``statequeue.finish`` for one attempt's outcome."""
     target, retry_at = end
-    with conn.transaction():
-        if not sync:
-            # Group commit: a later synchronous commit flushes the WAL past this one.
-            conn.execute("SET LOCAL synchronous_commit = off")
-        if retried:
-            # After a lost connection the first try may have committed (only
-            # its acknowledgement lost). One result per token: the recorded
-            # one is the answer.
-            found = conn.execute(
-                "SELECT state FROM statequeue.results WHERE token = %(t)s UNION ALL"
-                " SELECT state FROM statequeue.archived_results WHERE token = %(t)s",
-                {"t": claim.token},
-            ).fetchone()
-            if found is not None:
-                return ItemState(found[0])
-        held(conn, queue, claim)
-        record_result(conn, queue, claim, outcome, target)
-        settle(conn, queue, claim, outcome, target, retry_at)
-    return target
+    return {
+        "q": queue,
+        "id": claim.item_id,
+        "token": claim.token,
+        "attempt": claim.attempt,
+        "state": target.value,
+        "ok": outcome.ok,
+        "exit": outcome.exit_code,
+        "signal": outcome.signal,
+        "duration": outcome.duration,
+        "reason": safe(outcome.reason),
+        "result": None if outcome.result is None else Jsonb(outcome.result),
+        "err": safe(outcome.stderr_tail),
+        "retry_at": retry_at if target is not ItemState.DONE else None,
+        "at": time.time(),
+        "event": Jsonb(end_record(claim, outcome, target, retry_at)),
+    }
 
 
-def settle(
-    conn: Connection,
-    queue: str,
-    claim: Claim,
-    outcome: Outcome,
-    target: ItemState,
-    retry_at: float | None,
-) -> None:
-    """Move a finished attempt's item to ``target`` (done leaves the hot table)."""
-    key = {"q": queue, "id": claim.item_id}
-    if target is ItemState.DONE:
-        conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
-        conn.execute(
-            "UPDATE statequeue.items SET state = 'done', attempts = %(a)s, reason = %(r)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
-            {**key, "a": claim.attempt, "r": safe(outcome.reason)},
-        )
-    else:
-        conn.execute(
-            "UPDATE statequeue.live SET state = %(s)s, retry_at = %(at)s, token = NULL,"
-            " runner = NULL, holder = NULL, lease_until = NULL, failures = failures + 1,"
-            " interrupted = false, reason = %(r)s, last_err = %(e)s, changed_at = %(now)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
-            {
-                **key,
-                "s": target.value,
-                "at": retry_at,
-                "r": safe(outcome.reason),
-                "e": safe(outcome.stderr_tail),
-                "now": time.time(),
-            },
-        )
-    count(conn, queue, {"running": -1, target.value: 1})
-    event(conn, queue, end_record(claim, outcome, target, retry_at))
+def stale(claim: Claim) -> ClaimLost:
+    return ClaimLost(
+        f"item {claim.item_id} is no longer claimed by runner {claim.runner_id} "
+        f"(token {claim.token} is stale); nothing was recorded"
+    )
 
 
 def give_back(conn: Connection, queue: str, claim: Claim, reason: str, attempts: int) -> None:
@@ -273,10 +227,14 @@ def set_state(
 def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: str) -> None:
     key = {"q": queue, "id": item_id, "r": reason, "now": time.time()}
     if target is ItemState.CANCELLED:
-        conn.execute("DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s", key)
+        # The item leaves the hot table: its attempts so far go with it to
+        # ``items`` (shown and exported from there once it is cancelled).
         conn.execute(
-            "UPDATE statequeue.items SET state = 'cancelled', reason = %(r)s"
-            " WHERE queue = %(q)s AND id = %(id)s",
+            "WITH gone AS (DELETE FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s"
+            " RETURNING attempts)"
+            " UPDATE statequeue.items i SET state = 'cancelled', reason = %(r)s,"
+            " attempts = coalesce((SELECT attempts FROM gone), i.attempts)"
+            " WHERE i.queue = %(q)s AND i.id = %(id)s",
             key,
         )
         return
