@@ -32,7 +32,7 @@ from statequeue.fileio import durability_error
 from statequeue.journal import JournalFile, parse, read_from, read_line
 from statequeue.records import decode, item_text
 from statequeue.state import QueueState, TextLoader
-from statequeue.store import checkpoint
+from statequeue.store import checkpoint, key_index
 from statequeue.store.compaction import Built, Position, build
 from statequeue.store.integrity import ARCHIVE, JOURNAL
 from statequeue.store.locks import wait_for_lock
@@ -212,7 +212,7 @@ def _build(
         del fresh
         carried = store._keys_to_carry(store.state)
         if carried is not None:
-            checkpoint.save_keys(store.dir, new, carried, staged=NEW_KEYS)
+            key_index.save(store.dir, new, carried, staged=NEW_KEYS)
     return built
 
 
