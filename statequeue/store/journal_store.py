@@ -764,7 +764,8 @@ class _Either:
     def get(self, key: str) -> int | None:
         """The id of item ``key`` (for ``find``), from whichever set holds it."""
         for keys in (self.first, self.second):
-            found = keys.get(key) if isinstance(keys, dict) else None
+            get = getattr(keys, "get", None)  # a dict, or the keys index
+            found = get(key) if get is not None else None
             if isinstance(found, int):
                 return found
         return None

@@ -150,17 +150,17 @@ class KeyIndex:
         at_crcs = at_table + entries * 8
         if len(data) != at_crcs + 4 * (nchunks + nblocks):
             raise IndexDamaged("size")
-        self._data = data
-        view = memoryview(data)
-        self._offsets = view[start:at_blob].cast("Q")
-        self._blob = view[at_blob : at_blob + blob]
-        self._table = view[at_table:at_crcs].cast("Q")
         raw_crcs = data[at_crcs:]
         if zlib.crc32(raw_crcs) != int(header["crcs"]):
             raise IndexDamaged("crcs")
         crcs = array("I")
         crcs.frombytes(raw_crcs)
         self._chunk_crcs, self._block_crcs = crcs[:nchunks], crcs[nchunks:]
+        self._data = data
+        view = memoryview(data)  # views of the map: no copy, pages read when touched
+        self._offsets = view[start:at_blob].cast("Q")
+        self._blob = view[at_blob : at_blob + blob]
+        self._table = view[at_table:at_crcs].cast("Q")
         self._chunks_ok: set[int] = set()
         self._blocks_ok: set[int] = set()
 
@@ -235,7 +235,10 @@ class KeyIndex:
     def close(self) -> None:
         for view in (self._offsets, self._blob, self._table):
             view.release()
-        self._data.close()
+        # A traceback may still hold a slice of the map (an IndexDamaged being
+        # handled): then the map closes when that goes.
+        with contextlib.suppress(BufferError):
+            self._data.close()
 
 
 def open_index(folder: QueueFolder, journal: JournalFile) -> KeyIndex | None:
