@@ -188,3 +188,26 @@ def test_compaction_leaves_an_index_of_the_new_journal(tmp_path: Path) -> None:
         assert store._index is not None and store._archived == {}
     finally:
         store.close()
+
+
+def test_a_long_tail_is_merged_into_a_fresh_index(tmp_path: Path) -> None:
+    """Once the records after the index hold many items, the next enqueue
+    writes an index covering them (merged into the old one's sorted table),
+    and every item, old and new, is still found by its exact bytes."""
+    folder = tmp_path / "q"
+    indexed_queue(folder, [*ITEMS[:500], TWINS[0]])
+    late = [f"late-{i}" for i in range(150)] + [TWINS[1]]
+    store = probing(folder)
+    assert store.enqueue(late).added == len(late)
+    store.close()
+    store = probing(folder)
+    assert store.enqueue(["one-more"]).added == 1  # the tail was long: indexed again
+    store.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue([*ITEMS[:500], TWINS[0], *late, "one-more", "last"]).added == 1
+        assert store._index is not None
+        assert store._index.index is not None and store._index.index.count == 653
+        assert store.find_ids(list(TWINS)) == {TWINS[0]: 501, TWINS[1]: 652}
+    finally:
+        store.close()

@@ -531,6 +531,13 @@ class JournalStore(RecordStore):
         texts: list[str] | None = None
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
             texts = fresh
+        elif self._save_keys and self._index is not None and self._index.index is not None:
+            # The index plus a long tail: merged into a fresh one, no sort of all.
+            self._save_keys = False
+            self.journal.sync()  # as for the state checkpoint
+            with suppress(key_index.IndexDamaged):
+                self._extend_index(self._index.index, self.journal, None)
+            return
         elif self._save_keys:
             texts = self._texts_in_memory(state)
         if texts is None:
@@ -675,24 +682,42 @@ class JournalStore(RecordStore):
             self._broken = exc  # a failed fsync is never retried
             raise
 
-    def _keys_to_carry(self, state: QueueState) -> list[str] | None:
-        """Every item text in id order, if known without reading the journal
-        and the archive (in memory, or a keys checkpoint that still matches):
-        compaction re-saves it against the new journal, so the dedupe cache
-        survives compaction instead of being rebuilt by the next enqueue."""
+    def _stage_keys(self, new: JournalFile, staged: str) -> None:
+        """Write the keys index of ``new`` (a compacted journal naming the
+        same items as this store's journal up to its read position) to
+        ``staged``, if the keys are known without reading the journal and the
+        archive (in memory, or an index that still matches, extended by the
+        records after it): the dedupe cache survives compaction instead of
+        being rebuilt by the next enqueue."""
         if self.checkpoint_every <= 0:
-            return None
-        texts = self._texts_in_memory(state)
+            return
+        texts = self._texts_in_memory(self.state)
         if texts is not None:
-            return texts
-        if not self.dir.exists(checkpoint.KEYS_NAME):
-            return None
-        found = key_index.load_texts(self.dir, self.journal)
-        if found is None:
-            return None
-        texts, covers = found
-        tail = scan_item_texts(self.journal.fd, covers, self.journal.offset)
-        return None if tail is None else _overlay(texts, dict(tail), state.next_id)
+            key_index.save(self.dir, new, texts, staged=staged)
+            return
+        index = key_index.open_index(self.dir, self.journal)
+        if index is None:
+            return
+        try:
+            self._extend_index(index, new, staged)
+        except key_index.IndexDamaged:
+            key_index.discard(self.dir)
+        finally:
+            index.close()
+
+    def _extend_index(
+        self, index: key_index.KeyIndex, journal: JournalFile, staged: str | None
+    ) -> None:
+        """Write ``index`` plus the items after it in this store's journal as
+        the index of ``journal`` (at its end)."""
+        tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
+        if tail is None:
+            return
+        next_id = self.state.next_id
+        keys = dict(tail)
+        if key_index.save_extended(self.dir, journal, index, keys, next_id, staged=staged) is None:
+            texts = _overlay(index.texts(), keys, next_id)
+            key_index.save(self.dir, journal, texts, staged=staged)
 
     def close(self) -> None:
         if (

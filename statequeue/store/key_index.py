@@ -75,12 +75,61 @@ def save(
 def _write(
     folder: QueueFolder, where: dict[str, Any], encoded: list[bytes], *, staged: str | None
 ) -> bool:
-    count = len(encoded)
-    blob = b"\0".join(encoded)
     offsets = array("Q", accumulate((len(b) + 1 for b in encoded), initial=0))
-    crc32 = zlib.crc32
     # Sorting ints whose high half is the digest groups equal digests, ids ascending.
+    crc32 = zlib.crc32
     table = array("Q", sorted([crc32(b) << _ID_BITS | i for i, b in enumerate(encoded, 1) if b]))
+    return _write_sections(folder, where, offsets, b"\0".join(encoded), table, staged=staged)
+
+
+def save_extended(
+    folder: QueueFolder,
+    journal: JournalFile,
+    index: KeyIndex,
+    keys: dict[str, int],
+    next_id: int,
+    *,
+    staged: str | None = None,
+) -> bool | None:
+    """Write the index of ``index``'s items plus ``keys`` (text -> id, the
+    items after it) as of ``journal.offset``, reusing its sorted table (a
+    merge, not a sort of every item). None if ``keys`` changes an item the
+    index holds (the caller then writes a whole new one)."""
+    where = _position(journal)
+    if where is None or next_id - 1 > _ID_MASK:
+        return False
+    count = index.count
+    added = [b""] * max(0, next_id - 1 - count)
+    for text, item_id in keys.items():
+        data = _encode(text)
+        if item_id > count:
+            added[item_id - count - 1] = data
+        elif index.item_bytes(item_id) != data:
+            return None
+    index.verify()
+    offsets = array("Q", index._offsets)
+    crc32 = zlib.crc32
+    if added:
+        base = offsets.pop()  # the old end (0 if none), where the next item starts
+        offsets.extend(accumulate((len(b) + 1 for b in added), initial=base))
+    blob = b"\0".join([bytes(index._blob), *added]) if count else b"\0".join(added)
+    # Two sorted runs: the sort merges them in one pass.
+    fresh = [crc32(b) << _ID_BITS | i for i, b in enumerate(added, count + 1) if b]
+    table = array("Q", sorted([*index._table, *fresh]))
+    return _write_sections(folder, where, offsets, blob, table, staged=staged)
+
+
+def _write_sections(
+    folder: QueueFolder,
+    where: dict[str, Any],
+    offsets: array[int],
+    blob: bytes,
+    table: array[int],
+    *,
+    staged: str | None,
+) -> bool:
+    count = len(offsets) - 1
+    crc32 = zlib.crc32
     raw_offsets = offsets.tobytes()
     crcs = array("I")
     for first in range(0, count, CHUNK):
@@ -221,11 +270,17 @@ class KeyIndex:
             raise IndexDamaged("block")
         self._blocks_ok.add(block)
 
-    def texts(self) -> list[str]:
-        """Every item text in id order ("" for an id without one), all
-        checksums verified (for a bulk enqueue, or a compaction to carry)."""
+    def verify(self) -> None:
+        """Check every checksum (before the whole index is used)."""
         for chunk in range(len(self._chunk_crcs)):
             self.item_bytes(chunk * CHUNK + 1)
+        for block in range(len(self._block_crcs)):
+            self._check_block(block * CHUNK)
+
+    def texts(self) -> list[str]:
+        """Every item text in id order ("" for an id without one), all
+        checksums verified (for a bulk enqueue)."""
+        self.verify()
         blob = bytes(self._blob)
         found = blob.decode("utf-8", "surrogateescape").split("\0") if self.count else []
         if len(found) != self.count:

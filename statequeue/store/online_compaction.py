@@ -32,7 +32,7 @@ from statequeue.fileio import durability_error
 from statequeue.journal import JournalFile, parse, read_from, read_line
 from statequeue.records import decode, item_text
 from statequeue.state import QueueState, TextLoader
-from statequeue.store import checkpoint, key_index
+from statequeue.store import checkpoint
 from statequeue.store.compaction import Built, Position, build
 from statequeue.store.integrity import ARCHIVE, JOURNAL
 from statequeue.store.locks import wait_for_lock
@@ -210,9 +210,7 @@ def _build(
         _replay_written(new, fresh)
         checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
         del fresh
-        carried = store._keys_to_carry(store.state)
-        if carried is not None:
-            key_index.save(store.dir, new, carried, staged=NEW_KEYS)
+        store._stage_keys(new, NEW_KEYS)
     return built
 
 
