@@ -15,46 +15,59 @@ by key, as for any record.
 
 from __future__ import annotations
 
-import re
 import zlib
 
 import orjson
 
-ENQ_PREFIX = b'{"t":"enq",'
-END_PREFIX = b'{"t":"end",'
-# A JSON string's body: no raw quote or backslash but escaped ones.
-_ENQ = re.compile(
-    rb'\{"t":"enq","id":(\d+),"item":"((?:[^"\\]|\\.)*)","seq":\d+,"crc":"[0-9a-f]{8}"\}'
-)
-# ``seq`` and ``crc`` end every record, so the greedy middle stops before them.
-_END_DONE = re.compile(
-    rb'\{"t":"end","id":(\d+),("attempt":\d+),"state":"done","ok":true,(.+),"seq":\d+,"crc":"[0-9a-f]{8}"\}'
-)
+ENQ_PREFIX = b'{"t":"enq","id":'
+END_PREFIX = b'{"t":"end","id":'
+_ITEM = b',"item":"'
+_ATTEMPT = b',"attempt":'
+_DONE_OK = b',"state":"done","ok":true,'
+_SEQ = b',"seq":'
 _crc32 = zlib.crc32
 _SUFFIX = len(b',"crc":"') + 8 + 2  # the checksum field and the closing brace
 
+# Found by plain byte searches, not a regular expression (which backtracks
+# over the result's JSON): a line whose checksum holds is one the encoder
+# wrote, so it is valid JSON, and inside a JSON string a quote is always
+# escaped: ``","seq":`` found last is the record's own ``seq`` key, and
+# ``,"item":"`` found first after the id is its own ``item`` key.
+
 
 def _intact(line: bytes) -> bool:
-    """The line's checksum holds (its layout was matched already)."""
+    """The line's checksum holds."""
     return b"%08x" % _crc32(b"}", _crc32(line[:-_SUFFIX])) == line[-10:-2]
 
 
 def enqueued(line: bytes) -> tuple[int, bytes] | None:
-    """(id, the item's JSON string body) of an intact ``enq`` line in the
-    usual layout, else None."""
-    found = _ENQ.fullmatch(line)
-    if found is None or not _intact(line):
+    """(id, the item's JSON string body) of an intact ``enq`` line (which
+    starts with ENQ_PREFIX) in the usual layout, else None."""
+    start = len(ENQ_PREFIX)
+    at = line.find(_ITEM, start)
+    end = line.rfind(b'"' + _SEQ)
+    if at < 0 or end < at or not line[start:at].isdigit() or not _intact(line):
         return None
-    return int(found[1]), found[2]
+    return int(line[start:at]), line[at + len(_ITEM) : end]
 
 
 def done_at_once(line: bytes) -> tuple[int, bytes] | None:
-    """(id, its result's JSON fields) of an intact ``end`` line that made an
-    item done, in the usual layout, else None."""
-    found = _END_DONE.fullmatch(line)
-    if found is None or not _intact(line):
+    """(id, its result's JSON fields) of an intact ``end`` line (which starts
+    with END_PREFIX) that made an item done, in the usual layout, else None."""
+    start = len(END_PREFIX)
+    at = line.find(_ATTEMPT, start)
+    done = line.find(_DONE_OK, at)
+    end = line.rfind(_SEQ)
+    if (
+        at < 0
+        or done < 0
+        or end < done
+        or not line[start:at].isdigit()
+        or not line[at + len(_ATTEMPT) : done].isdigit()
+        or not _intact(line)
+    ):
         return None
-    return int(found[1]), found[2] + b"," + found[3]
+    return int(line[start:at]), line[at + 1 : done] + line[done + len(_DONE_OK) - 1 : end]
 
 
 def arch_line(item_id: int, body: bytes, fields: bytes, seq: int) -> bytes:
