@@ -1,0 +1,162 @@
+"""Issue 14, compaction speed: the spliced ``arch`` records and the keys index
+that compaction stages, with a kill at every durable step.
+
+A kill at any point leaves the old files or the new ones, and dedupe stays
+exact whichever keys index the queue is left with (the old journal's, the
+staged one, or none): an existing item is never added again, a new one once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from statequeue.errors import CorruptJournal
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
+from statequeue.store import key_index
+from statequeue.store.checkpoint import KEYS_NAME
+from statequeue.store.compaction import _RESULT_KEYS
+from statequeue.store.fsck import fsck
+from statequeue.store.journal_store import ARCHIVE, JournalStore
+from statequeue.store.online_compaction import NEW_KEYS
+from tests.faults.test_compaction_online import build, check_after_kill, run_compactor
+
+# Texts and results whose JSON needs escapes, or holds the bytes the splice
+# looks for ("seq" keys inside a result, quotes, a backslash before a quote).
+TRICKY = [
+    'say "hi"',
+    "back\\slash\\",
+    'ends with \\"',
+    "ünïcødé ✓",
+    "tab\there",
+    '","seq":1,"item":"x',
+]
+
+
+def finish_all(store: JournalStore, result: object) -> None:
+    runner = new_runner()
+    while (claim := store.claim(runner)) is not None:
+        store.finish(claim, Outcome(ok=True, result=result, stderr_tail='e","seq":9'))
+
+
+def test_spliced_archive_records_read_back_as_decoded_ones(tmp_path: Path) -> None:
+    """Items done at their first try are archived from their own bytes; what
+    `results`, `items` and `history` say is the same before and after."""
+    store = JournalStore(tmp_path / "q", create=True, auto_compact=0)
+    store.enqueue(TRICKY)
+    finish_all(store, {"seq": 5, "a": {"seq": [1, ',"seq":']}, "item": "no"})
+    before = sorted(store.results(), key=lambda r: r.item_id)
+    views = list(store.items())
+    histories = [_outcome(store, i) for i in range(1, len(TRICKY) + 1)]
+    ends = [r for r in store._journal_records() if r["t"] == "end"]
+    # What the general path archives: the text, and the end record's result keys.
+    expected = [
+        {"t": "arch", "id": r["id"], "item": TRICKY[r["id"] - 1]}
+        | {k: r[k] for k in _RESULT_KEYS if k in r}
+        for r in ends
+    ]
+    assert store.compact().archived == len(TRICKY)
+    after = sorted(store.results(), key=lambda r: r.item_id)
+    assert [replace(r, archived=False) for r in after] == before
+    assert all(r.archived for r in after)
+    assert list(store.items()) == views
+    assert [_outcome(store, i) for i in range(1, len(TRICKY) + 1)] == histories
+    assert store.enqueue(TRICKY).added == 0
+    store.close()
+    lines = (tmp_path / "q" / ARCHIVE).read_bytes().splitlines()
+    spliced = [json.loads(line) for line in lines]
+    assert [{k: v for k, v in r.items() if k not in ("seq", "crc")} for r in spliced] == expected
+    # The splice keeps the end record's key order: attempt right after item.
+    assert all(line.startswith(b'{"t":"arch","id":') for line in lines)
+    assert all(list(r)[3] == "attempt" for r in spliced)
+    assert not fsck(tmp_path / "q", repair=False).damaged
+
+
+def _outcome(store: JournalStore, item_id: int) -> tuple[object, ...]:
+    found = store.history(item_id)
+    return found.item, found.state, found.result, found.stderr_tail
+
+
+def test_a_damaged_line_is_refused_not_spliced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line damaged after the checkpoint vouched for it is not copied into
+    the archive: the compaction stops and names the line."""
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", "1")
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(["a", "b", "c"])
+    finish_all(store, None)
+    store.close()
+    journal = folder / "journal.jsonl"
+    data = journal.read_bytes()
+    journal.write_bytes(data.replace(b'"item":"b"', b'"item":"B"'))
+    store = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        assert store.restored_from_checkpoint  # line 3 is not read on open
+        with pytest.raises(CorruptJournal, match=r"line 3: bad checksum"):
+            store.compact()
+    finally:
+        store.close()
+    assert not (folder / ARCHIVE).exists() or b'"B"' not in (folder / ARCHIVE).read_bytes()
+
+
+def indexed(folder: Path) -> None:
+    """The 12-item queue of test_compaction_online, with a keys index."""
+    build(folder)
+    store = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        texts = [view.item for view in store.items()]
+        store.journal.sync()
+        assert key_index.save(store.dir, store.journal, texts)
+    finally:
+        store.close()
+
+
+def test_kill_at_every_step_with_a_keys_index(tmp_path: Path) -> None:
+    """SIGKILL the compactor at each durable step, another process appending
+    meanwhile, on a queue with a keys index: every check of the online
+    crash-point test holds (dedupe included: it probes the index left)."""
+    staged_seen = 0
+    for k in range(1, 60):
+        folder = tmp_path / f"k{k}" / "q"
+        indexed(folder)
+        out = run_compactor(folder, k)
+        staged_seen += (folder / NEW_KEYS).exists()
+        check_after_kill(folder)
+        if out.returncode == 0:
+            assert (folder / KEYS_NAME).exists()  # staged, and renamed in with the journal
+            break
+        assert out.returncode == -9, out.stderr
+    else:
+        raise AssertionError("the compactor never finished")
+    assert staged_seen >= 1  # some kills came between staging and the swap
+
+
+def test_a_staged_index_without_its_journal_is_never_used(tmp_path: Path) -> None:
+    """The staged index names the new journal: put in place over the old
+    journal (as a crash between the renames could not, but a careless copy
+    might), it does not match and dedupe goes by the journal."""
+    folder = tmp_path / "q"
+    indexed(folder)
+    store = JournalStore(folder, create=False, auto_compact=0)
+    store.compact()
+    store.close()
+    saved = (folder / KEYS_NAME).read_bytes()
+    other = tmp_path / "other"
+    indexed(other)
+    os.replace(other / "journal.jsonl", folder / "journal.jsonl")
+    (folder / KEYS_NAME).write_bytes(saved)
+    for name in ("state.ckpt", ARCHIVE):
+        (folder / name).unlink()
+    store = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        assert store.enqueue(["item-1", "item-12", "new"]).added == 1
+        assert store._index is None  # the index was not of this journal
+    finally:
+        store.close()
