@@ -733,6 +733,11 @@ class JournalStore(RecordStore):
         self._background.wait()
         self._close_index()
         self._close_files()
+        # The state points back at this store (its text loader), a cycle that
+        # only a full collection frees: a long-lived process opening queues
+        # in a loop would hold every closed one's state (1M items: ~50 MB) till then.
+        self.state.reset()
+        self._archived = None
 
     def _close_files(self) -> None:
         for item_id in list(self._claims):
