@@ -8,6 +8,7 @@ staged one, or none): an existing item is never added again, a new one once.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import replace
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import CorruptJournal
+from statequeue.errors import CorruptJournal, LockTimeout
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from statequeue.store import key_index
@@ -160,3 +161,30 @@ def test_a_staged_index_without_its_journal_is_never_used(tmp_path: Path) -> Non
         assert store._index is None  # the index was not of this journal
     finally:
         store.close()
+
+
+def test_fsck_repair_waits_for_a_running_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction writes its archive tail and new journal holding only
+    compact.lock: a repair that rewrote the files meanwhile would race it, so
+    `fsck --repair` takes compact.lock first (and gives up after the lock
+    timeout, changing nothing). A plain check does not wait."""
+    folder = tmp_path / "q"
+    build(folder)
+    journal = folder / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b'"item-', b'"ITEM-')  # damage in the middle
+    journal.write_bytes(b"".join(lines))
+    before = journal.read_bytes()
+    monkeypatch.setenv("STATEQUEUE_LOCK_TIMEOUT", "0.2")
+    fd = os.open(folder / "compact.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a running compaction holds it
+        assert fsck(folder, repair=False).damaged
+        with pytest.raises(LockTimeout, match="compact.lock"):
+            fsck(folder, repair=True)
+        assert journal.read_bytes() == before
+    finally:
+        os.close(fd)
+    assert fsck(folder, repair=True).repaired
