@@ -182,7 +182,7 @@ def test_fsck_repair_waits_for_a_running_compaction(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a running compaction holds it
         assert fsck(folder, repair=False).damaged
-        with pytest.raises(LockTimeout, match="compact.lock"):
+        with pytest.raises(LockTimeout, match=r"compact\.lock"):
             fsck(folder, repair=True)
         assert journal.read_bytes() == before
     finally:
