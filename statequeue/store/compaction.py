@@ -113,6 +113,9 @@ def build(
         "commands": state.commands[-20:],
         "paused": state.paused,
         "follow": len(live) + len(state.runners),
+        # The journal this one continues: a follower of it (``read_events``)
+        # knows which of the records copied after the snapshot it has read.
+        "from": {"inode": pos.inode, "seq": pos.last_seq},
     }
     absent = state.absent_ids()
     if absent:

@@ -634,13 +634,16 @@ class JournalStore(RecordStore):
             return f.read()
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
-        inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
+        inode, offset, seen = cursor if isinstance(cursor, tuple) else (None, 0, None)
         with self._locked():
-            if inode != self.journal.inode:
+            compacted = inode != self.journal.inode
+            if compacted:
                 offset = 0  # the journal was compacted: continue from its snapshot
             data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
             found = [r for r in map(decode, data.splitlines()) if r is not None]
-            return found, (self.journal.inode, self.journal.offset)
+            if compacted and found:
+                found = _unseen_after_compaction(found, inode, seen)
+            return found, (self.journal.inode, self.journal.offset, self.journal.last_seq)
 
     # -- compaction --------------------------------------------------------------
 
@@ -845,6 +848,26 @@ def _overlay(texts: list[str], keys: dict[str, int], next_id: int) -> list[str]:
         if 0 < item_id < next_id:
             texts[item_id - 1] = text
     return texts
+
+
+def _unseen_after_compaction(found: list[Record], inode: object, seen: object) -> list[Record]:
+    """A compacted journal's records for a follower of the journal it replaced
+    (``inode``, read up to seq ``seen``): its snapshot, then the records copied
+    after it that the follower has not read there (copied in order, renumbered
+    from the snapshot's end: old seq = new seq - follow - 1)."""
+    header = found[0]
+    source = header.get("from")
+    if (
+        header.get("t") != "snap"
+        or not isinstance(source, dict)
+        or source.get("inode") != inode
+        or not isinstance(seen, int)
+        or header["seq"] != source.get("seq", -1) + 1
+    ):
+        return found
+    follow = header.get("follow", 0)
+    body_end = header["seq"] + follow
+    return [r for r in found if r["seq"] <= body_end or r["seq"] - follow - 1 > seen]
 
 
 def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:

@@ -25,7 +25,12 @@ from statequeue.store.compaction import _RESULT_KEYS
 from statequeue.store.fsck import fsck
 from statequeue.store.journal_store import ARCHIVE, JournalStore
 from statequeue.store.online_compaction import NEW_KEYS
-from tests.faults.test_compaction_online import build, check_after_kill, run_compactor
+from tests.faults.test_compaction_online import (
+    DuringArchive,
+    build,
+    check_after_kill,
+    run_compactor,
+)
 
 # Texts and results whose JSON needs escapes, or holds the bytes the splice
 # looks for ("seq" keys inside a result, quotes, a backslash before a quote).
@@ -188,3 +193,35 @@ def test_fsck_repair_waits_for_a_running_compaction(
     finally:
         os.close(fd)
     assert fsck(folder, repair=True).repaired
+
+
+def test_following_events_across_a_compaction_repeats_nothing(tmp_path: Path) -> None:
+    """Records appended while a compaction runs are read once by a follower
+    (`events --follow`, `stats --watch`): in the old journal, and not again
+    when the new journal copies them after its snapshot."""
+    folder = tmp_path / "q"
+    build(folder)
+    follower = JournalStore(folder, create=False, auto_compact=0)
+    seen, cursor = follower.read_events(None)
+
+    def meanwhile() -> None:
+        nonlocal cursor
+        other = JournalStore(folder, create=False, auto_compact=0)
+        try:
+            other.enqueue(["during-1", "during-2"])
+        finally:
+            other.close()
+        found, cursor = follower.read_events(cursor)
+        seen.extend(found)
+
+    store = JournalStore(folder, create=False, ops=DuringArchive(meanwhile), auto_compact=0)
+    store.compact()
+    store.enqueue(["after"])
+    store.close()
+    found, cursor = follower.read_events(cursor)
+    follower.close()
+    seen.extend(found)
+    enqueued = [r["item"] for r in seen if r["t"] == "enq"]
+    assert enqueued.count("during-1") == 1 and enqueued.count("during-2") == 1
+    assert enqueued.count("after") == 1
+    assert any(r["t"] == "snap" for r in found)  # it did cross the compaction
