@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue import records
-from statequeue.errors import CorruptJournal, DamagedState
+from statequeue.errors import CorruptJournal
 from statequeue.fileio import FileOps
 from statequeue.gcpause import gc_paused
 from statequeue.journal import JournalFile
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import CODE, QueueState
+from statequeue.store.archive_file import open_archive
 from statequeue.store.archive_lines import (
     END_PREFIX,
     ENQ_PREFIX,
@@ -95,7 +96,7 @@ def build(
     """Step 2: archive the items finished as of ``pos`` (whose records
     ``state`` reflects) and write the new journal's body to ``new`` (open on
     the temp file), both fsynced. Caller holds the compaction lock only."""
-    archive = _open_archive(folder, ARCHIVE, state, ops=ops)
+    archive = open_archive(folder, ARCHIVE, state, ops=ops)
     try:
         archived, last_end, texts, tries = _archive_finished(pos, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
@@ -376,69 +377,3 @@ def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]
     if done:
         rec["tries"] = done[-_TRIES_KEPT:]
     return rec
-
-
-def _ignore(record: Record, loc: int) -> None:
-    """Replay callback for a file read only to validate it."""
-
-
-class _ArchiveCheck:
-    """Replay callback that checks the archive against the snapshot header:
-    ``archived`` records up to ``archive_size``, then only items the journal
-    still names (locator >= 0: it holds their record)."""
-
-    def __init__(self, state: QueueState) -> None:
-        self.state = state
-        self.vouched = 0
-        self.strangers = 0
-
-    def __call__(self, record: Record, loc: int) -> None:
-        if record.get("t") != "arch":
-            return
-        if loc < self.state.archive_size:
-            self.vouched += 1
-            return
-        item_id = record.get("id", 0)
-        locs = self.state.locs
-        if not (isinstance(item_id, int) and 0 < item_id < len(locs) and locs[item_id] >= 0):
-            self.strangers += 1
-
-
-def _open_archive(
-    folder: QueueFolder, name: str, state: QueueState, *, ops: FileOps
-) -> JournalFile:
-    """The archive, open for appending after the ``archive_size`` bytes the
-    current snapshot vouches for (a crashed compaction's tail is cut away,
-    once it is shown to be one)."""
-    size = state.archive_size
-    path = folder.path / name
-    if not folder.exists(name):
-        if size:
-            raise DamagedState(f"{path} is missing but the journal refers to it")
-        fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        os.close(fd)
-        ops.fsync_dir(folder.itself())
-    archive = JournalFile(folder, name, ops=ops)
-    archive.open()
-    try:
-        check = _ArchiveCheck(state)
-        archive.replay(check, repair=False)
-        if archive.offset < size:
-            raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
-        if check.vouched != state.archived or check.strangers:
-            raise DamagedState(
-                f"{path}: holds {check.vouched} record(s) where the journal says "
-                f"{state.archived}, and {check.strangers} it does not name; refusing to "
-                "compact (run `statequeue fsck`)"
-            )
-        if os.fstat(archive.fd).st_size != size:
-            # A compaction crashed after appending here (its journal never took
-            # effect, so those items are archived again), or a torn tail.
-            ops.truncate(archive.fd, size)
-            ops.fsync(archive.fd)
-            archive.open()
-            archive.replay(_ignore, repair=False)
-    except BaseException:
-        archive.close()
-        raise
-    return archive
