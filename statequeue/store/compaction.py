@@ -12,12 +12,16 @@ Its steps, in this order, so that a crash at any point leaves a readable queue:
    snapshot vouches for (drops what an earlier, crashed compaction appended),
    append the items finished as of P with their results, fsync it. Write the
    new journal to a temp file (snapshot header, one ``item`` record per item
-   unfinished at P, the live runners), fsync it, and stage a state checkpoint
-   of it for the next opener.
+   unfinished at P, the live runners), fsync it, stage the keys index of it,
+   copy the complete records appended since P so far (renumbered; no lock:
+   others go on appending), fsync, and stage a state checkpoint after them.
 3. Under the queue lock: check the journal and the archive at their paths are
-   still the files of step 1 (else give up: a repair replaced one), copy the
-   records appended since P to the temp file (renumbered), fsync, rename it
-   over the journal, fsync the folder, put the staged checkpoints in place.
+   still the files of step 1 (else give up: a repair replaced one) and that
+   the bytes copied ahead are still there (a writer whose fsync failed cuts
+   its records: else start again), copy the records appended since,
+   fsync, rename it over the journal, fsync the folder, put the staged
+   checkpoints in place. Every process that reopens then replays only what
+   the swap copied.
 
 Until step 3's rename, the old journal still names every item, and the
 archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it);

@@ -11,12 +11,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from statequeue.errors import CorruptJournal, LockTimeout
+from statequeue.fileio import FileOps
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
 from statequeue.store import key_index
@@ -24,7 +26,10 @@ from statequeue.store.checkpoint import KEYS_NAME
 from statequeue.store.compaction import _RESULT_KEYS
 from statequeue.store.fsck import fsck
 from statequeue.store.journal_store import ARCHIVE, JournalStore
-from statequeue.store.online_compaction import NEW_KEYS
+from statequeue.store.online_compaction import NEW_JOURNAL, NEW_KEYS
+from tests.faults.test_compaction_online import (
+    FIRST as FIRST_ITEMS,
+)
 from tests.faults.test_compaction_online import (
     DuringArchive,
     build,
@@ -225,3 +230,86 @@ def test_following_events_across_a_compaction_repeats_nothing(tmp_path: Path) ->
     assert enqueued.count("during-1") == 1 and enqueued.count("during-2") == 1
     assert enqueued.count("after") == 1
     assert any(r["t"] == "snap" for r in found)  # it did cross the compaction
+
+
+class AfterCopyAhead(FileOps):
+    """Runs ``early`` at the archive's fsync (records then appended are copied
+    ahead, without the queue lock) and ``late`` at the new journal's second
+    fsync (the copy ahead's: what comes after is the swap's to copy)."""
+
+    def __init__(self, early: Callable[[], None], late: Callable[[], None]) -> None:
+        self.early, self.late = early, late
+        self.new_syncs = 0
+        self.ran_early = False
+
+    def fsync(self, fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith(ARCHIVE) and not self.ran_early:
+            self.ran_early = True
+            self.early()
+        super().fsync(fd)
+        if name.endswith(NEW_JOURNAL):
+            self.new_syncs += 1
+            if self.new_syncs == 2:
+                self.late()
+
+
+def _enqueue(folder: Path, items: list[str]) -> None:
+    other = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        assert other.enqueue(items).added == len(items)
+    finally:
+        other.close()
+
+
+def test_records_appended_during_compaction_are_copied_ahead(tmp_path: Path) -> None:
+    """Records appended while compaction writes the new journal are copied
+    into it before the swap, and its staged state checkpoint covers them:
+    the swap copies, and the next opener replays, only what came later."""
+    folder = tmp_path / "q"
+    build(folder)
+    early = [f"early-{i}" for i in range(50)]
+    ops = AfterCopyAhead(lambda: _enqueue(folder, early), lambda: _enqueue(folder, ["late"]))
+    store = JournalStore(folder, create=False, ops=ops, auto_compact=0)
+    store.compact()
+    store.close()
+    assert ops.new_syncs == 3  # body, copy ahead, swap
+    store = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        assert store.restored_from_checkpoint
+        assert store.replayed_on_open == 1  # "late" only
+        assert store.enqueue([*FIRST_ITEMS, *early, "late"]).added == 0
+        assert dict(store.status().counts)["pending"] == 4 + 51
+    finally:
+        store.close()
+    assert not fsck(folder, repair=False).damaged
+
+
+def test_records_cut_after_the_copy_ahead_are_not_kept(tmp_path: Path) -> None:
+    """A writer whose fsync failed cuts its unacknowledged records, perhaps
+    after they were copied ahead: the swap finds the bytes gone and the
+    compaction starts again, so the new journal never holds them."""
+    folder = tmp_path / "q"
+    build(folder)
+    journal = folder / "journal.jsonl"
+    sizes: list[int] = []
+
+    def early() -> None:
+        sizes.append(journal.stat().st_size)
+        _enqueue(folder, ["doomed"])
+
+    def cut() -> None:
+        if len(sizes) == 1:
+            os.truncate(journal, sizes.pop())  # as the failed writer does, under its lock
+
+    ops = AfterCopyAhead(early, cut)
+    store = JournalStore(folder, create=False, ops=ops, auto_compact=0)
+    store.compact()
+    store.close()
+    store = JournalStore(folder, create=False, auto_compact=0)
+    try:
+        assert "doomed" not in {view.item for view in store.items()}
+        assert store.enqueue(["doomed"]).added == 1
+    finally:
+        store.close()
+    assert not fsck(folder, repair=False).damaged
