@@ -13,7 +13,7 @@ import pytest
 
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
-from statequeue.store import journal_store, key_index
+from statequeue.store import checkpoint, journal_store, key_index
 from statequeue.store.checkpoint import KEYS_NAME
 from statequeue.store.journal_store import JournalStore
 
@@ -209,5 +209,31 @@ def test_a_long_tail_is_merged_into_a_fresh_index(tmp_path: Path) -> None:
         assert store._index is not None
         assert store._index.index is not None and store._index.index.count == 653
         assert store.find_ids(list(TWINS)) == {TWINS[0]: 501, TWINS[1]: 652}
+    finally:
+        store.close()
+
+
+def test_find_ids_of_a_few_items_probes_the_index(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    store = probing(folder)
+    try:
+        assert store.find_ids(["item-42", "absent"]) == {"item-42": 42}
+        assert store._index is not None
+    finally:
+        store.close()
+
+
+def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) -> None:
+    """A keys file in the format before the index (SQKEYS1) still counts for
+    the highest id a repair must not reuse."""
+    folder = tmp_path / "q"
+    indexed_queue(folder, ITEMS[:200])
+    store = probing(folder)
+    try:
+        header = {"journal": {}, "count": 77}
+        assert checkpoint._write(store.dir, KEYS_NAME, b"SQKEYS1\n", header, (b"a\0b",))
+        assert checkpoint.known_ids(store.dir) == 77
+        assert store.enqueue(["item-1", "new"]).added == 1  # and it is not used for dedupe
     finally:
         store.close()

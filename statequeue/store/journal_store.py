@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate, chain
 from pathlib import Path
@@ -339,6 +339,14 @@ class JournalStore(RecordStore):
                 self._maybe_checkpoint(self._least_on_close())
                 self._store_keys()
         return result
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        # A few texts: probe the keys index, as a small enqueue does.
+        self._few = len(texts) <= FEW_ITEMS
+        try:
+            return super().find_ids(texts)
+        finally:
+            self._few = False
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         journal = self.journal

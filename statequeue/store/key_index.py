@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from statequeue.store.folder import QueueFolder
 
 MAGIC = b"SQKEYS2\n"
+_OLD_MAGIC = b"SQKEYS1\n"  # every text NUL-separated, one CRC32 (read only by ``known_count``)
 CHUNK = 1024  # ids (or table entries) per checksummed chunk
 _ID_BITS = 32
 _ID_MASK = (1 << _ID_BITS) - 1
@@ -375,6 +376,11 @@ def known_count(folder: QueueFolder) -> int:
             head = os.pread(fd, 1 << 16, 0)
         finally:
             os.close(fd)
+        if head.startswith(_OLD_MAGIC):  # written before the index: a plain list
+            from statequeue.store.checkpoint import _read
+
+            old = _read(folder, KEYS_NAME, _OLD_MAGIC)
+            return int(old[0]["count"]) if old else 0
         header, _ = _read_head(head)
         return int(header["count"])
     return 0
