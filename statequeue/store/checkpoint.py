@@ -119,16 +119,18 @@ def _write(
     return True
 
 
-def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], bytes] | None:
-    """The header and the bytes after it, if the file is intact."""
+def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], memoryview] | None:
+    """The header and (a view of) the bytes after it, if the file is intact.
+    Views, not slices: a 1M-item state is 9 MB, and each copy of it costs
+    every `status` a few milliseconds."""
     try:
         data = folder.read_bytes(name)
     except (OSError, StateQueueError):
         return None
     if len(data) < len(magic) + 12 or not data.startswith(magic):
         return None
-    body, crc = data[:-4], data[-4:]
-    if zlib.crc32(body) != int.from_bytes(crc, "little"):
+    body = memoryview(data)[:-4]
+    if zlib.crc32(body) != int.from_bytes(data[-4:], "little"):
         return None
     start = len(magic) + 8
     size = int.from_bytes(data[len(magic) : start], "little")
@@ -213,7 +215,7 @@ def discard(folder: QueueFolder) -> None:
             folder.unlink(name)
 
 
-def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], bytes, bytes] | None:
+def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], memoryview, memoryview] | None:
     parsed = _read(folder, name, MAGIC)
     if parsed is None:
         return None
