@@ -142,7 +142,9 @@ def measure_compaction(c: Contender, template: Path, *, cli: bool) -> dict[str, 
     stop = c.home / "stop"
     probes = c.home / "probes.jsonl"
     prober = subprocess.Popen(
-        [c.python, "-c", PROBER, str(c.home), name, str(stop), str(probes)], env=c.env
+        [c.python, "-c", PROBER, str(c.home), name, str(stop), str(probes)],
+        env=c.env,
+        cwd=c.home,  # `python -c` imports from its cwd first: never another checkout's code
     )
     shell: list[tuple[str, float, float]] = []
     done = threading.Event()
