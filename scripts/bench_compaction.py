@@ -53,7 +53,7 @@ NAN = float("nan")  # no goal for this figure
 
 # Runs in the prober process, with the contender's own interpreter and library.
 PROBER = """
-import json, os, sys, time
+import gc, json, os, resource, sys, time
 from statequeue import Queue
 home, name, stop, out = sys.argv[1:5]
 n = 0
@@ -73,7 +73,12 @@ with open(out, "w") as f:
             row = [kind, t0, time.perf_counter() - c0, failed]
             f.write(json.dumps(row) + "\\n"); f.flush()
             n += 1
+            q = None
+            # Untimed: a closed queue's state is freed now, not at some later
+            # full collection (the prober measures; it must not hoard).
+            gc.collect()
             time.sleep(0.02)  # a loop of commands, not a busy loop
+    f.write(json.dumps(["rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]) + "\\n")
 """
 
 
@@ -137,7 +142,9 @@ def measure_compaction(c: Contender, template: Path, *, cli: bool) -> dict[str, 
     stop = c.home / "stop"
     probes = c.home / "probes.jsonl"
     prober = subprocess.Popen(
-        [c.python, "-c", PROBER, str(c.home), name, str(stop), str(probes)], env=c.env
+        [c.python, "-c", PROBER, str(c.home), name, str(stop), str(probes)],
+        env=c.env,
+        cwd=c.home,  # `python -c` imports from its cwd first: never another checkout's code
     )
     shell: list[tuple[str, float, float]] = []
     done = threading.Event()
@@ -156,10 +163,13 @@ def measure_compaction(c: Contender, template: Path, *, cli: bool) -> dict[str, 
         prober.wait(TIMEOUT)
         if looper.is_alive():
             looper.join(TIMEOUT)
-    lib = [json.loads(line) for line in probes.read_text().splitlines()]
+    rows = [json.loads(line) for line in probes.read_text().splitlines()]
+    lib = [row for row in rows if len(row) == 4]
+    prober_kb = max([row[1] for row in rows if row[0] == "rss"], default=0)
     return {
         "compact_s": wall,
         "compact_rss_mb": read_rss(rss_file) / 1024,
+        "prober_rss_mb": prober_kb / 1024,
         "lib_idle": _by_kind([(k, d) for k, t0, d, _ in lib if t0 < started]),
         "lib": _by_kind([(k, d) for k, t0, d, _ in lib if started <= t0 < ended]),
         "lib_failed": [f for _, t0, _, f in lib if f and started <= t0 < ended],
@@ -308,6 +318,14 @@ def report(results: dict[str, dict[str, Any]], sizes: dict[str, int]) -> None:
             "compact peak RSS (MB)",
             [get(lb, "compaction", "compact_rss_mb") for lb in labels],
             GOAL_RSS_MB,
+            "MB",
+        )
+    )
+    rows.append(
+        (
+            "prober process peak RSS (MB)",
+            [get(lb, "compaction", "prober_rss_mb") for lb in labels],
+            NAN,
             "MB",
         )
     )

@@ -530,7 +530,9 @@ class QueueState:
         }
         return meta, bytes(self.codes), self.locs.tobytes()
 
-    def restore(self, meta: dict[str, Any], codes: bytes, locs: bytes) -> None:
+    def restore(
+        self, meta: dict[str, Any], codes: bytes | memoryview, locs: bytes | memoryview
+    ) -> None:
         """Become the state ``export`` returned (raises on malformed input)."""
         self.reset()
         self.next_id = int(meta["next_id"])

@@ -12,12 +12,16 @@ Its steps, in this order, so that a crash at any point leaves a readable queue:
    snapshot vouches for (drops what an earlier, crashed compaction appended),
    append the items finished as of P with their results, fsync it. Write the
    new journal to a temp file (snapshot header, one ``item`` record per item
-   unfinished at P, the live runners), fsync it, and stage a state checkpoint
-   of it for the next opener.
+   unfinished at P, the live runners), fsync it, stage the keys index of it,
+   copy the complete records appended since P so far (renumbered; no lock:
+   others go on appending), fsync, and stage a state checkpoint after them.
 3. Under the queue lock: check the journal and the archive at their paths are
-   still the files of step 1 (else give up: a repair replaced one), copy the
-   records appended since P to the temp file (renumbered), fsync, rename it
-   over the journal, fsync the folder, put the staged checkpoints in place.
+   still the files of step 1 (else give up: a repair replaced one) and that
+   the bytes copied ahead are still there (a writer whose fsync failed cuts
+   its records: else start again), copy the records appended since,
+   fsync, rename it over the journal, fsync the folder, put the staged
+   checkpoints in place. Every process that reopens then replays only what
+   the swap copied.
 
 Until step 3's rename, the old journal still names every item, and the
 archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it);
@@ -46,13 +50,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue import records
-from statequeue.errors import CorruptJournal, DamagedState
+from statequeue.errors import CorruptJournal
 from statequeue.fileio import FileOps
 from statequeue.gcpause import gc_paused
 from statequeue.journal import JournalFile
 from statequeue.models import ItemState
 from statequeue.records import Record, item_fields, item_text
 from statequeue.state import CODE, QueueState
+from statequeue.store.archive_file import open_archive
+from statequeue.store.archive_lines import (
+    END_PREFIX,
+    ENQ_PREFIX,
+    arch_line,
+    done_at_once,
+    enqueued,
+    text_of,
+)
 from statequeue.store.integrity import ARCHIVE
 
 if TYPE_CHECKING:
@@ -87,7 +100,7 @@ def build(
     """Step 2: archive the items finished as of ``pos`` (whose records
     ``state`` reflects) and write the new journal's body to ``new`` (open on
     the temp file), both fsynced. Caller holds the compaction lock only."""
-    archive = _open_archive(folder, ARCHIVE, state, ops=ops)
+    archive = open_archive(folder, ARCHIVE, state, ops=ops)
     try:
         archived, last_end, texts, tries = _archive_finished(pos, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
@@ -105,6 +118,9 @@ def build(
         "commands": state.commands[-20:],
         "paused": state.paused,
         "follow": len(live) + len(state.runners),
+        # The journal this one continues: a follower of it (``read_events``)
+        # knows which of the records copied after the snapshot it has read.
+        "from": {"inode": pos.inode, "seq": pos.last_seq},
     }
     absent = state.absent_ids()
     if absent:
@@ -176,62 +192,117 @@ def _archive_finished(
     live item id -> attempts).
 
     Done is terminal, so an ``end`` with state done is an item's last word; a
-    text is held only from the item's enqueue to that ``end``.
+    text is held only from the item's enqueue to that ``end``. An item done
+    at its first try, in the usual layout, takes the fast path
+    (``archive_lines``): its ``arch`` line is spliced from its two lines.
     """
-    texts: dict[int, str] = {}
-    tries: dict[int, list[Record]] = {}  # held from enqueue (or carry-over) until archived
-    live_texts: dict[int, str] = {}
-    last_end: dict[int, Record] = {}
-    finished: dict[int, Record] = {}
-    batch: list[Record] = []
-    archived = 0
-    codes = state.codes
-    done_codes = (0, CODE[ItemState.DONE])
-    done = ItemState.DONE.value
-
-    def is_live(item_id: int) -> bool:
-        return 0 < item_id < len(codes) and codes[item_id] not in done_codes
-
+    out = _Archiving(state, archive)
+    codes, ncodes, done_code = state.codes, len(state.codes), CODE[ItemState.DONE]
+    texts, tries, emit = out.texts, out.tries, out.emit
+    lines = _Lines(pos)
     with gc_paused():
-        for rec in _records_kept(pos):
-            kind = rec.get("t")
-            item_id = rec.get("id", -1)
-            if kind in ("enq", "item"):
-                if is_live(item_id):
-                    live_texts[item_id] = item_text(rec)
-                    if "last" in rec:
-                        last_end[item_id] = rec["last"]
-                else:
-                    texts[item_id] = item_text(rec)
-                    if "last" in rec:  # an imported finished item: its result
-                        finished[item_id] = rec["last"]
-                if rec.get("tries"):
-                    tries[item_id] = rec["tries"]
-            elif kind in ("intr", "set") or (
-                kind == "end" and (rec["state"] != done or item_id in tries)
-            ):
-                # An item done at its first attempt needs no summary: its
-                # ``arch`` record is that attempt (the usual case costs nothing).
-                # A user's retry or cancel (``set``) is kept too: it starts an
-                # episode that `show` must still number after compaction.
-                tries.setdefault(item_id, []).append(_try(rec))
-            if kind == "end":
-                fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
-                if is_live(item_id):
-                    last_end[item_id] = fields
-                elif rec["state"] == done and item_id in texts:
-                    batch.append(_arch(item_id, texts.pop(item_id), fields, tries))
-            if len(batch) >= _ARCHIVE_BATCH:
-                archive.append(batch, sync=False)
-                archived += len(batch)
-                batch = []
+        for line in lines:
+            if line.startswith(ENQ_PREFIX):
+                found = enqueued(line)
+                if found is not None and 0 < found[0] < ncodes and codes[found[0]] == done_code:
+                    texts[found[0]] = found[1]  # the JSON body: spliced, never decoded
+                    continue
+            elif line.startswith(END_PREFIX):
+                found = done_at_once(line)
+                if found is not None and found[0] not in tries:
+                    body = texts.pop(found[0], None)
+                    if type(body) is bytes:
+                        emit(arch_line(found[0], body, found[1], out.next_seq()))
+                        continue
+                    if body is not None:
+                        texts[found[0]] = body
+            out.general(lines.decoded(line))
+        return out.finish()
+
+
+class _Archiving:
+    """What ``_archive_finished`` holds while it streams: the texts of
+    finished items not archived yet (a JSON body from the fast path, or a
+    text), the attempts kept per item, and the archive lines to write."""
+
+    def __init__(self, state: QueueState, archive: JournalFile) -> None:
+        self.state = state
+        self.archive = archive
+        self.texts: dict[int, str | bytes] = {}
+        self.tries: dict[int, list[Record]] = {}  # held from enqueue (or carry-over) until archived
+        self.live_texts: dict[int, str] = {}
+        self.last_end: dict[int, Record] = {}
+        self.finished: dict[int, Record] = {}
+        self.lines: list[bytes] = []
+        self.archived = 0
+        self.seq = archive.last_seq or 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def emit(self, line: bytes) -> None:
+        self.lines.append(line)
+        if len(self.lines) >= _ARCHIVE_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            self.archive.append_encoded(b"".join(self.lines), len(self.lines), sync=False)
+            self.archived += len(self.lines)
+            self.lines = []
+
+    def arch(self, item_id: int, text: str | bytes, fields: Record) -> None:
+        rec = _arch(item_id, text_of(text) if type(text) is bytes else text, fields, self.tries)  # type: ignore[arg-type]
+        rec["seq"] = self.next_seq()
+        self.emit(records.encode(rec))
+
+    def is_live(self, item_id: int) -> bool:
+        codes = self.state.codes
+        return 0 < item_id < len(codes) and codes[item_id] not in _DONE_CODES
+
+    def general(self, rec: Record) -> None:
+        """One record the fast path left, decoded."""
+        kind = rec.get("t")
+        item_id = rec.get("id", -1)
+        if kind in ("enq", "item"):
+            if self.is_live(item_id):
+                self.live_texts[item_id] = item_text(rec)
+                if "last" in rec:
+                    self.last_end[item_id] = rec["last"]
+            else:
+                self.texts[item_id] = item_text(rec)
+                if "last" in rec:  # an imported finished item: its result
+                    self.finished[item_id] = rec["last"]
+            if rec.get("tries"):
+                self.tries[item_id] = rec["tries"]
+        elif kind in ("intr", "set") or (
+            kind == "end" and (rec["state"] != _DONE or item_id in self.tries)
+        ):
+            # An item done at its first attempt needs no summary: its
+            # ``arch`` record is that attempt (the usual case costs nothing).
+            # A user's retry or cancel (``set``) is kept too: it starts an
+            # episode that `show` must still number after compaction.
+            self.tries.setdefault(item_id, []).append(_try(rec))
+        if kind == "end":
+            fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
+            if self.is_live(item_id):
+                self.last_end[item_id] = fields
+            elif rec["state"] == _DONE and item_id in self.texts:
+                self.arch(item_id, self.texts.pop(item_id), fields)
+
+    def finish(self) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]]]:
         # Finished items without a done `end` (a salvaged journal): archived bare.
         # Imported ones carry their result in ``last``.
-        batch += [_arch(i, text, finished.get(i, {}), tries) for i, text in sorted(texts.items())]
-        archive.append(batch, sync=False)
-    return archived + len(batch), last_end, live_texts, tries
+        for item_id, text in sorted(self.texts.items()):
+            self.arch(item_id, text, self.finished.get(item_id, {}))
+        self.texts.clear()
+        self.flush()
+        return self.archived, self.last_end, self.live_texts, self.tries
 
 
+_DONE = ItemState.DONE.value
+_DONE_CODES = (0, CODE[ItemState.DONE])
 _CHUNK = 4 << 20
 # A ``start`` says nothing compaction keeps (the state copy has who runs
 # what), and is a third of a busy journal: not decoded. Only a line that
@@ -239,28 +310,40 @@ _CHUNK = 4 << 20
 _START = b'{"t":"start",'
 
 
-def _records_kept(pos: Position) -> Iterator[Record]:
-    """The records before ``pos`` but ``start`` ones, decoded a chunk at a time
-    (a replay validated them already; damage since is still refused)."""
-    offset, line_no = 0, 0
-    decode = records.decode
-    while offset < pos.offset:
-        data = os.pread(pos.fd, min(_CHUNK, pos.offset - offset), offset)
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:  # one record longer than a chunk
-            data = os.pread(pos.fd, pos.offset - offset, offset)
+class _Lines:
+    """The lines before ``pos`` but ``start`` ones, a chunk at a time; and
+    where a line is, for the message if it proves damaged."""
+
+    def __init__(self, pos: Position) -> None:
+        self.pos = pos
+        self.first_line = 1  # of the chunk being read
+        self.chunk: list[bytes] = []
+
+    def __iter__(self) -> Iterator[bytes]:
+        pos, offset = self.pos, 0
+        while offset < pos.offset:
+            data = os.pread(pos.fd, min(_CHUNK, pos.offset - offset), offset)
             cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                raise CorruptJournal(str(pos.path), line_no + 1, "no record ends here")
-        offset += cut
-        for line in data[:cut].split(b"\n")[:-1]:
-            line_no += 1
-            if line.startswith(_START):
-                continue
-            rec = decode(line)
-            if rec is None:
-                raise CorruptJournal(str(pos.path), line_no, "bad checksum or malformed record")
-            yield rec
+            if cut == 0:  # one record longer than a chunk
+                data = os.pread(pos.fd, pos.offset - offset, offset)
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    raise CorruptJournal(str(pos.path), self.first_line, "no record ends here")
+            offset += cut
+            self.first_line += len(self.chunk)
+            self.chunk = data[:cut].split(b"\n")[:-1]
+            for line in self.chunk:
+                if not line.startswith(_START):
+                    yield line
+
+    def decoded(self, line: bytes) -> Record:
+        """A line the fast path left, decoded (a replay validated them
+        already; damage since is still refused)."""
+        rec = records.decode(line)
+        if rec is None:
+            where = self.first_line + self.chunk.index(line)
+            raise CorruptJournal(str(self.pos.path), where, "bad checksum or malformed record")
+        return rec
 
 
 # ``crashes``/``attempts`` tell crash recovery and an uncounted give-back
@@ -298,69 +381,3 @@ def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]
     if done:
         rec["tries"] = done[-_TRIES_KEPT:]
     return rec
-
-
-def _ignore(record: Record, loc: int) -> None:
-    """Replay callback for a file read only to validate it."""
-
-
-class _ArchiveCheck:
-    """Replay callback that checks the archive against the snapshot header:
-    ``archived`` records up to ``archive_size``, then only items the journal
-    still names (locator >= 0: it holds their record)."""
-
-    def __init__(self, state: QueueState) -> None:
-        self.state = state
-        self.vouched = 0
-        self.strangers = 0
-
-    def __call__(self, record: Record, loc: int) -> None:
-        if record.get("t") != "arch":
-            return
-        if loc < self.state.archive_size:
-            self.vouched += 1
-            return
-        item_id = record.get("id", 0)
-        locs = self.state.locs
-        if not (isinstance(item_id, int) and 0 < item_id < len(locs) and locs[item_id] >= 0):
-            self.strangers += 1
-
-
-def _open_archive(
-    folder: QueueFolder, name: str, state: QueueState, *, ops: FileOps
-) -> JournalFile:
-    """The archive, open for appending after the ``archive_size`` bytes the
-    current snapshot vouches for (a crashed compaction's tail is cut away,
-    once it is shown to be one)."""
-    size = state.archive_size
-    path = folder.path / name
-    if not folder.exists(name):
-        if size:
-            raise DamagedState(f"{path} is missing but the journal refers to it")
-        fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        os.close(fd)
-        ops.fsync_dir(folder.itself())
-    archive = JournalFile(folder, name, ops=ops)
-    archive.open()
-    try:
-        check = _ArchiveCheck(state)
-        archive.replay(check, repair=False)
-        if archive.offset < size:
-            raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
-        if check.vouched != state.archived or check.strangers:
-            raise DamagedState(
-                f"{path}: holds {check.vouched} record(s) where the journal says "
-                f"{state.archived}, and {check.strangers} it does not name; refusing to "
-                "compact (run `statequeue fsck`)"
-            )
-        if os.fstat(archive.fd).st_size != size:
-            # A compaction crashed after appending here (its journal never took
-            # effect, so those items are archived again), or a torn tail.
-            ops.truncate(archive.fd, size)
-            ops.fsync(archive.fd)
-            archive.open()
-            archive.replay(_ignore, repair=False)
-    except BaseException:
-        archive.close()
-        raise
-    return archive

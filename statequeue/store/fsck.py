@@ -28,7 +28,7 @@ from statequeue.state import QueueState, id_runs
 from statequeue.store import checkpoint
 from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
-from statequeue.store.locks import wait_for_lock
+from statequeue.store.locks import lock_timeout, wait_for_lock
 
 
 @dataclass
@@ -168,6 +168,17 @@ def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckRepor
 
 
 def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
+    if not repair:
+        return _check_locked(qdir, repair=False, ops=ops)
+    from statequeue.store.online_compaction import compaction_lock
+
+    # A compaction writes the archive and its new journal holding only
+    # compact.lock: a repair waits for it (lock order: compact.lock, then lock).
+    with compaction_lock(qdir, wait=lock_timeout()):
+        return _check_locked(qdir, repair=True, ops=ops)
+
+
+def _check_locked(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
     lock_fd = _open_lock(qdir, repair=repair)
     try:
         if lock_fd >= 0:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate, chain
 from pathlib import Path
@@ -54,7 +54,7 @@ from statequeue.journal import (
 from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
-from statequeue.store import checkpoint
+from statequeue.store import checkpoint, key_index
 from statequeue.store.background_compaction import BackgroundCompaction
 from statequeue.store.base import attempts_since
 from statequeue.store.checkpoint import Found
@@ -90,6 +90,10 @@ CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
 CHECKPOINT_EVERY = 20_000
 CHECKPOINT_ON_CLOSE = 1_000
 KEYS_CACHE_AFTER = 20_000  # records read to build the dedupe keys that make caching them pay
+# An enqueue of at most this many items probes the keys index (a binary search
+# each) instead of loading every key: cheaper while it is a small share of the
+# queue; a bigger one loads them all (one dict, C-speed membership).
+FEW_ITEMS = 2_000
 
 
 class JournalStore(RecordStore):
@@ -114,6 +118,8 @@ class JournalStore(RecordStore):
         self._claims_probe = -1  # claims.lock, opened once, to test other holders' claims
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
+        self._index: _IndexKeys | None = None  # the keys index probed by a small enqueue
+        self._few = False  # this enqueue is small enough to probe the index
         self._broken: DurabilityError | None = None
         self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
         self.restored_from_checkpoint = False  # how the last (re)load went, for tests
@@ -205,6 +211,7 @@ class JournalStore(RecordStore):
         torn tail is cut, and a stale checkpoint removed, only after every
         check passed (promise 5: a refused queue is left byte for byte)."""
         self._archived = None
+        self._close_index()
         self._checkpoint_lines = 0
         found, torn, restored = self._read_journal()
         refuse_if_incomplete(self.journal, self.state, found)
@@ -318,10 +325,11 @@ class JournalStore(RecordStore):
         # A big enqueue is many short locked sections; a checkpoint after each
         # would rewrite the whole state every few batches. One at the end.
         self._bulk = True
+        self._few = len(items) <= FEW_ITEMS
         try:
             result = super().enqueue(items)
         finally:
-            self._bulk = False
+            self._bulk = self._few = False
         if (
             self._save_keys
             or self._keys_were_empty
@@ -331,6 +339,14 @@ class JournalStore(RecordStore):
                 self._maybe_checkpoint(self._least_on_close())
                 self._store_keys()
         return result
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        # A few texts: probe the keys index, as a small enqueue does.
+        self._few = len(texts) <= FEW_ITEMS
+        try:
+            return super().find_ids(texts)
+        finally:
+            self._few = False
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         journal = self.journal
@@ -432,7 +448,8 @@ class JournalStore(RecordStore):
             os.close(fd)
 
     def _known_keys(self, state: QueueState) -> Container[str]:
-        if state.keys is None and self._archived is None and self.checkpoint_every > 0:
+        cached = state.keys is None and self._archived is None and self.checkpoint_every > 0
+        if cached and not (self._few and self._probe_index(state)):
             self._load_cached_keys(state)
         if state.keys is None:
             # Built the slow way below (every record decoded): worth caching
@@ -446,7 +463,45 @@ class JournalStore(RecordStore):
                 item_text(r): r["id"] for r in read_archive(self.dir, ARCHIVE, state.archive_size)
             }
         live = super()._known_keys(state)
+        if self._index is not None:
+            return _Either(live, self._index)
         return _Either(live, self._archived) if self._archived else live
+
+    def _probe_index(self, state: QueueState) -> bool:
+        """Take the dedupe keys as the keys index (probed, not loaded) plus
+        the journal records after it; False if there is no matching index."""
+        index = key_index.open_index(self.dir, self.journal)
+        if index is None:
+            return False
+        tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
+        if tail is None:
+            index.close()
+            return False
+        state.keys = dict(tail)
+        self._index = _IndexKeys(index, self._keys_the_slow_way)
+        self._archived = {}  # the index holds them
+        self.keys_from_cache = True
+        # A long tail is scanned by every enqueue: worth a fresh index.
+        self._save_keys = len(tail) >= KEYS_CACHE_AFTER
+        return True
+
+    def _keys_the_slow_way(self) -> dict[str, int]:
+        """Every item text (text -> id), from every record of the journal and
+        the archive (the keys index failed a checksum meanwhile)."""
+        key_index.discard(self.dir)
+        self._save_keys = True
+        keys = {
+            item_text(r): r["id"] for r in read_archive(self.dir, ARCHIVE, self.state.archive_size)
+        }
+        for r in self._journal_records():
+            if r.get("t") in ("enq", "item"):
+                keys[item_text(r)] = r["id"]
+        return keys
+
+    def _close_index(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
 
     def _load_cached_keys(self, state: QueueState) -> None:
         """Dedupe keys from keys.ckpt (archived items included) plus the journal
@@ -462,7 +517,7 @@ class JournalStore(RecordStore):
     def _cached_keys(self) -> tuple[dict[str, int], int] | None:
         """Every item text (text -> id) from keys.ckpt plus the records after
         it, and how many came from those records; None if it does not match."""
-        cached = checkpoint.load_keys(self.dir, self.journal)
+        cached = key_index.load_keys(self.dir, self.journal)
         if cached is None:
             return None
         keys, offset = cached
@@ -484,13 +539,20 @@ class JournalStore(RecordStore):
         texts: list[str] | None = None
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
             texts = fresh
+        elif self._save_keys and self._index is not None and self._index.index is not None:
+            # The index plus a long tail: merged into a fresh one, no sort of all.
+            self._save_keys = False
+            self.journal.sync()  # as for the state checkpoint
+            with suppress(key_index.IndexDamaged):
+                self._extend_index(self._index.index, self.journal, None)
+            return
         elif self._save_keys:
             texts = self._texts_in_memory(state)
         if texts is None:
             return
         self._save_keys = False
         self.journal.sync()  # as for the state checkpoint
-        checkpoint.save_keys(self.dir, self.journal, texts)
+        key_index.save(self.dir, self.journal, texts)
 
     def _texts_in_memory(self, state: QueueState) -> list[str] | None:
         """Every item text in id order from the dedupe keys this process holds
@@ -498,6 +560,8 @@ class JournalStore(RecordStore):
         keys = state.merged_keys()
         if keys is None or self._archived is None:
             return None
+        if self._index is not None:
+            return self._index.texts_with(keys, state.next_id)
         every = {**self._archived, **keys} if self._archived else keys
         return checkpoint.texts_by_id(every, state.next_id)
 
@@ -578,13 +642,16 @@ class JournalStore(RecordStore):
             return f.read()
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
-        inode, offset = cursor if isinstance(cursor, tuple) else (None, 0)
+        inode, offset, seen = cursor if isinstance(cursor, tuple) else (None, 0, None)
         with self._locked():
-            if inode != self.journal.inode:
+            compacted = inode != self.journal.inode
+            if compacted:
                 offset = 0  # the journal was compacted: continue from its snapshot
             data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
             found = [r for r in map(decode, data.splitlines()) if r is not None]
-            return found, (self.journal.inode, self.journal.offset)
+            if compacted and found:
+                found = _unseen_after_compaction(found, inode, seen)
+            return found, (self.journal.inode, self.journal.offset, self.journal.last_seq)
 
     # -- compaction --------------------------------------------------------------
 
@@ -626,20 +693,42 @@ class JournalStore(RecordStore):
             self._broken = exc  # a failed fsync is never retried
             raise
 
-    def _keys_to_carry(self, state: QueueState) -> list[str] | None:
-        """Every item text in id order, if known without reading the journal
-        and the archive (in memory, or a keys checkpoint that still matches):
-        compaction re-saves it against the new journal, so the dedupe cache
-        survives compaction instead of being rebuilt by the next enqueue."""
+    def _stage_keys(self, new: JournalFile, staged: str) -> None:
+        """Write the keys index of ``new`` (a compacted journal naming the
+        same items as this store's journal up to its read position) to
+        ``staged``, if the keys are known without reading the journal and the
+        archive (in memory, or an index that still matches, extended by the
+        records after it): the dedupe cache survives compaction instead of
+        being rebuilt by the next enqueue."""
         if self.checkpoint_every <= 0:
-            return None
-        texts = self._texts_in_memory(state)
+            return
+        texts = self._texts_in_memory(self.state)
         if texts is not None:
-            return texts
-        if not self.dir.exists(checkpoint.KEYS_NAME):
-            return None
-        found = self._cached_keys()
-        return None if found is None else checkpoint.texts_by_id(found[0], state.next_id)
+            key_index.save(self.dir, new, texts, staged=staged)
+            return
+        index = key_index.open_index(self.dir, self.journal)
+        if index is None:
+            return
+        try:
+            self._extend_index(index, new, staged)
+        except key_index.IndexDamaged:
+            key_index.discard(self.dir)
+        finally:
+            index.close()
+
+    def _extend_index(
+        self, index: key_index.KeyIndex, journal: JournalFile, staged: str | None
+    ) -> None:
+        """Write ``index`` plus the items after it in this store's journal as
+        the index of ``journal`` (at its end)."""
+        tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
+        if tail is None:
+            return
+        next_id = self.state.next_id
+        keys = dict(tail)
+        if key_index.save_extended(self.dir, journal, index, keys, next_id, staged=staged) is None:
+            texts = _overlay(index.texts(), keys, next_id)
+            key_index.save(self.dir, journal, texts, staged=staged)
 
     def close(self) -> None:
         if (
@@ -653,7 +742,13 @@ class JournalStore(RecordStore):
             with suppress(StateQueueError), self._locked():
                 self._maybe_checkpoint(self._least_on_close())
         self._background.wait()
+        self._close_index()
         self._close_files()
+        # The state points back at this store (its text loader), a cycle that
+        # only a full collection frees: a long-lived process opening queues
+        # in a loop would hold every closed one's state (1M items: ~50 MB) till then.
+        self.state.reset()
+        self._archived = None
 
     def _close_files(self) -> None:
         for item_id in list(self._claims):
@@ -710,10 +805,77 @@ class _Either:
     def get(self, key: str) -> int | None:
         """The id of item ``key`` (for ``find``), from whichever set holds it."""
         for keys in (self.first, self.second):
-            found = keys.get(key) if isinstance(keys, dict) else None
+            get = getattr(keys, "get", None)  # a dict, or the keys index
+            found = get(key) if get is not None else None
             if isinstance(found, int):
                 return found
         return None
+
+
+class _IndexKeys:
+    """Membership in the keys index; if it fails a checksum, in the keys
+    built the slow way instead (dedupe never trusts a damaged index)."""
+
+    def __init__(self, index: key_index.KeyIndex, slow: Callable[[], dict[str, int]]) -> None:
+        self.index: key_index.KeyIndex | None = index
+        self.slow = slow
+        self.keys: dict[str, int] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def get(self, key: str) -> int | None:
+        if self.index is not None:
+            try:
+                return self.index.get(key)
+            except key_index.IndexDamaged:
+                self.close()
+                self.keys = self.slow()
+        return self.keys.get(key)
+
+    def texts_with(self, keys: dict[str, int], next_id: int) -> list[str] | None:
+        """Every item text in id order: the index's, then ``keys`` over them."""
+        if self.index is None:
+            return checkpoint.texts_by_id({**self.keys, **keys}, next_id)
+        try:
+            texts = self.index.texts()
+        except key_index.IndexDamaged:
+            return None
+        return _overlay(texts, keys, next_id)
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+
+
+def _overlay(texts: list[str], keys: dict[str, int], next_id: int) -> list[str]:
+    """``texts`` (by id) grown to ``next_id - 1`` ids, with ``keys`` (text -> id) set over them."""
+    texts += [""] * (next_id - 1 - len(texts))
+    for text, item_id in keys.items():
+        if 0 < item_id < next_id:
+            texts[item_id - 1] = text
+    return texts
+
+
+def _unseen_after_compaction(found: list[Record], inode: object, seen: object) -> list[Record]:
+    """A compacted journal's records for a follower of the journal it replaced
+    (``inode``, read up to seq ``seen``): its snapshot, then the records copied
+    after it that the follower has not read there (copied in order, renumbered
+    from the snapshot's end: old seq = new seq - follow - 1)."""
+    header = found[0]
+    source = header.get("from")
+    if (
+        header.get("t") != "snap"
+        or not isinstance(source, dict)
+        or source.get("inode") != inode
+        or not isinstance(seen, int)
+        or header["seq"] != source.get("seq", -1) + 1
+    ):
+        return found
+    follow = header.get("follow", 0)
+    body_end = header["seq"] + follow
+    return [r for r in found if r["seq"] <= body_end or r["seq"] - follow - 1 > seen]
 
 
 def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:

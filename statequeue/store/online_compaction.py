@@ -25,9 +25,10 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from statequeue.errors import DamagedState, LockTimeout, StateQueueError
+from statequeue.errors import CorruptJournal, DamagedState, LockTimeout, StateQueueError
 from statequeue.fileio import durability_error
 from statequeue.journal import JournalFile, parse, read_from, read_line
 from statequeue.records import decode, item_text
@@ -115,8 +116,8 @@ def _compact(store: JournalStore) -> CompactResult:
     pos, snapshot = _note_position(store)
     new = JournalFile(store.dir, NEW_JOURNAL, ops=store.ops)
     try:
-        built = _build(store, pos, snapshot, new)
-        return _swap(store, pos, built, new)
+        built, copied = _build(store, pos, snapshot, new)
+        return _swap(store, pos, built, copied, new)
     except OSError as exc:
         raise durability_error("compacting", str(store.folder), exc) from None
     finally:
@@ -129,6 +130,13 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
     """Step 1, under the queue lock: the journal's position, fsynced (a
     checkpoint must cover only durable records), and a copy of the state as of
     it."""
+    try:
+        # Most of the journal made durable before the lock is taken (a runner
+        # leaves its start records unsynced): the fsync under it then writes
+        # only what came since, instead of stalling every process meanwhile.
+        store.ops.fsync(store.journal.fd)
+    except OSError as exc:
+        raise durability_error("fsync of", str(store.journal.path), exc) from None
     _queue_lock_soon(store)
     with store._locked() as state:
         store._prune_dead_runners(state)
@@ -190,30 +198,58 @@ def _reader(pos: Position) -> TextLoader:
     return load
 
 
+@dataclass(frozen=True)
+class _Copied:
+    """The records appended after the noted position that were copied into
+    the new journal before the swap, without the queue lock."""
+
+    end: int  # where they end in the old journal
+    data: bytes  # their bytes there, compared again under the lock
+    lines: int  # lines of the old journal up to ``end``
+    last_seq: int  # the old seq of the last of them
+
+
 def _build(
     store: JournalStore,
     pos: Position,
     snapshot: QueueState,
     new: JournalFile,
-) -> Built:
+) -> tuple[Built, _Copied]:
     """Step 2, holding only ``compact.lock``: archive, write the new journal's
-    body, and stage the checkpoints that name it (at the end of that body).
-    The item texts to carry into the keys checkpoint are those of the noted
-    position (this store applies nothing meanwhile), gathered only once the
-    archiving let go of its own (peak memory is the larger, not the sum)."""
+    body and stage the keys index that names it (at the end of that body:
+    its items are those of the noted position, which this store's journal
+    is still at), copy the records appended since, and stage the state
+    checkpoint after them, so the swap copies, and every process that
+    reopens replays, only what came after that."""
     fd = store.dir.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     os.close(fd)
     new.open()
-    fresh = QueueState()
     built = build(pos=pos, folder=store.dir, state=snapshot, new=new, ops=store.ops)
     if store.checkpoint_every > 0:
+        store._stage_keys(new, NEW_KEYS)
+    copied = _copy_ahead(pos, new)
+    if store.checkpoint_every > 0:
+        fresh = QueueState()
         _replay_written(new, fresh)
         checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
-        del fresh
-        carried = store._keys_to_carry(store.state)
-        if carried is not None:
-            checkpoint.save_keys(store.dir, new, carried, staged=NEW_KEYS)
-    return built
+    return built, copied
+
+
+def _copy_ahead(pos: Position, new: JournalFile) -> _Copied:
+    """Copy the complete records appended after ``pos`` so far to ``new``
+    (renumbered), fsynced. Others append meanwhile: a record being written
+    is not complete yet and waits for the swap; the swap checks that the
+    bytes copied are still there (a writer whose fsync failed cuts its own)."""
+    data = read_from(pos.fd, pos.offset)
+    try:
+        found, used, last_seq = parse(
+            data, path=str(pos.path), first_line=pos.lines + 1, last_seq=pos.last_seq
+        )
+    except CorruptJournal:  # seen half-written: all left to the swap, which holds the lock
+        found, used, last_seq = [], 0, pos.last_seq
+    if found:
+        new.append(found, sync=True)
+    return _Copied(pos.offset + used, data[:used], pos.lines + len(found), last_seq or 0)
 
 
 def _replay_written(new: JournalFile, state: QueueState) -> None:
@@ -225,20 +261,24 @@ def _replay_written(new: JournalFile, state: QueueState) -> None:
         raise StateQueueError(f"{new.path}: changed while compacting")
 
 
-def _swap(store: JournalStore, pos: Position, built: Built, new: JournalFile) -> CompactResult:
-    """Step 3, under the queue lock: copy the records appended since ``pos``,
-    fsync, rename over the journal, fsync the folder, put the staged
-    checkpoints in place."""
+def _swap(
+    store: JournalStore, pos: Position, built: Built, copied: _Copied, new: JournalFile
+) -> CompactResult:
+    """Step 3, under the queue lock: copy the records appended since those
+    copied ahead, fsync, rename over the journal, fsync the folder, put the
+    staged checkpoints in place."""
     folder = store.dir
     _queue_lock_soon(store)
     with store._flock():
         if store.journal.replaced() or folder.stat(ARCHIVE).st_ino != built.archive_inode:
             raise _Superseded()
         store._catch_up()  # validates the records since (cuts a torn tail)
+        if os.pread(pos.fd, len(copied.data), pos.offset) != copied.data:
+            raise _Superseded()  # a writer cut records copied ahead (its fsync failed)
         end = store.journal.offset
-        tail = read_from(pos.fd, pos.offset)[: end - pos.offset]
+        tail = read_from(pos.fd, copied.end)[: end - copied.end]
         records, used, _ = parse(
-            tail, path=str(pos.path), first_line=pos.lines + 1, last_seq=pos.last_seq
+            tail, path=str(pos.path), first_line=copied.lines + 1, last_seq=copied.last_seq
         )
         if used != len(tail):
             raise StateQueueError(f"{pos.path}: changed while compacting")

@@ -1,0 +1,239 @@
+"""The dedupe keys index (issue 14): a small enqueue into a big queue probes
+``keys.ckpt`` (binary search, confirmed by the item's bytes) instead of
+loading every key, and dedupe stays exact when the index is stale, damaged,
+or holds two items with the same digest."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+
+from statequeue.identity import new_runner
+from statequeue.models import Outcome
+from statequeue.store import checkpoint, journal_store, key_index
+from statequeue.store.checkpoint import KEYS_NAME
+from statequeue.store.journal_store import JournalStore
+
+ITEMS = [f"item-{i}" for i in range(1, 3001)]  # three chunks of ids
+# Two items with the same crc32 (the index's digest).
+TWINS = ("c699378", "c18020006")
+
+
+@pytest.fixture(autouse=True)
+def small_cache_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 100)
+
+
+def indexed_queue(folder: Path, items: list[str] = ITEMS) -> None:
+    """A queue whose filling enqueue left a keys index behind."""
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(items)
+    store.close()
+    assert (folder / KEYS_NAME).exists()
+
+
+def probing(folder: Path) -> JournalStore:
+    return JournalStore(folder, create=False, auto_compact=0)
+
+
+def test_a_small_enqueue_probes_the_index(tmp_path: Path) -> None:
+    """The keys of the 3000 items are not loaded: the index answers, and
+    both known and new items are told apart."""
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    store = probing(folder)
+    try:
+        result = store.enqueue(["item-1", "item-2999", "brand-new", "item-3000"])
+        assert (result.added, result.skipped) == (1, 3)
+        assert store._index is not None and store.keys_from_cache
+        assert "item-1" not in (store.state.keys or {})  # probed, never loaded
+        assert store.find_ids(["item-1500", "brand-new", "nope"]) == {
+            "item-1500": 1500,
+            "brand-new": 3001,
+        }
+    finally:
+        store.close()
+
+
+def test_items_after_the_index_come_from_the_journal_tail(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    other = probing(folder)
+    other.enqueue(["late"])  # after the index's position
+    other.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue(["late", "later"]).added == 1
+        assert store.enqueue(["later"]).added == 0
+    finally:
+        store.close()
+
+
+def test_items_with_the_same_digest_are_told_apart(tmp_path: Path) -> None:
+    assert zlib.crc32(TWINS[0].encode()) == zlib.crc32(TWINS[1].encode())
+    folder = tmp_path / "q"
+    indexed_queue(folder, [*ITEMS[:200], TWINS[1]])
+    store = probing(folder)
+    try:
+        assert store.enqueue([TWINS[0]]).added == 1  # the digest matches; the bytes do not
+        assert store._index is not None
+        assert store.find_ids([TWINS[1]]) == {TWINS[1]: 201}
+    finally:
+        store.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue(list(TWINS)).added == 0
+    finally:
+        store.close()
+
+
+def test_item_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    odd = os.fsdecode(b"caf\xe9.txt")
+    folder = tmp_path / "q"
+    indexed_queue(folder, ITEMS[:200])
+    store = probing(folder)
+    store.enqueue([odd])
+    store.close()
+    (folder / KEYS_NAME).unlink()
+    store = probing(folder)
+    store.enqueue(ITEMS)  # a bulk enqueue builds the keys the slow way: indexed again
+    store.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue([odd, os.fsdecode(b"caf\xe8.txt")]).added == 1
+        assert store._index is not None
+    finally:
+        store.close()
+
+
+def _sections(folder: Path) -> dict[str, int]:
+    """An offset inside each section of the index file."""
+    data = (folder / KEYS_NAME).read_bytes()
+    header, start = key_index._read_head(data)
+    count, entries, blob = header["count"], header["entries"], header["blob"]
+    at_blob = start + (count + 1) * 8
+    at_table = at_blob + blob + (-blob % 8)
+    return {
+        "header": len(key_index.MAGIC) + 12,
+        "offsets": start + 8 * 1500,
+        "blob": at_blob + blob // 2,
+        "table": at_table + 8 * (entries // 2) + 5,  # a digest byte
+        "table-id": at_table + 8 * (entries // 3),  # an id byte
+        "crcs": at_table + entries * 8 + 2,
+    }
+
+
+@pytest.mark.parametrize("section", ["header", "offsets", "blob", "table", "table-id", "crcs"])
+def test_a_damaged_index_never_breaks_dedupe(tmp_path: Path, section: str) -> None:
+    """A flipped byte anywhere: every known item is still found (the slow
+    way), a new one added once, and a sound index written again."""
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    where = _sections(folder)[section]
+    with (folder / KEYS_NAME).open("r+b") as f:
+        f.seek(where)
+        byte = f.read(1)
+        f.seek(where)
+        f.write(bytes([byte[0] ^ 0x41]))
+    store = probing(folder)
+    try:
+        for start in range(0, len(ITEMS), 250):
+            assert store.enqueue(ITEMS[start : start + 250]).added == 0
+        assert store.enqueue(["new", "item-1"]).added == 1
+    finally:
+        store.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue([*ITEMS[::7], "new"]).added == 0
+        assert store._index is not None  # rebuilt, and sound
+    finally:
+        store.close()
+
+
+def test_an_index_of_another_journal_is_not_used(tmp_path: Path) -> None:
+    """An index copied from another queue (same ids, other items) names
+    another journal: ignored, and dedupe is by this queue's own items."""
+    indexed_queue(tmp_path / "a", [f"other-{i}" for i in range(1, 3001)])
+    folder = tmp_path / "b"
+    indexed_queue(folder)
+    os.replace(tmp_path / "a" / KEYS_NAME, folder / KEYS_NAME)
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-7", "other-7"]).added == 1
+    finally:
+        store.close()
+
+
+def test_compaction_leaves_an_index_of_the_new_journal(tmp_path: Path) -> None:
+    """After the swap, the first open restores the staged state checkpoint
+    and the first small enqueue probes the staged index: the archived items
+    are found there, without reading the archive."""
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    store = JournalStore(folder, create=False, auto_compact=0)
+    runner = new_runner()
+    for _ in range(2000):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True), sync=False)
+    store.compact()
+    store.close()
+    store = probing(folder)
+    try:
+        assert store.restored_from_checkpoint
+        assert store.enqueue(["item-5", "item-2500", "fresh"]).added == 1
+        assert store._index is not None and store._archived == {}
+    finally:
+        store.close()
+
+
+def test_a_long_tail_is_merged_into_a_fresh_index(tmp_path: Path) -> None:
+    """Once the records after the index hold many items, the next enqueue
+    writes an index covering them (merged into the old one's sorted table),
+    and every item, old and new, is still found by its exact bytes."""
+    folder = tmp_path / "q"
+    indexed_queue(folder, [*ITEMS[:500], TWINS[0]])
+    late = [f"late-{i}" for i in range(150)] + [TWINS[1]]
+    store = probing(folder)
+    assert store.enqueue(late).added == len(late)
+    store.close()
+    store = probing(folder)
+    assert store.enqueue(["one-more"]).added == 1  # the tail was long: indexed again
+    store.close()
+    store = probing(folder)
+    try:
+        assert store.enqueue([*ITEMS[:500], TWINS[0], *late, "one-more", "last"]).added == 1
+        assert store._index is not None
+        assert store._index.index is not None and store._index.index.count == 653
+        assert store.find_ids(list(TWINS)) == {TWINS[0]: 501, TWINS[1]: 652}
+    finally:
+        store.close()
+
+
+def test_find_ids_of_a_few_items_probes_the_index(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    indexed_queue(folder)
+    store = probing(folder)
+    try:
+        assert store.find_ids(["item-42", "absent"]) == {"item-42": 42}
+        assert store._index is not None
+    finally:
+        store.close()
+
+
+def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) -> None:
+    """A keys file in the format before the index (SQKEYS1) still counts for
+    the highest id a repair must not reuse."""
+    folder = tmp_path / "q"
+    indexed_queue(folder, ITEMS[:200])
+    store = probing(folder)
+    try:
+        header = {"journal": {}, "count": 77}
+        assert checkpoint._write(store.dir, KEYS_NAME, b"SQKEYS1\n", header, (b"a\0b",))
+        assert checkpoint.known_ids(store.dir) == 77
+        assert store.enqueue(["item-1", "new"]).added == 1  # and it is not used for dedupe
+    finally:
+        store.close()
