@@ -8,9 +8,15 @@ into a ``Stats``, in memory that does not grow with the number of attempts:
 - the slowest 5 in a bounded heap; throughput in at most 120 buckets; the
   recent rate in per-second counts over the last 10 minutes;
 - failure reasons, runners and hosts in dicts capped at ``MAX_GROUPS`` (the
-  rest are counted under "(other)");
+  rest are counted under "(other)"); a reason's example is its attempt with
+  the lowest (item id, attempt), whatever order the attempts came in;
 - items on their second attempt or later: one byte per item id, as the
   journal store's own state keeps.
+
+Every part merges (``StatsBuilder.merge``): folding A then B gives what
+folding A and B apart and merging gives, so a summary saved at a journal
+position (``store/stats_cache.py``) plus the attempts after it is the
+one-pass answer.
 """
 
 from __future__ import annotations
@@ -208,14 +214,20 @@ class StatsBuilder:
     def _add_failure(self, a: Attempt) -> None:
         self.failed += 1
         reason = normalise_reason(a)
+        self._reason_group(reason, 1, a.item_id, a.attempt)
+
+    def _reason_group(self, reason: str, count: int, item_id: int, attempt: int) -> None:
         group = self.reasons.get(reason)
         if group is None:
             if len(self.reasons) >= MAX_GROUPS:
                 reason = OTHER
                 group = self.reasons.get(reason)
             if group is None:
-                group = self.reasons[reason] = [0, a.item_id, a.attempt]
-        group[0] += 1
+                group = self.reasons[reason] = [0, item_id, attempt]
+        group[0] += count
+        # The lowest (id, attempt) is the example: the same in any fold order.
+        if (item_id, attempt) < (group[1], group[2]):
+            group[1], group[2] = item_id, attempt
 
     def _mark_retried(self, item_id: int) -> None:
         marks = self.retried
@@ -241,6 +253,80 @@ class StatsBuilder:
         group[1] += failed
         if host and not group[2]:
             group[2] = host
+
+    def merge(self, other: StatsBuilder) -> None:
+        """Add everything ``other`` folded (both without ``since``): the result
+        is what one builder folding both streams would hold."""
+        if self.cutoff is not None or other.cutoff is not None:
+            raise ValueError("only whole summaries (no since) merge")
+        self.attempts += other.attempts
+        self.failed += other.failed
+        self.sketch.merge(other.sketch)
+        for entry in other.slowest:
+            if len(self.slowest) < SLOWEST:
+                heapq.heappush(self.slowest, entry)
+            elif entry > self.slowest[0]:
+                heapq.heapreplace(self.slowest, entry)
+        self.throughput.merge(other.throughput)
+        self.recent.merge(other.recent)
+        for reason, (n, item_id, attempt) in other.reasons.items():
+            self._reason_group(reason, n, item_id, attempt)
+        self._merge_retried(other.retried)
+        for runner, (n, failed, host) in other.runners.items():
+            self._runner_group(runner, host, n, failed)
+
+    def export(self) -> tuple[dict[str, Any], bytes]:
+        """This summary as JSON-ready values and the retried-item bitmap
+        (for ``store/stats_cache.py``); ``restore`` reads them back."""
+        sk, tp, rr = self.sketch, self.throughput, self.recent
+        meta = {
+            "attempts": self.attempts,
+            "failed": self.failed,
+            "sketch": [sk.alpha, sk.count, sk.total, _finite(sk.min), _finite(sk.max)],
+            "buckets": list(sk.buckets.items()),
+            "slowest": self.slowest,
+            "throughput": [tp.width, tp.limit, tp.lo, tp.hi, list(tp.counts.items())],
+            "recent": [rr.window, rr.first, _finite(rr.newest), list(rr.seconds.items())],
+            "reasons": [[r, *group] for r, group in self.reasons.items()],
+            "runners": [[r, *group] for r, group in self.runners.items()],
+        }
+        return meta, bytes(self.retried)
+
+    @classmethod
+    def restore(cls, meta: dict[str, Any], retried: bytes) -> StatsBuilder:
+        """A builder holding what ``export`` gave (ValueError, KeyError or
+        TypeError if ``meta`` is not such)."""
+        b = cls(now=0.0)
+        b.attempts, b.failed = int(meta["attempts"]), int(meta["failed"])
+        alpha, count, total, low, high = meta["sketch"]
+        b.sketch = QuantileSketch(float(alpha))
+        b.sketch.count, b.sketch.total = int(count), float(total)
+        b.sketch.min = math.inf if low is None else float(low)
+        b.sketch.max = -math.inf if high is None else float(high)
+        b.sketch.buckets = {int(k): int(n) for k, n in meta["buckets"]}
+        b.slowest = [(float(d), int(i), int(a)) for d, i, a in meta["slowest"]]
+        heapq.heapify(b.slowest)
+        width, limit, lo, hi, counts = meta["throughput"]
+        b.throughput = Throughput(float(width), int(limit))
+        b.throughput.lo, b.throughput.hi = lo, hi
+        b.throughput.counts = {int(k): int(n) for k, n in counts}
+        window, first, newest, seconds = meta["recent"]
+        b.recent = RecentRate(float(window))
+        b.recent.first = first
+        b.recent.newest = -math.inf if newest is None else newest
+        b.recent.seconds = {int(k): int(n) for k, n in seconds}
+        b.reasons = {str(r): [int(n), int(i), int(a)] for r, n, i, a in meta["reasons"]}
+        b.runners = {str(r): [int(n), int(f), str(h)] for r, n, f, h in meta["runners"]}
+        b.retried = bytearray(retried)
+        return b
+
+    def _merge_retried(self, other: bytearray) -> None:
+        if len(other) > len(self.retried):
+            self.retried.extend(bytes(len(other) - len(self.retried)))
+        # One byte (0 or 1) per id: OR both, as integers (C speed).
+        width = len(self.retried)
+        merged = int.from_bytes(self.retried, "little") | int.from_bytes(other, "little")
+        self.retried[:] = merged.to_bytes(width, "little")
 
     def build(self, *, queue: str, counts: dict[str, int], held: tuple[int, ...] = ()) -> Stats:
         runners = tuple(
@@ -276,6 +362,11 @@ class StatsBuilder:
             runners=runners,
             hosts=hosts_of(runners),
         )
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None for the infinities an empty part starts from (not JSON)."""
+    return value if math.isfinite(value) else None
 
 
 def hosts_of(runners: Iterable[Group]) -> tuple[Group, ...]:

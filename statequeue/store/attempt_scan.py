@@ -95,9 +95,10 @@ def _decode(line: bytes, path: str) -> Record:
     return rec
 
 
-def _chunks(fd: int, end: int, path: str) -> Iterator[bytes]:
-    """Bytes 0..``end`` of ``fd`` in chunks of whole lines."""
-    offset = 0
+def _chunks(fd: int, end: int, path: str, start: int = 0) -> Iterator[bytes]:
+    """Bytes ``start``..``end`` of ``fd`` (``start`` at a line's start) in
+    chunks of whole lines."""
+    offset = start
     while offset < end:
         data = os.pread(fd, min(_CHUNK, end - offset), offset)
         cut = data.rfind(b"\n") + 1
@@ -134,13 +135,28 @@ def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBat
 
 
 def _owned_batches(own: int, end: int, path: str) -> Iterator[AttemptBatch]:
-    started: dict[int, bytes] = {}
-    hosts: dict[str, str] = {}
     try:
-        for data in _chunks(own, end, path):
-            yield from _chunk_batches(data, started, hosts, path)
+        yield from scan_range_batches(own, 0, end, path=path, started={}, hosts={})
     finally:
         os.close(own)
+
+
+def scan_range_batches(
+    fd: int,
+    start: int,
+    end: int,
+    *,
+    path: str,
+    started: dict[int, bytes],
+    hosts: dict[str, str],
+) -> Iterator[AttemptBatch]:
+    """The batches of bytes ``start``..``end`` of ``fd`` (``start`` at a
+    line's start), read through ``fd`` itself. ``started`` and ``hosts`` carry
+    what the lines before ``start`` left (the starts still waiting for their
+    end, runner -> host) and are updated in place, so a later scan from
+    ``end`` continues this one."""
+    for data in _chunks(fd, end, path, start):
+        yield from _chunk_batches(data, started, hosts, path)
 
 
 def _chunk_batches(
