@@ -207,8 +207,13 @@ def _stage(folder: QueueFolder, old: Position, new: JournalFile, archived: tuple
         total = summarise(folder, archive, journal, save=False)
         total.journal = position(File(new.fd, new.inode, new.offset, str(new.path)))
         total.archive = position(File(fd, inode, after, path))
+        # The archive's own summary stays true of its prefix: kept, for a
+        # later compaction that stages nothing (then it is extended).
+        part = load(folder).get("archive")
+        if part is not None and covers(File(fd, inode, after, path), part.archive) is None:
+            part = None
         if total.journal is not None:
-            write(folder, STAGED, None, total, staged=True)
+            write(folder, STAGED, part, total, staged=True)
     finally:
         os.close(fd)
 
