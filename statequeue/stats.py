@@ -24,7 +24,6 @@ from __future__ import annotations
 import heapq
 import math
 import signal
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from itertools import compress
 from typing import Any, cast
 
 from statequeue.attempts import Attempt, AttemptBatch, batches_of
+from statequeue.histogram import histogram
 from statequeue.rates import (
     RATE_WINDOW_SECONDS,
     RecentRate,
@@ -275,51 +275,6 @@ class StatsBuilder:
         for runner, (n, failed, host) in other.runners.items():
             self._runner_group(runner, host, n, failed)
 
-    def export(self) -> tuple[dict[str, Any], bytes]:
-        """This summary as JSON-ready values and the retried-item bitmap
-        (for ``store/stats_cache.py``); ``restore`` reads them back."""
-        sk, tp, rr = self.sketch, self.throughput, self.recent
-        meta = {
-            "attempts": self.attempts,
-            "failed": self.failed,
-            "sketch": [sk.alpha, sk.count, sk.total, _finite(sk.min), _finite(sk.max)],
-            "buckets": list(sk.buckets.items()),
-            "slowest": self.slowest,
-            "throughput": [tp.width, tp.limit, tp.lo, tp.hi, list(tp.counts.items())],
-            "recent": [rr.window, rr.first, _finite(rr.newest), list(rr.seconds.items())],
-            "reasons": [[r, *group] for r, group in self.reasons.items()],
-            "runners": [[r, *group] for r, group in self.runners.items()],
-        }
-        return meta, bytes(self.retried)
-
-    @classmethod
-    def restore(cls, meta: dict[str, Any], retried: bytes) -> StatsBuilder:
-        """A builder holding what ``export`` gave (ValueError, KeyError or
-        TypeError if ``meta`` is not such)."""
-        b = cls(now=0.0)
-        b.attempts, b.failed = int(meta["attempts"]), int(meta["failed"])
-        alpha, count, total, low, high = meta["sketch"]
-        b.sketch = QuantileSketch(float(alpha))
-        b.sketch.count, b.sketch.total = int(count), float(total)
-        b.sketch.min = math.inf if low is None else float(low)
-        b.sketch.max = -math.inf if high is None else float(high)
-        b.sketch.buckets = {int(k): int(n) for k, n in meta["buckets"]}
-        b.slowest = [(float(d), int(i), int(a)) for d, i, a in meta["slowest"]]
-        heapq.heapify(b.slowest)
-        width, limit, lo, hi, counts = meta["throughput"]
-        b.throughput = Throughput(float(width), int(limit))
-        b.throughput.lo, b.throughput.hi = lo, hi
-        b.throughput.counts = {int(k): int(n) for k, n in counts}
-        window, first, newest, seconds = meta["recent"]
-        b.recent = RecentRate(float(window))
-        b.recent.first = first
-        b.recent.newest = -math.inf if newest is None else newest
-        b.recent.seconds = {int(k): int(n) for k, n in seconds}
-        b.reasons = {str(r): [int(n), int(i), int(a)] for r, n, i, a in meta["reasons"]}
-        b.runners = {str(r): [int(n), int(f), str(h)] for r, n, f, h in meta["runners"]}
-        b.retried = bytearray(retried)
-        return b
-
     def _merge_retried(self, other: bytearray) -> None:
         if len(other) > len(self.retried):
             self.retried.extend(bytes(len(other) - len(self.retried)))
@@ -364,11 +319,6 @@ class StatsBuilder:
         )
 
 
-def _finite(value: float) -> float | None:
-    """``value``, or None for the infinities an empty part starts from (not JSON)."""
-    return value if math.isfinite(value) else None
-
-
 def hosts_of(runners: Iterable[Group]) -> tuple[Group, ...]:
     """The runners' figures added up per host."""
     per: dict[str, list[int]] = {}
@@ -391,51 +341,6 @@ def durations_of(sketch: QuantileSketch) -> Durations:
         error=sketch.alpha,
         histogram=histogram(sketch),
     )
-
-
-_NICE = (1.0, 2.0, 5.0)
-MAX_BINS = 12
-
-
-def histogram(sketch: QuantileSketch) -> tuple[tuple[float, float, int], ...]:
-    """The sketch's counts in at most ``MAX_BINS`` bins with round edges
-    (1-2-5 steps, or powers of ten for a wide range), plus a first bin from 0
-    when some durations were 0. A value is binned by its bucket's value, so a
-    count near an edge may be off by that 1%."""
-    if not sketch.count:
-        return ()
-    found = list(sketch.iter_buckets())
-    positive = [value for value, _ in found if value > 0]
-    edges = _edges(min(positive), max(positive[-1], sketch.max)) if positive else []
-    if not positive or found[0][0] == 0:
-        edges = [0.0, *(edges or [1e-6])]
-    counts = [0] * (len(edges) - 1)
-    for value, n in found:
-        i = min(max(bisect_right(edges, value) - 1, 0), len(counts) - 1)
-        counts[i] += n
-    return tuple((edges[i], edges[i + 1], n) for i, n in enumerate(counts))
-
-
-def _edges(lo: float, hi: float) -> list[float]:
-    for steps in (_NICE, (1.0,), None):
-        edges = _series(lo, hi, steps)
-        if len(edges) - 1 <= MAX_BINS:
-            return edges
-    return [lo, hi]
-
-
-def _series(lo: float, hi: float, steps: tuple[float, ...] | None) -> list[float]:
-    """Round values from the last one <= ``lo`` to the first one > ``hi``."""
-    if steps is None:  # every other power of ten
-        values = [10.0**e for e in range(-6, 8, 2)]
-    else:
-        values = [m * 10.0**e for e in range(-6, 7) for m in steps]
-    below = [v for v in values if v <= lo]
-    start = below[-1] if below else values[0]
-    edges = [v for v in values if start <= v <= hi]
-    above = [v for v in values if v > hi]
-    edges.append(above[0] if above else hi)
-    return edges
 
 
 def _slowest_rows(b: AttemptBatch, values: list[float]) -> list[tuple[float, int, int]]:

@@ -103,15 +103,15 @@ def test_throughput_of_a_short_part_merges_into_a_long_one() -> None:
 
 def test_export_and_restore_keep_every_figure() -> None:
     b = _folded(_attempts(700, seed=3))
-    meta, retried = b.export()
-    again = StatsBuilder.restore(meta, retried)
+    meta, retried = stats_cache.export(b)
+    again = stats_cache.restore(meta, retried)
     assert _summary(again) == _summary(b)
-    empty = StatsBuilder.restore(*StatsBuilder(now=0.0).export())
+    empty = stats_cache.restore(*stats_cache.export(StatsBuilder(now=0.0)))
     assert empty.build(queue="", counts={}).attempts == 0
 
 
 def _summary(b: StatsBuilder) -> Any:
-    meta, retried = b.export()
+    meta, retried = stats_cache.export(b)
     meta["buckets"] = sorted(meta["buckets"])
     meta["slowest"] = sorted(meta["slowest"])
     for key in ("throughput", "recent"):

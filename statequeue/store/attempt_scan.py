@@ -121,7 +121,7 @@ _ENQ, _END, _ARCH = b'{"t":"enq"', b'{"t":"end"', b'{"t":"arch"'
 _BULK = (_ENQ, _START[:-6], _END, _ARCH)
 _END_LINES = re.compile(rb"\n(" + re.escape(_END) + rb"[^\n]*)")
 _ARCH_LINES = re.compile(rb"\n(" + re.escape(_ARCH) + rb"[^\n]*)")
-_EN_OR_START = (b'\n{"t":"en', b'\n' + _START[:-6])  # enq and end; start
+_EN_OR_START = (b'\n{"t":"en', b"\n" + _START[:-6])  # enq and end; start
 
 
 def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBatch]:

@@ -31,6 +31,8 @@ Layout: ``MAGIC``, 8-byte header length, header JSON, the retried-item bitmaps
 from __future__ import annotations
 
 import contextlib
+import heapq
+import math
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -40,6 +42,8 @@ import orjson
 
 from statequeue.errors import StateQueueError
 from statequeue.journal import read_line
+from statequeue.rates import RecentRate, Throughput
+from statequeue.sketch import QuantileSketch
 from statequeue.store.attempt_scan import scan_range_batches
 from statequeue.store.integrity import ARCHIVE
 
@@ -218,12 +222,67 @@ def _stage(folder: QueueFolder, old: Position, new: JournalFile, archived: tuple
         os.close(fd)
 
 
+# -- a summary as JSON -------------------------------------------------------------
+
+
+def export(b: StatsBuilder) -> tuple[dict[str, Any], bytes]:
+    """A summary as JSON-ready values and its retried-item bitmap; ``restore``
+    reads them back."""
+    sk, tp, rr = b.sketch, b.throughput, b.recent
+    meta = {
+        "attempts": b.attempts,
+        "failed": b.failed,
+        "sketch": [sk.alpha, sk.count, sk.total, _finite(sk.min), _finite(sk.max)],
+        "buckets": list(sk.buckets.items()),
+        "slowest": b.slowest,
+        "throughput": [tp.width, tp.limit, tp.lo, tp.hi, list(tp.counts.items())],
+        "recent": [rr.window, rr.first, _finite(rr.newest), list(rr.seconds.items())],
+        "reasons": [[r, *group] for r, group in b.reasons.items()],
+        "runners": [[r, *group] for r, group in b.runners.items()],
+    }
+    return meta, bytes(b.retried)
+
+
+def restore(meta: dict[str, Any], retried: bytes) -> StatsBuilder:
+    """A builder holding what ``export`` gave (ValueError, KeyError or
+    TypeError if ``meta`` is not such)."""
+    from statequeue.stats import StatsBuilder
+
+    b = StatsBuilder(now=0.0)
+    b.attempts, b.failed = int(meta["attempts"]), int(meta["failed"])
+    alpha, count, total, low, high = meta["sketch"]
+    b.sketch = QuantileSketch(float(alpha))
+    b.sketch.count, b.sketch.total = int(count), float(total)
+    b.sketch.min = math.inf if low is None else float(low)
+    b.sketch.max = -math.inf if high is None else float(high)
+    b.sketch.buckets = {int(k): int(n) for k, n in meta["buckets"]}
+    b.slowest = [(float(d), int(i), int(a)) for d, i, a in meta["slowest"]]
+    heapq.heapify(b.slowest)
+    width, limit, lo, hi, counts = meta["throughput"]
+    b.throughput = Throughput(float(width), int(limit))
+    b.throughput.lo, b.throughput.hi = lo, hi
+    b.throughput.counts = {int(k): int(n) for k, n in counts}
+    window, first, newest, seconds = meta["recent"]
+    b.recent = RecentRate(float(window))
+    b.recent.first = first
+    b.recent.newest = -math.inf if newest is None else newest
+    b.recent.seconds = {int(k): int(n) for k, n in seconds}
+    b.reasons = {str(r): [int(n), int(i), int(a)] for r, n, i, a in meta["reasons"]}
+    b.runners = {str(r): [int(n), int(f), str(h)] for r, n, f, h in meta["runners"]}
+    b.retried = bytearray(retried)
+    return b
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None for the infinities an empty part starts from (not JSON)."""
+    return value if math.isfinite(value) else None
+
+
 # -- the file ------------------------------------------------------------------------
 
 
 def load(folder: QueueFolder) -> dict[str, Summary]:
     """The cached summaries ("archive", "total") that parse; {} for none."""
-    from statequeue.stats import StatsBuilder
 
     try:
         data = folder.read_bytes(NAME)
@@ -247,7 +306,7 @@ def load(folder: QueueFolder) -> dict[str, Summary]:
             retried = zlib.decompress(blobs[: entry["blob"]])
             blobs = blobs[entry["blob"] :]
             found[key] = Summary(
-                StatsBuilder.restore(entry["summary"], retried),
+                restore(entry["summary"], retried),
                 entry.get("archive"),
                 entry.get("journal"),
                 {int(k): bytes.fromhex(v) for k, v in entry.get("started", {}).items()},
@@ -273,7 +332,7 @@ def write(
     for key, part in (("archive", archive), ("total", total)):
         if part is None:
             continue
-        meta, retried = part.builder.export()
+        meta, retried = export(part.builder)
         blob = zlib.compress(retried, 1)
         blobs.append(blob)
         header[key] = {
