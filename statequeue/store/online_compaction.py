@@ -206,12 +206,13 @@ def _build(
     new.open()
     fresh = QueueState()
     built = build(pos=pos, folder=store.dir, state=snapshot, new=new, ops=store.ops)
+    if store.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
+        archived = (snapshot.archive_size, built.archive_size)
+        stats_cache.stage(store.dir, old=pos, new=new, archived=archived)
     if store.checkpoint_every > 0:
         _replay_written(new, fresh)
         checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
         del fresh
-        archived = (snapshot.archive_size, built.archive_size)
-        stats_cache.stage(store.dir, old=pos, new=new, archived=archived)
         carried = store._keys_to_carry(store.state)
         if carried is not None:
             checkpoint.save_keys(store.dir, new, carried, staged=NEW_KEYS)

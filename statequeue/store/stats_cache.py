@@ -196,7 +196,10 @@ def stage(
     archive up to ``archived[0]`` and the old journal up to ``old`` hold.
     Extends the current cache by the old journal's records since it (the
     whole queue, if there is none). Step 2 of a compaction, holding only
-    ``compact.lock``. It is a cache: any failure only leaves it unstaged."""
+    ``compact.lock``, right after the body is written: ``new`` must end
+    where the body ends (nothing copied from the old journal after ``old``
+    yet; the records after ``old`` are folded by the next `stats` from the
+    new journal). It is a cache: any failure only leaves it unstaged."""
     with contextlib.suppress(OSError, StateQueueError):
         _stage(folder, old, new, archived)
 
