@@ -1,21 +1,36 @@
 """Benchmark `statequeue stats --json` on a 1M-item queue (issue 15).
 
-Cases, each on the same synthetic queue (1M items run once each, 2% failed
-with exit code 1, 0.5% timed out, log-normal durations; written with
-statequeue's own record encoder, as scripts/bench.py writes its 1M-done queue,
-with the runner and host an `end` record names today), before and after
-compaction:
+The queue: 1M items run once each, 2% failed with exit code 1, 0.5% timed
+out, log-normal durations; written with statequeue's own record encoder, as
+scripts/bench.py writes its 1M-done queue, with the runner and host an `end`
+record names today. Then `status` (which replays it and writes the state
+checkpoint), as the run's own checkpoints would have. "compacted" is a copy
+of it after `statequeue compact`.
 
-  stats --json                          the command under test
-  results --json | python -c '<same>'   the baseline: export, then compute the
-                                        same percentiles, reason groups, slowest
-                                        5 and state counts in Python (exact: it
-                                        sorts every duration)
+Cases, on each queue:
 
-Each runs as a whole process, interleaved over --rounds rounds (medians
-printed); the peak RSS of each is measured in one more run under a fresh small
-wrapper (`/usr/bin/time -f %M`, as scripts/bench.py does; for the pipeline,
-the larger of its two processes). Goal: stats <= 2 s and <= 100 MB.
+  cold                 stats --json with no stats cache (stats.ckpt removed
+                       first): every record the scan needs is decoded. On the
+                       uncompacted queue, the first `stats` after a run whose
+                       journal was never compacted (auto-compaction off).
+  after compact        (compacted only) the first stats --json after `compact`,
+                       whose hook staged the summary of the queue it put in
+                       place: what a user meets after a run that compacted (by
+                       hand, or the automatic compaction of a long run).
+  warm                 stats --json when the previous `stats` saved the cache
+                       and nothing was appended since.
+  baseline             results --json | python -c '<same>': export, then
+                       compute the same percentiles, reason groups, slowest 5
+                       and state counts in Python (exact: it sorts every
+                       duration).
+
+Each runs as a whole process, interleaved over --rounds rounds (medians and
+spread printed); the peak RSS of each is measured in one more run under a
+fresh small wrapper (`/usr/bin/time -f %M`, as scripts/bench.py does; for the
+pipeline, the larger of its two processes). Also printed: `compact` on the
+uncompacted copy without a stats cache (its hook folds the whole queue) and
+with one (it folds nothing new): the hook's cost. Goal: stats <= 2 s and
+<= 100 MB.
 
 Examples:
 
@@ -136,42 +151,81 @@ def peak_rss_mb(argv: list[str], env: dict[str, str], workdir: Path) -> float:
     return read_rss(out) / 1024
 
 
+CACHE = "stats.ckpt"
+
+
 def measure(
-    exe: str, queue: str, env: dict[str, str], workdir: Path, rounds: int
+    exe: str, queue: Path, env: dict[str, str], workdir: Path, rounds: int, *, compacted: bool
 ) -> dict[str, Any]:
-    stats_argv = [exe, "-q", queue, "stats", "--json"]
+    """Each case's wall times (interleaved rounds), peak RSS and figures."""
+    stats_argv = [exe, "-q", queue.name, "stats", "--json"]
     script = workdir / "baseline.py"
     script.write_text(BASELINE)
-    pipeline = f"{exe} -q {queue} results --json | {sys.executable} {script}"
-    shell = ["/bin/sh", "-c", pipeline]
-    walls: dict[str, list[float]] = {"stats": [], "baseline": []}
+    pipeline = f"{exe} -q {queue.name} results --json | {sys.executable} {script}"
+    staged = queue / CACHE
+    kept = workdir / f"{queue.name}.after-compact"
+    if compacted:
+        shutil.copy(staged, kept)  # the summary compaction's hook left
+
+    def cold() -> None:
+        (queue / CACHE).unlink(missing_ok=True)
+
+    def after_compact() -> None:
+        shutil.copy(kept, staged)
+
+    cases: dict[str, tuple[list[str], Any]] = {"cold": (stats_argv, cold)}
+    if compacted:
+        cases["after compact"] = (stats_argv, after_compact)
+    cases["warm"] = (stats_argv, lambda: None)  # the run before saved it
+    cases["baseline"] = (["/bin/sh", "-c", pipeline], lambda: None)
+    walls: dict[str, list[float]] = {name: [] for name in cases}
     outputs: dict[str, str] = {}
-    for _ in range(rounds):  # interleaved: both see the same machine load
-        wall, outputs["stats"] = run(stats_argv, env)
-        walls["stats"].append(wall)
-        wall, outputs["baseline"] = run(shell, env)
-        walls["baseline"].append(wall)
-    ours, theirs = json.loads(outputs["stats"]), json.loads(outputs["baseline"])
-    return {
-        "stats_s": statistics.median(walls["stats"]),
-        "baseline_s": statistics.median(walls["baseline"]),
-        "stats_rss_mb": peak_rss_mb(stats_argv, env, workdir),
-        "baseline_rss_mb": peak_rss_mb(shell, env, workdir),
-        "p99_stats": ours["durations"]["p99"],
-        "p99_exact": theirs["p99"],
-        "done_counted": (ours["durations"]["count"], theirs["count"]),
-    }
+    for _ in range(rounds):  # interleaved: every case sees the same machine load
+        for name, (argv, prepare) in cases.items():
+            prepare()
+            wall, outputs[name] = run(argv, env)
+            walls[name].append(wall)
+    figures: dict[str, Any] = {}
+    for name, (argv, prepare) in cases.items():
+        prepare()
+        figures[name] = {
+            "median_s": statistics.median(walls[name]),
+            "min_s": min(walls[name]),
+            "max_s": max(walls[name]),
+            "rss_mb": peak_rss_mb(argv, env, workdir),
+        }
+    exact = json.loads(outputs["baseline"])
+    for name in cases:
+        if name != "baseline":
+            ours = json.loads(outputs[name])["durations"]
+            figures[name]["p99_off"] = abs(ours["p99"] - exact["p99"]) / exact["p99"]
+            figures[name]["done_counted"] = (ours["count"], exact["count"])
+    return figures
 
 
-def report(label: str, m: dict[str, Any]) -> str:
-    met = m["stats_s"] <= GOAL_S and m["stats_rss_mb"] <= GOAL_RSS_MB
-    p99_err = abs(m["p99_stats"] - m["p99_exact"]) / m["p99_exact"]
-    return (
-        f"{label:<12} stats --json {m['stats_s']:6.2f} s {m['stats_rss_mb']:6.1f} MB | "
-        f"results --json | python {m['baseline_s']:6.2f} s {m['baseline_rss_mb']:6.1f} MB | "
-        f"x{m['baseline_s'] / m['stats_s']:.1f} faster | p99 off by {p99_err:.2%} | "
-        f"goal <= {GOAL_S:.0f} s, <= {GOAL_RSS_MB:.0f} MB: {'met' if met else 'MISSED'}"
-    )
+def report(label: str, figures: dict[str, Any]) -> list[str]:
+    base = figures["baseline"]
+    lines = [
+        f"{label}: baseline results --json | python {base['median_s']:6.2f} s "
+        f"({base['min_s']:.2f}-{base['max_s']:.2f}) {base['rss_mb']:6.1f} MB"
+    ]
+    for name, m in figures.items():
+        if name == "baseline":
+            continue
+        met = m["median_s"] <= GOAL_S and m["rss_mb"] <= GOAL_RSS_MB
+        lines.append(
+            f"  stats --json {name:<14} {m['median_s']:6.2f} s ({m['min_s']:.2f}-{m['max_s']:.2f})"
+            f" {m['rss_mb']:6.1f} MB | x{base['median_s'] / m['median_s']:.1f} vs baseline"
+            f" | p99 off {m['p99_off']:.2%} | goal <= {GOAL_S:.0f} s, <= {GOAL_RSS_MB:.0f} MB:"
+            f" {'met' if met else 'MISSED'}"
+        )
+    return lines
+
+
+def timed_compact(exe: str, home: Path, name: str, env: dict[str, str]) -> float:
+    """Wall seconds of `compact` on a copy of the uncompacted queue named ``name``."""
+    wall, _ = run([exe, "-q", name, "compact"], env)
+    return wall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,11 +249,23 @@ def main(argv: list[str] | None = None) -> int:
         write_run_queue(home / "uncompacted", args.items)
         run([exe, "-q", "uncompacted", "status", "--json"], env)  # leaves the state checkpoint
         shutil.copytree(home / "uncompacted", home / "compacted")
-        run([exe, "-q", "compacted", "compact"], env)
+        shutil.copytree(home / "uncompacted", home / "warmcompact")
+        run([exe, "-q", "warmcompact", "stats", "--json"], env)  # a stats cache before compact
+        cold_compact = timed_compact(exe, home, "compacted", env)  # the hook folds it all
+        warm_compact = timed_compact(exe, home, "warmcompact", env)  # the hook folds nothing
+        shutil.rmtree(home / "warmcompact")
+        figures["compact_s"] = {"no stats cache": cold_compact, "stats cache": warm_compact}
         print(f"(queues built in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        print(
+            f"compact: {cold_compact:.1f} s without a stats cache (its hook folds every record), "
+            f"{warm_compact:.1f} s with one (it folds what came after it); one run each",
+            flush=True,
+        )
         for name in ("uncompacted", "compacted"):
-            figures[name] = measure(exe, name, env, workdir, args.rounds)
-            print(report(name, figures[name]), flush=True)
+            figures[name] = measure(
+                exe, home / name, env, workdir, args.rounds, compacted=name == "compacted"
+            )
+            print("\n".join(report(name, figures[name])), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:

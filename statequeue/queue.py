@@ -372,12 +372,17 @@ class Queue(QueueReading, QueueWhole):
         ``since`` (seconds), only attempts that ended in that last stretch."""
         import time
 
-        from statequeue.stats import stats_of_batches
+        from statequeue.stats import StatsBuilder, stats_of_batches
 
         now = time.time() if now is None else now
         cutoff = None if since is None else now - since
         with self._using() as store:
             status = store.status()
+            summary = getattr(store, "stats_summary", None)
+            if since is None and summary is not None:  # cached up to a position
+                builder: StatsBuilder = summary()
+                builder.now = now
+                return builder.build(queue=status.queue, counts=status.counts, held=status.held)
             return stats_of_batches(
                 store.iter_attempt_batches(cutoff),
                 queue=status.queue,

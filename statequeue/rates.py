@@ -79,16 +79,41 @@ class Throughput:
         if self.hi - self.lo >= self.limit:
             self._coarsen()
 
+    def merge(self, other: Throughput) -> None:
+        """Add ``other``'s counts. Widths are the first one doubled some times,
+        and a key at twice the width is ``key // 2``, so both go to the wider
+        one and then coarsen as one pass over every finish would have."""
+        if other.lo is None or other.hi is None:
+            return
+        counts, lo, hi = other.counts, other.lo, other.hi
+        while self.width < other.width:
+            self._halve()
+        factor = round(self.width / other.width)
+        if factor > 1:
+            merged: dict[int, int] = {}
+            for key, n in counts.items():
+                merged[key // factor] = merged.get(key // factor, 0) + n
+            counts, lo, hi = merged, lo // factor, hi // factor
+        for key, n in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+        self._coarsen()
+
+    def _halve(self) -> None:
+        merged: dict[int, int] = {}
+        for key, n in self.counts.items():
+            merged[key // 2] = merged.get(key // 2, 0) + n
+        self.counts = merged
+        self.width *= 2
+        if self.lo is not None and self.hi is not None:
+            self.lo //= 2
+            self.hi //= 2
+
     def _coarsen(self) -> None:
         # Keys are floor(at / width): floor(key / 2) is the key at twice the width.
-        while self.hi - self.lo >= self.limit:  # type: ignore[operator]
-            merged: dict[int, int] = {}
-            for key, n in self.counts.items():
-                merged[key // 2] = merged.get(key // 2, 0) + n
-            self.counts = merged
-            self.width *= 2
-            self.lo //= 2  # type: ignore[operator]
-            self.hi //= 2  # type: ignore[operator]
+        while self.lo is not None and self.hi is not None and self.hi - self.lo >= self.limit:
+            self._halve()
 
     def view(self) -> ThroughputView:
         if self.lo is None or self.hi is None:
@@ -128,6 +153,19 @@ class RecentRate:
         for second, n in Counter(map(math.floor, times)).items():
             seconds[second] = seconds.get(second, 0) + n
         self.newest = max(self.newest, math.floor(max(times)))
+        if len(seconds) > 2 * self.window:
+            self._prune(self.newest)
+
+    def merge(self, other: RecentRate) -> None:
+        """Add ``other``'s per-second counts (what folding its finishes here would keep)."""
+        if other.first is None:
+            return
+        if self.first is None or other.first < self.first:
+            self.first = other.first
+        seconds = self.seconds
+        for second, n in other.seconds.items():
+            seconds[second] = seconds.get(second, 0) + n
+        self.newest = max(self.newest, other.newest)
         if len(seconds) > 2 * self.window:
             self._prune(self.newest)
 

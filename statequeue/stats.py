@@ -8,9 +8,15 @@ into a ``Stats``, in memory that does not grow with the number of attempts:
 - the slowest 5 in a bounded heap; throughput in at most 120 buckets; the
   recent rate in per-second counts over the last 10 minutes;
 - failure reasons, runners and hosts in dicts capped at ``MAX_GROUPS`` (the
-  rest are counted under "(other)");
+  rest are counted under "(other)"); a reason's example is its attempt with
+  the lowest (item id, attempt), whatever order the attempts came in;
 - items on their second attempt or later: one byte per item id, as the
   journal store's own state keeps.
+
+Every part merges (``StatsBuilder.merge``): folding A then B gives what
+folding A and B apart and merging gives, so a summary saved at a journal
+position (``store/stats_cache.py``) plus the attempts after it is the
+one-pass answer.
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import heapq
 import math
 import signal
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,6 +31,7 @@ from itertools import compress
 from typing import Any, cast
 
 from statequeue.attempts import Attempt, AttemptBatch, batches_of
+from statequeue.histogram import histogram
 from statequeue.rates import (
     RATE_WINDOW_SECONDS,
     RecentRate,
@@ -208,14 +214,20 @@ class StatsBuilder:
     def _add_failure(self, a: Attempt) -> None:
         self.failed += 1
         reason = normalise_reason(a)
+        self._reason_group(reason, 1, a.item_id, a.attempt)
+
+    def _reason_group(self, reason: str, count: int, item_id: int, attempt: int) -> None:
         group = self.reasons.get(reason)
         if group is None:
             if len(self.reasons) >= MAX_GROUPS:
                 reason = OTHER
                 group = self.reasons.get(reason)
             if group is None:
-                group = self.reasons[reason] = [0, a.item_id, a.attempt]
-        group[0] += 1
+                group = self.reasons[reason] = [0, item_id, attempt]
+        group[0] += count
+        # The lowest (id, attempt) is the example: the same in any fold order.
+        if (item_id, attempt) < (group[1], group[2]):
+            group[1], group[2] = item_id, attempt
 
     def _mark_retried(self, item_id: int) -> None:
         marks = self.retried
@@ -241,6 +253,35 @@ class StatsBuilder:
         group[1] += failed
         if host and not group[2]:
             group[2] = host
+
+    def merge(self, other: StatsBuilder) -> None:
+        """Add everything ``other`` folded (both without ``since``): the result
+        is what one builder folding both streams would hold."""
+        if self.cutoff is not None or other.cutoff is not None:
+            raise ValueError("only whole summaries (no since) merge")
+        self.attempts += other.attempts
+        self.failed += other.failed
+        self.sketch.merge(other.sketch)
+        for entry in other.slowest:
+            if len(self.slowest) < SLOWEST:
+                heapq.heappush(self.slowest, entry)
+            elif entry > self.slowest[0]:
+                heapq.heapreplace(self.slowest, entry)
+        self.throughput.merge(other.throughput)
+        self.recent.merge(other.recent)
+        for reason, (n, item_id, attempt) in other.reasons.items():
+            self._reason_group(reason, n, item_id, attempt)
+        self._merge_retried(other.retried)
+        for runner, (n, failed, host) in other.runners.items():
+            self._runner_group(runner, host, n, failed)
+
+    def _merge_retried(self, other: bytearray) -> None:
+        if len(other) > len(self.retried):
+            self.retried.extend(bytes(len(other) - len(self.retried)))
+        # One byte (0 or 1) per id: OR both, as integers (C speed).
+        width = len(self.retried)
+        merged = int.from_bytes(self.retried, "little") | int.from_bytes(other, "little")
+        self.retried[:] = merged.to_bytes(width, "little")
 
     def build(self, *, queue: str, counts: dict[str, int], held: tuple[int, ...] = ()) -> Stats:
         runners = tuple(
@@ -300,51 +341,6 @@ def durations_of(sketch: QuantileSketch) -> Durations:
         error=sketch.alpha,
         histogram=histogram(sketch),
     )
-
-
-_NICE = (1.0, 2.0, 5.0)
-MAX_BINS = 12
-
-
-def histogram(sketch: QuantileSketch) -> tuple[tuple[float, float, int], ...]:
-    """The sketch's counts in at most ``MAX_BINS`` bins with round edges
-    (1-2-5 steps, or powers of ten for a wide range), plus a first bin from 0
-    when some durations were 0. A value is binned by its bucket's value, so a
-    count near an edge may be off by that 1%."""
-    if not sketch.count:
-        return ()
-    found = list(sketch.iter_buckets())
-    positive = [value for value, _ in found if value > 0]
-    edges = _edges(min(positive), max(positive[-1], sketch.max)) if positive else []
-    if not positive or found[0][0] == 0:
-        edges = [0.0, *(edges or [1e-6])]
-    counts = [0] * (len(edges) - 1)
-    for value, n in found:
-        i = min(max(bisect_right(edges, value) - 1, 0), len(counts) - 1)
-        counts[i] += n
-    return tuple((edges[i], edges[i + 1], n) for i, n in enumerate(counts))
-
-
-def _edges(lo: float, hi: float) -> list[float]:
-    for steps in (_NICE, (1.0,), None):
-        edges = _series(lo, hi, steps)
-        if len(edges) - 1 <= MAX_BINS:
-            return edges
-    return [lo, hi]
-
-
-def _series(lo: float, hi: float, steps: tuple[float, ...] | None) -> list[float]:
-    """Round values from the last one <= ``lo`` to the first one > ``hi``."""
-    if steps is None:  # every other power of ten
-        values = [10.0**e for e in range(-6, 8, 2)]
-    else:
-        values = [m * 10.0**e for e in range(-6, 7) for m in steps]
-    below = [v for v in values if v <= lo]
-    start = below[-1] if below else values[0]
-    edges = [v for v in values if start <= v <= hi]
-    above = [v for v in values if v > hi]
-    edges.append(above[0] if above else hi)
-    return edges
 
 
 def _slowest_rows(b: AttemptBatch, values: list[float]) -> list[tuple[float, int, int]]:

@@ -32,6 +32,8 @@ def stats(
     """Durations (p50/p90/p99, histogram), throughput, rate and ETA, failure
     reasons, the slowest items, and runners and hosts, over the live journal
     and the archive. Quantiles are within 1%; memory stays flat on any size.
+    A summary is cached (stats.ckpt) where it still matches the files, so a
+    later stats, or the first after `compact`, reads only what came since.
 
     --json prints the same figures under the schema "statequeue.stats/1".
 

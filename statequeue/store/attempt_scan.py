@@ -12,6 +12,7 @@ The archive is streamed the same way, up to the size the snapshot vouches for.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from itertools import repeat
 from operator import itemgetter
@@ -95,9 +96,10 @@ def _decode(line: bytes, path: str) -> Record:
     return rec
 
 
-def _chunks(fd: int, end: int, path: str) -> Iterator[bytes]:
-    """Bytes 0..``end`` of ``fd`` in chunks of whole lines."""
-    offset = 0
+def _chunks(fd: int, end: int, path: str, start: int = 0) -> Iterator[bytes]:
+    """Bytes ``start``..``end`` of ``fd`` (``start`` at a line's start) in
+    chunks of whole lines."""
+    offset = start
     while offset < end:
         data = os.pread(fd, min(_CHUNK, end - offset), offset)
         cut = data.rfind(b"\n") + 1
@@ -113,12 +115,13 @@ def _chunks(fd: int, end: int, path: str) -> Iterator[bytes]:
 # -- in batches: the path `stats` takes ---------------------------------------------
 
 # Records as the encoder writes them start with their type (an ``item`` record
-# or a snapshot header starts with its seq): these prefixes sort lines in C.
+# or a snapshot header may start with its seq): these prefixes, after the
+# newline before every line of a chunk, find and count lines by type in C.
 _ENQ, _END, _ARCH = b'{"t":"enq"', b'{"t":"end"', b'{"t":"arch"'
-_BULK = (_ENQ, _START[:-6], _END)
-# Any other record a chunk may hold that can matter (a nested "t" only makes
-# the check pass needlessly): when none is in it, its other lines are skipped.
-_RARE = (b'"t":"arch"', b'"t":"intr"', b'"t":"item"', b'"t":"run"')
+_BULK = (_ENQ, _START[:-6], _END, _ARCH)
+_END_LINES = re.compile(rb"\n(" + re.escape(_END) + rb"[^\n]*)")
+_ARCH_LINES = re.compile(rb"\n(" + re.escape(_ARCH) + rb"[^\n]*)")
+_EN_OR_START = (b'\n{"t":"en', b"\n" + _START[:-6])  # enq and end; start
 
 
 def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBatch]:
@@ -134,40 +137,60 @@ def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBat
 
 
 def _owned_batches(own: int, end: int, path: str) -> Iterator[AttemptBatch]:
-    started: dict[int, bytes] = {}
-    hosts: dict[str, str] = {}
     try:
-        for data in _chunks(own, end, path):
-            yield from _chunk_batches(data, started, hosts, path)
+        yield from scan_range_batches(own, 0, end, path=path, started={}, hosts={})
     finally:
         os.close(own)
+
+
+def scan_range_batches(
+    fd: int,
+    start: int,
+    end: int,
+    *,
+    path: str,
+    started: dict[int, bytes],
+    hosts: dict[str, str],
+) -> Iterator[AttemptBatch]:
+    """The batches of bytes ``start``..``end`` of ``fd`` (``start`` at a
+    line's start), read through ``fd`` itself. ``started`` and ``hosts`` carry
+    what the lines before ``start`` left (the starts still waiting for their
+    end, runner -> host) and are updated in place, so a later scan from
+    ``end`` continues this one."""
+    for data in _chunks(fd, end, path, start):
+        yield from _chunk_batches(data, started, hosts, path)
 
 
 def _chunk_batches(
     data: bytes, started: dict[int, bytes], hosts: dict[str, str], path: str
 ) -> Iterator[AttemptBatch]:
-    lines = data.split(b"\n")
-    lines.pop()
-    ends = _bulk_decode([line for line in lines if line.startswith(_END)], path)
+    framed = b"\n" + data  # a newline before every line, so a search finds line starts
+    ends = _bulk_decode(_END_LINES.findall(framed), path)
     runners = list(map(dict.get, ends, repeat("runner")))
     if None in runners:  # written before ends named their runner: the exact, slow way
+        lines = data.split(b"\n")
+        lines.pop()
         yield from batches_of(_scan_lines(lines, started, hosts, path))
         return
     if ends:
         yield _batch_of_ends(ends, runners)
-    if not any(marker in data for marker in _RARE):
-        return  # the usual chunk of a run: nothing but enq, start and end records
-    others = [line for line in lines if not line.startswith(_BULK)]
-    archived = _bulk_decode([line for line in others if line.startswith(_ARCH)], path)
-    plain = [r for r in archived if not r.get("tries") and "attempt" in r]
-    if plain:
-        yield _batch_of_archived(plain)
-    carried = [a for r in archived if r.get("tries") for a in from_archived(r)]
-    carried += _scan_lines(
-        [line for line in others if not line.startswith(_ARCH)], started, hosts, path
-    )
-    if carried:
-        yield batch_of(carried)
+    archived_lines = _ARCH_LINES.findall(framed) if _ARCH in data else []
+    if archived_lines:
+        archived = _bulk_decode(archived_lines, path)
+        plain = [r for r in archived if not r.get("tries") and "attempt" in r]
+        if plain:
+            yield _batch_of_archived(plain)
+        carried = [a for r in archived if r.get("tries") for a in from_archived(r)]
+        if carried:
+            yield batch_of(carried)
+    bulk = sum(map(framed.count, _EN_OR_START)) + len(archived_lines)
+    if bulk == data.count(b"\n"):
+        return  # the usual chunk: nothing but enq, start, end and arch records
+    # Any other record (intr, item, run, a snapshot header) is read in order.
+    others = [line for line in data.split(b"\n")[:-1] if not line.startswith(_BULK)]
+    found = _scan_lines(others, started, hosts, path)
+    if found:
+        yield batch_of(found)
 
 
 def _batch_of_ends(ends: list[Record], runners: list[Any]) -> AttemptBatch:

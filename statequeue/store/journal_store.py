@@ -81,6 +81,8 @@ _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from statequeue.attempts import Attempt, AttemptBatch
+    from statequeue.stats import StatsBuilder
+    from statequeue.store import stats_cache
     from statequeue.views import CompactResult, ItemView
 
 LOCK = "lock"
@@ -595,6 +597,47 @@ class JournalStore(RecordStore):
         from statequeue.store.attempt_scan import scan_attempt_batches
 
         return self._scan_files(scan_attempt_batches)  # `stats` applies ``since`` itself
+
+    def stats_summary(self) -> StatsBuilder:
+        """Every finished attempt folded (what ``iter_attempt_batches`` yields,
+        unfiltered), from the stats cache plus the records after it; the cache
+        is brought up to date. The files are noted under the lock and read
+        from duplicates after it, as ``_scan_files`` does."""
+        from statequeue.store import stats_cache
+
+        if self.checkpoint_every <= 0:  # caches off: the files alone
+            from statequeue.stats import StatsBuilder
+
+            builder = StatsBuilder(now=0.0)
+            builder.add_all(self.iter_attempt_batches())
+            return builder
+        archive, journal = self._note_files()
+        try:
+            save = not self.read_only
+            return stats_cache.summarise(self.dir, archive, journal, save=save).builder
+        finally:
+            os.close(journal.fd)
+            if archive is not None:
+                os.close(archive.fd)
+
+    def _note_files(self) -> tuple[stats_cache.File | None, stats_cache.File]:
+        """The archive (None if empty) and the journal, each with a descriptor
+        of its own and the size that counts, noted under the queue lock."""
+        from statequeue.store import stats_cache
+
+        with self._locked() as state:
+            j = self.journal
+            journal = stats_cache.File(os.dup(j.fd), j.inode, j.offset, str(j.path))
+            if not state.archive_size:
+                return None, journal
+            try:
+                fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
+            except FileNotFoundError:
+                os.close(journal.fd)
+                name = self.dir.path / ARCHIVE
+                raise DamagedState(f"{name} is missing but the journal refers to it") from None
+            inode, path = os.fstat(fd).st_ino, str(self.dir.path / ARCHIVE)
+            return stats_cache.File(fd, inode, state.archive_size, path), journal
 
     def _scan_files(self, scan: Callable[..., Iterator[_T]]) -> Iterator[_T]:
         """``scan`` over the archive (up to what the snapshot vouches for),

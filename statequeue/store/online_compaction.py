@@ -33,7 +33,7 @@ from statequeue.fileio import durability_error
 from statequeue.journal import JournalFile, parse, read_from, read_line
 from statequeue.records import decode, item_text
 from statequeue.state import QueueState, TextLoader
-from statequeue.store import checkpoint
+from statequeue.store import checkpoint, stats_cache
 from statequeue.store.compaction import Built, Position, build
 from statequeue.store.integrity import ARCHIVE, JOURNAL
 from statequeue.store.locks import wait_for_lock
@@ -48,7 +48,7 @@ MARK = ".compacting."
 NEW_JOURNAL = f".{JOURNAL}{MARK}tmp"
 NEW_STATE = f".{checkpoint.NAME}{MARK}tmp"
 NEW_KEYS = f".{checkpoint.KEYS_NAME}{MARK}tmp"
-COMPACTING = (NEW_JOURNAL, NEW_STATE, NEW_KEYS)
+COMPACTING = (NEW_JOURNAL, NEW_STATE, NEW_KEYS, stats_cache.STAGED)
 
 
 ATTEMPTS = 3  # a repair that replaced the journal meanwhile: start again from it
@@ -225,6 +225,9 @@ def _build(
     os.close(fd)
     new.open()
     built = build(pos=pos, folder=store.dir, state=snapshot, new=new, ops=store.ops)
+    if store.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
+        archived = (snapshot.archive_size, built.archive_size)
+        stats_cache.stage(store.dir, old=pos, new=new, archived=archived)
     if store.checkpoint_every > 0:
         store._stage_keys(new, NEW_KEYS)
     copied = _copy_ahead(pos, new)
@@ -285,7 +288,11 @@ def _swap(
         new.append(records, sync=True)  # renumbered after the new body
         store.ops.replace(folder.entry(NEW_JOURNAL), folder.entry(JOURNAL))
         store.ops.fsync_dir(folder.itself())
-        for staged, name in ((NEW_STATE, checkpoint.NAME), (NEW_KEYS, checkpoint.KEYS_NAME)):
+        for staged, name in (
+            (NEW_STATE, checkpoint.NAME),
+            (NEW_KEYS, checkpoint.KEYS_NAME),
+            (stats_cache.STAGED, stats_cache.NAME),
+        ):
             # Caches: no fsync. A stale one never matches the new journal.
             if folder.exists(staged):
                 os.replace(staged, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
