@@ -33,6 +33,7 @@ import orjson
 from statequeue.errors import StateQueueError
 from statequeue.journal import JournalFile, read_line
 from statequeue.state import QueueState
+from statequeue.store.cache_file import write_cache
 
 if TYPE_CHECKING:
     from statequeue.store.folder import QueueFolder
@@ -101,22 +102,7 @@ def _write(
     encoded = orjson.dumps(header)
     body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
     payload = body + zlib.crc32(body).to_bytes(4, "little")
-    tmp = staged or f".{name}.{os.getpid()}.tmp"
-    try:
-        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        if staged is None:
-            os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
-    except (OSError, StateQueueError):  # a link or no access: the queue works without it
-        with contextlib.suppress(OSError):
-            folder.unlink(tmp)
-        return False
-    return True
+    return write_cache(folder, name, (payload,), staged=staged)
 
 
 def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], memoryview] | None:

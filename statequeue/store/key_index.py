@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from statequeue.errors import StateQueueError
+from statequeue.store.cache_file import write_cache
 from statequeue.store.checkpoint import KEYS_NAME, _matches, _position
 
 if TYPE_CHECKING:
@@ -165,23 +166,7 @@ def _head(header: dict[str, Any]) -> bytes:
 def _write_file(
     folder: QueueFolder, head: bytes, parts: tuple[bytes, ...], *, staged: str | None
 ) -> bool:
-    tmp = staged or f".{KEYS_NAME}.{os.getpid()}.tmp"
-    try:
-        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            for data in (head, *parts):
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        if staged is None:
-            os.replace(tmp, KEYS_NAME, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
-    except (OSError, StateQueueError):  # a link or no access: the queue works without it
-        with contextlib.suppress(OSError):
-            folder.unlink(tmp)
-        return False
-    return True
+    return write_cache(folder, KEYS_NAME, (head, *parts), staged=staged)
 
 
 class KeyIndex:

@@ -45,6 +45,7 @@ from statequeue.journal import read_line
 from statequeue.rates import RecentRate, Throughput
 from statequeue.sketch import QuantileSketch
 from statequeue.store.attempt_scan import scan_range_batches
+from statequeue.store.cache_file import write_cache
 from statequeue.store.integrity import ARCHIVE
 
 if TYPE_CHECKING:
@@ -375,19 +376,4 @@ def write(
 
 
 def _replace(folder: QueueFolder, name: str, payload: bytes, *, staged: bool) -> bool:
-    tmp = name if staged else f".{name}.{os.getpid()}.tmp"
-    try:
-        fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        if not staged:
-            os.replace(tmp, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
-    except (OSError, StateQueueError):  # a link or no access: stats works without it
-        with contextlib.suppress(OSError):
-            folder.unlink(tmp)
-        return False
-    return True
+    return write_cache(folder, name, (payload,), staged=name if staged else None)
