@@ -14,7 +14,7 @@ import pytest
 from statequeue.errors import CorruptJournal, DamagedState
 from statequeue.identity import new_runner
 from statequeue.models import Outcome
-from statequeue.store import checkpoint, journal_store
+from statequeue.store import checkpoint, journal_store, stats_cache
 from statequeue.store.folder import QueueFolder
 from statequeue.store.journal_store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
@@ -194,11 +194,12 @@ def test_a_checkpoint_follows_a_compaction(tmp_path: Path) -> None:
         reopened.close()
 
 
-def test_stale_checkpoint_temp_files_are_removed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", [checkpoint.NAME, checkpoint.KEYS_NAME, stats_cache.NAME])
+def test_stale_cache_temp_files_are_removed(tmp_path: Path, name: str) -> None:
     folder = tmp_path / "q"
     _open(folder).close()
-    stale = folder / f".{checkpoint.NAME}.999999.tmp"
-    stale.write_bytes(b"half a checkpoint")
+    stale = folder / f".{name}.999999.tmp"
+    stale.write_bytes(b"half a cache file")
     JournalStore(folder, create=False).close()
     assert not stale.exists()
 

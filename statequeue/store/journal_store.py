@@ -88,6 +88,7 @@ if TYPE_CHECKING:
 LOCK = "lock"
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
 DEFAULT_AUTO_COMPACT = 100_000
+STATS_CACHE = "stats.ckpt"  # stats_cache.NAME, imported only when `stats` runs
 CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
 CHECKPOINT_EVERY = 20_000
 CHECKPOINT_ON_CLOSE = 1_000
@@ -187,7 +188,9 @@ class JournalStore(RecordStore):
         # only while no compaction runs.
         if self.read_only:
             return
-        kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME)
+        # stats.ckpt's are written without the queue lock: removing one being
+        # written costs that `stats` its cache save, nothing more.
+        kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME, STATS_CACHE)
         prefixes = tuple(f".{name}." for name in kinds)
         for tmp in self.dir.names():
             if tmp.startswith(prefixes) and tmp.endswith(".tmp") and MARK not in tmp:
