@@ -61,7 +61,7 @@ from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
 from statequeue.store.integrity import JOURNAL as JOURNAL
-from statequeue.store.integrity import refuse_if_incomplete, refuse_if_not_new
+from statequeue.store.integrity import STATS_CACHE, refuse_if_incomplete, refuse_if_not_new
 from statequeue.store.locks import (
     CLAIMS,
     OFD_LOCKS,
@@ -88,7 +88,6 @@ if TYPE_CHECKING:
 LOCK = "lock"
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
 DEFAULT_AUTO_COMPACT = 100_000
-STATS_CACHE = "stats.ckpt"  # stats_cache.NAME, imported only when `stats` runs
 CHECKPOINT_ENV = "STATEQUEUE_CHECKPOINT_EVERY"
 CHECKPOINT_EVERY = 20_000
 CHECKPOINT_ON_CLOSE = 1_000

@@ -46,7 +46,7 @@ from statequeue.rates import RecentRate, Throughput
 from statequeue.sketch import QuantileSketch
 from statequeue.store.attempt_scan import scan_range_batches
 from statequeue.store.cache_file import write_cache
-from statequeue.store.integrity import ARCHIVE
+from statequeue.store.integrity import ARCHIVE, STATS_CACHE
 
 if TYPE_CHECKING:
     from statequeue.journal import JournalFile
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from statequeue.store.compaction import Position
     from statequeue.store.folder import QueueFolder
 
-NAME = "stats.ckpt"
+NAME = STATS_CACHE
 MAGIC = b"SQSTATS1\n"
 STAGED = f".{NAME}.compacting.tmp"
 """A compaction's staged cache (``online_compaction.MARK`` names its temp files so)."""
