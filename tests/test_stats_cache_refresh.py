@@ -1,0 +1,128 @@
+"""The stats cache is kept current where the state checkpoint is written (issue 15).
+
+`stats` after a long run must not decode the whole journal: every process
+that saves a state checkpoint (a runner every so many records, a command
+that replayed many) brings ``stats.ckpt`` up to it once the queue lock is
+released. These tests check that it does, that what it caches is the
+one-pass answer, and that a cache that cannot be written costs nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from statequeue.queue import Queue
+from statequeue.store import stats_cache
+from statequeue.store.folder import QueueFolder
+from tests.conftest import STATEQUEUE
+from tests.test_stats_cache import Scans, _figures, _run, _uncached
+
+EVERY = "40"  # records between state checkpoints: several in each test
+
+
+def _cached_offset(folder: Path) -> int:
+    """The journal offset the cached total summary reaches (0 if none)."""
+    d = QueueFolder.open(folder, create=False)
+    try:
+        total = stats_cache.load(d).get("total")
+    finally:
+        d.close()
+    if total is None or total.journal is None:
+        return 0
+    return int(total.journal["offset"])
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_checkpoints_keep_the_stats_cache_current(
+    monkeypatch: pytest.MonkeyPatch, sq_home: Path
+) -> None:
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", EVERY)
+    scans = Scans(monkeypatch)
+    q = Queue("kept")
+    _run(q, 60, seed=1)  # 60 items: ~180 records, several checkpoints; no `stats` call
+    folder = sq_home / "kept"
+    journal = (folder / "journal.jsonl").stat().st_size
+    reached = _cached_offset(folder)
+    assert reached > journal // 2  # the cache followed the run, without a `stats`
+    refreshed = [(start, end) for _, start, end in scans.take()]
+    assert len(refreshed) >= 2
+    # Each refresh read on from where the previous one stopped: nothing twice.
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(refreshed))
+    assert _figures(q) == _uncached("kept", monkeypatch)
+    assert [start for _, start, _ in scans.take()] in ([], [reached])  # only the tail
+    q.close()
+
+
+def test_a_run_leaves_stats_a_summary_of_nearly_all_of_it(
+    sq_env: dict[str, str], sq_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**sq_env, "STATEQUEUE_CHECKPOINT_EVERY": EVERY}
+    items = "".join(f"i{n}\n" for n in range(150)).encode()
+    for argv, stdin in (
+        (["-q", "ran", "enqueue"], items),
+        (["-q", "ran", "run", "-j2", "--", "sh", "-c", 'test "${1#i}" -lt 140', "sh", "{}"], b""),
+    ):
+        done = subprocess.run([STATEQUEUE, *argv], env=env, input=stdin, capture_output=True)
+        assert done.returncode in (0, 1), done.stderr
+    folder = sq_home / "ran"
+    size = (folder / "journal.jsonl").stat().st_size
+    reached = _cached_offset(folder)
+    assert reached > 0
+    # What the run left unsummarised is at most one checkpoint's worth of records.
+    tail = (folder / "journal.jsonl").read_bytes()[reached:]
+    assert tail.count(b"\n") <= int(EVERY) + 10
+    assert reached <= size
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", EVERY)
+    q = Queue("ran")
+    try:
+        figures = _figures(q)
+    finally:
+        q.close()
+    assert figures == _uncached("ran", monkeypatch)
+    assert figures["attempts"] == 150 and figures["failures"]["attempts"] == 10
+
+
+def test_a_stats_cache_that_cannot_be_written_costs_the_run_nothing(
+    monkeypatch: pytest.MonkeyPatch, sq_home: Path
+) -> None:
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", EVERY)
+    calls: list[int] = []
+
+    def broken(*args: object, **kw: object) -> None:
+        calls.append(1)
+        raise OSError(28, "No space left on device")
+
+    before = _open_fds()
+    with monkeypatch.context() as m:
+        m.setattr(stats_cache, "summarise", broken)
+        q = Queue("nospace")
+        _run(q, 60, seed=2)  # every claim and finish still goes through
+        q.close()
+    assert calls  # the refresh was tried, and failed, at the checkpoints
+    assert _open_fds() == before  # the files it noted were closed all the same
+    assert not (sq_home / "nospace" / stats_cache.NAME).exists()
+    q = Queue("nospace")
+    try:
+        assert q.status().counts["done"] + q.status().counts["failed"] == 60
+    finally:
+        q.close()
+
+
+def test_refreshes_leave_no_descriptor_open(monkeypatch: pytest.MonkeyPatch, sq_home: Path) -> None:
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", EVERY)
+    before = _open_fds()
+    q = Queue("fds")
+    _run(q, 60, seed=3)
+    q.compact()  # an archive now: a refresh notes two files
+    _run(q, 40, seed=4)
+    q.close()
+    assert _open_fds() == before
+    assert _cached_offset(sq_home / "fds") > 0
