@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,9 @@ def write_cache(
     """Write ``parts`` to ``name`` (temp + rename), or leave them under the
     temp name ``staged`` for a compaction to rename with the journal they
     name. False if it could not be written: the queue works the same."""
-    tmp = staged or f".{name}.{os.getpid()}.tmp"
+    # The thread too: a `stats` and the refresh after a checkpoint (a thread,
+    # store/stats_refresh.py) may write the same cache at once in one process.
+    tmp = staged or f".{name}.{os.getpid()}-{threading.get_native_id()}.tmp"
     try:
         fd = folder.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:

@@ -76,6 +76,7 @@ from statequeue.store.locks import (
 )
 from statequeue.store.online_compaction import MARK, remove_stale_compaction
 from statequeue.store.record_store import RecordStore
+from statequeue.store.stats_refresh import StatsRefresher
 
 _T = TypeVar("_T")
 
@@ -124,7 +125,7 @@ class JournalStore(RecordStore):
         self._few = False  # this enqueue is small enough to probe the index
         self._broken: DurabilityError | None = None
         self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
-        self._stats_due: tuple[stats_cache.File | None, stats_cache.File] | None = None
+        self._stats = StatsRefresher(self.dir)  # stats.ckpt, brought up to each checkpoint
         self.restored_from_checkpoint = False  # how the last (re)load went, for tests
         self._bulk = False  # inside enqueue: one checkpoint at the end, not one per batch
         self._save_keys = False  # the dedupe keys were costly to build: cache them
@@ -208,7 +209,7 @@ class JournalStore(RecordStore):
             yield
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        self._refresh_stats_cache()  # after the lock: other processes go on meanwhile
+        self._stats.start()  # after the lock, in a thread: nobody waits for it
 
     def _reload(self) -> None:
         """Read the journal afresh (from the checkpoint, when it matches).
@@ -276,35 +277,8 @@ class JournalStore(RecordStore):
         self.journal.sync()
         checkpoint.save(self.dir, self.journal, self.state)
         self._checkpoint_lines = self.journal.lines  # not retried at once if it failed
-        if self._stats_due is None:  # brought up to here once the lock is released
-            with suppress(StateQueueError, OSError):
-                self._stats_due = self._files_to_summarise(self.state)
-
-    def _refresh_stats_cache(self) -> None:
-        """Bring the `stats` summary cache up to the checkpoint just saved.
-
-        The records since the cache's position are read once more and folded
-        (what `stats` would do on its next call; ~1.5 µs a record here), so
-        `stats` after a run finds a summary of nearly everything, and a
-        compaction's hook finds little to fold. It runs with the queue lock
-        released: only this process waits (at the checkpoint cadence,
-        ``_maybe_checkpoint``). A cache: every failure is only a cache not saved."""
-        files, self._stats_due = self._stats_due, None
-        if files is None:
-            return
-        from statequeue.store import stats_cache
-
-        archive, journal = files
-        try:
-            # A compaction replaced the journal meanwhile: its own cache is newer.
-            if os.stat(journal.path).st_ino == journal.inode:
-                stats_cache.summarise(self.dir, archive, journal, save=True)
-        except (OSError, StateQueueError):
-            pass
-        finally:
-            os.close(journal.fd)
-            if archive is not None:
-                os.close(archive.fd)
+        with suppress(StateQueueError, OSError):  # stats.ckpt follows once the lock is released
+            self._stats.note(self._files_to_summarise(self.state))
 
     def _replay_after_checkpoint(self) -> TornTail | Literal[False] | None:
         """Replay the records after a restored checkpoint, changing nothing on
@@ -833,10 +807,7 @@ class JournalStore(RecordStore):
         self._archived = None
 
     def _close_files(self) -> None:
-        due, self._stats_due = self._stats_due, None  # a refresh an error left undone
-        for f in due or ():
-            if f is not None:
-                os.close(f.fd)
+        self._stats.wait()  # it reads through descriptors of its own, but writes in self.dir
         for item_id in list(self._claims):
             os.close(self._claims.pop(item_id))
         if self._claims_probe >= 0:
