@@ -144,3 +144,17 @@ def test_hand_over_log_removes_the_file_once_stored_and_never_raises(
     hand_over_log(store, claim, log)  # a lost connection is for finish to report
     assert log.exists() is fails
     assert store.saved == ([] if fails else [b"output\xff"])
+
+
+def test_a_quiet_run_stores_its_logs_too(
+    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    """--quiet silences the progress lines, not the logs `logs` reads from any host."""
+    host_a = _host(sq_env, tmp_path, "host-a", pg_url)
+    host_b = _host(sq_env, tmp_path, "host-b", pg_url)
+    assert _cli(host_a, "enqueue", "q1").returncode == 0
+    ran = _cli(host_a, "run", "--quiet", "--", "sh", "-c", JOB, "job", "{}")
+    assert ran.returncode == 0, ran.stderr
+    logged = _cli(host_b, "logs", "1")
+    assert logged.returncode == 0, logged.stderr
+    assert sorted(logged.stdout.splitlines()) == sorted([b"out q1", b"\xff\xferaw"])
