@@ -3,27 +3,30 @@
 The queue: 1M items run once each, 2% failed with exit code 1, 0.5% timed
 out, log-normal durations; written with statequeue's own record encoder, as
 scripts/bench.py writes its 1M-done queue, with the runner and host an `end`
-record names today. It is left as a run leaves it: the records up to the
-run's last checkpoint, then `status` (which replays them and writes the
-checkpoints, of the state and of the stats summary, as the run's own would),
-then the records of the last 6% of the items, which no checkpoint covers.
-"compacted" is a copy of it after `statequeue compact`.
+record names today: first the records up to the run's last periodic
+checkpoint, then `status` (which replays them and writes the checkpoints, of
+the state and of the stats summary, as the run's own would), then the records
+of the last 6% of the items, which no checkpoint covers (a run killed now
+leaves this), then the run's own end (`unregister_runner`: its stop record
+and the checkpoints a run leaves as it ends). "compacted" is a copy of it
+after `statequeue compact`.
 
 Cases, on each queue:
 
-  after the run        (uncompacted only) the first stats --json after the
-                       run: the summary its last checkpoint left, plus the
-                       records after it.
-  after compact        (compacted only) the first stats --json after `compact`,
+  after the run        (uncompacted) the first stats --json after the run:
+                       the checkpoints its end left cover everything.
+  after a kill         (uncompacted) the first stats --json after a run killed
+                       just before its end: the checkpoints of its last
+                       periodic save, then the 6% of the records after them
+                       (replayed by the open, folded by stats).
+  after compact        (compacted) the first stats --json after `compact`,
                        whose hook staged the summary of the queue it put in
-                       place: what a user meets after a run that compacted (by
-                       hand, or the automatic compaction of a long run).
+                       place.
   cold                 stats --json with no stats cache (stats.ckpt removed
                        first): every record the scan needs is decoded. What a
-                       queue whose cache was lost (or a statequeue before the
-                       cache was kept by checkpoints) costs once.
-  warm                 stats --json when the previous `stats` saved the cache
-                       and nothing was appended since.
+                       queue whose cache was lost costs once.
+  warm                 (compacted) stats --json when the previous `stats`
+                       saved the cache and nothing was appended since.
   baseline             results --json | python -c '<same>': export, then
                        compute the same percentiles, reason groups, slowest 5
                        and state counts in Python (exact: it sorts every
@@ -93,7 +96,9 @@ print(json.dumps({"count": n, **q, "max": durations[-1][0], "slowest": durations
 """
 
 
-def write_run_queue(folder: Path, n: int, seed: int = 15, *, tail: Path | None = None) -> None:
+def write_run_queue(
+    folder: Path, n: int, seed: int = 15, *, tail: Path | None = None, stop: bool = True
+) -> None:
     """Items 1..n enqueued, then run once each by one runner: start and end
     records as `statequeue run` writes them (end names runner and host).
     With ``tail``, the records of the last ``TAIL_SHARE`` of the items go to
@@ -103,7 +108,7 @@ def write_run_queue(folder: Path, n: int, seed: int = 15, *, tail: Path | None =
         (folder / sub).mkdir(mode=0o700)
     os.close(os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600))
     rng = random.Random(seed)
-    runner, host = "benchrunner00001", socket.gethostname()
+    runner, host = RUNNER, socket.gethostname()
     base = round(time.time() - n * 0.05, 3)
     encode = records.encode
     seq = 1
@@ -139,7 +144,8 @@ def write_run_queue(folder: Path, n: int, seed: int = 15, *, tail: Path | None =
             else:
                 end.update(state="done", ok=True, at=at, dur=dur, exit=0)
             out.write(line({**end, "runner": runner, "host": host}))
-        out.write(line({"t": "stop", "runner": runner, "at": round(base + n * 0.05, 3)}))
+        if stop:  # else the run is still registered: ``RUNNER``'s unregister ends it
+            out.write(line({"t": "stop", "runner": runner, "at": round(base + n * 0.05, 3)}))
         out.flush()
         os.fsync(out.fileno())
         if tail is not None:
@@ -165,7 +171,8 @@ def peak_rss_mb(argv: list[str], env: dict[str, str], workdir: Path) -> float:
 
 
 CACHE = "stats.ckpt"
-AFTER_RUN = "stats.ckpt.after-run"
+STATE = "state.ckpt"
+RUNNER = "benchrunner00001"
 TAIL_SHARE = 0.06
 """Of the items, those whose records come after the run's last checkpoint:
 their 2 records each stay just under the eighth of the item count that makes
@@ -191,20 +198,22 @@ def measure(
         shutil.copy(staged, kept)  # the summary compaction's hook left
 
     def cold() -> None:
-        (queue / CACHE).unlink(missing_ok=True)
+        if compacted:
+            (queue / CACHE).unlink(missing_ok=True)
+        else:  # the state as the run's end left it; no stats summary
+            restore(queue, workdir, "ended", stats=False)
 
     def after_compact() -> None:
         shutil.copy(kept, staged)
 
-    def after_run() -> None:
-        shutil.copy(workdir / AFTER_RUN, staged)
-
     cases: dict[str, tuple[list[str], Any]] = {"cold": (stats_argv, cold)}
     if compacted:
         cases["after compact"] = (stats_argv, after_compact)
+        cases["warm"] = (stats_argv, lambda: None)  # the run before saved it
     else:
-        cases["after the run"] = (stats_argv, after_run)
-    cases["warm"] = (stats_argv, lambda: None)  # the run before saved it
+        # Right after the run the cache covers everything: warm by construction.
+        cases["after the run"] = (stats_argv, lambda: restore(queue, workdir, "ended"))
+        cases["after a kill"] = (stats_argv, lambda: restore(queue, workdir, "killed"))
     cases["baseline"] = (["/bin/sh", "-c", pipeline], lambda: None)
     walls: dict[str, list[float]] = {name: [] for name in cases}
     outputs: dict[str, str] = {}
@@ -251,28 +260,59 @@ def report(label: str, figures: dict[str, Any]) -> list[str]:
 
 
 def build_queues(exe: str, home: Path, workdir: Path, n: int, env: dict[str, str]) -> None:
-    """ "uncompacted": the run's records up to its last checkpoint, a `status`
-    (which replays them and writes the checkpoints, the state's and the stats
-    summary's, as the run's own checkpoints would), then the records of the
-    last ``TAIL_SHARE`` of the items, which no checkpoint covers: the queue as a run
-    leaves it. Its stats cache is kept as ``AFTER_RUN``. "compacted" and
-    "compactnocache": copies, each with its checkpoints rewritten (a copy has
-    new inodes), the second without a stats cache, both to be compacted."""
+    """ "uncompacted": the run's records up to its last periodic checkpoint, a
+    `status` (which replays them and writes the checkpoints, the state's and
+    the stats summary's, as the run's own would), then the records of the last
+    ``TAIL_SHARE`` of the items, which no checkpoint covers: the queue as a
+    run killed now leaves it (its checkpoints kept under ``saved(workdir,
+    "killed")``). Then the runner's own end (`unregister_runner`: the stop
+    record and the end-of-run checkpoints), kept as ``saved(workdir,
+    "ended")``. "compacted" and "compactnocache": copies, each with its
+    checkpoints rewritten (a copy has new inodes), the second without a
+    stats cache, both to be compacted."""
+    from statequeue.store.journal_store import JournalStore
+
     tail = workdir / "tail.jsonl"
     queue = home / "uncompacted"
-    write_run_queue(queue, n, tail=tail)
+    write_run_queue(queue, n, tail=tail, stop=False)
     run([exe, "-q", "uncompacted", "status", "--json"], env)  # the run's last checkpoint
     with open(queue / "journal.jsonl", "ab") as journal:
         journal.write(tail.read_bytes())
         journal.flush()
         os.fsync(journal.fileno())
     tail.unlink()
-    shutil.copy(queue / CACHE, workdir / AFTER_RUN)
+    keep(queue, workdir, "killed")
+    store = JournalStore(queue, create=False, auto_compact=0)
+    try:
+        store.unregister_runner(RUNNER)  # what `statequeue run` does as it ends
+    finally:
+        store.close()
+    keep(queue, workdir, "ended")
     for copy in ("compacted", "compactnocache"):
         shutil.copytree(queue, home / copy)
         (home / copy / CACHE).unlink()
         run([exe, "-q", copy, "status", "--json"], env)  # new inodes: checkpoints rewritten
     (home / "compactnocache" / CACHE).unlink()
+
+
+def saved(workdir: Path, label: str) -> Path:
+    return workdir / f"checkpoints.{label}"
+
+
+def keep(queue: Path, workdir: Path, label: str) -> None:
+    """Copy the queue's two checkpoints aside, to be put back by ``restore``."""
+    to = saved(workdir, label)
+    to.mkdir()
+    for name in (STATE, CACHE):
+        shutil.copy(queue / name, to / name)
+
+
+def restore(queue: Path, workdir: Path, label: str, *, stats: bool = True) -> None:
+    for name in (STATE, CACHE):
+        if name == CACHE and not stats:
+            (queue / CACHE).unlink(missing_ok=True)
+        else:
+            shutil.copy(saved(workdir, label) / name, queue / name)
 
 
 def timed_compact(exe: str, home: Path, name: str, env: dict[str, str]) -> float:

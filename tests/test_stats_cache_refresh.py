@@ -19,6 +19,7 @@ import pytest
 from statequeue.queue import Queue
 from statequeue.store import stats_cache
 from statequeue.store.folder import QueueFolder
+from statequeue.store.journal_store import JournalStore
 from tests.conftest import STATEQUEUE
 from tests.test_stats_cache import Scans, _figures, _run, _uncached
 
@@ -130,3 +131,25 @@ def test_refreshes_leave_no_descriptor_open(monkeypatch: pytest.MonkeyPatch, sq_
     q.close()
     assert _open_fds() == before
     assert _cached_offset(sq_home / "fds") > 0
+
+
+def test_the_end_of_a_run_leaves_both_checkpoints_at_the_journal_end(
+    sq_env: dict[str, str], sq_home: Path
+) -> None:
+    """On a queue big enough that 1,300 records are under an eighth of its
+    items, the end of a run still leaves a checkpoint: the next command
+    replays nothing and `stats` folds nothing."""
+    items = "".join(f"e{n}\n" for n in range(16_000)).encode()
+    for argv, stdin in (
+        (["-q", "end", "enqueue"], items),
+        (["-q", "end", "run", "--limit", "600", "--", "true"], b""),
+    ):
+        done = subprocess.run([STATEQUEUE, *argv], env=sq_env, input=stdin, capture_output=True)
+        assert done.returncode == 0, done.stderr
+    folder = sq_home / "end"
+    assert _cached_offset(folder) == (folder / "journal.jsonl").stat().st_size
+    store = JournalStore(folder, create=False)
+    try:
+        assert store.restored_from_checkpoint and store.replayed_on_open == 0
+    finally:
+        store.close()
