@@ -198,9 +198,15 @@ def finish_times(b: AttemptBatch) -> list[float]:
 
 
 class LiveRate:
-    """The recent rate of a queue that is running, kept up to date from the
-    store's new events (``read_events``): each update folds only what was
-    written since the last, never the archive. What `status --watch` shows."""
+    """The recent rate of a queue that is running: what `status --watch` shows,
+    the same figure `stats` gives at that moment.
+
+    A store that keeps a summary of every finished attempt (the journal
+    store's ``stats_summary``: cached, extended by the records since) gives
+    it from that summary, the very one `stats` builds on: a compaction, which
+    moves finished items to the archive, changes nothing. Other stores fold
+    their new events (``read_events``), each update only what was written
+    since the last."""
 
     MAX_PAGES = 50  # per update: a long backlog is caught up over several
 
@@ -210,6 +216,10 @@ class LiveRate:
         self.cursor: object | None = None
 
     def update(self) -> None:
+        summary = getattr(self.store, "stats_summary", None)
+        if summary is not None:  # as Queue.stats does, without --since
+            self.recent = summary().recent
+            return
         for _ in range(self.MAX_PAGES):
             records, self.cursor = self.store.read_events(self.cursor)
             if not records:

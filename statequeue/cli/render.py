@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -134,7 +135,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
     from statequeue.cli.stats_view import watch_lines
     from statequeue.rates import LiveRate
 
-    rate = LiveRate(queue.store)  # `stats`'s rate and ETA, from new events only
+    rate = LiveRate(queue.store)  # `stats`'s rate and ETA
     try:
         while True:
             st = queue.status()
@@ -142,7 +143,10 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 emit_json(st.to_json())
             else:
                 left = st.counts.get("pending", 0) + st.counts.get("running", 0)
-                text = "\n".join([status_text(st), *watch_lines(rate, left)])
+                # One rate and ETA on the screen, the one `stats` gives (its
+                # window stated), not also status's own one-minute figure.
+                one_rate = dataclasses.replace(st, rate=None)
+                text = "\n".join([status_text(one_rate), *watch_lines(rate, left)])
                 if live is not None:
                     from rich.text import Text
 
