@@ -14,20 +14,26 @@ MAX_BINS = 12
 def histogram(sketch: QuantileSketch) -> tuple[tuple[float, float, int], ...]:
     """The sketch's counts in at most ``MAX_BINS`` bins with round edges
     (1-2-5 steps, or powers of ten for a wide range), plus a first bin from 0
-    when some durations were 0. A value is binned by its bucket's value, so a
-    count near an edge may be off by that 1%."""
+    when some durations were 0. Bins are ``[from, to)``. A bucket is binned
+    by the largest value it can hold, so a duration at or past an edge is
+    never counted below it (a `sleep 5` or a 5 s timeout lands in 5 s-10 s);
+    one up to 1% below an edge may be counted in the bin above."""
     if not sketch.count:
         return ()
-    found = list(sketch.iter_buckets())
-    positive = [value for value, _ in found if value > 0]
+    found = list(sketch.iter_bucket_ranges())
+    positive = [top for value, top, _ in found if value > 0]
     edges = _edges(min(positive), max(positive[-1], sketch.max)) if positive else []
     if not positive or found[0][0] == 0:
         edges = [0.0, *(edges or [1e-6])]
     counts = [0] * (len(edges) - 1)
-    for value, n in found:
-        i = min(max(bisect_right(edges, value) - 1, 0), len(counts) - 1)
+    for _, top, n in found:
+        # gamma**key can come out a hair under the round value it stands for.
+        i = min(max(bisect_right(edges, top * _ROUNDING) - 1, 0), len(counts) - 1)
         counts[i] += n
     return tuple((edges[i], edges[i + 1], n) for i, n in enumerate(counts))
+
+
+_ROUNDING = 1 + 1e-12
 
 
 def _edges(lo: float, hi: float) -> list[float]:

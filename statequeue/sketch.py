@@ -123,6 +123,14 @@ class QuantileSketch:
                 return min(max(self.value_of(key), self.min), self.max)
         return self.max  # not reached: the counts add up to ``count``
 
+    def iter_bucket_ranges(self) -> Iterator[tuple[float, float, int]]:
+        """(value, largest value it holds, count) of each non-empty bucket,
+        smallest first; 0, 0 for the zero bucket."""
+        zero = self._zero_key()
+        for key in sorted(self.buckets):
+            top = 0.0 if key <= zero else self.gamma**key
+            yield self.value_of(key), top, self.buckets[key]
+
     def iter_buckets(self) -> Iterator[tuple[float, int]]:
         """(value, count) of each non-empty bucket, smallest first."""
         for key in sorted(self.buckets):

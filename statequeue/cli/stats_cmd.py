@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -42,6 +43,8 @@ def stats(
     from statequeue.durations import parse_duration
 
     window = None if since is None else parse_duration(since)
+    if window is not None and window >= time.time():
+        window = None  # reaches back before 1970: every attempt, said as such
     q = open_queue(ctx, home, queue, create=False)
     figures = q.stats(window)
     if json:

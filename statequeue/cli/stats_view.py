@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 SPARKS = "▁▂▃▄▅▆▇█"
 PLAIN_ROWS = 12  # throughput rows in the plain table (buckets are merged to fit)
 BAR_WIDTH = 40
+SHOWN_GROUPS = 20  # reasons, runners, hosts listed in the text (--json has them all)
 
 
 def _dur(seconds: float | None) -> str:
@@ -40,7 +41,7 @@ def duration_lines(s: Stats) -> list[str]:
     q = d.quantiles
     return [
         f"durations of {plural(d.count, 'done item')} "
-        f"(p50/p90/p99 within {d.error:.0%}; count, mean and max exact):",
+        f"(p50/p90/p99 within {d.error:.0%}; count and max exact):",
         f"  p50 {_dur(q['p50'])}  p90 {_dur(q['p90'])}  p99 {_dur(q['p99'])}"
         f"  max {_dur(d.max)}  mean {_dur(d.mean)}",
     ]
@@ -87,10 +88,15 @@ def failure_lines(s: Stats) -> list[str]:
         f"{plural(s.retried_items, 'item')} ran a 2nd attempt or later; "
         f"held: {', '.join(str(i) for i in s.held[:20]) or 'none'}"
     ]
-    width = max((len(g.reason) for g in s.reasons), default=0)
-    for g in s.reasons:
+    top = s.reasons[:SHOWN_GROUPS]  # the most frequent first; --json has them all
+    width = max((len(shown(g.reason, 80)) for g in top), default=0)
+    for g in top:
         example = f"e.g. item {g.example_id} (attempt {g.example_attempt})"
         lines.append(f"  {shown(g.reason, 80):<{width}}  {g.count:>8}  {example}")
+    if len(s.reasons) > SHOWN_GROUPS:
+        rest = sum(g.count for g in s.reasons[SHOWN_GROUPS:])
+        more = len(s.reasons) - SHOWN_GROUPS
+        lines.append(f"  ... and {plural(more, 'more reason')} ({rest} failed; all in --json)")
     return lines
 
 
@@ -106,15 +112,15 @@ def group_lines(title: str, groups: tuple[Group, ...], *, runner: bool) -> list[
     if not groups:
         return []
     lines = [f"{title}:"]
-    for g in groups[:20]:
+    for g in groups[:SHOWN_GROUPS]:
         name = f"{g.name or '(unnamed)'} on {g.host or '(unknown host)'}" if runner else g.name
         name = name or "(unknown host)"
         lines.append(
             f"  {shown(name, 60)}  {plural(g.attempts, 'attempt')}, "
             f"{g.failed} failed ({g.failure_rate:.1%})"
         )
-    if len(groups) > 20:
-        lines.append(f"  ... and {len(groups) - 20} more")
+    if len(groups) > SHOWN_GROUPS:
+        lines.append(f"  ... and {len(groups) - SHOWN_GROUPS} more")
     return lines
 
 
@@ -123,13 +129,18 @@ def throughput_rows(s: Stats) -> list[tuple[str, float]]:
     t = s.throughput
     if t.start is None:
         return []
-    per = max(1, -(-len(t.counts) // PLAIN_ROWS))
+    per = _rows_per(s)
     rows = []
     for i in range(0, len(t.counts), per):
         chunk = t.counts[i : i + per]
         minutes = len(chunk) * t.bucket_seconds / 60
         rows.append((_clock(t.start + i * t.bucket_seconds), sum(chunk) / minutes))
     return rows
+
+
+def _rows_per(s: Stats) -> int:
+    """Throughput buckets merged into one plain-text row."""
+    return max(1, -(-len(s.throughput.counts) // PLAIN_ROWS))
 
 
 def plain_text(s: Stats) -> str:
@@ -140,8 +151,8 @@ def plain_text(s: Stats) -> str:
     if rows:
         width = max(len(r) for r, _ in rows)
         lines += ["  histogram:"] + [f"    {r:<{width}}  {n:>8}" for r, n in rows]
-    width_s = format_duration(s.throughput.bucket_seconds)
-    lines.append(f"throughput (items finished per minute; {width_s} buckets):")
+    width_s = format_duration(s.throughput.bucket_seconds * _rows_per(s))
+    lines.append(f"throughput (items finished per minute; {width_s} rows):")
     lines += [f"  {when}  {per_min:>10.1f}" for when, per_min in throughput_rows(s)]
     lines += rate_lines(s) + failure_lines(s) + slowest_lines(s)
     lines += group_lines("runners", s.runners, runner=True)
