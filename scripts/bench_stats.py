@@ -268,14 +268,18 @@ def build_queues(exe: str, home: Path, workdir: Path, n: int, env: dict[str, str
     "killed")``). Then the runner's own end (`unregister_runner`: the stop
     record and the end-of-run checkpoints), kept as ``saved(workdir,
     "ended")``. "compacted" and "compactnocache": copies, each with its
-    checkpoints rewritten (a copy has new inodes), the second without a
-    stats cache, both to be compacted."""
+    checkpoints rewritten (a copy has new inodes), the first with the stats
+    summary as the run kept it, the second without one, both to be compacted."""
     from statequeue.store.journal_store import JournalStore
 
     tail = workdir / "tail.jsonl"
     queue = home / "uncompacted"
     write_run_queue(queue, n, tail=tail, stop=False)
     run([exe, "-q", "uncompacted", "status", "--json"], env)  # the run's last checkpoint
+    # The summary a run keeps up to its checkpoints (from its first one, when
+    # the queue was small). A checkpoint does not build one for a queue this
+    # big from nothing (past stats_cache.STAGE_BUDGET): the first stats does.
+    run([exe, "-q", "uncompacted", "stats", "--json"], env)
     with open(queue / "journal.jsonl", "ab") as journal:
         journal.write(tail.read_bytes())
         journal.flush()
@@ -292,7 +296,7 @@ def build_queues(exe: str, home: Path, workdir: Path, n: int, env: dict[str, str
         shutil.copytree(queue, home / copy)
         (home / copy / CACHE).unlink()
         run([exe, "-q", copy, "status", "--json"], env)  # new inodes: checkpoints rewritten
-    (home / "compactnocache" / CACHE).unlink()
+    run([exe, "-q", "compacted", "stats", "--json"], env)  # the summary, as the run kept it
 
 
 def saved(workdir: Path, label: str) -> Path:

@@ -153,3 +153,24 @@ def test_the_end_of_a_run_leaves_both_checkpoints_at_the_journal_end(
         assert store.restored_from_checkpoint and store.replayed_on_open == 0
     finally:
         store.close()
+
+
+def test_a_big_queue_without_a_summary_is_left_to_its_first_stats(
+    monkeypatch: pytest.MonkeyPatch, sq_home: Path
+) -> None:
+    """Past the budget, a checkpoint does not build a summary from scratch
+    (a run or a status would pay a whole-queue scan); once `stats` built
+    one, every checkpoint extends it, however far it has to read."""
+    monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", EVERY)
+    monkeypatch.setattr(stats_cache, "STAGE_BUDGET", 2_000)  # bytes: a few records
+    folder = sq_home / "big"
+    q = Queue("big")
+    _run(q, 30, seed=1)
+    q.close()
+    assert not (folder / stats_cache.NAME).exists()
+    q = Queue("big")
+    q.stats()  # builds the summary
+    built = _cached_offset(folder)
+    _run(q, 30, seed=2)  # each checkpoint reads past the budget, and extends it
+    q.close()
+    assert _cached_offset(folder) > built + 2 * stats_cache.STAGE_BUDGET

@@ -236,14 +236,28 @@ def _stage(folder: QueueFolder, old: Position, new: JournalFile, archived: tuple
         os.close(fd)
 
 
-def _uncovered(folder: QueueFolder, archive: File | None, journal: File) -> int:
+def refresh(folder: QueueFolder, archive: File | None, journal: File) -> None:
+    """Bring the saved summary up to ``journal.end`` after a state checkpoint
+    (``stats_refresh``): always when a cached summary covers a prefix of the
+    files (only what came after it is read), else only within
+    ``STAGE_BUDGET``. A big queue that has no summary yet (one written by an
+    older statequeue, a copied folder) is left to its first `stats`, as the
+    compaction hook leaves it, instead of costing a run or a `status` the
+    scan of the whole queue."""
+    if _uncovered(folder, archive, journal, covered_prefix=True) <= STAGE_BUDGET:
+        summarise(folder, archive, journal, save=True)
+
+
+def _uncovered(
+    folder: QueueFolder, archive: File | None, journal: File, *, covered_prefix: bool = False
+) -> int:
     """Bytes of ``archive`` and ``journal`` that no cached summary covers."""
     cached = load(folder)
     total = cached.get("total")
     if total is not None and archive_matches(archive, total.archive):
         start = covers(journal, total.journal)
-        if start is not None:
-            return journal.end - start
+        if start is not None:  # with ``covered_prefix``: any extension is due
+            return 0 if covered_prefix else journal.end - start
     part = cached.get("archive")
     start = None if part is None or archive is None else covers(archive, part.archive)
     return (archive.end - (start or 0) if archive is not None else 0) + journal.end

@@ -72,7 +72,7 @@ def _refresh(folder: QueueFolder, files: Files) -> None:
     try:
         # A compaction replaced the journal meanwhile: its own summary is newer.
         if os.stat(journal.path).st_ino == journal.inode:
-            stats_cache.summarise(folder, archive, journal, save=True)
+            stats_cache.refresh(folder, archive, journal)
     except Exception:  # a cache, in a thread: nothing to report to, nothing lost
         pass  # the next checkpoint or `stats` tries again
     finally:
