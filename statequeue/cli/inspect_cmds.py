@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
@@ -193,6 +193,20 @@ def _attempt_of(record: dict[str, Any]) -> int:
     return int(record.get("attempt", 0)) if kind in ("start", "end", "arch") else 0
 
 
+class _BytesOut:
+    """A text sink for csv.writer that writes straight to stdout's bytes.
+
+    CSV is for programs: the item's exact bytes, as `find -print` gives them
+    (surrogate escapes back to their bytes). Not a TextIOWrapper: one left
+    behind by a broken pipe closes stdout when it is collected."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        return self.out.write(text.encode("utf-8", "surrogateescape"))
+
+
 @app.command()
 def results(
     ctx: typer.Context,
@@ -218,11 +232,8 @@ def results(
     writer: Any = None
     if csv:
         import csv as csvmod
-        import io
 
-        # CSV is for programs: the item's exact bytes, as `find -print` gives them.
-        text = io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", newline="")
-        writer = csvmod.writer(text)
+        writer = csvmod.writer(_BytesOut(out))
         writer.writerow(["id", "item", "state", "attempt", "exit", "duration", "reason", "result"])
     for r in found:
         if json:
@@ -245,9 +256,6 @@ def results(
             res = "" if r.result is None else orjson.dumps(r.result).decode()
             line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{escaped(r.reason or res)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
-    if writer is not None:
-        text.flush()
-        text.detach()
 
 
 @app.command()
