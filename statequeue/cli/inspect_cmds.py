@@ -20,8 +20,8 @@ from statequeue.cli.options import (
     open_queue,
     store_url,
 )
-from statequeue.cli.render import emit_json, escaped, plural, shown
-from statequeue.errors import ItemNotFound, UsageError
+from statequeue.cli.render import emit_json, err, escaped, plural, shown
+from statequeue.errors import ItemNotFound, StateQueueError, UsageError
 from statequeue.models import ItemState
 from statequeue.textsafe import record_json
 
@@ -270,7 +270,13 @@ def queues(
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))
-    _show_queues(list_queues(given_home, store=store_url(ctx)), where, place, json)
+    # One unsafe entry (a link) must not hide every good queue: warn, skip it.
+    rows = list_queues(given_home, store=store_url(ctx), on_unsafe=_warn_skipped)
+    _show_queues(rows, where, place, json)
+
+
+def _warn_skipped(exc: StateQueueError) -> None:
+    err(f"statequeue: warning: skipped: {exc.message}")
 
 
 def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:
