@@ -71,7 +71,8 @@ class RunSummary:
 
     @property
     def started(self) -> int:
-        """Attempts made (children started)."""
+        """Attempts made, counted as the store counts them: children started,
+        plus items whose program could not start (recorded failed, attempt N)."""
         return self.attempts
 
     @property

@@ -352,19 +352,25 @@ def test_readme_promises_the_schema_field_only_where_it_is(sq_home: Path, cli: C
 
 
 def test_run_summary_counts_attempts_as_the_store_does(sq_home: Path, cli: Cli) -> None:
+    """An item whose program cannot start (the item names it) has an attempt
+    recorded, as `list`, `show` and `stats` count it; so does the summary."""
     import json
 
     with Queue(home=sq_home) as q:
-        q.enqueue(["a", "b"])
-    code, out, err = cli("run", "--json", "--", str(sq_home / "nonexistent"), "{}")
+        q.enqueue(["/bin/true", str(sq_home / "nonexistent")])
+    code, out, err = cli("run", "--json", "--", "{}")
     summary = json.loads(out)
+    assert code == 1, err
+    assert (summary["succeeded"], summary["failed"]) == (1, 1)
     with Queue(home=sq_home) as q:
-        stored = q.stats().to_json()
-    attempts = stored["attempts"] if isinstance(stored.get("attempts"), int) else None
-    assert summary["failed"] == 2, err
-    assert summary["attempts"] == 2, (summary, err)
-    if attempts is not None:
-        assert attempts == summary["attempts"]
+        stored = q.stats().to_json()["attempts"]
+    assert stored == 2
+    assert summary["attempts"] == stored
+    code, _, err = cli("enqueue", str(sq_home / "other-missing"))
+    assert code == 0, err
+    code, _, err = cli("run", "--", "{}")
+    assert code == 1
+    assert "1 failed; 1 attempt" in err, err
 
 
 # -- 12: status of a paused queue ----------------------------------------------------
