@@ -60,9 +60,7 @@ def one_line_error(err: str) -> str:
     [["results", "--csv"], ["--help"], ["run", "--help"], ["stats", "--help"]],
     ids=lambda a: " ".join(a),
 )
-def test_closed_pipe_is_quiet_for_csv_and_help(
-    sq_home: Path, sq_env: Env, args: list[str]
-) -> None:
+def test_closed_pipe_is_quiet_for_csv_and_help(sq_home: Path, sq_env: Env, args: list[str]) -> None:
     with Queue(home=sq_home) as q:
         q.enqueue([f"item {i}" for i in range(50)])
         finish_all(q)
@@ -104,9 +102,7 @@ def test_ctrl_c_while_enqueue_reads_stdin_exits_130_without_traceback(
     sq_home: Path, sq_env: Env
 ) -> None:
     read, write = os.pipe()  # stdin that stays open: enqueue waits on it
-    proc = subprocess.Popen(
-        [STATEQUEUE, "enqueue"], env=sq_env, stdin=read, stderr=subprocess.PIPE
-    )
+    proc = subprocess.Popen([STATEQUEUE, "enqueue"], env=sq_env, stdin=read, stderr=subprocess.PIPE)
     os.close(read)
     try:
         os.write(write, b"first\n")
