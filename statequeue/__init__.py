@@ -4,26 +4,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statequeue.errors import (
-    InvalidResult,
-    ItemNotFound,
-    MapFailed,
-    NotSupported,
-    QueueClosed,
-    StateQueueError,
-    UsageError,
-)
-from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome
-from statequeue.queue import Queue, WorkItem
-from statequeue.work import WorkPolicy
-
 if TYPE_CHECKING:
     from statequeue.aio import AsyncWorkItem, map_async
+    from statequeue.errors import (
+        InvalidResult,
+        ItemNotFound,
+        MapFailed,
+        NotSupported,
+        QueueClosed,
+        StateQueueError,
+        UsageError,
+    )
     from statequeue.mapping import map, resumable
+    from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome
+    from statequeue.queue import Queue, WorkItem
     from statequeue.views import ItemHistory, ItemResult, ItemView, Status
+    from statequeue.work import WorkPolicy
 
-# Imported on first use: asyncio alone costs more than the CLI's whole start-up.
+# Every name is imported on first use. asyncio alone costs more than the CLI's
+# whole start-up; and the CLI's entry (statequeue.cli.main) must run before
+# anything heavy is imported, to let Ctrl-C end the process during its imports.
+_ERRORS = ("InvalidResult", "ItemNotFound", "MapFailed", "NotSupported", "QueueClosed")
+_MODELS = ("Claim", "EnqueueResult", "ItemState", "OnInterrupted", "Outcome")
 _LAZY = {
+    **dict.fromkeys((*_ERRORS, "StateQueueError", "UsageError"), "statequeue.errors"),
+    **dict.fromkeys(_MODELS, "statequeue.models"),
+    "Queue": "statequeue.queue",
+    "WorkItem": "statequeue.queue",
+    "WorkPolicy": "statequeue.work",
     "AsyncWorkItem": "statequeue.aio",
     "map_async": "statequeue.aio",
     "map": "statequeue.mapping",

@@ -17,7 +17,9 @@ def parse_duration(text: str) -> float:
         value = float(raw)
     except ValueError:
         value = _parse_units(raw, text)
-    if not value >= 0 or value == float("inf"):
+    if value < 0:
+        raise InvalidDuration(f"invalid duration {text!r}: must not be negative")
+    if not value < float("inf"):  # inf, or nan (which compares false with everything)
         raise InvalidDuration(f"invalid duration {text!r}: must be a finite number of seconds")
     return value
 

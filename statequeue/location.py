@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from statequeue.errors import InvalidQueueName, UsageError
+from statequeue.textsafe import escaped
 
 HOME_ENV = "STATEQUEUE_HOME"
 QUEUE_ENV = "STATEQUEUE_QUEUE"
@@ -22,9 +23,9 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 def validate_queue_name(name: str) -> str:
     """Return ``name`` if it is a valid queue name, else raise InvalidQueueName."""
     if not _NAME_RE.fullmatch(name):
-        shown = name.encode("unicode_escape").decode("ascii")
+        # Readable as typed ('név'); only control and undecodable characters escaped.
         raise InvalidQueueName(
-            f"invalid queue name {shown!r}: use 1-128 letters, digits, '.', '-' or '_', "
+            f"invalid queue name '{escaped(name)}': use 1-128 letters, digits, '.', '-' or '_', "
             "not starting with '.'"
         )
     return name

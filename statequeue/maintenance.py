@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.errors import DamagedState, NotSupported, QueueNotFound, UsageError
+from statequeue.errors import (
+    DamagedState,
+    NotSupported,
+    QueueNotFound,
+    UnsafeFolder,
+    UsageError,
+)
 from statequeue.location import resolve_home, validate_queue_name
 from statequeue.store.opening import chosen_url
 
@@ -151,11 +157,17 @@ def _refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:
 
 
 def list_queues(
-    home: str | os.PathLike[str] | None = None, *, store: str | None = None
+    home: str | os.PathLike[str] | None = None,
+    *,
+    store: str | None = None,
+    on_unsafe: Callable[[UnsafeFolder], None] | None = None,
 ) -> list[Status]:
     """The status of every queue under ``home`` (or in the PostgreSQL store
-    ``store``), by name."""
+    ``store``), by name. An unsafe entry in the home (a link, another user's
+    folder) raises UnsafeFolder, or with ``on_unsafe`` is passed to it and
+    left out; an unsafe home raises either way."""
     from statequeue.queue import Queue
+    from statequeue.store.folder import open_home
     from statequeue.store.integrity import holds_queue
 
     url = chosen_url(store)
@@ -166,11 +178,19 @@ def list_queues(
     root = resolve_home(home)
     # A folder whose journal is gone but whose archive remains is a damaged
     # queue (opening it refuses), never one to leave out silently.
-    folders = sorted(p for p in root.iterdir() if holds_queue(p)) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    os.close(open_home(root, create=False))  # an unsafe home is never skipped
     found = []
-    for folder in folders:
-        with Queue(folder.name, home=root, create=False, store=None) as q:
-            found.append(q.status())
+    for folder in sorted(root.iterdir()):
+        try:
+            if holds_queue(folder):
+                with Queue(folder.name, home=root, create=False, store=None) as q:
+                    found.append(q.status())
+        except UnsafeFolder as exc:
+            if on_unsafe is None:
+                raise
+            on_unsafe(exc)
     return found
 
 

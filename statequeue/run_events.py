@@ -71,7 +71,8 @@ class RunSummary:
 
     @property
     def started(self) -> int:
-        """Attempts made (children started)."""
+        """Attempts made, counted as the store counts them: children started,
+        plus items whose program could not start (recorded failed, attempt N)."""
         return self.attempts
 
     @property
@@ -101,7 +102,8 @@ class RunSummary:
 
     def text(self) -> str:
         """One line for the user: items by outcome, then attempts."""
-        if not (self.attempts or self.verified or self.retried or self.released):
+        idle = not (self.attempts or self.verified or self.retried or self.released)
+        if idle and self.stopped_by is None:
             return "nothing to do: no pending item is due"
         parts = [f"{self.succeeded} ok"]
         if self.verified:
@@ -112,4 +114,5 @@ class RunSummary:
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s")
-        return f"items: {', '.join(parts)}; {attempts}"
+        stopped = "" if self.stopped_by is None or not idle else " (stopped)"
+        return f"items: {', '.join(parts)}; {attempts}{stopped}"

@@ -397,6 +397,9 @@ class Runner:
         what = exc.filename or self.options.command[0]
         reason = f"cannot start command {what!r}: {exc.strerror or exc}"
         outcome = Outcome(ok=False, reason=reason)
+        # The store records this as an attempt (an end record, attempt N), as
+        # list, show and stats count it: the summary counts it the same way.
+        self.summary.attempts += 1
         self.on_event(self._record(claim, outcome, None))
         return False
 

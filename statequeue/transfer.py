@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from statequeue.errors import ImportRefused, InvalidExport
+from statequeue.errors import ImportRefused, InvalidExport, NotFound
 from statequeue.exported import FORMAT_VERSION, ExportedItem, parse_item
 from statequeue.fileio import DEFAULT_OPS, durability_error
 
@@ -93,6 +93,9 @@ def export_to_file(queue: Queue, path: Path) -> int:
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except (FileNotFoundError, NotADirectoryError):
+        # A bad path, not a failing disk: exit 7, as `import` of a missing file.
+        raise NotFound(f"no such folder: {folder}") from None
     except OSError as exc:
         raise durability_error("creating", str(tmp), exc) from None
     try:

@@ -53,9 +53,10 @@ class Status:
 
     @property
     def eta(self) -> float | None:
-        """Seconds until the pending and running items are done, at the current rate."""
+        """Seconds until the pending and running items are done, at the current
+        rate; None when unknown, or while the queue is paused (no end in sight)."""
         left = self.counts.get("pending", 0) + self.counts.get("running", 0)
-        if not self.rate or not left:
+        if not self.rate or not left or self.paused:
             return None
         return left / self.rate
 

@@ -43,6 +43,13 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
         return fail(f"error: {exc.format_message()}{hint}", int(ExitCode.USAGE))
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except SystemExit as exc:
+        # click (on EPIPE) and rich (printing --help) turn a broken pipe into
+        # exit 1, the code for "an item failed"; both raise while handling it.
+        if isinstance(exc.__context__, BrokenPipeError):
+            silence_stdout()
+            return 0
+        raise
     except click.exceptions.Abort:
         return fail("aborted", int(ExitCode.INTERRUPTED_INT))
     except click.ClickException as exc:

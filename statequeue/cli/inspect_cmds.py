@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
@@ -20,8 +20,8 @@ from statequeue.cli.options import (
     open_queue,
     store_url,
 )
-from statequeue.cli.render import emit_json, escaped, plural, shown
-from statequeue.errors import ItemNotFound, UsageError
+from statequeue.cli.render import emit_json, err, escaped, plural, shown
+from statequeue.errors import ItemNotFound, StateQueueError, UsageError
 from statequeue.models import ItemState
 from statequeue.textsafe import record_json
 
@@ -193,6 +193,20 @@ def _attempt_of(record: dict[str, Any]) -> int:
     return int(record.get("attempt", 0)) if kind in ("start", "end", "arch") else 0
 
 
+class _BytesOut:
+    """A text sink for csv.writer that writes straight to stdout's bytes.
+
+    CSV is for programs: the item's exact bytes, as `find -print` gives them
+    (surrogate escapes back to their bytes). Not a TextIOWrapper: one left
+    behind by a broken pipe closes stdout when it is collected."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        return self.out.write(text.encode("utf-8", "surrogateescape"))
+
+
 @app.command()
 def results(
     ctx: typer.Context,
@@ -218,11 +232,8 @@ def results(
     writer: Any = None
     if csv:
         import csv as csvmod
-        import io
 
-        # CSV is for programs: the item's exact bytes, as `find -print` gives them.
-        text = io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", newline="")
-        writer = csvmod.writer(text)
+        writer = csvmod.writer(_BytesOut(out))
         writer.writerow(["id", "item", "state", "attempt", "exit", "duration", "reason", "result"])
     for r in found:
         if json:
@@ -245,9 +256,6 @@ def results(
             res = "" if r.result is None else orjson.dumps(r.result).decode()
             line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{escaped(r.reason or res)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
-    if writer is not None:
-        text.flush()
-        text.detach()
 
 
 @app.command()
@@ -262,7 +270,13 @@ def queues(
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))
-    _show_queues(list_queues(given_home, store=store_url(ctx)), where, place, json)
+    # One unsafe entry (a link) must not hide every good queue: warn, skip it.
+    rows = list_queues(given_home, store=store_url(ctx), on_unsafe=_warn_skipped)
+    _show_queues(rows, where, place, json)
+
+
+def _warn_skipped(exc: StateQueueError) -> None:
+    err(f"statequeue: warning: skipped: {exc.message}")
 
 
 def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:

@@ -12,9 +12,9 @@ the typer app.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 _GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue", "--store": "store"}
 _VALUED = {
@@ -27,12 +27,14 @@ _FLAGS = {
 }
 
 
-@dataclass
 class _Fast:
-    command: str = ""
-    items: list[str] = field(default_factory=list)
-    values: dict[str, str] = field(default_factory=dict)
-    flags: set[str] = field(default_factory=set)
+    # A plain class: importing dataclasses (inspect, tokenize...) would come
+    # before main() can set how Ctrl-C acts during the imports.
+    def __init__(self) -> None:
+        self.command = ""
+        self.items: list[str] = []
+        self.values: dict[str, str] = {}
+        self.flags: set[str] = set()
 
 
 def _parse_fast(args: Sequence[str]) -> _Fast | None:
@@ -100,12 +102,43 @@ def _fast_enqueue(opts: _Fast) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    opts = _parse_fast(args)
+    # While the CLI imports its modules, SIGINT ends the process by the
+    # kernel's default action: no Python code runs, so no KeyboardInterrupt
+    # traceback from half an import and no crash inside a C extension's
+    # initialisation (orjson's has been seen to segfault). Commands get
+    # KeyboardInterrupt back afterwards. Only this entry does it: importing
+    # the library never touches a signal handler. A SIGINT that was ignored
+    # (a job a script started with `&`) stays ignored.
+    previous = signal.getsignal(signal.SIGINT)
+    quick_exit = previous is signal.default_int_handler
+    if quick_exit:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        opts = _parse_fast(args)
+        if opts is None:
+            from statequeue.cli.app import main as full_main
+        else:
+            _import_fast_path()
+    finally:
+        if quick_exit:
+            signal.signal(signal.SIGINT, previous)
     if opts is None:
-        from statequeue.cli.app import main as full_main
-
         full_main(args)
         return
+    os._exit(_run_fast(opts))
+
+
+def _import_fast_path() -> None:
+    import orjson  # noqa: F401  (imported here, under _ctrl_c_ends_at_once)
+
+    import statequeue.cli.errors
+    import statequeue.cli.input
+    import statequeue.cli.render
+    import statequeue.queue  # noqa: F401
+
+
+def _run_fast(opts: _Fast) -> int:
+    """Run a fast-path command; its exit code."""
     from statequeue.cli.errors import fail, silence_stdout
     from statequeue.errors import StateQueueError
 
@@ -114,6 +147,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
     except StateQueueError as exc:
         code = fail(exc.message, int(exc.exit_code))
+    except KeyboardInterrupt:
+        # As the full CLI: one line, 130. An enqueue stopped while reading its
+        # input queued nothing; one stopped while writing keeps what it fsynced.
+        code = fail("interrupted", 130)
     except BrokenPipeError:
         # The reader went away (`| head`): quiet, as in the full CLI. For
         # enqueue, the items are queued all the same.
@@ -129,4 +166,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stderr.flush()
     except OSError:
         code = code or 6  # stdout failed under us: the items are queued all the same
-    os._exit(code)
+    return code

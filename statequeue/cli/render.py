@@ -55,6 +55,8 @@ def status_text(status: Status) -> str:
         lines.append("PAUSED: runners take no new items (`statequeue resume`)")
     if status.rate and status.runners:
         eta = f", ETA {format_duration(status.eta)}" if status.eta else ""
+        if status.paused:
+            eta = ", ETA paused"  # runners take no new items until `resume`
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
     lines += _runner_lines(status)
     if status.interrupted:

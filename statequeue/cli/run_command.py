@@ -98,7 +98,11 @@ def run(
     max_crashes: Annotated[
         int, typer.Option(help="Hold an item as poison after this many runner crashes.")
     ] = 3,
-    limit: Annotated[int | None, typer.Option(help="Process at most N items.", metavar="N")] = None,
+    limit: Annotated[
+        int | None,
+        # 0 is refused (exit 2), as `xargs -n 0` is: it would run nothing.
+        typer.Option(help="Process at most N items (N >= 1).", metavar="N", min=1),
+    ] = None,
     max_time: Annotated[
         str | None, typer.Option(help="Take no new items after this long; then exit.")
     ] = None,

@@ -30,7 +30,9 @@ def stats(
     store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
-    """Durations (p50/p90/p99, histogram), throughput, rate and ETA, failure
+    """Show durations, throughput, rate and ETA, failure reasons and the slowest items.
+
+    Durations (p50/p90/p99, histogram), throughput, rate and ETA, failure
     reasons, the slowest items, and runners and hosts, over the live journal
     and the archive. Quantiles are within 1%; memory stays flat on any size.
     A summary is cached (stats.ckpt) where it still matches the files, so a
