@@ -58,3 +58,25 @@ def test_the_watch_screen_shows_one_rate_line(
     screen = capsys.readouterr().out
     rates = [line for line in screen.splitlines() if line.startswith("rate:")]
     assert len(rates) == 1 and "over the last" in rates[0], screen
+
+
+def test_the_watch_says_the_eta_is_paused_while_the_queue_is(
+    sq_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from statequeue.cli import render
+
+    q = Queue("w2")
+    try:
+        _run(q, 10, seed=4)
+        q.enqueue(["left-1"])
+        q.pause()
+
+        def stop(seconds: float) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(render.time, "sleep", stop)
+        render.watch_status(q, interval=1.0, json=False)
+    finally:
+        q.close()
+    screen = capsys.readouterr().out
+    assert "ETA paused (1 item left)" in screen and "ETA 0" not in screen

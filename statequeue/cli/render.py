@@ -148,7 +148,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 # One rate and ETA on the screen, the one `stats` gives (its
                 # window stated), not also status's own one-minute figure.
                 one_rate = dataclasses.replace(st, rate=None)
-                text = "\n".join([status_text(one_rate), *watch_lines(rate, left)])
+                text = "\n".join([status_text(one_rate), *watch_lines(rate, left, paused=st.paused)])
                 if live is not None:
                     from rich.text import Text
 

@@ -61,25 +61,30 @@ def rate_lines(s: Stats) -> list[str]:
     return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left)]
 
 
-def rate_text(rate: float | None, window: float, finished: int, left: int) -> str:
+def rate_text(
+    rate: float | None, window: float, finished: int, left: int, *, paused: bool = False
+) -> str:
     """The rate and ETA line, for `stats` and `status --watch` alike."""
     per_min = 0.0 if rate is None else rate * 60
     line = f"rate: {per_min:.1f} items/min over the last {format_duration(window)}"
     line += f" ({finished} finished)"
-    if rate and left:
+    if paused and left:  # as `status` says: no new item starts until `resume`
+        line += f"; ETA paused ({plural(left, 'item')} left)"
+    elif rate and left:
         line += f"; ETA {format_duration(left / rate)} for {plural(left, 'item')} left"
     elif left:
         line += f"; ETA unknown ({plural(left, 'item')} left, none finished in the window)"
     return line
 
 
-def watch_lines(live: LiveRate, left: int) -> list[str]:
-    """What `status --watch` adds on each refresh (events since the last are folded in)."""
+def watch_lines(live: LiveRate, left: int, *, paused: bool = False) -> list[str]:
+    """What `status --watch` adds on each refresh (brought up to date first)."""
     import time as clock
 
     live.update()
     now = clock.time()
-    return [rate_text(live.rate(now), live.recent.window, live.recent.count(now), left)]
+    count = live.recent.count(now)
+    return [rate_text(live.rate(now), live.recent.window, count, left, paused=paused)]
 
 
 def failure_lines(s: Stats) -> list[str]:
