@@ -148,7 +148,8 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 # One rate and ETA on the screen, the one `stats` gives (its
                 # window stated), not also status's own one-minute figure.
                 one_rate = dataclasses.replace(st, rate=None)
-                text = "\n".join([status_text(one_rate), *watch_lines(rate, left, paused=st.paused)])
+                lines = watch_lines(rate, left, paused=st.paused)
+                text = "\n".join([status_text(one_rate), *lines])
                 if live is not None:
                     from rich.text import Text
 
