@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from statequeue.errors import UnknownState
+
 STATUS_SCHEMA = 1
 
 
@@ -22,6 +24,16 @@ class ItemState(StrEnum):
     # Enum's own __hash__ is Python code; state counts are updated per record
     # in replay, so use str's (equal members hash as their values, as before).
     __hash__ = str.__hash__
+
+
+def item_state(value: ItemState | str) -> ItemState:
+    """``value`` as an ItemState (a member or its name, as the CLI takes it);
+    UnknownState for anything else, rather than a filter that matches nothing."""
+    try:
+        return ItemState(value)
+    except ValueError:
+        names = ", ".join(s.value for s in ItemState)
+        raise UnknownState(f"unknown state {value!r}: use one of {names}") from None
 
 
 class OnInterrupted(StrEnum):
