@@ -163,8 +163,8 @@ def load_result(raw: bytes) -> Any:
     return value
 
 
-# u64 max has 20 digits: a shorter run of digits is an integer orjson keeps exactly.
-_LONG_DIGITS = re.compile(rb"\d{20,}")
+# i64 min has 19 digits: a shorter run of digits is an integer orjson keeps exactly.
+_LONG_DIGITS = re.compile(rb"\d{19,}")
 _I64_MIN, _U64_END = -(1 << 63), 1 << 64
 
 
