@@ -136,7 +136,7 @@ def _check_history(record: object) -> None:
         value = record.get(name)
         if value is not None and (not isinstance(value, types) or _bad_bool(value, types)):
             raise ValueError(f"history field {name!r} has the wrong type")
-    problem = json_problem(record.get("result"))  # a hand-edited export may nest deeper
+    problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
     if problem is not None:
         raise ValueError(f"history result cannot be stored: {problem}")
 

@@ -334,7 +334,7 @@ class Job:
             }
         except InvalidResult:
             return self._unstorable("an integer exceeds the 64-bit range")
-        problem = json_problem(value)  # the journal (and an export) must be able to store it
+        problem = json_problem(value, parsed=True)  # the journal and an export must hold it
         return value if problem is None else self._unstorable(problem)
 
     def _unstorable(self, problem: str) -> dict[str, str]:

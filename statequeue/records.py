@@ -117,14 +117,13 @@ def item_text(record: Record) -> str:
     return os.fsdecode(base64.b64decode(record["itemx"]))
 
 
-RESULT_MAX_DEPTH = 251
+RESULT_MAX_DEPTH = 250
 """How deep a result may nest (a list or object counts one level). orjson
 writes at most 254 levels, and the deepest place a result is ever written,
-an export line (``{"history": [{"result": ...}]}``), wraps it in 3 more; a
-journal record wraps it in 1 (``end``, ``arch``) or 2 (a compacted item's
+`show --json` of a compacted item (``{"events": [{"last": {"result": ...}}]}``),
+wraps it in 4 more; an export line wraps it in 3 (``{"history": [{"result":
+...}]}``), a journal record in 1 (``end``, ``arch``) or 2 (a compacted item's
 ``last``)."""
-
-_WRAPPING_LEVELS = 3
 
 
 def check_json(value: Any, what: str = "result") -> None:
@@ -136,19 +135,20 @@ def check_json(value: Any, what: str = "result") -> None:
         raise InvalidResult(f"{what} cannot be stored as JSON: {problem}")
 
 
-def json_problem(value: Any) -> str | None:
+def json_problem(value: Any, *, parsed: bool = False) -> str | None:
     """Why ``value`` cannot be stored, or None: orjson refuses sets, non-str
     keys, lone surrogates and integers past 64 bits; JSON has no NaN or
     infinity (orjson would write null); and nesting past RESULT_MAX_DEPTH
-    cannot be written inside its records."""
+    cannot be written inside its records. ``parsed``: ``value`` came from
+    orjson.loads, which never makes NaN or infinity (the walk is skipped)."""
     # Encoded as deep as it is ever written, so a value that passes here can
-    # never fail later inside a record, an archive line or an export line.
+    # never fail later inside a record, an archive or export line, or `show`.
     try:
-        encoded = orjson.dumps({"history": [{"result": value}]})
+        encoded = orjson.dumps({"events": [{"last": {"result": value}}]})
     except orjson.JSONEncodeError as exc:
         return _problem(exc)
     # orjson writes NaN and infinities as null: only then is the walk needed.
-    if b"null" in encoded and _has_non_finite(value):
+    if not parsed and b"null" in encoded and _has_non_finite(value):
         return "NaN or infinity (JSON has no such number)"
     return None
 

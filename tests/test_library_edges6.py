@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 
 import statequeue
@@ -63,22 +64,30 @@ def refused_by_done(result: Any) -> InvalidResult:
 # -- 1. a result nested as deep as the records can hold --------------------------------
 
 
-def test_the_deepest_result_done_accepts_is_stored_and_exported(tmp_path: Path) -> None:
-    assert RESULT_MAX_DEPTH == 251
+def test_the_deepest_result_accepted_is_stored_shown_and_exported() -> None:
+    assert RESULT_MAX_DEPTH == 250
     deepest = nested(RESULT_MAX_DEPTH)
-    done_with(deepest)
     with Queue("q") as q:
-        assert q.results()[0].result == deepest
-        q.compact()  # into the archive, and as a compacted item's last result
-        assert q.results()[0].result == deepest
+        q.enqueue(["ok", "failed"])
+        for it in q.work():
+            if it.item == "ok":
+                it.done(deepest)
+            else:
+                it.fail("no", result=deepest)
+        # The done item moves to the archive; the failed one stays, its
+        # result as the compacted item's `last`: `show --json` nests it 4 deep.
+        q.compact()
+        assert [r.result for r in q.results()] == [deepest, deepest]
+        for item_id in (1, 2):
+            orjson.dumps(q.history(item_id).to_json())  # what `show --json` writes
         out = io.BytesIO()
-        assert q.export(out) == 1
+        assert q.export(out) == 2
     with Queue("copy") as copy:
         copy.import_(out.getvalue().splitlines(keepends=True))
-        assert copy.results()[0].result == deepest
+        assert [r.result for r in copy.results()] == [deepest, deepest]
 
 
-@pytest.mark.parametrize("levels", [252, 253, 254, 255])
+@pytest.mark.parametrize("levels", [251, 252, 253, 254, 255])
 def test_done_refuses_a_result_too_deep_to_store(levels: int) -> None:
     exc = refused_by_done(nested(levels))
     assert f"nested deeper than {RESULT_MAX_DEPTH} levels" in exc.message
@@ -119,6 +128,7 @@ def test_import_refuses_an_export_whose_result_is_too_deep() -> None:
 
 
 RESULT_FILES: dict[str, bytes] = {
+    "d250": b"[" * 250 + b"]" * 250,
     "d251": b"[" * 251 + b"]" * 251,
     "d252": b"[" * 252 + b"]" * 252,
     "d253": b"[" * 253 + b"]" * 253,
@@ -168,10 +178,10 @@ def test_run_stores_the_deepest_result_file_and_refuses_deeper_ones_going_on(
 ) -> None:
     results, stderr, _ = run_results
     assert "Traceback" not in stderr
-    assert results["d251"] == nested(251)
-    for name in ("d252", "d253", "d254", "d255"):
-        assert "nested deeper than 251 levels" in results[name]["error"], name
-    assert stderr.count("nested deeper than 251 levels); recorded an error instead") == 4
+    assert results["d250"] == nested(250)
+    for name in ("d251", "d252", "d253", "d254", "d255"):
+        assert "nested deeper than 250 levels" in results[name]["error"], name
+    assert stderr.count("nested deeper than 250 levels); recorded an error instead") == 5
     assert results["last"] == "ran"  # the run went on to the next items
 
 
