@@ -26,14 +26,16 @@ class ItemState(StrEnum):
     __hash__ = str.__hash__
 
 
-def item_state(value: ItemState | str) -> ItemState:
+def item_state(value: object) -> ItemState:
     """``value`` as an ItemState (a member or its name, as the CLI takes it);
     UnknownState for anything else, rather than a filter that matches nothing."""
-    try:
+    if isinstance(value, str) and value in _STATE_NAMES:
         return ItemState(value)
-    except ValueError:
-        names = ", ".join(s.value for s in ItemState)
-        raise UnknownState(f"unknown state {value!r}: use one of {names}") from None
+    names = ", ".join(_STATE_NAMES)
+    raise UnknownState(f"unknown state {value!r}: use one of {names}")
+
+
+_STATE_NAMES = tuple(s.value for s in ItemState)
 
 
 class OnInterrupted(StrEnum):

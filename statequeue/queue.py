@@ -76,6 +76,14 @@ def _check_location(name: object, home: object) -> None:
         raise UsageError(f"home must be a path (str or os.PathLike), not {type(home).__name__}")
 
 
+def _state_set(states: object) -> frozenset[ItemState]:
+    """``states`` (one state or its name, or a collection of them) as ItemStates;
+    UnknownState for anything else."""
+    if isinstance(states, str) or not isinstance(states, Iterable):
+        return frozenset({item_state(states)})
+    return frozenset(item_state(s) for s in states)
+
+
 class Queue(QueueReading, QueueWhole):
     """A durable queue, opened by name under a home folder.
 
@@ -281,9 +289,8 @@ class Queue(QueueReading, QueueWhole):
         """Put failed or held items back as pending: ``ids``, or every item in
         ``states`` (members or names; one alone is fine; UnknownState for
         another); returns the ids changed (see ``Store.retry``)."""
-        wanted = frozenset(item_state(s) for s in ([states] if isinstance(states, str) else states))
         with self._using() as store:
-            return store.retry(ids, states=wanted)
+            return store.retry(ids, states=_state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""

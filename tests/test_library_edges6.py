@@ -272,6 +272,7 @@ def test_state_filters_refuse_an_unknown_state() -> None:
             lambda: q.results("bogus"),
             lambda: q.iter_results("bogus"),
             lambda: q.retry(states=["failed", "bogus"]),
+            lambda: q.retry(states=5),  # type: ignore[arg-type]
         ]
         for call in calls:
             with pytest.raises(UnknownState, match="unknown state") as caught:
