@@ -38,7 +38,7 @@ from statequeue.models import (
 )
 from statequeue.queue_whole import QueueWhole
 from statequeue.reading import QueueReading
-from statequeue.records import check_json
+from statequeue.records import check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.opening import chosen_url
 from statequeue.work import WorkItem as WorkItem  # re-exported: public API
@@ -239,7 +239,7 @@ class Queue(QueueReading, QueueWhole):
         InvalidResult if the result or reason cannot be stored as JSON (nothing
         is recorded then, and the item stays claimed)."""
         check_json(outcome.result, "result")
-        check_json(outcome.reason, "reason")
+        check_reason(outcome.reason)
         with self._using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
@@ -258,7 +258,7 @@ class Queue(QueueReading, QueueWhole):
         ``Store.finish_and_claim``: one locked section and one fsync where the
         store can). Returns the new state and the next claim, or None."""
         check_json(outcome.result, "result")
-        check_json(outcome.reason, "reason")
+        check_reason(outcome.reason)
         with self._using() as store:
             return store.finish_and_claim(
                 claim,

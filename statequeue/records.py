@@ -135,6 +135,14 @@ def check_json(value: Any, what: str = "result") -> None:
         raise InvalidResult(f"{what} cannot be stored as JSON: {problem}")
 
 
+def check_reason(reason: object) -> None:
+    """InvalidResult unless ``reason`` is a str JSON can hold: every reader
+    (`results`, `status`, an export's import) takes a reason as text."""
+    if not isinstance(reason, str):
+        raise InvalidResult(f"reason must be a str, not {type(reason).__name__}")
+    check_json(reason, "reason")
+
+
 def json_problem(value: Any, *, parsed: bool = False) -> str | None:
     """Why ``value`` cannot be stored, or None: orjson refuses sets, non-str
     keys, lone surrogates and integers past 64 bits; JSON has no NaN or

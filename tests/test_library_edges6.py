@@ -236,6 +236,18 @@ def test_done_refuses_an_integer_past_64_bits() -> None:
     assert "64-bit" in exc.message
 
 
+@pytest.mark.parametrize("reason", [5, None, ["a"]], ids=repr)
+def test_fail_refuses_a_reason_that_is_not_text(reason: Any) -> None:
+    # Stored, it broke `statequeue results` and `status` (they print it as text).
+    with Queue("r") as q:
+        q.enqueue(["x"])
+        for it in q.work():
+            with pytest.raises(InvalidResult, match="reason must be a str, not "):
+                it.fail(reason)
+            it.fail("text")
+        assert [r.reason for r in q.results()] == ["text"]
+
+
 # -- 4. state filters given as strings --------------------------------------------------
 
 
