@@ -4,6 +4,7 @@ filters, durations of library attempts, and bad arguments as StateQueueErrors.""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import subprocess
 import time
@@ -338,16 +339,44 @@ def test_map_records_each_calls_duration(monkeypatch: pytest.MonkeyPatch) -> Non
         assert {r.item: r.duration for r in q.results()} == {"a": 2.5, "bad": 2.5}
 
 
-def test_duration_is_real_time_not_zero() -> None:
+def test_the_asyncio_loops_record_durations_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(statequeue.work, "time", SteppingClock())
+    monkeypatch.setattr(statequeue.map_run, "time", SteppingClock())
+
+    async def upper(item: str) -> str:
+        return item.upper()
+
+    async def main() -> None:
+        with Queue("w") as q:
+            q.enqueue(["a"])
+            async for it in q.work_async(concurrency=1):
+                await it.done(1)
+        await statequeue.map_async(upper, ["b"], queue="m", concurrency=1)
+
+    asyncio.run(main())
+    for name in ("w", "m"):
+        with Queue(name) as q:
+            assert [r.duration for r in q.results()] == [2.5], name
+
+
+def spend_a_millisecond(item: str) -> str:
+    started = time.monotonic()
+    while time.monotonic() - started < 0.001:  # time passes (durations keep 6 digits)
+        pass
+    return item
+
+
+def test_durations_are_real_time_not_zero() -> None:
     with Queue("d") as q:
         q.enqueue(["a"])
         for it in q.work():
-            started = time.monotonic()
-            while time.monotonic() == started:  # some time passes, however little
-                pass
-            it.done(1)
-        duration = q.results()[0].duration
-    assert duration is not None and duration > 0
+            it.done(spend_a_millisecond(it.item))
+        (work_result,) = q.results()
+    statequeue.map(spend_a_millisecond, ["b"], queue="m", jobs=1)
+    with Queue("m") as q:
+        (map_result,) = q.results()
+    for result in (work_result, map_result):
+        assert result.duration is not None and result.duration >= 0.001
 
 
 # -- 6. bad arguments raise StateQueueErrors --------------------------------------------
