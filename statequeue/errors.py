@@ -187,3 +187,7 @@ class MapFailed(StateQueueError):
 
 class PoolBroken(StateQueueError):
     """a worker process of the map died (no item's fault); stopped, its item given back."""
+
+
+class UnknownState(UsageError):
+    """unknown item state."""

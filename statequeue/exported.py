@@ -22,7 +22,7 @@ from typing import Any
 from statequeue.errors import InvalidExport, InvalidItem
 from statequeue.items import check_item
 from statequeue.models import ItemState
-from statequeue.records import Record
+from statequeue.records import Record, json_problem
 from statequeue.textsafe import item_json
 
 FORMAT_VERSION = 1
@@ -136,6 +136,9 @@ def _check_history(record: object) -> None:
         value = record.get(name)
         if value is not None and (not isinstance(value, types) or _bad_bool(value, types)):
             raise ValueError(f"history field {name!r} has the wrong type")
+    problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
+    if problem is not None:
+        raise ValueError(f"history result cannot be stored: {problem}")
 
 
 def _bad_bool(value: object, types: tuple[type, ...]) -> bool:

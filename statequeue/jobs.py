@@ -22,10 +22,11 @@ from typing import Any
 import orjson
 
 from statequeue.durations import format_setting
-from statequeue.errors import KeeperLost
+from statequeue.errors import InvalidResult, KeeperLost
 from statequeue.fileio import CRASH
 from statequeue.keeper import Keeper
 from statequeue.models import Claim, Outcome
+from statequeue.records import json_problem, load_result
 from statequeue.replacements import JobItem, replace, template_tokens
 
 STDERR_TAIL_BYTES = 4096
@@ -322,19 +323,25 @@ class Job:
             self._unlink(f"{self._name}.result")
         if len(raw) > RESULT_MAX_BYTES:
             return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
+        if not raw.strip():  # created (the runner never does) but nothing written: no result
+            return None
         try:
-            value = orjson.loads(raw)
-            orjson.dumps(value)  # the journal must be able to store it
+            value = load_result(raw)
         except orjson.JSONDecodeError:
             return {
                 "error": "result file is not valid JSON",
                 "text": raw[:4096].decode(errors="replace"),
             }
-        except orjson.JSONEncodeError as exc:  # nested 255 levels or deeper
-            note = f"result JSON cannot be stored ({str(exc).lower()}); recorded an error instead"
-            self.warnings.append(note)
-            return {"error": note}
-        return value
+        except InvalidResult:
+            return self._unstorable("an integer exceeds the 64-bit range")
+        problem = json_problem(value, parsed=True)  # the journal and an export must hold it
+        return value if problem is None else self._unstorable(problem)
+
+    def _unstorable(self, problem: str) -> dict[str, str]:
+        """The error value recorded (with a warning) for a result JSON that cannot be stored."""
+        note = f"result JSON cannot be stored ({problem}); recorded an error instead"
+        self.warnings.append(note)
+        return {"error": note}
 
     def _open(self, name: str, flags: int) -> int:
         """Open ``name`` in the log folder, never following a link."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,6 +18,7 @@ from statequeue.identity import new_runner
 from statequeue.items import check_items
 from statequeue.models import Claim, ItemState, Outcome
 from statequeue.queue import Queue, refuse_single_text
+from statequeue.records import check_json
 from statequeue.work import WorkPolicy, failure_reason, next_nap, wait_for_due
 
 WINDOW = 64
@@ -44,7 +46,9 @@ class MapRun:
         self._lock = threading.Lock()
         self._todo: deque[int] = deque()  # ids left to settle, lowest first
         self._left: dict[int, str] = {}  # id -> text, for the ids in _todo
-        self._held: set[int] = set()  # ids a slot of this run holds now
+        # ids a slot of this run holds now -> when claimed (monotonic): the
+        # attempt's duration is from the claim, just before the call, to its record.
+        self._held: dict[int, float] = {}
         self.runner = new_runner(command=("python", *sys.argv[:1]))
 
     # -- planning ------------------------------------------------------------------
@@ -120,7 +124,7 @@ class MapRun:
         )
         if claim is not None:
             with self._lock:
-                self._held.add(claim.item_id)
+                self._held[claim.item_id] = time.monotonic()
         return claim
 
     def _window(self) -> list[int]:
@@ -145,31 +149,38 @@ class MapRun:
         """Record ``value`` as the item's result, durably; a value that is not
         JSON fails the item (InvalidResult) instead."""
         try:
-            stored = orjson.loads(orjson.dumps(value))  # what a later call reads back
-        except orjson.JSONEncodeError as exc:
-            problem = InvalidResult(f"result cannot be stored as JSON: {exc}")
-            self.record_failure(claim, problem)
+            check_json(value)
+        except InvalidResult as exc:
+            self.record_failure(claim, exc)
             return
-        self.queue.finish(claim, Outcome(ok=True, result=stored))
+        stored = orjson.loads(orjson.dumps(value))  # what a later call reads back
+        self.queue.finish(claim, Outcome(ok=True, result=stored, duration=self._took(claim)))
         self._settled(claim, ItemState.DONE, stored)
 
     def record_failure(self, claim: Claim, exc: BaseException) -> None:
         """Record a failed attempt, durably; the item runs again while the policy allows."""
         reason = failure_reason(exc)
         retry_at = self.policy.retry_at(claim)
-        state = self.queue.finish(claim, Outcome(ok=False, reason=reason), retry_at=retry_at)
+        outcome = Outcome(ok=False, reason=reason, duration=self._took(claim))
+        state = self.queue.finish(claim, outcome, retry_at=retry_at)
         self._settled(claim, state, reason)
+
+    def _took(self, claim: Claim) -> float:
+        """Seconds since ``claim`` was made (0.0 if this run did not make it)."""
+        with self._lock:
+            started = self._held.get(claim.item_id)
+        return 0.0 if started is None else time.monotonic() - started
 
     def give_back(self, claim: Claim, why: str) -> None:
         """Release a claim whose attempt did not finish (not counted as a failure)."""
         with self._lock:
-            self._held.discard(claim.item_id)
+            self._held.pop(claim.item_id, None)
         if not self.queue.closed:
             self.queue.release(claim, why)
 
     def _settled(self, claim: Claim, state: ItemState, value: Any) -> None:
         with self._lock:
-            self._held.discard(claim.item_id)
+            self._held.pop(claim.item_id, None)
             if state is ItemState.PENDING:
                 return  # a retry comes due later
             del self._left[claim.item_id]

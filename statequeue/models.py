@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from statequeue.errors import UnknownState
+
 STATUS_SCHEMA = 1
 
 
@@ -22,6 +24,18 @@ class ItemState(StrEnum):
     # Enum's own __hash__ is Python code; state counts are updated per record
     # in replay, so use str's (equal members hash as their values, as before).
     __hash__ = str.__hash__
+
+
+def item_state(value: object) -> ItemState:
+    """``value`` as an ItemState (a member or its name, as the CLI takes it);
+    UnknownState for anything else, rather than a filter that matches nothing."""
+    if isinstance(value, str) and value in _STATE_NAMES:
+        return ItemState(value)
+    names = ", ".join(_STATE_NAMES)
+    raise UnknownState(f"unknown state {value!r}: use one of {names}")
+
+
+_STATE_NAMES = tuple(s.value for s in ItemState)
 
 
 class OnInterrupted(StrEnum):

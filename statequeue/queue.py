@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.errors import (
+    InvalidQueueName,
     QueueClosed,
     QueueForked,
     UsageError,
@@ -33,10 +34,11 @@ from statequeue.models import (
     OnInterrupted,
     Outcome,
     RunnerInfo,
+    item_state,
 )
 from statequeue.queue_whole import QueueWhole
 from statequeue.reading import QueueReading
-from statequeue.records import check_json
+from statequeue.records import check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
 from statequeue.store.opening import chosen_url
 from statequeue.work import WorkItem as WorkItem  # re-exported: public API
@@ -49,17 +51,37 @@ if TYPE_CHECKING:
 
 
 def refuse_single_text(items: object, what: str) -> None:
-    """UsageError for a str or bytes given where an iterable of items belongs."""
+    """UsageError for a str or bytes given where an iterable of items belongs
+    (it would add each of its characters), or anything that is not iterable."""
     if isinstance(items, str | bytes | bytearray):
         raise UsageError(
             f"{what} takes an iterable of items, not one {type(items).__name__}: "
             f"write {what}([text]) to add one item"
         )
+    if not isinstance(items, Iterable):
+        raise UsageError(f"{what} takes an iterable of items, not {type(items).__name__}")
 
 
 def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
     """The folder of queue ``name`` under ``home`` (both resolved as the CLI does)."""
     return resolve_home(home) / resolve_queue_name(name)
+
+
+def _check_location(name: object, home: object) -> None:
+    """InvalidQueueName / UsageError for a name or home of the wrong type
+    (they would fail deep inside as a TypeError)."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidQueueName(f"queue name must be a str, not {type(name).__name__}")
+    if home is not None and not isinstance(home, str | os.PathLike):
+        raise UsageError(f"home must be a path (str or os.PathLike), not {type(home).__name__}")
+
+
+def _state_set(states: object) -> frozenset[ItemState]:
+    """``states`` (one state or its name, or a collection of them) as ItemStates;
+    UnknownState for anything else."""
+    if isinstance(states, str) or not isinstance(states, Iterable):
+        return frozenset({item_state(states)})
+    return frozenset(item_state(s) for s in states)
 
 
 class Queue(QueueReading, QueueWhole):
@@ -89,6 +111,7 @@ class Queue(QueueReading, QueueWhole):
         auto_compact: int | None = None,
         lease: float | None = None,
     ) -> None:
+        _check_location(name, home)
         self._reopen: Callable[[], Store] | None = None
         if store is None:
             store = chosen_url(None)
@@ -216,7 +239,7 @@ class Queue(QueueReading, QueueWhole):
         InvalidResult if the result or reason cannot be stored as JSON (nothing
         is recorded then, and the item stays claimed)."""
         check_json(outcome.result, "result")
-        check_json(outcome.reason, "reason")
+        check_reason(outcome.reason)
         with self._using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
@@ -235,7 +258,7 @@ class Queue(QueueReading, QueueWhole):
         ``Store.finish_and_claim``: one locked section and one fsync where the
         store can). Returns the new state and the next claim, or None."""
         check_json(outcome.result, "result")
-        check_json(outcome.reason, "reason")
+        check_reason(outcome.reason)
         with self._using() as store:
             return store.finish_and_claim(
                 claim,
@@ -258,12 +281,16 @@ class Queue(QueueReading, QueueWhole):
             return store.compact()
 
     def retry(
-        self, ids: Sequence[int] | None = None, *, states: Collection[ItemState] = RETRYABLE
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        states: Collection[ItemState | str] | ItemState | str = RETRYABLE,
     ) -> list[int]:
         """Put failed or held items back as pending: ``ids``, or every item in
-        ``states``; returns the ids changed (see ``Store.retry``)."""
+        ``states`` (members or names; one alone is fine; UnknownState for
+        another); returns the ids changed (see ``Store.retry``)."""
         with self._using() as store:
-            return store.retry(ids, states=states)
+            return store.retry(ids, states=_state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""

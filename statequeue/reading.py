@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from statequeue.errors import ItemNotFound, UsageError
 from statequeue.items import check_item
-from statequeue.models import ItemState
+from statequeue.models import ItemState, item_state
 from statequeue.records import Record
 from statequeue.store.base import Store
 from statequeue.textsafe import shown
@@ -31,24 +31,27 @@ class QueueReading:
     def _using(self) -> AbstractContextManager[Store]:
         raise NotImplementedError
 
-    def items(self, state: ItemState | None = None) -> list[ItemView]:
-        """Every item (or those in ``state``), in id order, archived ones included."""
+    def items(self, state: ItemState | str | None = None) -> list[ItemView]:
+        """Every item (or those in ``state``, a member or its name such as
+        ``"pending"``; UnknownState for another), in id order, archived ones included."""
         return list(self.iter_items(state))
 
-    def iter_items(self, state: ItemState | None = None) -> Iterator[ItemView]:
+    def iter_items(self, state: ItemState | str | None = None) -> Iterator[ItemView]:
         """``items()`` streamed (for a million items)."""
-        return self._stream(lambda store: store.items(state))
+        wanted = None if state is None else item_state(state)
+        return self._stream(lambda store: store.items(wanted))
 
-    def results(self, state: ItemState | None = None) -> list[ItemResult]:
+    def results(self, state: ItemState | str | None = None) -> list[ItemResult]:
         """The stored result of every finished item (or those in ``state``:
         done or failed; another state is a UsageError), archived ones included."""
         return list(self.iter_results(state))
 
-    def iter_results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
+    def iter_results(self, state: ItemState | str | None = None) -> Iterator[ItemResult]:
         """``results()`` streamed."""
-        if state not in (None, ItemState.DONE, ItemState.FAILED):
+        wanted = None if state is None else item_state(state)
+        if wanted not in (None, ItemState.DONE, ItemState.FAILED):
             raise UsageError("results exist only for done or failed items")
-        return self._stream(lambda store: store.results(state))
+        return self._stream(lambda store: store.results(wanted))
 
     def _stream(self, start: Callable[[Store], Iterator[_T]]) -> Iterator[_T]:
         """The values of a store's stream, read under the Queue's lock a batch

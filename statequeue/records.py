@@ -12,7 +12,10 @@ covers exactly the bytes before it, so checking it costs no re-encoding.
 from __future__ import annotations
 
 import base64
+import json
+import math
 import os
+import re
 import zlib
 from typing import Any
 
@@ -114,10 +117,99 @@ def item_text(record: Record) -> str:
     return os.fsdecode(base64.b64decode(record["itemx"]))
 
 
+RESULT_MAX_DEPTH = 250
+"""How deep a result may nest (a list or object counts one level). orjson
+writes at most 254 levels, and the deepest place a result is ever written,
+`show --json` of a compacted item (``{"events": [{"last": {"result": ...}}]}``),
+wraps it in 4 more; an export line wraps it in 3 (``{"history": [{"result":
+...}]}``), a journal record in 1 (``end``, ``arch``) or 2 (a compacted item's
+``last``)."""
+
+
 def check_json(value: Any, what: str = "result") -> None:
-    """InvalidResult, naming the problem, unless ``value`` can go in a record
-    (orjson refuses sets, non-str keys, lone surrogates, nesting past 254)."""
+    """InvalidResult, naming the problem (``json_problem``), unless ``value``
+    can go in every record that may hold it. The one check for every way a
+    result arrives: a result file, ``done()``/``fail()``, ``map()``, import."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise InvalidResult(f"{what} cannot be stored as JSON: {problem}")
+
+
+def check_reason(reason: object) -> None:
+    """InvalidResult unless ``reason`` is a str JSON can hold: every reader
+    (`results`, `status`, an export's import) takes a reason as text."""
+    if not isinstance(reason, str):
+        raise InvalidResult(f"reason must be a str, not {type(reason).__name__}")
+    check_json(reason, "reason")
+
+
+def json_problem(value: Any, *, parsed: bool = False) -> str | None:
+    """Why ``value`` cannot be stored, or None: orjson refuses sets, non-str
+    keys, lone surrogates and integers past 64 bits; JSON has no NaN or
+    infinity (orjson would write null); and nesting past RESULT_MAX_DEPTH
+    cannot be written inside its records. ``parsed``: ``value`` came from
+    orjson.loads, which never makes NaN or infinity (the walk is skipped)."""
+    # Encoded as deep as it is ever written, so a value that passes here can
+    # never fail later inside a record, an archive or export line, or `show`.
     try:
-        orjson.dumps(value)
+        encoded = orjson.dumps({"events": [{"last": {"result": value}}]})
     except orjson.JSONEncodeError as exc:
-        raise InvalidResult(f"{what} cannot be stored as JSON: {exc}") from None
+        return _problem(exc)
+    # orjson writes NaN and infinities as null: only then is the walk needed.
+    if not parsed and b"null" in encoded and _has_non_finite(value):
+        return "NaN or infinity (JSON has no such number)"
+    return None
+
+
+def load_result(raw: bytes) -> Any:
+    """``raw`` parsed as JSON (orjson.JSONDecodeError if it is not), or
+    InvalidResult where orjson would silently turn an integer past 64 bits
+    into a float of another value."""
+    value = orjson.loads(raw)
+    if _LONG_DIGITS.search(raw) is not None and _has_wide_integer(raw):
+        raise InvalidResult("result cannot be stored as JSON: an integer exceeds the 64-bit range")
+    return value
+
+
+# i64 min has 19 digits: a shorter run of digits is an integer orjson keeps exactly.
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+_I64_MIN, _U64_END = -(1 << 63), 1 << 64
+
+
+def _has_wide_integer(raw: bytes) -> bool:
+    """True if an integer literal in ``raw`` (not a digit run in a string or a
+    fraction) is outside what orjson reads as an integer. Only reached for
+    input with a long run of digits: the stdlib parser is slower but tells
+    integer literals apart."""
+    found = False
+
+    def integer(text: str) -> int:
+        nonlocal found
+        # Never int() a long text: Python refuses past 4300 digits.
+        if len(text.lstrip("-")) > 20 or not _I64_MIN <= int(text) < _U64_END:
+            found = True
+        return 0
+
+    try:
+        json.loads(raw, parse_int=integer)
+    except (ValueError, RecursionError):  # orjson's reading stands
+        return False
+    return found
+
+
+def _problem(exc: orjson.JSONEncodeError) -> str:
+    text = str(exc)
+    if text.startswith("Recursion limit"):
+        return f"nested deeper than {RESULT_MAX_DEPTH} levels"
+    return text
+
+
+def _has_non_finite(value: Any) -> bool:
+    """True if a float in ``value`` (through dicts, lists and tuples) is NaN or infinite."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False

@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +98,9 @@ class WorkItem:
         self.policy = policy or WorkPolicy()
         self.settled = False
         self.released = False
+        # Made just after the claim: an attempt lasts from it to done/fail, as
+        # a command's does from launch to exit (monotonic: `stats` sums these).
+        self._claimed_at = time.monotonic()
         self.state: ItemState | None = None
         """The item's state once settled: done, failed, or pending (a retry is due)."""
 
@@ -141,6 +144,7 @@ class WorkItem:
     def _settle(self, outcome: Outcome) -> ItemState:
         self._check_open()
         retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
+        outcome = replace(outcome, duration=time.monotonic() - self._claimed_at)
         self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
         self.settled = True
         return self.state

@@ -149,7 +149,7 @@ def _deep(levels: int) -> Any:
         (set(), "not JSON serializable: set"),
         ({1: "x"}, "key must be str"),
         ("bad \ud800", "surrogates"),
-        (_deep(300), "Recursion limit"),
+        (_deep(300), "nested deeper than 250 levels"),
     ],
     ids=["set", "int-keys", "lone-surrogate", "deep"],
 )
