@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         NotSupported,
         QueueClosed,
         StateQueueError,
+        UnknownState,
         UsageError,
     )
     from statequeue.mapping import map, resumable
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
 # Every name is imported on first use. asyncio alone costs more than the CLI's
 # whole start-up; and the CLI's entry (statequeue.cli.main) must run before
 # anything heavy is imported, to let Ctrl-C end the process during its imports.
-_ERRORS = ("InvalidResult", "ItemNotFound", "MapFailed", "NotSupported", "QueueClosed")
+_ERRORS = (
+    *("InvalidResult", "ItemNotFound", "MapFailed", "NotSupported", "QueueClosed"),
+    "UnknownState",
+)
 _MODELS = ("Claim", "EnqueueResult", "ItemState", "OnInterrupted", "Outcome")
 _LAZY = {
     **dict.fromkeys((*_ERRORS, "StateQueueError", "UsageError"), "statequeue.errors"),
@@ -72,6 +76,7 @@ __all__ = [
     "QueueClosed",
     "StateQueueError",
     "Status",
+    "UnknownState",
     "UsageError",
     "WorkItem",
     "WorkPolicy",
