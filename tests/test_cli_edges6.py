@@ -394,3 +394,19 @@ def test_status_of_a_paused_queue_says_the_eta_is_paused() -> None:
     running = _paused_status(False)
     assert isinstance(running, Status)
     assert "ETA 3.0s" in status_text(running)
+
+
+def test_run_timeout_zero_means_no_limit(sq_env: dict[str, str]) -> None:
+    """`--timeout 0` disables the limit (as coreutils' `timeout 0` does); it
+    used to time every item out at once."""
+    sq = [STATEQUEUE, "-q", "t0"]
+    assert subprocess.run([*sq, "enqueue", "a"], env=sq_env, capture_output=True).returncode == 0
+    ran = subprocess.run(
+        [*sq, "run", "--timeout", "0", "--", "sh", "-c", "sleep 0.2"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr
+    shown = subprocess.run([*sq, "results", "--json"], env=sq_env, capture_output=True, text=True)
+    assert '"state":"done"' in shown.stdout.replace(" ", "")

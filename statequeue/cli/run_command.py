@@ -198,7 +198,7 @@ def run(
     options = RunOptions(
         command=tuple(command),
         jobs=jobs,
-        timeout=_duration(timeout),
+        timeout=_duration(timeout) or None,  # 0: no limit, as for coreutils' timeout
         grace=_duration(grace) or 0.0,
         retries=retries,
         retry_delay=_duration(retry_delay) or 0.0,
