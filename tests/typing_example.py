@@ -24,6 +24,7 @@ from statequeue import (
     QueueClosed,
     StateQueueError,
     Status,
+    UnknownState,
     UsageError,
     WorkItem,
     WorkPolicy,
@@ -100,6 +101,8 @@ def main() -> None:
         for item, reason in exc.failures:
             print(item, reason)
         print(exc.results)
+    except UnknownState as exc:  # a state filter naming no state
+        print(exc.message)
     except (InvalidResult, ItemNotFound, NotSupported, QueueClosed, UsageError) as exc:
         print(exc.message)
     except StateQueueError as exc:
