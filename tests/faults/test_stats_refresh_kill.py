@@ -14,22 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.queue import Queue
 from statequeue.store import stats_cache
 from statequeue.store.journal_store import JournalStore
 from tests.faults.test_compaction_online import ROOT
-from tests.test_stats_cache import NOW, _rounded
-
-
-def _figures(monkeypatch: pytest.MonkeyPatch, *, cached: bool) -> object:
-    with monkeypatch.context() as m:
-        if not cached:
-            m.setenv("STATEQUEUE_CHECKPOINT_EVERY", "0")
-        q = Queue("q", create=False)
-        try:
-            return _rounded(q.stats(now=NOW).to_json())
-        finally:
-            q.close()
+from tests.faults.test_stats_cache_crash import _figures
 
 
 @pytest.mark.parametrize("where", ["fold", "write", "renamed"])
@@ -57,5 +45,6 @@ def test_a_kill_inside_the_refresh_never_leaves_wrong_stats(
     if where == "renamed" or nth > 1:
         assert (folder / stats_cache.NAME).exists()  # an earlier or this refresh's cache
     monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", "40")
-    assert _figures(monkeypatch, cached=True) == _figures(monkeypatch, cached=False)
+    cached = _figures(sq_home, monkeypatch, cached=True)
+    assert cached == _figures(sq_home, monkeypatch, cached=False)
     assert not [n for n in os.listdir(folder) if n.startswith(f".{stats_cache.NAME}.")]
