@@ -22,7 +22,7 @@ from statequeue.cli.options import (
 )
 from statequeue.cli.render import emit_json, err, escaped, plural, shown
 from statequeue.errors import ItemNotFound, StateQueueError, UsageError
-from statequeue.models import ItemState
+from statequeue.models import ItemState, item_state
 from statequeue.textsafe import record_json
 
 if TYPE_CHECKING:
@@ -42,13 +42,8 @@ IdArg = Annotated[int, typer.Argument(help="The item id (see `statequeue list`).
 
 
 def parse_state(value: str | None) -> ItemState | None:
-    if value is None:
-        return None
-    try:
-        return ItemState(value)
-    except ValueError:
-        names = ", ".join(s.value for s in ItemState)
-        raise UsageError(f"unknown state {value!r}: use one of {names}") from None
+    """``--state``: the library's check (UnknownState, a usage error, exit 2)."""
+    return None if value is None else item_state(value)
 
 
 def _write(line: str) -> None:
