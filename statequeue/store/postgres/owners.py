@@ -36,9 +36,9 @@ SCHEMA = "statequeue"
 # Every name is qualified with pg_catalog: this query must not resolve
 # anything through a search_path that another role could write to.
 _FOREIGN = """
-WITH s AS (
+WITH s AS MATERIALIZED (
     SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = %(schema)s
-), found(rank, kind, name, owner) AS (
+), found(rank, kind, name, owner) AS MATERIALIZED (
     SELECT 0, 'schema', %(schema)s::text, s.nspowner FROM s
     UNION ALL
     SELECT 1, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'i' THEN 'index'
@@ -55,17 +55,18 @@ WITH s AS (
     UNION ALL
     SELECT 4, 'operator', o.oprname::text, o.oprowner
     FROM pg_catalog.pg_operator o JOIN s ON o.oprnamespace = s.oid
+    UNION ALL
+    SELECT 5, 'trigger', g.tgname::text || ' on ' || c.relname::text, p.proowner
+    FROM pg_catalog.pg_trigger g
+    JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
+    JOIN s ON c.relnamespace = s.oid
+    JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid
+    WHERE NOT g.tgisinternal
 )
+-- Materialized first: pg_has_role is asked about the schema's few objects,
+-- not (pushed down by the planner) about every row of pg_proc.
 SELECT f.rank, f.kind, f.name, pg_catalog.pg_get_userbyid(f.owner), CURRENT_USER::text
-FROM found f WHERE NOT pg_catalog.pg_has_role(f.owner, 'MEMBER')
-UNION ALL
-SELECT 5, 'trigger', g.tgname::text || ' on ' || c.relname::text,
-    pg_catalog.pg_get_userbyid(p.proowner), CURRENT_USER::text
-FROM pg_catalog.pg_trigger g
-JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
-JOIN s ON c.relnamespace = s.oid
-JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid
-WHERE NOT g.tgisinternal
+FROM found f WHERE f.rank = 5 OR NOT pg_catalog.pg_has_role(f.owner, 'MEMBER')
 ORDER BY 1, 3 LIMIT 1
 """
 
