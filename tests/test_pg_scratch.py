@@ -109,3 +109,31 @@ def test_the_scratch_folders_are_made_private(pg_url: str, sq_env: dict[str, str
     scratch = home / ".postgres" / "q"
     for folder in (home, home / ".postgres", scratch, scratch / "logs", scratch / "claims"):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_drop_never_removes_through_a_linked_scratch_folder(
+    pg_url: str, sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """`drop` removes the queue's scratch folder: a ``.postgres`` that is a
+    link must not make it delete a folder of the same name elsewhere."""
+    assert _cli(sq_env, pg_url, "enqueue", "a").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "q").mkdir(mode=0o700, parents=True)
+    (elsewhere / "q" / "keep.txt").write_text("precious")
+    elsewhere.chmod(0o700)
+    postgres = sq_home / ".postgres"
+    subprocess.run(["rm", "-r", str(postgres)], check=True)
+    postgres.symlink_to(elsewhere)
+    done = subprocess.run(
+        [STATEQUEUE, "drop", "q", "--yes", "--store", pg_url],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (elsewhere / "q" / "keep.txt").read_text() == "precious"
+    assert done.returncode == 9, done.stderr
+    [line] = done.stderr.splitlines()
+    assert str(postgres) in line and "symbolic link" in line, line
+    # Refused before anything was dropped.
+    assert sql(pg_url, "SELECT name FROM statequeue.queues") == [("q",)]
