@@ -149,6 +149,18 @@ class StoreUnreachable(StateQueueError):
     exit_code = ExitCode.STORE_UNREACHABLE
 
 
+class UnsafeSchema(StateQueueError):
+    """the PostgreSQL statequeue schema, or something in it, is another role's, or has a trigger."""
+
+    exit_code = ExitCode.UNSAFE_FOLDER
+
+
+class StoreDenied(StateQueueError):
+    """the PostgreSQL store denied an action: this role lacks a privilege it needs."""
+
+    exit_code = ExitCode.STORE_UNREACHABLE
+
+
 class SchemaTooNew(StateQueueError):
     """the database's statequeue schema is newer than this statequeue; upgrade statequeue."""
 

@@ -27,13 +27,16 @@ class ExitCode(IntEnum):
     LOCKED = 8
     """The queue stayed locked by another process for longer than the lock timeout."""
     UNSAFE_FOLDER = 9
-    """The home or queue folder is owned by another user, writable by group or others, or a link."""
+    """The home or queue folder (or a PostgreSQL queue's scratch folder) is owned by another
+    user, writable by group or others, or a link; or the PostgreSQL statequeue schema, or
+    something in it, belongs to a role the user is not a member of, or has a trigger."""
     RESOURCES = 10
     """`run` could not start a single child for lack of open files, processes or
     memory; the items it took were given back, pending."""
     STORE_UNREACHABLE = 11
     """The PostgreSQL store could not be reached: a refused connection, a failed
-    login, a missing database, or the server went away; nothing more was changed."""
+    login, a missing database, the server went away, or it denied a privilege (permission
+    denied); nothing more was changed."""
     SCHEMA_TOO_NEW = 12
     """The database's statequeue schema is newer than this statequeue; upgrade it."""
     INTERRUPTED_INT = 130

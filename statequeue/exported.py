@@ -30,6 +30,12 @@ HISTORY_KINDS = ("end", "intr", "set")
 RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
 """The fields of an ``end`` record that make up a result (as compaction keeps them)."""
 _HISTORY_DROP = ("seq", "id", "crc", "token", "episode", "tries", "last")
+# The widest integers every store can hold: PostgreSQL keeps ids as bigint,
+# and counts, attempt numbers, exit codes and signals as integer. Checked
+# here, with the rest of the input, so that an import refuses them before
+# anything is written (the database would refuse them mid-import).
+_ID_MAX = (1 << 63) - 1
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ def parse_item(obj: object, line: int) -> ExportedItem:
 
 
 def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
-    item_id = _int(obj["id"], "id", least=1)
+    item_id = _int(obj["id"], "id", least=1, most=_ID_MAX)
     state = ItemState(obj["state"])
     if state is ItemState.RUNNING:
         raise ValueError("state running (an export holds none)")
@@ -136,6 +142,8 @@ def _check_history(record: object) -> None:
         value = record.get(name)
         if value is not None and (not isinstance(value, types) or _bad_bool(value, types)):
             raise ValueError(f"history field {name!r} has the wrong type")
+        if isinstance(value, int) and types == (int,) and not _INT_MIN <= value <= _INT_MAX:
+            raise ValueError(f"history field {name!r} is out of range ({_INT_MIN} to {_INT_MAX})")
     problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
     if problem is not None:
         raise ValueError(f"history result cannot be stored: {problem}")
@@ -158,9 +166,9 @@ def _item_text(obj: dict[str, Any]) -> str:
         raise ValueError(exc.message) from None
 
 
-def _int(value: object, name: str, least: int = 0) -> int:
-    if type(value) is not int or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}")
+def _int(value: object, name: str, least: int = 0, most: int = _INT_MAX) -> int:
+    if type(value) is not int or not least <= value <= most:
+        raise ValueError(f"{name} must be an integer from {least} to {most}")
     return value
 
 

@@ -84,8 +84,10 @@ def drop_queue(
 
     url = chosen_url(store)
     if url is not None:
+        scratch = resolve_home(home) / ".postgres" / validate_queue_name(name)
+        _scratch_checked(scratch)  # an unsafe one stops the drop before it starts
         place = _drop_from_database(url, name, confirm)
-        _remove_scratch(resolve_home(home) / ".postgres" / name)
+        _remove_scratch(scratch)
         return place
     folder = _idle_folder(name, home)
     if confirm is not None:
@@ -132,9 +134,22 @@ def _remove_scratch(folder: Path | None) -> None:
     attempts, claim locks), where there is one."""
     from statequeue.store.folder import remove_queue_folder
 
-    if folder is not None:
+    if folder is not None and _scratch_checked(folder):
         with contextlib.suppress(QueueNotFound):
             remove_queue_folder(folder)
+
+
+def _scratch_checked(folder: Path) -> bool:
+    """False if there is no HOME/.postgres; UnsafeFolder if it or the home
+    fails the checks made when the store opens (a link, another user's):
+    remove_queue_folder alone would follow a planted .postgres link and
+    delete a folder of the queue's name wherever it points."""
+    from statequeue.store.folder import QueueFolder
+
+    if not os.path.lexists(folder.parent):
+        return False
+    QueueFolder.open_nested(folder.parents[1], folder.parent.name).close()
+    return True
 
 
 def drop_folder(

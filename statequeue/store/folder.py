@@ -54,6 +54,30 @@ class QueueFolder:
             raise
         return cls(path, fd)
 
+    @classmethod
+    def open_nested(cls, home: Path, *names: str, ops: FileOps = DEFAULT_OPS) -> QueueFolder:
+        """Open (making what is missing, 0700) ``home/names[0]/.../names[-1]``:
+        the home checked as ``open_home`` does, each folder below it opened
+        relative to the one above, never through a link, and checked like a
+        queue folder. For folders outside a queue's, such as a database
+        queue's scratch folder on this host."""
+        fd = open_home(home, create=True)
+        path = home
+        try:
+            for name in names:
+                path = path / name
+                parent, fd = fd, -1
+                try:
+                    fd = _open_queue_dir(parent, path, create=True, ops=ops)
+                finally:
+                    os.close(parent)
+                check_owner(os.fstat(fd), path, "folder")
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        return cls(path, fd)
+
     # -- names -------------------------------------------------------------------
 
     def entry(self, name: str, *, sub: str | None = None) -> FolderEntry:

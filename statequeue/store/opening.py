@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.errors import InvalidStoreUrl, UsageError
-from statequeue.location import ensure_dir
 from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
 
@@ -58,8 +57,7 @@ def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
     _check_driver(url)
     from statequeue.store.postgres import PostgresStore
 
-    # Logs of attempts running on this host are written here, then stored in
-    # the database when the attempt ends; hidden from `queues` by the leading dot.
-    for folder in (*reversed(scratch.parents[:2]), scratch, scratch / "logs"):
-        ensure_dir(folder)  # the home, .postgres, the queue's scratch, its logs: all 0700
+    # Logs of attempts running on this host are written in ``scratch``, then
+    # stored in the database when the attempt ends; hidden from `queues` by
+    # the leading dot. The store makes and checks it (0700, yours, no link).
     return PostgresStore(url, name, create=create, scratch=scratch)

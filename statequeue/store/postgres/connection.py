@@ -15,8 +15,9 @@ from typing import Any
 
 import psycopg
 import psycopg.conninfo
+import psycopg.errors
 
-from statequeue.errors import InvalidStoreUrl, StateQueueError, StoreUnreachable
+from statequeue.errors import InvalidStoreUrl, StateQueueError, StoreDenied, StoreUnreachable
 from statequeue.store import urls
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -106,6 +107,14 @@ def guarded(url: str) -> Iterator[None]:
         raise
     except psycopg.OperationalError as exc:
         raise unreachable(exc, url) from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # Not an item's failure (exit 1): the role lacks a grant (USAGE on
+        # the schema, CREATE on the database for the first migration).
+        reason = " ".join(mask(str(exc), url).split())
+        raise StoreDenied(
+            f"the PostgreSQL store {mask(url)} refused: {reason} (a grant this role lacks; "
+            'see "Sharing a database between roles" in the README)'
+        ) from None
     except psycopg.Error as exc:
         reason = " ".join(mask(str(exc), url).split())
         raise StateQueueError(f"the PostgreSQL store failed: {reason}") from None

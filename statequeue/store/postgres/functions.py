@@ -204,6 +204,28 @@ $fn$;
 
 V5_FUNCTIONS = _CLAIM + _FINISH + _FINISH_AND_CLAIM + _SAVE_LOG
 
+# Schema version 6: each function resolves names with its own search_path,
+# never the caller's. Every table, sequence and function above is named with
+# its schema already; what the pin closes is the rest (operators, casts and
+# built-in functions such as ``make_interval``), which a role that may create
+# objects in a schema on the caller's search_path (``public``, before
+# PostgreSQL 15, for everyone) could otherwise shadow with its own, run with
+# the caller's rights. pg_temp comes last, explicitly: left out, it would be
+# searched first.
+_FINISH_TYPES = """text, bigint, bigint, integer, text, boolean, integer, integer,
+    float8, text, jsonb, text, float8, float8, jsonb"""
+PINNED_PATH = "pg_catalog, pg_temp"
+V6_PINNED_PATH = f"""
+ALTER FUNCTION statequeue.claim(text, float8, text, float8, bigint[])
+    SET search_path = {PINNED_PATH};
+ALTER FUNCTION statequeue.finish({_FINISH_TYPES}, boolean, boolean)
+    SET search_path = {PINNED_PATH};
+ALTER FUNCTION statequeue.finish_and_claim({_FINISH_TYPES}, boolean, float8, text, float8,
+    bigint[]) SET search_path = {PINNED_PATH};
+ALTER FUNCTION statequeue.save_log(text, bigint, integer, bigint, bytea, float8)
+    SET search_path = {PINNED_PATH};
+"""
+
 CLAIM = """
 SELECT * FROM statequeue.claim(%(q)s::text, %(now)s::float8, %(runner)s::text,
     %(lease)s::float8, %(among)s::bigint[])

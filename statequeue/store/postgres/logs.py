@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.models import Claim
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
+
+if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
+
+SUBFOLDER = "logs"
+"""The scratch folder's subfolder for the logs of attempts running on this host."""
 
 SHOWN_PREFIX = "database:logs/"
 """How a stored log is named in ``ItemHistory.log_paths`` (there is no file):
@@ -48,34 +54,40 @@ def stored_attempts(conn: Connection, queue: str, item_id: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def local_attempts(scratch: Path | None, item_id: int) -> dict[int, Path]:
-    """Logs of attempts still running (or not yet stored) on this host, by attempt."""
-    folder = scratch / "logs" if scratch is not None else None
-    if folder is None or not folder.is_dir():
-        return {}
-    found: dict[int, Path] = {}
-    for name in os.listdir(folder):
+def local_attempts(scratch: QueueFolder | None, item_id: int) -> dict[int, str]:
+    """Names of the logs of attempts still running (or not yet stored) on
+    this host, in the scratch folder's ``logs``, by attempt."""
+    found: dict[int, str] = {}
+    for name in scratch.names(SUBFOLDER) if scratch is not None else ():
         stem, _, attempt = name.removesuffix(".log").partition(".")
         if name.endswith(".log") and stem == str(item_id) and attempt.isdigit():
-            found[int(attempt)] = folder / name
+            found[int(attempt)] = name
     return found
 
 
-def log_paths(conn: Connection, queue: str, item_id: int, scratch: Path | None) -> tuple[str, ...]:
+def log_paths(
+    conn: Connection, queue: str, item_id: int, scratch: QueueFolder | None
+) -> tuple[str, ...]:
     """Every attempt's log, oldest first: stored ones by name, this host's
     unstored ones by path."""
-    shown: dict[int, str] = {n: str(p) for n, p in local_attempts(scratch, item_id).items()}
+    shown: dict[int, str] = {}
+    if scratch is not None:
+        for n, name in local_attempts(scratch, item_id).items():
+            shown[n] = scratch.shown(name, SUBFOLDER)
     for n in stored_attempts(conn, queue, item_id):
         shown[n] = f"{SHOWN_PREFIX}{item_id}.{n}.log"
     return tuple(shown[n] for n in sorted(shown))
 
 
-def read_local(scratch: Path | None, item_id: int, attempt: int, offset: int) -> bytes | None:
-    path = local_attempts(scratch, item_id).get(attempt)
-    if path is None:
+def read_local(
+    scratch: QueueFolder | None, item_id: int, attempt: int, offset: int
+) -> bytes | None:
+    name = local_attempts(scratch, item_id).get(attempt)
+    if scratch is None or name is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Relative to the checked folder, never through a link (folder.py).
+        fd = scratch.open_file(name, os.O_RDONLY, sub=SUBFOLDER)
     except FileNotFoundError:
         return None  # stored and removed meanwhile: the caller asks the database again
     with open(fd, "rb") as f:

@@ -26,6 +26,7 @@ from statequeue.store.postgres.session import Session
 if TYPE_CHECKING:
     from statequeue.attempts import Attempt
     from statequeue.exported import ExportedItem
+    from statequeue.store.folder import QueueFolder
     from statequeue.views import (
         ActiveRunner,
         ItemHistory,
@@ -43,7 +44,17 @@ class PostgresReading(Store):
 
     url: str  # always set: the database holds the queue
     folder: Path | None
+    scratch: QueueFolder | None
+    """``folder`` held open and checked (folder.py), or None without one."""
     _session: Session
+
+    @property
+    def logs_fd(self) -> int:
+        """The scratch folder's ``logs``, held open: the runner opens each
+        attempt's log relative to it, never through a link (-1: no folder)."""
+        if self.scratch is None:
+            return -1
+        return self.scratch.subfolder(logs.SUBFOLDER, create=True)
 
     def _patiently(self, action: Callable[[Connection], T]) -> T:
         """``action(connection)``, run again on a new connection if a runner's
@@ -122,7 +133,7 @@ class PostgresReading(Store):
             found = reads.history(self._conn, self.name, item_id)
             if found is None:
                 raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-            paths = logs.log_paths(self._conn, self.name, item_id, self.folder)
+            paths = logs.log_paths(self._conn, self.name, item_id, self.scratch)
         return dataclasses.replace(found, log_paths=paths)
 
     def check(self, *, repair: bool = False) -> StoreCheck:
@@ -135,7 +146,7 @@ class PostgresReading(Store):
         with self._guard():
             found = logs.read(self._conn, self.name, item_id, attempt, offset)
             if found is None:
-                found = logs.read_local(self.folder, item_id, attempt, offset)
+                found = logs.read_local(self.scratch, item_id, attempt, offset)
             if found is None:  # stored and removed between the two reads
                 found = logs.read(self._conn, self.name, item_id, attempt, offset)
         return found

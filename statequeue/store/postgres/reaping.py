@@ -18,35 +18,42 @@ import contextlib
 import fcntl
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.location import ensure_dir
 from statequeue.models import OnInterrupted
 from statequeue.store.postgres import reads, sql, writes
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
+    from statequeue.store.folder import QueueFolder
     from statequeue.views import RecoveryReport
 
+SUBFOLDER = "claims"
+_LOCK_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 REAP_EVERY = 1.0
 """Seconds between two reaps of one queue, by any runner."""
 
 
 class ClaimLocks:
-    """Per-token lock files in ``folder`` (None: no shortcut on this host)."""
+    """Per-token lock files in the ``claims`` subfolder of ``folder`` (None:
+    no shortcut on this host), opened relative to it, never through a link:
+    the subfolder is checked as a queue's is (folder.py), so no other user
+    can plant a file there, or hold a lock on one, to hang this runner."""
 
-    def __init__(self, folder: Path | None) -> None:
-        self.folder = folder / "claims" if folder is not None else None
+    def __init__(self, folder: QueueFolder | None) -> None:
+        self._folder = folder
         self._fds: dict[int, int] = {}
+
+    def _claims(self) -> int:
+        assert self._folder is not None
+        return self._folder.subfolder(SUBFOLDER, create=True)
 
     def take(self, token: int) -> tuple[int, ...]:
         """Lock ``token``'s file; the fds a child must inherit (none without a folder)."""
-        if self.folder is None:
+        if self._folder is None:
             return ()
-        ensure_dir(self.folder)
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.folder / f"{token}.lock", flags, 0o600)
+        self._claims()  # made (0700) and checked on first use
+        fd = self._folder.open_file(f"{token}.lock", os.O_RDWR | os.O_CREAT, sub=SUBFOLDER)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh token's file: nobody else has it
         self._fds[token] = fd
         return (fd,)
@@ -56,16 +63,16 @@ class ClaimLocks:
         fd = self._fds.pop(token or 0, None)
         if fd is not None:
             os.close(fd)
-        if remove and self.folder is not None:
+        if remove and self._folder is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.folder / f"{token}.lock")
+                os.unlink(f"{token}.lock", dir_fd=self._claims())
 
     def is_free(self, token: int) -> bool:
         """True when the file exists and no process holds it (a missing file proves nothing)."""
-        if self.folder is None:
+        if self._folder is None:
             return False
         try:
-            fd = os.open(self.folder / f"{token}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(f"{token}.lock", _LOCK_FLAGS, dir_fd=self._claims())
         except OSError:
             return False
         try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from statequeue.errors import SchemaTooNew
-from statequeue.store.postgres.functions import V5_FUNCTIONS
+from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
+from statequeue.store.postgres.owners import check_owners
 
 if TYPE_CHECKING:
     from statequeue.store.postgres.connection import Connection
@@ -196,7 +197,13 @@ CREATE INDEX events_xid ON statequeue.events (queue, xid);
 _V5_FUNCTIONS = V5_FUNCTIONS
 # One round trip per claim, finish, finish-and-claim and log (functions.py).
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS)
+_V6_PINNED_PATH = V6_PINNED_PATH
+# The functions' search_path pinned (functions.py).
+
+MIGRATIONS: tuple[str, ...] = (
+    *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
+    _V6_PINNED_PATH,
+)
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
 
@@ -217,6 +224,9 @@ def migrate(conn: Connection) -> tuple[int, int]:
         # Held to the end of the transaction: two processes opening an empty
         # database at once migrate it once.
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
+        # Before anything in the schema is read: a view or function of
+        # another role's would run as this one (owners.py).
+        check_owners(conn)
         before = schema_version(conn)
         if before > len(MIGRATIONS):
             raise SchemaTooNew(
@@ -224,8 +234,11 @@ def migrate(conn: Connection) -> tuple[int, int]:
                 f"statequeue knows (version {len(MIGRATIONS)}); upgrade statequeue"
             )
         if before == 0:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS statequeue")
+            # Another role may have made the schema since the check (IF NOT
+            # EXISTS then kept theirs): nothing is built in it if so.
+            check_owners(conn)
             conn.execute(
-                "CREATE SCHEMA IF NOT EXISTS statequeue;"
                 "CREATE TABLE IF NOT EXISTS statequeue.schema_version ("
                 " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
             )

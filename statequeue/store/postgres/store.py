@@ -52,6 +52,7 @@ from statequeue.store.postgres.connection import Connection, mask
 from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.schema import migrate
+from statequeue.store.postgres.scratch import open_scratch
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
@@ -84,16 +85,29 @@ class PostgresStore(PostgresActions):
         self.folder = scratch
         """A local folder for this host's logs of running attempts and claim
         locks; a finished attempt's log is stored in the database (``save_log``)."""
+        # Checked first (scratch.py): an unsafe one stops before the database is touched.
+        self.scratch = None if scratch is None else open_scratch(scratch)
         self._recovered_at = -RECOVER_EVERY
         self._unsynced: list[Unsynced] = []
         self._leases = Leases(url, name, lease)
-        self._locks = reaping.ClaimLocks(scratch)
-        self._session = Session(url, self._leases.fence_at)
+        self._locks = reaping.ClaimLocks(self.scratch)
         self._notifier = Notifier(name)
         self._listener: Listener | None = None
-        with self._guard():
-            migrate(self._conn)
-            self._open_queue(create)
+        session = None
+        try:
+            self._session = session = Session(url, self._leases.fence_at)
+            with self._guard():
+                migrate(self._conn)
+                self._open_queue(create)
+        except BaseException:
+            if session is not None:
+                session.close()
+            self._close_scratch()
+            raise
+
+    def _close_scratch(self) -> None:
+        if self.scratch is not None:
+            self.scratch.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
@@ -386,6 +400,7 @@ class PostgresStore(PostgresActions):
         self._leases.close()
         self._locks.close()
         self._session.close()
+        self._close_scratch()
 
 
 def _target(outcome: Outcome, retry_at: float | None) -> ItemState:
