@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -309,16 +311,24 @@ class Job:
         return f"timed out after {limit}; {end}"
 
     def _read_result(self) -> Any:
+        # O_NONBLOCK: a FIFO there must not block the open (PEP 475 retries it
+        # on EINTR, so not even SIGTERM would end the wait); only a regular
+        # file is read, anything else is an error value, as a link (ELOOP) is.
         try:
-            fd = self._open(f"{self._name}.result", os.O_RDONLY)
+            fd = self._open(f"{self._name}.result", os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:  # the common case: no result, nothing to unlink
             return None
-        except OSError as exc:  # a link (ELOOP) is not followed: its target stays out
+        except OSError as exc:  # a link (ELOOP), a socket (ENXIO): no target is read
             self._unlink(f"{self._name}.result")
             return {"error": f"result file not read: {exc.strerror}"}
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): it refuses a directory
+                os.close(fd)
+                return {"error": "result file not read: not a regular file"}
             with open(fd, "rb") as f:
                 raw = f.read(RESULT_MAX_BYTES + 1)
+        except OSError as exc:  # e.g. EIO: this item's error, not the run's end
+            return {"error": f"result file not read: {exc.strerror}"}
         finally:
             self._unlink(f"{self._name}.result")
         if len(raw) > RESULT_MAX_BYTES:
@@ -358,6 +368,17 @@ class Job:
                 os.unlink(name, dir_fd=self.spec.log_dir_fd)
         except FileNotFoundError:
             pass
+        except IsADirectoryError:  # a child made one there: gone, or later runs trip on it
+            self._remove_tree(name)
+
+    def _remove_tree(self, name: str) -> None:
+        """Remove a directory a child left at ``name``, walking by fds (no
+        link inside is followed); what cannot be removed stays, harmlessly:
+        the next read finds no regular file there and records an error value."""
+        if self.spec.log_dir_fd < 0:
+            shutil.rmtree(f"{self.spec.log_dir}/{name}", ignore_errors=True)
+        else:
+            shutil.rmtree(name, ignore_errors=True, dir_fd=self.spec.log_dir_fd)
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""
