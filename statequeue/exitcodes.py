@@ -29,8 +29,9 @@ class ExitCode(IntEnum):
     UNSAFE_FOLDER = 9
     """The home or queue folder is owned by another user, writable by group or others, or a link."""
     RESOURCES = 10
-    """`run` could not start a single child for lack of open files, processes or
-    memory; the items it took were given back, pending."""
+    """`run` ran short of open files, processes or memory before it could start
+    a single child (opening the queue, its own pipes, a spawn); the items it
+    took were given back, pending."""
     STORE_UNREACHABLE = 11
     """The PostgreSQL store could not be reached: a refused connection, a failed
     login, a missing database, or the server went away; nothing more was changed."""
