@@ -361,24 +361,7 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
-        try:  # not contextlib.suppress: this runs for every item
-            if self.spec.log_dir_fd < 0:
-                os.unlink(f"{self.spec.log_dir}/{name}")
-            else:
-                os.unlink(name, dir_fd=self.spec.log_dir_fd)
-        except FileNotFoundError:
-            pass
-        except IsADirectoryError:  # a child made one there: gone, or later runs trip on it
-            self._remove_tree(name)
-
-    def _remove_tree(self, name: str) -> None:
-        """Remove a directory a child left at ``name``, walking by fds (no
-        link inside is followed); what cannot be removed stays, harmlessly:
-        the next read finds no regular file there and records an error value."""
-        if self.spec.log_dir_fd < 0:
-            shutil.rmtree(f"{self.spec.log_dir}/{name}", ignore_errors=True)
-        else:
-            shutil.rmtree(name, ignore_errors=True, dir_fd=self.spec.log_dir_fd)
+        remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""
@@ -392,6 +375,25 @@ class Job:
         if self._log_fd >= 0:
             os.close(self._log_fd)
             self._log_fd = -1
+
+
+def remove_left(folder: str, folder_fd: int, name: str) -> None:
+    """Remove what a child left at ``name`` in the log folder (held open as
+    ``folder_fd``, or by path when -1): a file, a link (not followed), a FIFO,
+    or a directory, walked by fds. A directory that cannot be removed stays,
+    harmlessly: no regular file is read there, and it must not end the run."""
+    try:  # not contextlib.suppress: this runs for every item
+        if folder_fd < 0:
+            os.unlink(f"{folder}/{name}")
+        else:
+            os.unlink(name, dir_fd=folder_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        if folder_fd < 0:
+            shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
+        else:
+            shutil.rmtree(name, ignore_errors=True, dir_fd=folder_fd)
 
 
 def _memfd(data: bytes) -> int:

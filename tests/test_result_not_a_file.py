@@ -95,3 +95,20 @@ def test_sigterm_ends_a_run_after_a_fifo_result(sq_env: Env, sq_home: Path) -> N
             runner.wait()
     found = results(sq_home)
     assert found["fifo"] == (ItemState.DONE, {"error": NOT_READ})
+
+
+def test_a_directory_at_a_verify_hooks_result_does_not_end_the_run(
+    sq_env: Env, sq_home: Path
+) -> None:
+    enqueue(sq_env, "a")
+    hook = 'mkdir -p "$STATEQUEUE_RESULT/d"; exit 1'  # not done, and a directory left
+    done = subprocess.run(
+        [STATEQUEUE, "run", "--verify-first", "--verify", hook, "--", "true"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr  # not 6 ("1.verify: Is a directory")
+    assert results(sq_home) == {"a": (ItemState.DONE, None)}
+    assert not (sq_home / "default" / "logs" / "1.verify").exists()
