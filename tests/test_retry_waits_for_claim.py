@@ -9,10 +9,12 @@ run wait for the claim"), and never starts an attempt beside a leftover.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
-from statequeue.models import ItemState
+from statequeue.models import ItemState, RunnerInfo
 from statequeue.queue import Queue
 from tests.conftest import STATEQUEUE
 
@@ -53,3 +55,24 @@ def test_run_waits_for_a_held_claim_and_uses_its_retries(
         "start 3",
         "",
     ]
+
+
+def test_a_pending_item_whose_claim_is_held_still_counts_as_due(sq_home: Path) -> None:
+    """The store's side, for any pending item (a retry, or one a stopped run
+    gave back): while a leftover holds its claim, ``claim`` skips it but
+    ``next_due`` still names it, so a run (or a work loop) waits rather than ends."""
+    with Queue(home=sq_home) as q:
+        q.enqueue(["a"])
+        runner = RunnerInfo("r", os.getpid(), "h", "", time.time())
+        q.store.register_runner(runner)
+        claim = q.store.claim(runner)
+        assert claim is not None
+        leftover = os.dup(claim.inherit_fds[0])  # a detached leftover keeps the claim
+        try:
+            q.store.release(claim, "interrupted: runner stopped by a signal")
+            assert q.store.claim(runner) is None  # held
+            assert q.store.next_due() == 0.0  # due now, not "nothing waits"
+        finally:
+            os.close(leftover)
+        again = q.store.claim(runner)
+        assert again is not None and again.item_id == claim.item_id
