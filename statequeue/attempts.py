@@ -108,11 +108,21 @@ def attempts_of(records: Iterable[Record]) -> Iterator[Attempt]:
     """The finished attempts in a stream of journal or archive records. An
     ``end`` that does not name its runner (written by an older statequeue)
     takes it from the attempt's ``start`` record, and a host from the
-    runner's ``run`` record."""
+    runner's ``run`` record (``joined_host``)."""
     started: dict[int, str] = {}  # id -> runner of its attempt in flight
     hosts: dict[str, str] = {}  # runner -> host, from ``run`` records
-    for a in _attempts_of(records, started, hosts):
-        yield a if a.host or not a.runner else a._replace(host=hosts.get(a.runner, ""))
+    return _attempts_of(records, started, hosts)
+
+
+def joined_host(host: str, runner: str, hosts: dict[str, str]) -> str:
+    """The host of an attempt whose record names no runner (an older
+    statequeue's), its runner taken from the ``start`` record: the one
+    ``runner``'s ``run`` record named (``hosts``). Only for those: a record
+    that names its runner is taken as written, with no host if it names none
+    (its runner had been recorded lost when a recovery wrote it). A ``run``
+    record does not survive compaction while a stats cache remembers it, so
+    looking it up for such a record made the cache and the files disagree."""
+    return host or hosts.get(runner, "")
 
 
 def _attempts_of(
@@ -125,14 +135,22 @@ def _attempts_of(
         elif kind == "end":
             a = from_end(rec, rec["id"])
             runner = started.pop(a.item_id, "")
-            yield a if a.runner else a._replace(runner=runner)
+            yield (
+                a
+                if a.runner
+                else a._replace(runner=runner, host=joined_host(a.host, runner, hosts))
+            )
         elif kind == "start":
             started[rec["id"]] = rec.get("runner", "")
         elif kind == "intr":
             runner = started.pop(rec["id"], "")
             if "crashes" in rec:
                 a = from_crash(rec, rec["id"])
-                yield a if a.runner else a._replace(runner=runner)
+                yield (
+                    a
+                    if a.runner
+                    else a._replace(runner=runner, host=joined_host(a.host, runner, hosts))
+                )
         elif kind == "arch":
             yield from from_archived(rec)
         elif kind == "item" and rec.get("tries"):

@@ -31,8 +31,9 @@ class ExitCode(IntEnum):
     user, writable by group or others, or a link; or the PostgreSQL statequeue schema, or
     something in it, belongs to a role the user is not a member of, or has a trigger."""
     RESOURCES = 10
-    """`run` could not start a single child for lack of open files, processes or
-    memory; the items it took were given back, pending."""
+    """`run` ran short of open files, processes or memory before it could start
+    a single child (opening the queue, its own pipes, a spawn); the items it
+    took were given back, pending."""
     STORE_UNREACHABLE = 11
     """The PostgreSQL store could not be reached: a refused connection, a failed
     login, a missing database, the server went away, or it denied a privilege (permission

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -309,16 +311,24 @@ class Job:
         return f"timed out after {limit}; {end}"
 
     def _read_result(self) -> Any:
+        # O_NONBLOCK: a FIFO there must not block the open (PEP 475 retries it
+        # on EINTR, so not even SIGTERM would end the wait); only a regular
+        # file is read, anything else is an error value, as a link (ELOOP) is.
         try:
-            fd = self._open(f"{self._name}.result", os.O_RDONLY)
+            fd = self._open(f"{self._name}.result", os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:  # the common case: no result, nothing to unlink
             return None
-        except OSError as exc:  # a link (ELOOP) is not followed: its target stays out
+        except OSError as exc:  # a link (ELOOP), a socket (ENXIO): no target is read
             self._unlink(f"{self._name}.result")
             return {"error": f"result file not read: {exc.strerror}"}
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): it refuses a directory
+                os.close(fd)
+                return {"error": "result file not read: not a regular file"}
             with open(fd, "rb") as f:
                 raw = f.read(RESULT_MAX_BYTES + 1)
+        except OSError as exc:  # e.g. EIO: this item's error, not the run's end
+            return {"error": f"result file not read: {exc.strerror}"}
         finally:
             self._unlink(f"{self._name}.result")
         if len(raw) > RESULT_MAX_BYTES:
@@ -351,13 +361,7 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
-        try:  # not contextlib.suppress: this runs for every item
-            if self.spec.log_dir_fd < 0:
-                os.unlink(f"{self.spec.log_dir}/{name}")
-            else:
-                os.unlink(name, dir_fd=self.spec.log_dir_fd)
-        except FileNotFoundError:
-            pass
+        remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)
 
     def close_pipe(self, fd: int) -> None:
         """Close one output pipe at its end of file (the child closed its side)."""
@@ -371,6 +375,25 @@ class Job:
         if self._log_fd >= 0:
             os.close(self._log_fd)
             self._log_fd = -1
+
+
+def remove_left(folder: str, folder_fd: int, name: str) -> None:
+    """Remove what a child left at ``name`` in the log folder (held open as
+    ``folder_fd``, or by path when -1): a file, a link (not followed), a FIFO,
+    or a directory, walked by fds. A directory that cannot be removed stays,
+    harmlessly: no regular file is read there, and it must not end the run."""
+    try:  # not contextlib.suppress: this runs for every item
+        if folder_fd < 0:
+            os.unlink(f"{folder}/{name}")
+        else:
+            os.unlink(name, dir_fd=folder_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        if folder_fd < 0:
+            shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
+        else:
+            shutil.rmtree(name, ignore_errors=True, dir_fd=folder_fd)
 
 
 def _memfd(data: bytes) -> int:

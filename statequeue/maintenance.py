@@ -176,11 +176,14 @@ def list_queues(
     *,
     store: str | None = None,
     on_unsafe: Callable[[UnsafeFolder], None] | None = None,
+    on_damaged: Callable[[str, DamagedState], None] | None = None,
 ) -> list[Status]:
     """The status of every queue under ``home`` (or in the PostgreSQL store
     ``store``), by name. An unsafe entry in the home (a link, another user's
     folder) raises UnsafeFolder, or with ``on_unsafe`` is passed to it and
-    left out; an unsafe home raises either way."""
+    left out; an unsafe home raises either way. A queue too damaged to open
+    raises DamagedState, or with ``on_damaged`` is passed to it (with its
+    name) and left out, so one damaged queue does not hide the others."""
     from statequeue.queue import Queue
     from statequeue.store.folder import open_home
     from statequeue.store.integrity import holds_queue
@@ -206,6 +209,10 @@ def list_queues(
             if on_unsafe is None:
                 raise
             on_unsafe(exc)
+        except DamagedState as exc:
+            if on_damaged is None:
+                raise
+            on_damaged(folder.name, exc)
     return found
 
 

@@ -3,7 +3,6 @@ that the --verify script is valid shell and can run, and what recovery did."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from statequeue.errors import CommandNotFound, UsageError, VerifyBroken
-from statequeue.jobs import child_env
+from statequeue.jobs import child_env, remove_left
 from statequeue.models import Claim, OnInterrupted
 from statequeue.replacements import JobItem, has_token
 from statequeue.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
@@ -99,11 +98,7 @@ class Verifier:
         return verdict, notes
 
     def _remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if self.log_dir_fd >= 0:
-                os.unlink(name, dir_fd=self.log_dir_fd)
-            else:
-                os.unlink(f"{self.result_dir}/{name}")
+        remove_left(self.result_dir, self.log_dir_fd, name)  # a directory too (issue 21, 7)
 
     def _broken_message(self, claim: Claim, verdict: Verdict) -> str:
         lines = last_lines(verdict.stderr)

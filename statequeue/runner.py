@@ -14,7 +14,7 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +64,9 @@ VERIFY_TIMEOUT = 600.0
 # ENOBUFS and ETOOMANYREFS: passing the child's fds to the keeper failed.
 RESOURCE_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
+)
+_SHORT_ADVICE = (
+    "stopped, the items stay pending (raise the limit, e.g. `ulimit -n`, or lower --jobs)"
 )
 _KEEPER = object()  # selector tag of the keeper's socket
 _STORE_WAKE = object()  # selector tag of the store's wake-up fd (--follow)
@@ -408,10 +411,7 @@ class Runner:
         running there is nothing to wait for: stop (the items stay pending)."""
         reason = exc.strerror or str(exc)
         if not self.jobs:
-            raise ResourcesExhausted(
-                f"cannot start any command: {reason}; stopped, the items stay pending "
-                "(raise the limit, e.g. `ulimit -n`, or lower --jobs)"
-            )
+            raise ResourcesExhausted(f"cannot start any command: {reason}; {_SHORT_ADVICE}")
         if len(self.jobs) < self._concurrency:
             self._concurrency = len(self.jobs)
             self.on_event(
@@ -704,6 +704,22 @@ class Runner:
                     f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
                 )
             )
+
+
+@contextlib.contextmanager
+def stop_when_short_of_resources() -> Iterator[None]:
+    """Turn running out of fds, processes or memory anywhere in a run (opening
+    the queue, the runner's own pipes and locks, not only a spawn) into
+    ResourcesExhausted: one line and exit 10, not exit 6 ("a write or fsync
+    failed"). What the run claimed was given back (``Runner.run`` on an error)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in RESOURCE_ERRNOS:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        reason = exc.strerror or str(exc)
+        raise ResourcesExhausted(f"cannot run: {reason}{where}; {_SHORT_ADVICE}") from None
 
 
 def _until(due: float) -> float:

@@ -245,9 +245,14 @@ class QueueState:
         return heapq.heappop(self._pending)
 
     def restore_pending(self, ids: list[int]) -> None:
-        """Put back ids taken out by ``pop_pending``."""
+        """Put back ids taken out by ``pop_pending`` whose claim a live process
+        still holds. They wait among the deferred retries, at their due time
+        (0.0: due now): so ``next_due`` still names them, and a runner polls for
+        the claim rather than ending with the item pending (issue 21, point 8)."""
         for item_id in ids:
-            heapq.heappush(self._pending, item_id)
+            item = self.items.get(item_id)  # next_pending materialized it
+            due = item.not_before if item is not None else 0.0
+            heapq.heappush(self._deferred, (due, item_id))
 
     def next_due(self) -> float | None:
         """When the earliest deferred retry becomes due, or None if none waits."""

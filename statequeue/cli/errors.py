@@ -62,8 +62,8 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
         silence_stdout()
         return 0
     except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        return fail(f"error:{where}: {exc.strerror or exc}", int(ExitCode.IO_ERROR))
+        where = f" {exc.filename}:" if exc.filename else ""  # no "error::" without one
+        return fail(f"error:{where} {exc.strerror or exc}", int(ExitCode.IO_ERROR))
 
 
 def silence_stdout() -> None:

@@ -22,6 +22,7 @@ from statequeue.cli.options import (
 )
 from statequeue.cli.render import emit_json, err, escaped, plural, shown
 from statequeue.errors import ItemNotFound, StateQueueError, UsageError
+from statequeue.exitcodes import ExitCode
 from statequeue.models import ItemState, item_state
 from statequeue.textsafe import record_json
 
@@ -256,8 +257,12 @@ def results(
 @app.command()
 def queues(
     ctx: typer.Context, json: JsonOpt = False, home: HomeOpt = None, store: StoreOpt = None
-) -> None:
+) -> int:
     """List every queue under the home (or in the PostgreSQL store), with its counts.
+
+    A queue too damaged to open is listed on its own line as damaged, with
+    the reason (in --json: {"queue": NAME, "damaged": REASON}); the others
+    are listed as usual, and the exit code is 5 (run `statequeue fsck -q NAME`).
 
     Example: statequeue queues --json
     """
@@ -265,24 +270,52 @@ def queues(
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))
-    # One unsafe entry (a link) must not hide every good queue: warn, skip it.
-    rows = list_queues(given_home, store=store_url(ctx), on_unsafe=_warn_skipped)
-    _show_queues(rows, where, place, json)
+    damaged: dict[str, str] = {}
+    # One unsafe entry (a link) must not hide every good queue: warn, skip it;
+    # nor one damaged queue: it is listed as such.
+    rows = list_queues(
+        given_home,
+        store=store_url(ctx),
+        on_unsafe=_warn_skipped,
+        on_damaged=lambda name, exc: damaged.update({name: exc.message}),
+    )
+    _show_queues(rows, damaged, where, place, json)
+    if damaged:
+        if len(damaged) == 1:
+            (name,) = damaged
+            err(f"statequeue: queue {name!r} is damaged; run `statequeue fsck -q {name}`")
+        else:
+            names = ", ".join(repr(name) for name in damaged)
+            err(f"statequeue: queues {names} are damaged; run `statequeue fsck -q NAME` on each")
+        return int(ExitCode.DAMAGED)
+    return int(ExitCode.OK)
 
 
 def _warn_skipped(exc: StateQueueError) -> None:
     err(f"statequeue: warning: skipped: {exc.message}")
 
 
-def _show_queues(rows: list[Status], where: str, place: str, json: bool) -> None:
+def _show_queues(
+    rows: list[Status], damaged: dict[str, str], where: str, place: str, json: bool
+) -> None:
+    entries: list[tuple[str, Status | str]] = [(s.queue, s) for s in rows]
+    entries += damaged.items()
+    entries.sort(key=lambda entry: entry[0])  # by name, as the folders are listed
     if json:
-        emit_json({"schema": 1, where: place, "queues": [s.to_json() for s in rows]})
+        listed = [
+            {"schema": 1, "queue": name, "damaged": e} if isinstance(e, str) else e.to_json()
+            for name, e in entries
+        ]
+        emit_json({"schema": 1, where: place, "queues": listed})
         return
-    if not rows:
+    if not entries:
         _write(f"no queues in {place}")
-    for st in rows:
-        counts = "  ".join(f"{k} {v}" for k, v in st.counts.items() if v)
-        _write(f"{st.queue}\t{plural(st.total, 'item')}\t{counts or 'empty'}")
+    for name, e in entries:
+        if isinstance(e, str):
+            _write(f"{name}\tdamaged\t{escaped(e)}")
+            continue
+        counts = "  ".join(f"{k} {v}" for k, v in e.counts.items() if v)
+        _write(f"{e.queue}\t{plural(e.total, 'item')}\t{counts or 'empty'}")
 
 
 @app.command()

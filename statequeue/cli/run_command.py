@@ -185,7 +185,7 @@ def run(
     from statequeue.cli.progress import LiveSink, make_view
     from statequeue.errors import UsageError
     from statequeue.models import OnInterrupted
-    from statequeue.runner import Runner, RunOptions, parse_verify
+    from statequeue.runner import Runner, RunOptions, parse_verify, stop_when_short_of_resources
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
@@ -215,18 +215,19 @@ def run(
         log_limit=log_limit,
         lease=_duration(lease),
     )
-    q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
-    tty = sys.stderr.isatty()
-    show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty() and not quiet)
-    pending = q.status().counts["pending"]
-    view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
-    sink = LiveSink() if show_live else None
-    runner = Runner(q, options, on_event=view.handle, live=sink)
-    runner.install_signal_handlers()
-    try:
-        summary = runner.run()
-    finally:
-        view.close()
+    with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
+        q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
+        tty = sys.stderr.isatty()
+        show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty() and not quiet)
+        pending = q.status().counts["pending"]
+        view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
+        sink = LiveSink() if show_live else None
+        try:
+            runner = Runner(q, options, on_event=view.handle, live=sink)
+            runner.install_signal_handlers()
+            summary = runner.run()
+        finally:
+            view.close()
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if not json:
         view.summary(f"statequeue: {summary.text()}")

@@ -29,6 +29,7 @@ from statequeue.attempts import (
     from_crash,
     from_end,
     from_tries,
+    joined_host,
 )
 from statequeue.errors import DamagedState
 from statequeue.records import Record, decode
@@ -61,25 +62,29 @@ def _scan(fd: int, end: int, path: str) -> Iterator[Attempt]:
         yield from _scan_lines(lines, started, hosts, path)
 
 
-def _with_host(a: Attempt, hosts: dict[str, str]) -> Attempt:
-    return a._replace(host=hosts.get(a.runner, ""))
-
-
-def _attempts(rec: Record, started: dict[int, bytes], path: str) -> Iterator[Attempt]:
+def _attempts(
+    rec: Record, started: dict[int, bytes], hosts: dict[str, str], path: str
+) -> Iterator[Attempt]:
     kind = rec.get("t")
     if kind == "end":
         a = from_end(rec, rec["id"])
         start = started.pop(a.item_id, None)
-        yield a if a.runner else a._replace(runner=_runner(start, path))
+        yield a if a.runner else _joined(a, _runner(start, path), hosts)
     elif kind == "intr":
         start = started.pop(rec["id"], None)
         if "crashes" in rec:
             a = from_crash(rec, rec["id"])
-            yield a if a.runner else a._replace(runner=_runner(start, path))
+            yield a if a.runner else _joined(a, _runner(start, path), hosts)
     elif kind == "arch":
         yield from from_archived(rec)
     elif kind == "item" and rec.get("tries"):
         yield from from_tries(rec["tries"], rec["id"])
+
+
+def _joined(a: Attempt, runner: str, hosts: dict[str, str]) -> Attempt:
+    """``a`` (whose record names no runner: an older statequeue's) with the
+    runner of its ``start`` record and that runner's host (``joined_host``)."""
+    return a._replace(runner=runner, host=joined_host(a.host, runner, hosts))
 
 
 def _runner(start: bytes | None, path: str) -> str:
@@ -249,10 +254,7 @@ def _scan_lines(
             comma = line.find(b",", len(_START))
             started[int(line[len(_START) : comma])] = line
         elif end_m in line or intr_m in line or arch_m in line or item_m in line:
-            for a in _attempts(_decode(line, path), started, path):
-                found.append(
-                    a if a.host or not a.runner else a._replace(host=hosts.get(a.runner, ""))
-                )
+            found.extend(_attempts(_decode(line, path), started, hosts, path))
         elif run_m in line:
             rec = _decode(line, path)
             if rec.get("t") == "run":

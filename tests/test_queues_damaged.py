@@ -1,0 +1,78 @@
+"""`queues` with one damaged queue among healthy ones (issue 21, point 10).
+
+It used to print nothing about the healthy queues and exit 5, in text and in
+--json. Every readable queue is listed, the damaged one on its own line with
+the reason, and the exit code is 5 (ExitCode.DAMAGED), with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from statequeue.errors import DamagedState
+from statequeue.maintenance import list_queues
+from tests.conftest import STATEQUEUE
+
+Env = dict[str, str]
+DAMAGED = 5  # ExitCode.DAMAGED
+
+
+def sq(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [STATEQUEUE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture
+def three(sq_env: Env, sq_home: Path) -> bytes:
+    """Queues a and c (healthy) and bad (a record in the middle of its journal
+    altered: refused on open); the bad journal's bytes."""
+    for name, items in (("a", ["x"]), ("bad", ["1", "2", "3"]), ("c", ["y", "z"])):
+        assert sq(sq_env, "enqueue", "-q", name, *items).returncode == 0
+    journal = sq_home / "bad" / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"item":"1"', b'"item":"9"')  # its checksum no longer holds
+    journal.write_bytes(b"".join(lines))
+    return journal.read_bytes()
+
+
+def test_queues_lists_the_healthy_ones_and_marks_the_damaged_one(
+    sq_env: Env, sq_home: Path, three: bytes
+) -> None:
+    done = sq(sq_env, "queues")
+    assert done.returncode == DAMAGED, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [row[0] for row in rows] == ["a", "bad", "c"]
+    assert rows[0][1:] == ["1 item", "pending 1"]
+    assert rows[2][1:] == ["2 items", "pending 2"]
+    assert rows[1][1] == "damaged" and "journal.jsonl: line 2" in rows[1][2]
+    assert done.stderr.splitlines() == [
+        "statequeue: queue 'bad' is damaged; run `statequeue fsck -q bad`"
+    ]
+    assert (sq_home / "bad" / "journal.jsonl").read_bytes() == three  # nothing changed
+
+
+def test_queues_json_lists_all_three(sq_env: Env, sq_home: Path, three: bytes) -> None:
+    done = sq(sq_env, "queues", "--json")
+    assert done.returncode == DAMAGED, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    listed = json.loads(done.stdout)
+    assert listed["home"] == str(sq_home)
+    by_name = {q["queue"]: q for q in listed["queues"]}
+    assert list(by_name) == ["a", "bad", "c"]
+    assert by_name["a"]["counts"]["pending"] == 1 and by_name["c"]["total"] == 2
+    assert "journal.jsonl: line 2" in by_name["bad"]["damaged"]
+    assert "counts" not in by_name["bad"]
+    assert (sq_home / "bad" / "journal.jsonl").read_bytes() == three
+
+
+def test_list_queues_passes_a_damaged_queue_to_on_damaged(sq_home: Path, three: bytes) -> None:
+    with pytest.raises(DamagedState):
+        list_queues(sq_home)  # without on_damaged, as before
+    seen: list[str] = []
+    found = list_queues(sq_home, on_damaged=lambda name, exc: seen.append(name))
+    assert [s.queue for s in found] == ["a", "c"] and seen == ["bad"]
