@@ -25,7 +25,9 @@ from statequeue.store.base import Store
 from statequeue.work import WorkPolicy
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
+    from concurrent.futures import Executor, Future
+
+    from statequeue.pool_guard import ClaimLender
 
 R = TypeVar("R")
 
@@ -88,7 +90,7 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         run = MapRun(q, items, policy)
         run.plan()
         with registered(run), _pool(processes, jobs) as pool:
-            call: Callable[[str], Any] = fn
+            call: Callable[[Claim], Any] = functools.partial(_in_thread, fn)
             if pool is not None:
                 call = functools.partial(_in_pool, pool, fn)
             while not run.finished:
@@ -100,7 +102,7 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         return run.outcome()
 
 
-def _run_slots(run: MapRun, call: Callable[[str], Any], jobs: int) -> None:
+def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
     """Run ``jobs`` slots until none finds an item to claim."""
     stop = threading.Event()
     if jobs == 1:
@@ -123,7 +125,7 @@ def _run_slots(run: MapRun, call: Callable[[str], Any], jobs: int) -> None:
         raise
 
 
-def _slot(run: MapRun, call: Callable[[str], Any], stop: threading.Event) -> None:
+def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> None:
     """Take items one at a time; each result is durable before the next claim."""
     try:
         while (claim := run.take(stop.is_set)) is not None:
@@ -136,9 +138,9 @@ def _slot(run: MapRun, call: Callable[[str], Any], stop: threading.Event) -> Non
             raise
 
 
-def _attempt(run: MapRun, call: Callable[[str], Any], claim: Claim) -> None:
+def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
     try:
-        value = call(claim.item)
+        value = call(claim)
     except PoolBroken:
         run.give_back(claim, "abandoned: a worker process of the map died")
         raise
@@ -151,10 +153,37 @@ def _attempt(run: MapRun, call: Callable[[str], Any], claim: Claim) -> None:
     run.record(claim, value)
 
 
-def _in_pool(pool: Executor, fn: Callable[[str], Any], item: str) -> Any:
+def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
+    return fn(claim.item)
+
+
+class _Pool:
+    """A process pool whose workers die with this process, and the lender of
+    the claims its tasks hold (``pool_guard``; lender None where unsupported)."""
+
+    def __init__(self, executor: Executor, lender: ClaimLender | None) -> None:
+        self.executor = executor
+        self.lender = lender
+
+
+def _in_pool(pool: _Pool, fn: Callable[[str], Any], claim: Claim) -> Any:
+    from statequeue.pool_guard import run_holding
+
+    lender = pool.lender
+    if lender is None:
+        return _result(pool.executor.submit(fn, claim.item))
+    key = lender.lend(claim.inherit_fds)
+    try:
+        return _result(pool.executor.submit(run_holding, fn, claim.item, lender.address, key))
+    finally:
+        # Before the claim is recorded or given back (which closes its fds):
+        # a worker that has not fetched them yet never will.
+        lender.take_back(key)
+
+
+def _result(future: Future[Any]) -> Any:
     from concurrent.futures.process import BrokenProcessPool
 
-    future = pool.submit(fn, item)
     try:
         return future.result()
     except BrokenProcessPool as exc:
@@ -162,21 +191,40 @@ def _in_pool(pool: Executor, fn: Callable[[str], Any], item: str) -> Any:
 
 
 @contextmanager
-def _pool(processes: bool, jobs: int) -> Iterator[Executor | None]:
+def _pool(processes: bool, jobs: int) -> Iterator[_Pool | None]:
     if not processes:
         yield None
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from statequeue import pool_guard
+
     # Not fork: a forked worker would inherit the queue's open files and
     # locks (a claim lock held by a worker outlives this process).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+    context = multiprocessing.get_context(method)
+    # Guarded only under a forkserver: its one thread forks every worker, so
+    # a worker's parent-death signal fires when the forkserver ends (with
+    # this process), never when one of our threads does.
+    lender = pool_guard.ClaimLender() if pool_guard.SUPPORTED and method == "forkserver" else None
     try:
-        yield pool
+        if lender is None:
+            executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+        else:
+            executor = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=pool_guard.guard_worker,
+                initargs=(os.getpid(),),
+            )
+        try:
+            yield _Pool(executor, lender)
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if lender is not None:
+            lender.close()
 
 
 def resumable(

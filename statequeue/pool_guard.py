@@ -1,0 +1,190 @@
+"""Promise 4 for ``statequeue.map(..., processes=True)``: the pool's workers
+die with the program, and each item's claim is held by the worker running it.
+
+Workers. The pool's workers are forked by multiprocessing's forkserver, a
+child of the program that exits when the program dies (end of file on its
+"alive" pipe). Each worker, before its first task, asks the kernel for
+SIGKILL when its parent (the forkserver) dies: ``PR_SET_PDEATHSIG``, which no
+busy or hung ``fn`` can delay. It then checks that the chain holds, i.e. its
+parent is still the forkserver and the forkserver is still the program's
+child; if the program died before the signal was armed, the worker kills
+itself. As a second line, should the forkserver outlive the program (a
+process the program forked without exec keeps its pipe open), a thread
+waits on a pidfd of the program and kills the worker when it ends.
+
+Claims. A claim (an OFD lock in the journal store, a claim-lock file on a
+PostgreSQL host) lasts while any fd to its open file description is open.
+The program lends each task's claim fds to the worker that runs it: the
+worker fetches them over a unix socket (SCM_RIGHTS) before it calls ``fn``
+and closes them after, so a claim the program lets go (it died, or gave the
+item back on Ctrl-C) stays held until that worker, and any process ``fn``
+started that inherited the fds, is gone. The lender keeps no copy of its
+own: a task that never ran leaves nothing open.
+
+Not covered: processes ``fn`` starts that do not inherit the fds
+(``subprocess`` closes them by default) live on after a kill -9; systems
+without ``prctl`` (not Linux) get neither guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+SUPPORTED = sys.platform == "linux"
+"""Whether workers can be guarded (prctl and SO_PEERCRED are Linux's)."""
+_KEY = struct.Struct("<Q")
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_MAX_FDS = 8
+_FETCH_TIMEOUT = 30.0
+
+
+class ClaimLender:
+    """Lends claim fds to the pool's workers: a listening unix socket in the
+    abstract namespace and a thread that answers each worker's request with
+    the fds lent under its key (or nothing, once the key is taken back)."""
+
+    def __init__(self) -> None:
+        self.address = f"\0statequeue-pool-{os.getpid()}-{secrets.token_hex(8)}"
+        self._lent: dict[int, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)
+        self._listener.listen(64)
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._serve, name="statequeue-pool-claims")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def lend(self, fds: Sequence[int]) -> int:
+        """Make ``fds`` fetchable under the key returned, until ``take_back``."""
+        key = secrets.randbits(63)  # unguessable: the socket is open to this user's processes
+        with self._lock:
+            self._lent[key] = tuple(fds)
+        return key
+
+    def take_back(self, key: int) -> None:
+        """After this, no worker gets the fds (the caller may close them)."""
+        with self._lock:
+            self._lent.pop(key, None)
+
+    def close(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        self._listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _serve(self) -> None:
+        while True:
+            ready, _, _ = select.select([self._listener, self._wake_r], [], [])
+            if self._wake_r in ready:
+                return
+            with contextlib.suppress(OSError):
+                conn, _ = self._listener.accept()
+                with conn:
+                    conn.settimeout(_FETCH_TIMEOUT)
+                    self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        if _PEERCRED.unpack(creds)[1] != os.getuid():
+            return  # another user's process: nothing to say
+        raw = conn.recv(_KEY.size, socket.MSG_WAITALL)
+        if len(raw) != _KEY.size:
+            return
+        # Sent under the lock: ``take_back`` waits, so the fds are still ours.
+        with self._lock:
+            fds = self._lent.get(_KEY.unpack(raw)[0])
+            if fds is None:
+                conn.sendall(b"n")
+            else:
+                socket.send_fds(conn, [b"y"], list(fds))
+
+
+def fetch(address: str, key: int) -> list[int] | None:
+    """In a worker: the fds lent under ``key`` (None if taken back), inheritable,
+    so a process ``fn`` starts with them keeps the claim while it lives."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(_FETCH_TIMEOUT)
+        conn.connect(address)
+        conn.sendall(_KEY.pack(key))
+        answer, fds, _, _ = socket.recv_fds(conn, 1, _MAX_FDS)
+    if answer != b"y":
+        for fd in fds:
+            os.close(fd)
+        return None
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    return fds
+
+
+class ClaimGivenBack(RuntimeError):
+    """The program took the claim back before this worker started the item."""
+
+
+def run_holding(fn: Callable[[str], Any], item: str, address: str, key: int) -> Any:
+    """The task a worker runs: ``fn(item)`` while holding the item's claim."""
+    fds = fetch(address, key)
+    if fds is None:
+        raise ClaimGivenBack(f"the claim of {item!r} was given back before it started")
+    try:
+        return fn(item)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def guard_worker(program: int) -> None:
+    """A worker's initializer: die with the program (see the module docstring)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        armed = False
+    watch = _pidfd(program)
+    # Checked after arming: had the forkserver or the program died before,
+    # the forkserver would no longer be our parent, or the program its.
+    if not armed or _parent_of(os.getppid()) != program:
+        _die()
+    if watch is not None:
+        threading.Thread(target=_watch, args=(watch,), daemon=True).start()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (None where the kernel has none); opened before the
+    chain is checked, so it names the program if the check passes."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rfind(b")") + 2 :].split(b" ", 2)[1])
+
+
+def _watch(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once the program has exited
+    _die()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

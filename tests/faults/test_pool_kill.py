@@ -1,0 +1,156 @@
+"""Issue 21 point 1: ``statequeue.map(..., processes=True)`` after kill -9.
+
+A real program maps slow items over a process pool and is SIGKILLed while
+every worker is inside ``fn``. Then (a) no worker (nor the forkserver)
+outlives it, and (b) a second program started right away never starts an
+item while a copy of it from the first still runs: ``fn`` holds an flock
+on a file per item for as long as its process lives, so a second copy that
+finds it taken writes an ``overlap`` line.
+
+Processes are found by the pids ``fn`` writes, watched through pidfds
+opened while they are certainly alive, and any survivor (only on a broken
+build) is killed through its pidfd, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statequeue import ItemState, Queue
+
+JOBS = 3
+ITEMS = [f"slow-{i}" for i in range(6)]
+EXIT_WAIT = 20.0
+"""Seconds a killed program's pool gets to vanish (it takes milliseconds)."""
+
+SCRIPT = """
+import fcntl, os, sys, time
+import statequeue
+
+LOG, RUN, MARKS, STORE = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] or None
+ITEMS = {items!r}
+
+def note(line):
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+def work(item):
+    fd = os.open(os.path.join(MARKS, item), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        note(f"overlap {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
+    note(f"start {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
+    if RUN == "1":
+        time.sleep(300)  # killed long before
+    note(f"end {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
+    os.close(fd)
+    return item.upper()
+
+if __name__ == "__main__":
+    print(statequeue.map(work, ITEMS, queue="pool", jobs={jobs}, processes=True, store=STORE))
+"""
+
+
+def lines(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@contextlib.contextmanager
+def watched(pids: set[int]) -> Iterator[dict[int, int]]:
+    """pidfds of ``pids``; whatever is still alive at the end is SIGKILLed through them."""
+    fds = {pid: os.pidfd_open(pid) for pid in pids}
+    try:
+        yield fds
+    finally:
+        for fd in fds.values():
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
+
+
+def survivors(fds: dict[int, int], within: float) -> set[int]:
+    """The pids whose process has not exited after waiting up to ``within`` seconds."""
+    left = dict(fds)
+    deadline = time.monotonic() + within
+    while left and (wait := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select(list(left.values()), [], [], wait)
+        left = {pid: fd for pid, fd in left.items() if fd not in ready}
+    return set(left)
+
+
+@pytest.fixture(params=["journal", "postgres"])
+def store(request: pytest.FixtureRequest) -> str:
+    if request.param == "journal":
+        return ""
+    pytest.importorskip("psycopg")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@contextlib.contextmanager
+def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dict[int, int]]]:
+    """Run the program until every worker is inside ``fn``, watch the pool's
+    processes (the workers and their forkserver: alive now, so their pids
+    are theirs), kill the program -9; the script, the log and the pidfds."""
+    script, log, marks = tmp_path / "pool_script.py", tmp_path / "calls.log", tmp_path / "marks"
+    marks.mkdir()
+    script.write_text(SCRIPT.format(items=ITEMS, jobs=JOBS))
+    proc = subprocess.Popen([sys.executable, str(script), str(log), "1", str(marks), store])
+    try:
+        deadline = time.monotonic() + 120
+        while len([w for w in lines(log) if w[0] == "start"]) < JOBS:
+            assert proc.poll() is None, "the program ended before the kill"
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.01)  # polling the log file for progress, not a synchronisation
+        started = [w for w in lines(log) if w[0] == "start"]
+        pool = {int(w[3]) for w in started} | {int(w[4]) for w in started}
+        assert proc.pid not in pool and len(pool) == JOBS + 1  # the workers and their forkserver
+        with watched(pool) as fds:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            assert proc.returncode == -signal.SIGKILL
+            yield script, log, fds
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+def test_killed_map_leaves_no_pool_process_behind(tmp_path: Path, store: str) -> None:
+    with killed_mid_map(tmp_path, store) as (_, _, fds):
+        assert survivors(fds, EXIT_WAIT) == set(), "pool processes outlived the killed program"
+
+
+def test_map_after_kill_never_starts_an_item_while_its_old_copy_runs(
+    tmp_path: Path, store: str
+) -> None:
+    with killed_mid_map(tmp_path, store) as (script, log, _):
+        again = subprocess.run(
+            [sys.executable, str(script), str(log), "2", str(tmp_path / "marks"), store],
+            capture_output=True,
+            timeout=180,
+        )
+        overlaps = [w for w in lines(log) if w[0] == "overlap"]
+    assert overlaps == [], f"started while its old copy ran: {overlaps}"
+    assert again.returncode == 0, again.stderr.decode()
+    assert again.stdout.decode().strip() == repr([i.upper() for i in ITEMS])
+    in_flight = {w[2] for w in lines(log) if w[0] == "start" and w[1] == "1"}
+    second = [w[2] for w in lines(log) if w[0] == "end" and w[1] == "2"]
+    assert sorted(second) == sorted(ITEMS)  # nothing finished in the first run
+    assert in_flight <= set(second)
+    with Queue("pool", store=store or None, create=False) as q:
+        assert {v.item for v in q.items(ItemState.DONE)} == set(ITEMS)
