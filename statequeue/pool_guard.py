@@ -87,7 +87,7 @@ class ClaimLender:
 
     def _serve(self) -> None:
         while True:
-            ready, _, _ = select.select([self._listener, self._wake_r], [], [])
+            ready, _, _ = select.select([self._listener.fileno(), self._wake_r], [], [])
             if self._wake_r in ready:
                 return
             with contextlib.suppress(OSError):

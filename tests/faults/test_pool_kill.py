@@ -154,3 +154,83 @@ def test_map_after_kill_never_starts_an_item_while_its_old_copy_runs(
     assert in_flight <= set(second)
     with Queue("pool", store=store or None, create=False) as q:
         assert {v.item for v in q.items(ItemState.DONE)} == set(ITEMS)
+
+
+HANDBACK_SCRIPT = """
+import fcntl, os, sys
+import statequeue
+
+LOG, RUN, MARKS, FIFO = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+
+def note(line):
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+def work(item):
+    fd = os.open(os.path.join(MARKS, item), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        note(f"overlap {RUN} {item}")
+    note(f"start {RUN} {item}")
+    if RUN == "1":
+        with open(FIFO) as f:  # until the test lets it end
+            f.read()
+    note(f"end {RUN} {item}")
+    os.close(fd)
+    return item.upper()
+
+if __name__ == "__main__":
+    items = ["held"] if RUN == "1" else ["held", "other"]
+    print(statequeue.map(work, items, queue="pool", jobs=1, processes=True))
+"""
+
+
+def test_an_item_given_back_on_ctrl_c_stays_claimed_while_its_worker_runs(
+    tmp_path: Path, sq_home: Path
+) -> None:
+    """Ctrl-C gives the item back at once, while the pool still finishes the
+    call that runs it: another program must not start it meanwhile."""
+    script, log, marks = tmp_path / "handback.py", tmp_path / "calls.log", tmp_path / "marks"
+    fifo = tmp_path / "go"
+    marks.mkdir()
+    os.mkfifo(fifo)
+    script.write_text(HANDBACK_SCRIPT)
+    args = [sys.executable, str(script), str(log)]
+    first = subprocess.Popen([*args, "1", str(marks), str(fifo)], stderr=subprocess.DEVNULL)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 120
+        while ["start", "1", "held"] not in lines(log):
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)  # polling the log file for progress, not a synchronisation
+        first.send_signal(signal.SIGINT)
+        with Queue("pool") as q:
+            while q.states(q.find_ids(["held"]).values()) != {1: ItemState.PENDING}:
+                assert first.poll() is None and time.monotonic() < deadline
+                time.sleep(0.01)  # polling the queue: given back, its worker still runs
+        second = subprocess.Popen(
+            [*args, "2", str(marks), str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        # The second program tries "held" (id 1) before it takes "other".
+        while ["end", "2", "other"] not in lines(log):
+            assert second.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)  # polling the log file for progress, not a synchronisation
+        with open(fifo, "w") as go:  # the first program's worker may end now
+            go.write("go")
+        out, err = second.communicate(timeout=120)
+        first.wait(timeout=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+    assert [w for w in lines(log) if w[0] == "overlap"] == []
+    assert second.returncode == 0, err.decode()
+    assert out.decode().strip() == repr(["HELD", "OTHER"])
+    order = [" ".join(w[:2]) for w in lines(log) if w[2] == "held"]
+    assert order == ["start 1", "end 1", "start 2", "end 2"]
