@@ -38,7 +38,10 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statequeue.pool_sentinel import Sentinel
 
 PR_SET_PDEATHSIG = 1
 SUPPORTED = sys.platform == "linux"
@@ -47,6 +50,8 @@ _KEY = struct.Struct("<Q")
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 _MAX_FDS = 8
 _FETCH_TIMEOUT = 30.0
+_sentinel: Sentinel | None = None
+"""In a worker: its sentinel (``pool_sentinel``)."""
 
 
 class ClaimLender:
@@ -138,29 +143,46 @@ def run_holding(fn: Callable[[str], Any], item: str, address: str, key: int) -> 
     fds = fetch(address, key)
     if fds is None:
         raise ClaimGivenBack(f"the claim of {item!r} was given back before it started")
+    if _sentinel is not None:
+        _sentinel.hold(fds)
     try:
         return fn(item)
     finally:
         for fd in fds:
             os.close(fd)
+        if _sentinel is not None:
+            _sentinel.drop()
 
 
 def guard_worker(program: int) -> None:
-    """A worker's initializer: die with the program (see the module docstring)."""
+    """A worker's initializer: die with the program, and have a sentinel kill
+    what ``fn`` leaves running when we die (see the module docstring)."""
+    global _sentinel
+    watch = _pidfd(program)
+    # Checked after arming: had the forkserver or the program died before,
+    # the forkserver would no longer be our parent, or the program its.
+    if not _arm(signal.SIGKILL) or _parent_of(os.getppid()) != program:
+        _die()
+    from multiprocessing.util import Finalize
+
+    from statequeue import pool_sentinel
+
+    _sentinel = pool_sentinel.start(_arm)  # while this process has one thread
+    # A normal exit (the pool shut down) is no reason to kill what fn left.
+    Finalize(None, _sentinel.bye, exitpriority=0)
+    if watch is not None:
+        threading.Thread(target=_watch, args=(watch,), daemon=True).start()
+
+
+def _arm(signum: int) -> bool:
+    """Ask for ``signum`` when this process's parent dies."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        return bool(libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)
     except (ImportError, OSError, AttributeError):
-        armed = False
-    watch = _pidfd(program)
-    # Checked after arming: had the forkserver or the program died before,
-    # the forkserver would no longer be our parent, or the program its.
-    if not armed or _parent_of(os.getppid()) != program:
-        _die()
-    if watch is not None:
-        threading.Thread(target=_watch, args=(watch,), daemon=True).start()
+        return False
 
 
 def _pidfd(pid: int) -> int | None:
