@@ -34,11 +34,23 @@ EXIT_WAIT = 20.0
 """Seconds a killed program's pool gets to vanish (it takes milliseconds)."""
 
 SCRIPT = """
-import fcntl, os, sys, time
+import fcntl, os, subprocess, sys, time
 import statequeue
 
 LOG, RUN, MARKS, STORE = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] or None
 ITEMS = {items!r}
+
+# A descendant that detaches from fn's worker: a new session, no fds of its own.
+CHILD = \"\"\"
+import fcntl, os, sys, time
+lock, log, run, item = sys.argv[1:5]
+fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+out = os.open(log, os.O_WRONLY | os.O_APPEND)
+os.write(out, f"child {{run}} {{item}} {{os.getpid()}} {{os.getppid()}}{{chr(10)}}".encode())
+os.fsync(out)
+time.sleep(300)
+\"\"\"
 
 def note(line):
     fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -48,14 +60,30 @@ def note(line):
     finally:
         os.close(fd)
 
-def work(item):
-    fd = os.open(os.path.join(MARKS, item), os.O_RDWR | os.O_CREAT, 0o600)
+def taken(path):
+    \"\"\"True if a live process holds ``path``'s flock (a copy of the item that runs).\"\"\"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+def work(item):
+    mine = os.path.join(MARKS, item)
+    if taken(mine) or taken(mine + ".child"):
         note(f"overlap {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
+    fd = os.open(mine, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     note(f"start {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
     if RUN == "1":
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, mine + ".child", LOG, RUN, item],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
         time.sleep(300)  # killed long before
     note(f"end {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
     os.close(fd)
@@ -112,13 +140,14 @@ def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dic
     proc = subprocess.Popen([sys.executable, str(script), str(log), "1", str(marks), store])
     try:
         deadline = time.monotonic() + 120
-        while len([w for w in lines(log) if w[0] == "start"]) < JOBS:
+        while len([w for w in lines(log) if w[0] == "child"]) < JOBS:
             assert proc.poll() is None, "the program ended before the kill"
             assert time.monotonic() < deadline, "the workers never started"
             time.sleep(0.01)  # polling the log file for progress, not a synchronisation
-        started = [w for w in lines(log) if w[0] == "start"]
+        started = [w for w in lines(log) if w[0] in ("start", "child")]
         pool = {int(w[3]) for w in started} | {int(w[4]) for w in started}
-        assert proc.pid not in pool and len(pool) == JOBS + 1  # the workers and their forkserver
+        # The workers (parents of the children), their forkserver, the children.
+        assert proc.pid not in pool and len(pool) == 2 * JOBS + 1
         with watched(pool) as fds:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
