@@ -79,6 +79,10 @@ def work(item):
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     note(f"start {{RUN}} {{item}} {{os.getpid()}} {{os.getppid()}}")
     if RUN == "1":
+        me = os.getpid()
+        with open(f"/proc/{{me}}/task/{{me}}/children") as f:  # the worker's own helpers
+            for kid in f.read().split():
+                note(f"helper {{RUN}} {{item}} {{kid}} {{me}}")
         subprocess.Popen(
             [sys.executable, "-c", CHILD, mine + ".child", LOG, RUN, item],
             start_new_session=True,
@@ -144,10 +148,10 @@ def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dic
             assert proc.poll() is None, "the program ended before the kill"
             assert time.monotonic() < deadline, "the workers never started"
             time.sleep(0.01)  # polling the log file for progress, not a synchronisation
-        started = [w for w in lines(log) if w[0] in ("start", "child")]
+        started = [w for w in lines(log) if w[0] in ("start", "helper", "child")]
         pool = {int(w[3]) for w in started} | {int(w[4]) for w in started}
-        # The workers (parents of the children), their forkserver, the children.
-        assert proc.pid not in pool and len(pool) == 2 * JOBS + 1
+        # The workers (parents of the children), their forkserver and helpers, the children.
+        assert proc.pid not in pool and len(pool) >= 2 * JOBS + 1
         with watched(pool) as fds:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
