@@ -56,14 +56,15 @@ _sentinel: Sentinel | None = None
 
 class ClaimLender:
     """Lends claim fds to the pool's workers: a listening unix socket in the
-    abstract namespace and a thread that answers each worker's request with
-    the fds lent under its key (or nothing, once the key is taken back)."""
+    abstract namespace and a thread that answers each worker's requests (on
+    one connection per worker) with the fds lent under the key asked for, or
+    nothing once the key is taken back."""
 
     def __init__(self) -> None:
         self.address = f"\0statequeue-pool-{os.getpid()}-{secrets.token_hex(8)}"
         self._lent: dict[int, tuple[int, ...]] = {}
         self._lock = threading.Lock()
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(self.address)
         self._listener.listen(64)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
@@ -91,40 +92,72 @@ class ClaimLender:
         os.close(self._wake_w)
 
     def _serve(self) -> None:
-        while True:
-            ready, _, _ = select.select([self._listener.fileno(), self._wake_r], [], [])
-            if self._wake_r in ready:
-                return
-            with contextlib.suppress(OSError):
-                conn, _ = self._listener.accept()
-                with conn:
-                    conn.settimeout(_FETCH_TIMEOUT)
-                    self._answer(conn)
+        conns: dict[int, socket.socket] = {}
+        try:
+            while True:
+                watched = [self._listener.fileno(), self._wake_r, *conns]
+                ready, _, _ = select.select(watched, [], [])
+                if self._wake_r in ready:
+                    return
+                if self._listener.fileno() in ready:
+                    self._accept(conns)
+                for fd in ready:
+                    conn = conns.get(fd)
+                    if conn is not None and not self._answer(conn):
+                        del conns[fd]
+                        conn.close()
+        finally:
+            for conn in conns.values():
+                conn.close()
 
-    def _answer(self, conn: socket.socket) -> None:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-        if _PEERCRED.unpack(creds)[1] != os.getuid():
-            return  # another user's process: nothing to say
-        raw = conn.recv(_KEY.size, socket.MSG_WAITALL)
-        if len(raw) != _KEY.size:
-            return
-        # Sent under the lock: ``take_back`` waits, so the fds are still ours.
-        with self._lock:
-            fds = self._lent.get(_KEY.unpack(raw)[0])
-            if fds is None:
-                conn.sendall(b"n")
-            else:
-                socket.send_fds(conn, [b"y"], list(fds))
+    def _accept(self, conns: dict[int, socket.socket]) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self._listener.accept()
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            if _PEERCRED.unpack(creds)[1] != os.getuid():
+                conn.close()  # another user's process: nothing to say
+                return
+            conn.settimeout(_FETCH_TIMEOUT)  # a worker that stops reading is dropped
+            conns[conn.fileno()] = conn
+
+    def _answer(self, conn: socket.socket) -> bool:
+        """Answer one request; False when the connection is done with."""
+        try:
+            raw = conn.recv(_KEY.size)
+            if len(raw) != _KEY.size:
+                return False
+            # Sent under the lock: ``take_back`` waits, so the fds are still ours.
+            with self._lock:
+                fds = self._lent.get(_KEY.unpack(raw)[0])
+                if fds is None:
+                    conn.send(b"n")
+                else:
+                    socket.send_fds(conn, [b"y"], list(fds))
+        except OSError:
+            return False
+        return True
+
+
+_link: dict[str, socket.socket] = {}
+"""In a worker: its connection to the lender (one pool per worker)."""
 
 
 def fetch(address: str, key: int) -> list[int] | None:
     """In a worker: the fds lent under ``key`` (None if taken back), inheritable,
     so a process ``fn`` starts with them keeps the claim while it lives."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    conn = _link.get(address)
+    if conn is None:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conn.settimeout(_FETCH_TIMEOUT)
         conn.connect(address)
-        conn.sendall(_KEY.pack(key))
+        _link[address] = conn
+    try:
+        conn.send(_KEY.pack(key))
         answer, fds, _, _ = socket.recv_fds(conn, 1, _MAX_FDS)
+    except OSError:
+        del _link[address]
+        conn.close()
+        raise
     if answer != b"y":
         for fd in fds:
             os.close(fd)
