@@ -134,14 +134,19 @@ def store(request: pytest.FixtureRequest) -> str:
 
 
 @contextlib.contextmanager
-def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dict[int, int]]]:
+def killed_mid_map(
+    tmp_path: Path, store: str, victim: str = "program"
+) -> Iterator[tuple[Path, Path, dict[int, int]]]:
     """Run the program until every worker is inside ``fn``, watch the pool's
-    processes (the workers and their forkserver: alive now, so their pids
-    are theirs), kill the program -9; the script, the log and the pidfds."""
+    processes (alive now, so their pids are theirs), kill the program -9 (or
+    one worker: the program then stops, PoolBroken); the script, the log and
+    the pidfds."""
     script, log, marks = tmp_path / "pool_script.py", tmp_path / "calls.log", tmp_path / "marks"
     marks.mkdir()
     script.write_text(SCRIPT.format(items=ITEMS, jobs=JOBS))
-    proc = subprocess.Popen([sys.executable, str(script), str(log), "1", str(marks), store])
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(log), "1", str(marks), store], stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 120
         while len([w for w in lines(log) if w[0] == "child"]) < JOBS:
@@ -153,9 +158,16 @@ def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dic
         # The workers (parents of the children), their forkserver and helpers, the children.
         assert proc.pid not in pool and len(pool) >= 2 * JOBS + 1
         with watched(pool) as fds:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=60)
-            assert proc.returncode == -signal.SIGKILL
+            if victim == "program":
+                proc.send_signal(signal.SIGKILL)
+            else:
+                worker = int(next(w for w in started if w[0] == "start")[3])
+                signal.pidfd_send_signal(fds[worker], signal.SIGKILL)
+            _, err = proc.communicate(timeout=60)
+            if victim == "program":
+                assert proc.returncode == -signal.SIGKILL
+            else:
+                assert proc.returncode == 1 and b"PoolBroken" in err, err.decode()
             yield script, log, fds
     finally:
         if proc.poll() is None:
@@ -166,6 +178,13 @@ def killed_mid_map(tmp_path: Path, store: str) -> Iterator[tuple[Path, Path, dic
 def test_killed_map_leaves_no_pool_process_behind(tmp_path: Path, store: str) -> None:
     with killed_mid_map(tmp_path, store) as (_, _, fds):
         assert survivors(fds, EXIT_WAIT) == set(), "pool processes outlived the killed program"
+
+
+def test_a_killed_worker_leaves_nothing_of_its_item_behind(tmp_path: Path) -> None:
+    """A worker killed on its own (the OOM killer, say): its sentinel kills
+    what fn started, and the program stops with PoolBroken."""
+    with killed_mid_map(tmp_path, "", victim="worker") as (_, _, fds):
+        assert survivors(fds, EXIT_WAIT) == set(), "processes of the map outlived it"
 
 
 def test_map_after_kill_never_starts_an_item_while_its_old_copy_runs(
