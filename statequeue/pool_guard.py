@@ -21,9 +21,15 @@ item back on Ctrl-C) stays held until that worker, and any process ``fn``
 started that inherited the fds, is gone. The lender keeps no copy of its
 own: a task that never ran leaves nothing open.
 
-Not covered: processes ``fn`` starts that do not inherit the fds
-(``subprocess`` closes them by default) live on after a kill -9; systems
-without ``prctl`` (not Linux) get neither guard.
+Descendants. Each worker has a sentinel (``pool_sentinel``) that, when the
+worker dies, kills every process ``fn`` started (found by an environment
+mark, whatever fds they closed) while it holds the item's claim fds too.
+
+Not covered: a process ``fn`` starts with an environment of its own that
+does not inherit the fds either; a detached process left by an ``fn`` that
+returned (it goes on, as after a normal end of ``run``, but does not hold
+the claim); systems without ``prctl`` (not Linux), where the pool runs
+without these guards.
 """
 
 from __future__ import annotations

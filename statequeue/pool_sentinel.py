@@ -88,15 +88,17 @@ def _serve(sock: socket.socket, worker: int, mark: str, arm: Callable[[int], boo
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 64)
-            alive = os.getppid() == worker
+            if os.getppid() != worker:
+                break  # messages left unread keep their fds in flight: held too
         if sock.fileno() in ready:
             message, fds, _, _ = socket.recv_fds(sock, 16, _MAX_FDS)
+            if not message:
+                break  # end of file: the worker is gone
             if message == _BYE:
                 return  # a normal end: what fn left behind may go on
             for fd in held:
                 os.close(fd)
             held = fds if message == _HOLD else []
-            alive = alive and message != b""  # end of file: the worker is gone
     kill_marked(mark)  # the claim fds in ``held`` close as we exit, after this
 
 
