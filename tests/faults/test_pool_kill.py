@@ -1,11 +1,15 @@
 """Issue 21 point 1: ``statequeue.map(..., processes=True)`` after kill -9.
 
 A real program maps slow items over a process pool and is SIGKILLed while
-every worker is inside ``fn``. Then (a) no worker (nor the forkserver)
-outlives it, and (b) a second program started right away never starts an
-item while a copy of it from the first still runs: ``fn`` holds an flock
-on a file per item for as long as its process lives, so a second copy that
-finds it taken writes an ``overlap`` line.
+every worker is inside ``fn``, each of which has started a detached
+descendant (new session, no fds). Then (a) no process of the pool outlives
+it: workers, their forkserver and sentinels, the descendants; and (b) a
+second program started right away never starts an item while a copy of it
+from the first still runs: ``fn`` and its descendant each hold an flock on a
+file of the item for as long as they live, so a second copy that finds one
+taken writes an ``overlap`` line. Also: a worker killed on its own takes its
+item's descendants with it, and an item given back on Ctrl-C stays claimed
+while the worker that runs it goes on.
 
 Processes are found by the pids ``fn`` writes, watched through pidfds
 opened while they are certainly alive, and any survivor (only on a broken
