@@ -2,7 +2,7 @@
 point 1): a forkserver ProcessPoolExecutor running a no-op, bare, against the
 same pool with the guard (each worker's parent-death signal and sentinel,
 and each task's claim fd lent over the unix socket and handed to the
-sentinel), as ``statequeue.map`` runs it.
+sentinel): ``pool_guard.process_pool``, as ``statequeue.map`` runs it.
 
 The two cases run in interleaved rounds in this process, each submitting
 ``--items`` tasks one at a time from ``--jobs`` threads (as map's slots do)
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import statistics
 import tempfile
 import threading
@@ -29,25 +28,21 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from statequeue import pool_guard
+from statequeue.models import Claim
 
 
 def noop(item: str) -> None:
     return None
 
 
-def bare(pool: ProcessPoolExecutor, fd: int) -> Callable[[str], Any]:
+def bare(pool: ProcessPoolExecutor) -> Callable[[str], Any]:
     return lambda item: pool.submit(noop, item).result()
 
 
-def guarded(
-    pool: ProcessPoolExecutor, fd: int, lender: pool_guard.ClaimLender
-) -> Callable[[str], Any]:
+def guarded(pool: pool_guard.ProcessPool, fd: int) -> Callable[[str], Any]:
     def call(item: str) -> Any:
-        key = lender.lend((fd,))
-        try:
-            return pool.submit(pool_guard.run_holding, noop, item, lender.address, key).result()
-        finally:
-            lender.take_back(key)
+        claim = Claim(item_id=1, item=item, attempt=1, runner_id="bench", inherit_fds=(fd,))
+        return pool.call(noop, claim)
 
     return call
 
@@ -80,26 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=4)
     args = parser.parse_args(argv)
     context = multiprocessing.get_context("forkserver")
-    lender = pool_guard.ClaimLender()
-    with tempfile.TemporaryFile() as claim:
-        fd = claim.fileno()
-        plain = ProcessPoolExecutor(args.jobs, mp_context=context)
-        guard = ProcessPoolExecutor(
-            args.jobs,
-            mp_context=context,
-            initializer=pool_guard.guard_worker,
-            initargs=(os.getpid(),),
-        )
-        cases = {"bare pool": bare(plain, fd), "guarded pool": guarded(guard, fd, lender)}
+    with (
+        tempfile.TemporaryFile() as claim,
+        ProcessPoolExecutor(args.jobs, mp_context=context) as plain,
+        pool_guard.process_pool(args.jobs) as guard,
+    ):
+        cases = {"bare pool": bare(plain), "guarded pool": guarded(guard, claim.fileno())}
         for call in cases.values():
             timed(call, args.jobs * 20, args.jobs)  # start and warm every worker
         timings: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.rounds):
             for name, call in cases.items():
                 timings[name].append(timed(call, args.items, args.jobs))
-        plain.shutdown()
-        guard.shutdown()
-    lender.close()
     base = statistics.median(timings["bare pool"])
     print(f"{args.items} tasks, {args.jobs} workers and threads, {args.rounds} rounds (median)")
     for name, values in timings.items():

@@ -25,9 +25,7 @@ from statequeue.store.base import Store
 from statequeue.work import WorkPolicy
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor, Future
-
-    from statequeue.pool_guard import ClaimLender
+    from statequeue.pool_guard import ProcessPool
 
 R = TypeVar("R")
 
@@ -157,74 +155,24 @@ def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
     return fn(claim.item)
 
 
-class _Pool:
-    """A process pool whose workers die with this process, and the lender of
-    the claims its tasks hold (``pool_guard``; lender None where unsupported)."""
-
-    def __init__(self, executor: Executor, lender: ClaimLender | None) -> None:
-        self.executor = executor
-        self.lender = lender
-
-
-def _in_pool(pool: _Pool, fn: Callable[[str], Any], claim: Claim) -> Any:
-    from statequeue.pool_guard import run_holding
-
-    lender = pool.lender
-    if lender is None:
-        return _result(pool.executor.submit(fn, claim.item))
-    key = lender.lend(claim.inherit_fds)
-    try:
-        return _result(pool.executor.submit(run_holding, fn, claim.item, lender.address, key))
-    finally:
-        # Before the claim is recorded or given back (which closes its fds):
-        # a worker that has not fetched them yet never will.
-        lender.take_back(key)
-
-
-def _result(future: Future[Any]) -> Any:
+def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        return future.result()
+        return pool.call(fn, claim)
     except BrokenProcessPool as exc:
         raise PoolBroken() from exc
 
 
 @contextmanager
-def _pool(processes: bool, jobs: int) -> Iterator[_Pool | None]:
+def _pool(processes: bool, jobs: int) -> Iterator[ProcessPool | None]:
     if not processes:
         yield None
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from statequeue.pool_guard import process_pool
 
-    from statequeue import pool_guard
-
-    # Not fork: a forked worker would inherit the queue's open files and
-    # locks (a claim lock held by a worker outlives this process).
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
-    # Guarded only under a forkserver: its one thread forks every worker, so
-    # a worker's parent-death signal fires when the forkserver ends (with
-    # this process), never when one of our threads does.
-    lender = pool_guard.ClaimLender() if pool_guard.SUPPORTED and method == "forkserver" else None
-    try:
-        if lender is None:
-            executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
-        else:
-            executor = ProcessPoolExecutor(
-                max_workers=jobs,
-                mp_context=context,
-                initializer=pool_guard.guard_worker,
-                initargs=(os.getpid(),),
-            )
-        try:
-            yield _Pool(executor, lender)
-        finally:
-            executor.shutdown(wait=True, cancel_futures=True)
-    finally:
-        if lender is not None:
-            lender.close()
+    with process_pool(jobs) as pool:
+        yield pool
 
 
 def resumable(

@@ -43,10 +43,14 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from statequeue.models import Claim
     from statequeue.pool_sentinel import Sentinel
 
 PR_SET_PDEATHSIG = 1
@@ -58,6 +62,61 @@ _MAX_FDS = 8
 _FETCH_TIMEOUT = 30.0
 _sentinel: Sentinel | None = None
 """In a worker: its sentinel (``pool_sentinel``)."""
+
+
+class ProcessPool:
+    """The process pool of one ``map`` call: ``call(fn, claim)`` runs
+    ``fn(claim.item)`` in a worker that holds the claim while it runs."""
+
+    def __init__(self, executor: Executor, lender: ClaimLender | None) -> None:
+        self._executor = executor
+        self._lender = lender
+
+    def call(self, fn: Callable[[str], Any], claim: Claim) -> Any:
+        """The result of ``fn(claim.item)`` (BrokenProcessPool if a worker died)."""
+        lender = self._lender
+        if lender is None:
+            return self._executor.submit(fn, claim.item).result()
+        key = lender.lend(claim.inherit_fds)
+        try:
+            return self._executor.submit(run_holding, fn, claim.item, lender.address, key).result()
+        finally:
+            # Before the claim is recorded or given back (which closes its
+            # fds): a worker that has not fetched them yet never will.
+            lender.take_back(key)
+
+
+@contextmanager
+def process_pool(jobs: int) -> Iterator[ProcessPool]:
+    """A pool of ``jobs`` worker processes, guarded where the platform allows."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Not fork: a forked worker would inherit the queue's open files and
+    # locks (a claim lock held by a worker outlives this process).
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    # Guarded only under a forkserver: its one thread forks every worker, so
+    # a worker's parent-death signal fires when the forkserver ends (with
+    # this process), never when one of our threads does.
+    lender = ClaimLender() if SUPPORTED and method == "forkserver" else None
+    try:
+        if lender is None:
+            executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+        else:
+            executor = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=guard_worker,
+                initargs=(os.getpid(),),
+            )
+        try:
+            yield ProcessPool(executor, lender)
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    finally:
+        if lender is not None:
+            lender.close()
 
 
 class ClaimLender:
