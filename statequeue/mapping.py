@@ -25,7 +25,7 @@ from statequeue.store.base import Store
 from statequeue.work import WorkPolicy
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
+    from statequeue.pool_guard import ProcessPool
 
 R = TypeVar("R")
 
@@ -88,7 +88,7 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         run = MapRun(q, items, policy)
         run.plan()
         with registered(run), _pool(processes, jobs) as pool:
-            call: Callable[[str], Any] = fn
+            call: Callable[[Claim], Any] = functools.partial(_in_thread, fn)
             if pool is not None:
                 call = functools.partial(_in_pool, pool, fn)
             while not run.finished:
@@ -100,7 +100,7 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         return run.outcome()
 
 
-def _run_slots(run: MapRun, call: Callable[[str], Any], jobs: int) -> None:
+def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
     """Run ``jobs`` slots until none finds an item to claim."""
     stop = threading.Event()
     if jobs == 1:
@@ -123,7 +123,7 @@ def _run_slots(run: MapRun, call: Callable[[str], Any], jobs: int) -> None:
         raise
 
 
-def _slot(run: MapRun, call: Callable[[str], Any], stop: threading.Event) -> None:
+def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> None:
     """Take items one at a time; each result is durable before the next claim."""
     try:
         while (claim := run.take(stop.is_set)) is not None:
@@ -136,9 +136,9 @@ def _slot(run: MapRun, call: Callable[[str], Any], stop: threading.Event) -> Non
             raise
 
 
-def _attempt(run: MapRun, call: Callable[[str], Any], claim: Claim) -> None:
+def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
     try:
-        value = call(claim.item)
+        value = call(claim)
     except PoolBroken:
         run.give_back(claim, "abandoned: a worker process of the map died")
         raise
@@ -151,32 +151,28 @@ def _attempt(run: MapRun, call: Callable[[str], Any], claim: Claim) -> None:
     run.record(claim, value)
 
 
-def _in_pool(pool: Executor, fn: Callable[[str], Any], item: str) -> Any:
+def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
+    return fn(claim.item)
+
+
+def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
     from concurrent.futures.process import BrokenProcessPool
 
-    future = pool.submit(fn, item)
     try:
-        return future.result()
+        return pool.call(fn, claim)
     except BrokenProcessPool as exc:
         raise PoolBroken() from exc
 
 
 @contextmanager
-def _pool(processes: bool, jobs: int) -> Iterator[Executor | None]:
+def _pool(processes: bool, jobs: int) -> Iterator[ProcessPool | None]:
     if not processes:
         yield None
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from statequeue.pool_guard import process_pool
 
-    # Not fork: a forked worker would inherit the queue's open files and
-    # locks (a claim lock held by a worker outlives this process).
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
-    try:
+    with process_pool(jobs) as pool:
         yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def resumable(

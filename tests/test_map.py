@@ -90,6 +90,14 @@ def test_processes_use_a_pool_and_the_parent_records(sq_home: Path) -> None:
         assert [r.result for r in q.results()] == [9, 1, 4]
 
 
+def test_processes_on_a_store_without_claim_fds(sq_home: Path) -> None:
+    """The memory store lends no claim fds: the pool's tasks run all the same."""
+    from statequeue.store.memory import MemoryStore
+
+    found = statequeue.map(square, ["2", "5"], jobs=2, processes=True, store=MemoryStore())
+    assert found == [4, 25]
+
+
 def test_resumable_runs_each_item_once_and_returns_the_stored_result(sq_home: Path) -> None:
     calls: list[str] = []
 
