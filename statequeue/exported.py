@@ -31,6 +31,18 @@ RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
 """The fields of an ``end`` record that make up a result (as compaction keeps them)."""
 _HISTORY_DROP = ("seq", "id", "crc", "token", "episode", "tries", "last")
 
+# The limits of an import, checked here once for every store. Ids: exact in
+# every JSON reader and in a bigint, and rising from 0 in steps of at most
+# MAX_ID_STEP, because the journal store keeps 9 bytes per id up to the
+# highest (a step of 2^24 costs at most 150 MB; an id of 2^40 cost 9 TB).
+MAX_ITEM_ID = 2**53 - 1
+MAX_ID_STEP = 2**24
+# Times and durations: finite seconds in [0, MAX_SECONDS), before the year
+# 10000 that dates can show (1e20 broke every view, 1e300 made `run` wait forever).
+MAX_SECONDS = 253402300800.0
+# Counters, exit codes and signals: what a PostgreSQL integer column holds.
+MAX_COUNT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class ExportedItem:
@@ -81,7 +93,7 @@ def parse_item(obj: object, line: int) -> ExportedItem:
 
 
 def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
-    item_id = _int(obj["id"], "id", least=1)
+    item_id = _int(obj["id"], "id", least=1, most=MAX_ITEM_ID)
     state = ItemState(obj["state"])
     if state is ItemState.RUNNING:
         raise ValueError("state running (an export holds none)")
@@ -91,8 +103,8 @@ def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
     for record in history:
         _check_history(record)
     retry_at = obj.get("retry_at")
-    if retry_at is not None and not (isinstance(retry_at, int | float) and math.isfinite(retry_at)):
-        raise ValueError("retry_at must be a number or null")
+    if retry_at is not None:
+        _seconds(retry_at, "retry_at")
     return ExportedItem(
         item_id=item_id,
         item=_item_text(obj),
@@ -136,6 +148,10 @@ def _check_history(record: object) -> None:
         value = record.get(name)
         if value is not None and (not isinstance(value, types) or _bad_bool(value, types)):
             raise ValueError(f"history field {name!r} has the wrong type")
+        if value is not None and types is _NUMBER:
+            _seconds(value, f"history field {name!r}")
+        elif type(value) is int:
+            _int(value, f"history field {name!r}", least=-MAX_COUNT - 1)
     problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
     if problem is not None:
         raise ValueError(f"history result cannot be stored: {problem}")
@@ -158,10 +174,33 @@ def _item_text(obj: dict[str, Any]) -> str:
         raise ValueError(exc.message) from None
 
 
-def _int(value: object, name: str, least: int = 0) -> int:
-    if type(value) is not int or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}")
+def _int(value: object, name: str, least: int = 0, most: int = MAX_COUNT) -> int:
+    if type(value) is not int or not least <= value <= most:
+        raise ValueError(f"{name} must be an integer from {least} to {most}")
     return value
+
+
+def _seconds(value: object, name: str) -> float:
+    """``value`` as a time or duration in seconds, within the import's limits."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number")
+    if not (math.isfinite(value) and 0 <= value < MAX_SECONDS):
+        raise ValueError(f"{name} must be seconds from 0 to before {MAX_SECONDS:.0f} (year 10000)")
+    return float(value)
+
+
+def check_id_steps(ids: dict[int, int]) -> None:
+    """InvalidExport naming the line of the first item id (``ids``: id ->
+    export line) more than MAX_ID_STEP past the id below it (or past 0)."""
+    below = 0
+    for item_id in sorted(ids):
+        if item_id - below > MAX_ID_STEP:
+            raise InvalidExport(
+                f"line {ids[item_id]}: item id {item_id} is more than {MAX_ID_STEP} past "
+                f"{'the id below it' if below else '0'}: ids must rise in steps of at most "
+                f"{MAX_ID_STEP}"
+            )
+        below = item_id
 
 
 def _str(value: object, name: str) -> str:

@@ -267,8 +267,12 @@ class JournalFile:
                     starts=starts,
                 )
                 base = self.offset
-                for record, start in zip(found, starts, strict=True):
-                    apply(record, base + start)
+                for n, (record, start) in enumerate(zip(found, starts, strict=True)):
+                    try:
+                        apply(record, base + start)
+                    except records.OutOfReach as exc:
+                        # A valid line replay must not apply: damage, as fsck finds it.
+                        raise CorruptJournal(str(self.path), self.lines + n + 1, str(exc)) from None
                 self.offset += used
                 self.lines += len(found)
                 self.last_seq = last_seq

@@ -18,8 +18,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from statequeue.exported import MAX_ID_STEP
 from statequeue.models import ItemState
-from statequeue.records import Record, item_text
+from statequeue.records import OutOfReach, Record, item_text
 
 RATE_WINDOW_ITEMS = 2000
 PENDING = ItemState.PENDING
@@ -37,6 +38,15 @@ D_CODE = CODE[DONE]
 
 TextLoader = Callable[[int, int], str]
 """Reads item ``id``'s text back from the store, given its record's locator."""
+
+
+def out_of_reach(item_id: object, held: int) -> bool:
+    """Whether an ``enq`` or ``item`` record naming ``item_id`` is beyond what a
+    state holding ids below ``held`` takes: not an id, or so far past them that
+    one byte and one locator per id in between would grow it by more than
+    MAX_ID_STEP ids (an import keeps its ids within that step; an older one
+    appended an id of 2^40, and replay died with MemoryError)."""
+    return type(item_id) is not int or item_id < 1 or item_id - held >= MAX_ID_STEP
 
 
 def _no_loader(item_id: int, loc: int) -> str:
@@ -308,6 +318,12 @@ class QueueState:
 
     def _add(self, item_id: int, loc: int, state: ItemState) -> None:
         codes = self.codes
+        if out_of_reach(item_id, len(codes)):
+            # Refused before anything grows: the journal reports the line as damage.
+            raise OutOfReach(
+                f"item id {item_id!r} is not one replay can hold "
+                f"(ids must rise in steps of at most {MAX_ID_STEP})"
+            )
         if item_id == len(codes):  # the usual case: the next new id
             codes.append(CODE[state])
             self.locs.append(loc)

@@ -24,7 +24,7 @@ from statequeue.errors import NoAccess, QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import JournalFile, create_file, looks_like_record
 from statequeue.records import Record
-from statequeue.state import QueueState, id_runs
+from statequeue.state import QueueState, id_runs, out_of_reach
 from statequeue.store import checkpoint
 from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history
@@ -131,8 +131,16 @@ def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
     valid: list[Record] = []
     last_seq: int | None = None
     last_valid_line = 0
+    held = 1  # ids below it are within replay's reach (as ``QueueState`` grows)
     for number, line in enumerate(lines[:-1], start=1):
         rec = records.decode(line)
+        if rec is not None and rec.get("t") in ("enq", "item") and name == JOURNAL:
+            if out_of_reach(rec.get("id"), held):
+                rec = None  # intact, but replay refuses it: set aside as damage
+            else:
+                held = max(held, rec["id"] + 1)
+        elif rec is not None and rec.get("t") == "snap" and type(rec.get("next_id")) is int:
+            held = max(held, rec["next_id"])
         if rec is None:
             check.bad_lines.append(number)
             continue

@@ -18,7 +18,7 @@ from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, Usage
 from statequeue.gcpause import gc_paused
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record, item_fields, item_text
-from statequeue.state import LiveItem, QueueState
+from statequeue.state import LiveItem, QueueState, out_of_reach
 from statequeue.store.base import RETRYABLE, Store, attempts_since
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
@@ -567,8 +567,10 @@ class RecordStore(Store):
                     if entry.item in keys or entry.item in seen:
                         continue
                     seen.add(entry.item)
-                    # Its own id when free (always, into an empty queue).
-                    next_id = max(entry.item_id, next_id)
+                    # Its own id when free (always, into an empty queue), unless
+                    # items skipped as already here leave it out of replay's reach.
+                    if not out_of_reach(entry.item_id, next_id):
+                        next_id = max(entry.item_id, next_id)
                     batch.append(item_record(entry, next_id))
                     next_id += 1
                 # One durable append per batch; a crash keeps whole records only.
