@@ -13,7 +13,7 @@ attempts as ``tries`` summaries, and ``attempts_of`` reads all three alike.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from statequeue.exported import MAX_SECONDS
 from statequeue.records import Record
@@ -193,7 +193,9 @@ def within_limits(b: AttemptBatch) -> AttemptBatch:
 
 
 def _sane(column: Sequence[float | None]) -> Sequence[float | None]:
-    given = column if None not in column else [x for x in column if x is not None]
+    given = cast(Sequence[float], column)  # no None: checked in C
+    if None in column:
+        given = [x for x in column if x is not None]
     if not given or (min(given) >= 0 and max(given) < MAX_SECONDS):  # C-level passes
         return column
     return [x if x is not None and 0 <= x < MAX_SECONDS else None for x in column]

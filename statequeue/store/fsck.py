@@ -22,7 +22,7 @@ from pathlib import Path
 from statequeue import records
 from statequeue.errors import NoAccess, QueueNotFound
 from statequeue.fileio import DEFAULT_OPS, FileOps
-from statequeue.journal import JournalFile, create_file, looks_like_record
+from statequeue.journal import TORN_TAIL_KNOWN, JournalFile, create_file, looks_like_record
 from statequeue.records import Record
 from statequeue.state import QueueState, id_runs, out_of_reach
 from statequeue.store import checkpoint
@@ -64,7 +64,9 @@ class FileCheck:
         if self.seq_errors:
             problems.append(f"sequence breaks at lines {_lines(self.seq_errors)}")
         if self.torn_bytes:
-            problems.append(f"torn tail of {self.torn_bytes} bytes (repaired on open)")
+            problems.append(
+                f"torn tail of {self.torn_bytes} bytes, cut on open ({TORN_TAIL_KNOWN})"
+            )
         return f"{self.path}: {self.valid} valid records; " + ("; ".join(problems) or "ok")
 
 
