@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from statequeue.exported import MAX_ID_STEP
+from statequeue.exported import MAX_ID_GAP
 from statequeue.models import ItemState
 from statequeue.records import OutOfReach, Record, item_text
 
@@ -43,10 +43,10 @@ TextLoader = Callable[[int, int], str]
 def out_of_reach(item_id: object, held: int) -> bool:
     """Whether an ``enq`` or ``item`` record naming ``item_id`` is beyond what a
     state holding ids below ``held`` takes: not an id, or so far past them that
-    one byte and one locator per id in between would grow it by more than
-    MAX_ID_STEP ids (an import keeps its ids within that step; an older one
-    appended an id of 2^40, and replay died with MemoryError)."""
-    return type(item_id) is not int or item_id < 1 or item_id - held >= MAX_ID_STEP
+    one byte and one locator per id would leave more than MAX_ID_GAP of them
+    unused in between. An import stays within that (``exported``); an older
+    one appended an id of 2^40, and every replay died with MemoryError."""
+    return type(item_id) is not int or item_id < 1 or item_id - held > MAX_ID_GAP
 
 
 def _no_loader(item_id: int, loc: int) -> str:
@@ -322,7 +322,7 @@ class QueueState:
             # Refused before anything grows: the journal reports the line as damage.
             raise OutOfReach(
                 f"item id {item_id!r} is not one replay can hold "
-                f"(ids must rise in steps of at most {MAX_ID_STEP})"
+                f"(at most {MAX_ID_GAP} past the ids before it)"
             )
         if item_id == len(codes):  # the usual case: the next new id
             codes.append(CODE[state])

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from statequeue.errors import ImportRefused, InvalidExport, NotFound
-from statequeue.exported import FORMAT_VERSION, ExportedItem, check_id_steps, parse_item
+from statequeue.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.fileio import DEFAULT_OPS, durability_error
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
             f"the header promises {header.items} item(s) but {len(entries)} follow: "
             "the file is truncated or was edited"
         )
-    check_id_steps(ids)
+    check_id_gaps(ids)
     return CheckedExport(header, entries)
 
 

@@ -111,33 +111,34 @@ def test_out_of_limit_import_is_refused_and_changes_nothing(
     assert sq(sq_env, *store_args, "fsck", "-q", "dst").returncode == 0
 
 
-def test_ids_may_rise_in_steps_up_to_the_limit(sq_home: Path) -> None:
-    """The limit refuses only what replay cannot hold: steps of MAX_ID_STEP pass
-    (kept as the items' own ids), one more is refused (the memory store too)."""
-    step = exported.MAX_ID_STEP
-    fits = export_of(pending(step, "a"), pending(2 * step, "b"))
+def test_ids_may_leave_gaps_up_to_the_limit(sq_home: Path) -> None:
+    """The limit refuses only what replay cannot hold: MAX_ID_GAP unused ids
+    pass (the items keep their own ids, and the queue opens again), one more
+    is refused (the memory store too)."""
+    gap = exported.MAX_ID_GAP
+    fits = export_of(pending(1, "a"), pending(gap + 2, "b"))
     with Queue("dst", home=sq_home) as q:
         import_queue(q, fits.splitlines(keepends=True))
-        assert [v.item_id for v in q.items()] == [step, 2 * step]
+        assert [v.item_id for v in q.items()] == [1, gap + 2]
     with Queue("dst", home=sq_home) as q:  # and it opens again (replay)
         assert q.status().counts[ItemState.PENDING] == 2
-    beyond = export_of(pending(1, "a"), pending(2 + step, "b"))
+    beyond = export_of(pending(1, "a"), pending(gap, "b"), pending(gap + 4, "c"))
     memory = Queue("m", store=MemoryStore("m"))
-    with pytest.raises(InvalidExport, match=r"line 3: item id \d+ is more than"):
+    with pytest.raises(InvalidExport, match=rf"line 4: item id {gap + 4} leaves {gap + 1} ids"):
         import_queue(memory, beyond.splitlines(keepends=True))
     assert list(memory.items()) == []
 
 
-def test_merge_never_writes_an_id_out_of_reach(sq_home: Path) -> None:
-    """Items already present are skipped: the next one's own id would then be
-    more than a step past the queue's, so it gets the queue's next id."""
-    step = exported.MAX_ID_STEP
-    data = export_of(pending(1, "a"), pending(step, "b"), pending(2 * step, "c"))
+def test_import_never_writes_an_id_out_of_reach(sq_home: Path) -> None:
+    """An export out of id order passes the check (on its sorted ids), but its
+    first item's own id would leave more than MAX_ID_GAP ids unused in the
+    journal, which replay refuses: it gets the queue's next id instead."""
+    gap = exported.MAX_ID_GAP
+    data = export_of(pending(gap + 2, "far"), pending(1, "a"))
     with Queue("dst", home=sq_home) as q:
-        q.enqueue(["b"])
-        import_queue(q, data.splitlines(keepends=True), merge=True)
+        import_queue(q, data.splitlines(keepends=True))
         ids = {v.item: v.item_id for v in q.items()}
-    assert ids == {"b": 1, "a": 2, "c": 3}
+    assert ids == {"far": 1, "a": 2}
     with Queue("dst", home=sq_home) as q:
         assert {v.item: v.item_id for v in q.items()} == ids
 
