@@ -201,6 +201,15 @@ def check_id_gaps(ids: dict[int, int]) -> None:
             )
 
 
+def out_of_reach(item_id: object, held: int) -> bool:
+    """Whether an ``enq`` or ``item`` record naming ``item_id`` is beyond what a
+    state holding ids below ``held`` takes: not an id, or so far past them that
+    one byte and one locator per id would leave more than MAX_ID_GAP of them
+    unused in between. An import stays within that (``check_id_gaps``); an older
+    one appended an id of 2^40, and every replay died with MemoryError."""
+    return type(item_id) is not int or item_id < 1 or item_id - held > MAX_ID_GAP
+
+
 def _str(value: object, name: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string")

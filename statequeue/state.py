@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from statequeue.exported import MAX_ID_GAP
+from statequeue.exported import MAX_ID_GAP, out_of_reach
 from statequeue.models import ItemState
 from statequeue.records import OutOfReach, Record, item_text
 
@@ -38,15 +38,6 @@ D_CODE = CODE[DONE]
 
 TextLoader = Callable[[int, int], str]
 """Reads item ``id``'s text back from the store, given its record's locator."""
-
-
-def out_of_reach(item_id: object, held: int) -> bool:
-    """Whether an ``enq`` or ``item`` record naming ``item_id`` is beyond what a
-    state holding ids below ``held`` takes: not an id, or so far past them that
-    one byte and one locator per id would leave more than MAX_ID_GAP of them
-    unused in between. An import stays within that (``exported``); an older
-    one appended an id of 2^40, and every replay died with MemoryError."""
-    return type(item_id) is not int or item_id < 1 or item_id - held > MAX_ID_GAP
 
 
 def _no_loader(item_id: int, loc: int) -> str:

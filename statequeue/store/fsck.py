@@ -21,10 +21,11 @@ from pathlib import Path
 
 from statequeue import records
 from statequeue.errors import NoAccess, QueueNotFound
+from statequeue.exported import out_of_reach
 from statequeue.fileio import DEFAULT_OPS, FileOps
 from statequeue.journal import TORN_TAIL_KNOWN, JournalFile, create_file, looks_like_record
 from statequeue.records import Record
-from statequeue.state import QueueState, id_runs, out_of_reach
+from statequeue.state import QueueState, id_runs
 from statequeue.store import checkpoint
 from statequeue.store.folder import QueueFolder
 from statequeue.store.integrity import ARCHIVE, JOURNAL, queue_history

@@ -15,10 +15,11 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
+from statequeue.exported import out_of_reach
 from statequeue.gcpause import gc_paused
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record, item_fields, item_text
-from statequeue.state import LiveItem, QueueState, out_of_reach
+from statequeue.state import LiveItem, QueueState
 from statequeue.store.base import RETRYABLE, Store, attempts_since
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
