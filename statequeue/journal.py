@@ -273,12 +273,14 @@ class JournalFile:
                     starts=starts,
                 )
                 base = self.offset
-                for n, (record, start) in enumerate(zip(found, starts, strict=True)):
-                    try:
+                start = 0
+                try:
+                    for record, start in zip(found, starts, strict=True):
                         apply(record, base + start)
-                    except records.OutOfReach as exc:
-                        # A valid line replay must not apply: damage, as fsck finds it.
-                        raise CorruptJournal(str(self.path), self.lines + n + 1, str(exc)) from None
+                except records.OutOfReach as exc:
+                    # A valid line replay must not apply: damage, as fsck finds it.
+                    line = self.lines + starts.index(start) + 1
+                    raise CorruptJournal(str(self.path), line, str(exc)) from None
                 self.offset += used
                 self.lines += len(found)
                 self.last_seq = last_seq

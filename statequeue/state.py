@@ -309,16 +309,16 @@ class QueueState:
 
     def _add(self, item_id: int, loc: int, state: ItemState) -> None:
         codes = self.codes
-        if out_of_reach(item_id, len(codes)):
-            # Refused before anything grows: the journal reports the line as damage.
-            raise OutOfReach(
-                f"item id {item_id!r} is not one replay can hold "
-                f"(at most {MAX_ID_GAP} past the ids before it)"
-            )
         if item_id == len(codes):  # the usual case: the next new id
             codes.append(CODE[state])
             self.locs.append(loc)
         else:
+            if out_of_reach(item_id, len(codes)):
+                # Refused before anything grows: the journal reports the line as damage.
+                raise OutOfReach(
+                    f"item id {item_id!r} is not one replay can hold "
+                    f"(more than {MAX_ID_GAP} past the ids before it)"
+                )
             if item_id > len(codes):
                 grow = item_id + 1 - len(codes)
                 codes.extend(bytes(grow))
