@@ -13,8 +13,9 @@ attempts as ``tries`` summaries, and ``attempts_of`` reads all three alike.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
+from statequeue.exported import MAX_SECONDS
 from statequeue.records import Record
 
 
@@ -197,3 +198,22 @@ def batch_of(attempts: Sequence[Attempt]) -> AttemptBatch:
         cols[0], cols[1], cols[2], cols[3], cols[4], cols[11], cols[9], cols[10],
         [a for a in attempts if not a.ok],
     )  # fmt: skip
+
+
+def within_limits(b: AttemptBatch) -> AttemptBatch:
+    """``b`` with each duration and end time outside an import's limits
+    (``exported.MAX_SECONDS``: an older import let in 1e20) as None, as if the
+    record gave none, so that no figure, bucket or date overflows."""
+    duration, ended_at = _sane(b.duration), _sane(b.ended_at)
+    if duration is b.duration and ended_at is b.ended_at:
+        return b
+    return b._replace(duration=duration, ended_at=ended_at)
+
+
+def _sane(column: Sequence[float | None]) -> Sequence[float | None]:
+    given = cast(Sequence[float], column)  # no None: checked in C
+    if None in column:
+        given = [x for x in column if x is not None]
+    if not given or (min(given) >= 0 and max(given) < MAX_SECONDS):  # C-level passes
+        return column
+    return [x if x is not None and 0 <= x < MAX_SECONDS else None for x in column]

@@ -30,12 +30,19 @@ HISTORY_KINDS = ("end", "intr", "set")
 RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
 """The fields of an ``end`` record that make up a result (as compaction keeps them)."""
 _HISTORY_DROP = ("seq", "id", "crc", "token", "episode", "tries", "last")
-# The widest integers every store can hold: PostgreSQL keeps ids as bigint,
-# and counts, attempt numbers, exit codes and signals as integer. Checked
-# here, with the rest of the input, so that an import refuses them before
-# anything is written (the database would refuse them mid-import).
-_ID_MAX = (1 << 63) - 1
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+# The limits of an import, checked here once for every store. Ids: exact in
+# every JSON reader and in a bigint, and at most MAX_ID_GAP of the ids below
+# the highest unused, because the journal store keeps 9 bytes per id up to the
+# highest (an id of 2^40 cost 9 TB): an import then costs at most 150 MB more
+# than its items do. Replay holds each record to the same gap (``state``).
+MAX_ITEM_ID = 2**53 - 1
+MAX_ID_GAP = 2**24
+# Times and durations: finite seconds in [0, MAX_SECONDS), before the year
+# 10000 that dates can show (1e20 broke every view, 1e300 made `run` wait forever).
+MAX_SECONDS = 253402300800.0
+# Counters, exit codes and signals: what a PostgreSQL integer column holds.
+MAX_COUNT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ def parse_item(obj: object, line: int) -> ExportedItem:
 
 
 def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
-    item_id = _int(obj["id"], "id", least=1, most=_ID_MAX)
+    item_id = _int(obj["id"], "id", least=1, most=MAX_ITEM_ID)
     state = ItemState(obj["state"])
     if state is ItemState.RUNNING:
         raise ValueError("state running (an export holds none)")
@@ -97,8 +104,8 @@ def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
     for record in history:
         _check_history(record)
     retry_at = obj.get("retry_at")
-    if retry_at is not None and not (isinstance(retry_at, int | float) and math.isfinite(retry_at)):
-        raise ValueError("retry_at must be a number or null")
+    if retry_at is not None:
+        _seconds(retry_at, "retry_at")
     return ExportedItem(
         item_id=item_id,
         item=_item_text(obj),
@@ -142,8 +149,10 @@ def _check_history(record: object) -> None:
         value = record.get(name)
         if value is not None and (not isinstance(value, types) or _bad_bool(value, types)):
             raise ValueError(f"history field {name!r} has the wrong type")
-        if isinstance(value, int) and types == (int,) and not _INT_MIN <= value <= _INT_MAX:
-            raise ValueError(f"history field {name!r} is out of range ({_INT_MIN} to {_INT_MAX})")
+        if value is not None and types is _NUMBER:
+            _seconds(value, f"history field {name!r}")
+        elif type(value) is int:
+            _int(value, f"history field {name!r}", least=-MAX_COUNT - 1)
     problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
     if problem is not None:
         raise ValueError(f"history result cannot be stored: {problem}")
@@ -166,10 +175,39 @@ def _item_text(obj: dict[str, Any]) -> str:
         raise ValueError(exc.message) from None
 
 
-def _int(value: object, name: str, least: int = 0, most: int = _INT_MAX) -> int:
+def _int(value: object, name: str, least: int = 0, most: int = MAX_COUNT) -> int:
     if type(value) is not int or not least <= value <= most:
         raise ValueError(f"{name} must be an integer from {least} to {most}")
     return value
+
+
+def _seconds(value: object, name: str) -> float:
+    """``value`` as a time or duration in seconds, within the import's limits."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number")
+    if not (math.isfinite(value) and 0 <= value < MAX_SECONDS):
+        raise ValueError(f"{name} must be seconds from 0 to before {MAX_SECONDS:.0f} (year 10000)")
+    return float(value)
+
+
+def check_id_gaps(ids: dict[int, int]) -> None:
+    """InvalidExport naming the line of the first item id (``ids``: id ->
+    export line) with more than MAX_ID_GAP unused ids below it."""
+    for count, item_id in enumerate(sorted(ids), start=1):
+        if item_id - count > MAX_ID_GAP:
+            raise InvalidExport(
+                f"line {ids[item_id]}: item id {item_id} leaves {item_id - count} ids below it "
+                f"unused; an export may leave at most {MAX_ID_GAP}"
+            )
+
+
+def out_of_reach(item_id: object, held: int) -> bool:
+    """Whether an ``enq`` or ``item`` record naming ``item_id`` is beyond what a
+    state holding ids below ``held`` takes: not an id, or so far past them that
+    one byte and one locator per id would leave more than MAX_ID_GAP of them
+    unused in between. An import stays within that (``check_id_gaps``); an older
+    one appended an id of 2^40, and every replay died with MemoryError."""
+    return type(item_id) is not int or item_id < 1 or item_id - held > MAX_ID_GAP
 
 
 def _str(value: object, name: str) -> str:

@@ -40,17 +40,23 @@ class TornTail:
 
     def describe(self, *, cut: bool = True) -> str:
         """The notice for it: ``cut`` says whether it was cut (a read-only
-        queue leaves it for the next writer, and must not claim a repair)."""
+        queue leaves it for the next writer, and must not claim a repair).
+        It says only what is known: a crash mid-append leaves such a tail and
+        acknowledged nothing in it, but a file cut short looks the same, and
+        past the last checkpoint nothing tells the two apart."""
+        where = f"{self.length} byte(s) at offset {self.offset}"
         if not cut:
             return (
-                f"{self.path}: found a torn tail of {self.length} byte(s) at offset "
-                f"{self.offset} (a crash interrupted an append; no acknowledged record was "
-                "lost); left in place: the queue is read-only for you, its next writer cuts it"
+                f"{self.path}: found a torn tail of {where} ({TORN_TAIL_KNOWN}); left in "
+                "place: the queue is read-only for you, its next writer cuts it"
             )
-        return (
-            f"{self.path}: repaired a torn tail: cut {self.length} byte(s) at offset "
-            f"{self.offset} (a crash interrupted an append; no acknowledged record was lost)"
-        )
+        return f"{self.path}: repaired a torn tail: cut {where} ({TORN_TAIL_KNOWN})"
+
+
+TORN_TAIL_KNOWN = (
+    "an unfinished record, as a crash mid-append leaves, never acknowledged; whether "
+    "acknowledged records followed it cannot be known past the last checkpoint"
+)
 
 
 def read_from(fd: int, offset: int) -> bytes:
@@ -267,8 +273,14 @@ class JournalFile:
                     starts=starts,
                 )
                 base = self.offset
-                for record, start in zip(found, starts, strict=True):
-                    apply(record, base + start)
+                start = 0
+                try:
+                    for record, start in zip(found, starts, strict=True):
+                        apply(record, base + start)
+                except records.OutOfReach as exc:
+                    # A valid line replay must not apply: damage, as fsck finds it.
+                    line = self.lines + starts.index(start) + 1
+                    raise CorruptJournal(str(self.path), line, str(exc)) from None
                 self.offset += used
                 self.lines += len(found)
                 self.last_seq = last_seq

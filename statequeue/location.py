@@ -33,7 +33,8 @@ def validate_queue_name(name: str) -> str:
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     """The statequeue home: ``home``, else $STATEQUEUE_HOME, else the user data dir."""
-    chosen = home if home is not None else os.environ.get(HOME_ENV) or None
+    # Set but empty is refused as `--home ""` is, not taken for unset.
+    chosen = home if home is not None else os.environ.get(HOME_ENV)
     if chosen is None:
         # Imported here: platformdirs is only needed when no home is given.
         from platformdirs import user_data_dir

@@ -31,6 +31,11 @@ _loads = orjson.loads
 Record = dict[str, Any]
 
 
+class OutOfReach(ValueError):
+    """An intact record that replay must not apply (``state.out_of_reach``):
+    the journal reports its line as damage."""
+
+
 def encode(record: Record) -> bytes:
     """Encode one record (which must hold ``seq``) as a checksummed line."""
     raw = orjson.dumps(record)

@@ -18,8 +18,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from statequeue.exported import MAX_ID_GAP, out_of_reach
 from statequeue.models import ItemState
-from statequeue.records import Record, item_text
+from statequeue.records import OutOfReach, Record, item_text
 
 RATE_WINDOW_ITEMS = 2000
 PENDING = ItemState.PENDING
@@ -317,6 +318,12 @@ class QueueState:
             codes.append(CODE[state])
             self.locs.append(loc)
         else:
+            if out_of_reach(item_id, len(codes)):
+                # Refused before anything grows: the journal reports the line as damage.
+                raise OutOfReach(
+                    f"item id {item_id!r} is not one replay can hold "
+                    f"(more than {MAX_ID_GAP} past the ids before it)"
+                )
             if item_id > len(codes):
                 grow = item_id + 1 - len(codes)
                 codes.extend(bytes(grow))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any, cast
 
-from statequeue.attempts import Attempt, AttemptBatch, batches_of
+from statequeue.attempts import Attempt, AttemptBatch, batches_of, within_limits
 from statequeue.histogram import histogram
 from statequeue.rates import (
     RATE_WINDOW_SECONDS,
@@ -181,6 +181,7 @@ class StatsBuilder:
 
     def add_batch(self, b: AttemptBatch) -> None:
         """Fold a batch of attempts in, each column with C-level passes."""
+        b = within_limits(b)
         if self.cutoff is not None:
             b = _within(b, self.cutoff)
         if not b.item_id:

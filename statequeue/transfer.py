@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from statequeue.errors import ImportRefused, InvalidExport, NotFound
-from statequeue.exported import FORMAT_VERSION, ExportedItem, parse_item
+from statequeue.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.fileio import DEFAULT_OPS, durability_error
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
     """Parse and check a whole export; InvalidExport naming the first problem."""
     header: ExportHeader | None = None
     entries: list[ExportedItem] = []
-    ids: set[int] = set()
+    ids: dict[int, int] = {}  # id -> line
     number = 0
     for number, raw in enumerate(lines, start=1):
         if not raw.endswith(b"\n"):
@@ -129,7 +129,7 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
         entry = parse_item(obj, number)
         if entry.item_id in ids:
             raise InvalidExport(f"line {number}: item id {entry.item_id} appears twice")
-        ids.add(entry.item_id)
+        ids[entry.item_id] = number
         entries.append(entry)
     if header is None:
         raise InvalidExport("empty input: not a statequeue export")
@@ -138,6 +138,7 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
             f"the header promises {header.items} item(s) but {len(entries)} follow: "
             "the file is truncated or was edited"
         )
+    check_id_gaps(ids)
     return CheckedExport(header, entries)
 
 

@@ -8,10 +8,10 @@ so they show the time of the nearest record that has one, marked ``~``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from statequeue.cli.clock import local_time
 from statequeue.textsafe import shown
 
 Record = dict[str, Any]
@@ -91,7 +91,7 @@ def describe_event(rec: Record, at: float | None = None, *, approximate: bool = 
     """One human-readable line for a journal record."""
     when = NO_TIME
     if at is not None:
-        when = ("~" if approximate else "") + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+        when = ("~" if approximate else "") + local_time(at)
     fmt = _EVENT_TEXT.get(str(rec.get("t")))
     text = fmt(rec) if fmt is not None else f"{shown(str(rec.get('t')))} record"
     return f"seq {rec.get('seq', '?')}  {when}  {text}"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from statequeue.errors import InvalidItem, UsageError
+
+_CHUNK = 1 << 22  # bytes read at a time: blank lines never pile up beyond one chunk
 
 
 @dataclass(frozen=True)
@@ -16,16 +20,17 @@ class Positions:
     """"argument", "line" or "item" (NUL-separated)."""
     where: str = ""
     """"" for arguments and stdin, else the file's name."""
-    empties: list[int] = field(default_factory=list)
-    """0-based positions of the empty lines (or arguments) that were skipped."""
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    """Runs of skipped empty lines (or arguments): (items before the run, its
+    length). One pair per run, so 100 million blank lines cost one pair."""
 
     def name(self, index: int) -> str:
         """How the user finds item ``index`` (0-based) of the input."""
         number = index + 1
-        for empty in self.empties:  # every empty one skipped before it moves it down
-            if empty >= number:
+        for before, length in self.gaps:  # every empty one skipped before it moves it down
+            if before > index:
                 break
-            number += 1
+            number += length
         if self.source == "argument":
             return f"argument {number}"
         if self.source == "item":
@@ -40,8 +45,9 @@ class Positions:
 
 
 def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[str], Positions]:
-    """Items from ``args``, else from ``file`` or stdin; empty lines are ignored.
-    Returns them with what names their positions in error messages.
+    """Items from ``args``, else from ``file`` or stdin; empty lines are ignored
+    (and never held: the input is read a chunk at a time). Returns them with
+    what names their positions in error messages.
 
     Bytes that are not UTF-8 are kept losslessly (as surrogate escapes, the
     way Python decodes file names), so `find | statequeue enqueue` never
@@ -51,31 +57,71 @@ def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[s
         raise UsageError("give items as arguments or with --file, not both")
     if args:
         items = [a for a in args if a]
-        return items, Positions("argument", empties=_empties(items, args))
-    if file is not None and file != "-":
+        gaps = [(n - k, 1) for k, n in enumerate(i for i, a in enumerate(args) if not a)]
+        return items, Positions("argument", gaps=gaps)
+    where = file if file not in (None, "-") else ""
+    reader = _Reader("\0" if null else "\n")
+    if where:
         try:
-            with open(file, "rb") as f:
-                data = f.read()
+            with open(where, "rb") as f:
+                reader.read_all(f)
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc.strerror}") from None
     else:
         if sys.stdin is None or sys.stdin.isatty():
             raise UsageError("no items: give ITEM arguments, --file PATH, or pipe items on stdin")
-        data = sys.stdin.buffer.read()
-    sep = "\0" if null else "\n"
-    # One decode for the whole input; surrogateescape keeps any byte exactly
-    # (os.fsdecode per line does the same, a million times slower in sum).
-    text = data.decode(sys.getfilesystemencoding(), "surrogateescape")
-    del data
-    parts = text.split(sep)
-    del text
-    items = [line for line in parts if line]
-    where = file if file not in (None, "-") else ""
-    return items, Positions("item" if null else "line", where or "", _empties(items, parts))
+        reader.read_all(sys.stdin.buffer)
+    return reader.items, Positions("item" if null else "line", where, reader.gaps)
 
 
-def _empties(items: list[str], parts: list[str]) -> list[int]:
-    """Positions of the empty ``parts`` (only computed when one precedes an item)."""
-    if len(items) + (parts[-1] == "") == len(parts):
-        return []
-    return [n for n, part in enumerate(parts) if not part]
+class _Reader:
+    """Splits input into items a chunk at a time, counting empty lines in runs."""
+
+    def __init__(self, sep: str) -> None:
+        self.sep = sep
+        self.items: list[str] = []
+        self.gaps: list[tuple[int, int]] = []
+        self.open_gap = 0  # empty lines in the run still going at the last chunk's end
+        self.words = re.compile(f"[^{re.escape(sep)}]+")
+
+    def read_all(self, stream: BinaryIO) -> None:
+        sep = self.sep.encode()
+        carry: list[bytes] = []
+        while chunk := stream.read(_CHUNK):
+            # Cut after the last separator: one byte that never occurs inside
+            # a UTF-8 sequence, so each piece decodes exactly as the whole would.
+            cut = chunk.rfind(sep) + 1
+            if not cut:
+                carry.append(chunk)
+                continue
+            self._take(b"".join([*carry, chunk[:cut]]))
+            carry = [chunk[cut:]] if cut < len(chunk) else []
+        if carry:
+            self._take(b"".join(carry) + sep)
+
+    def _take(self, data: bytes) -> None:
+        """Take whole lines (``data`` ends with a separator)."""
+        # One decode per chunk; surrogateescape keeps any byte exactly (os.fsdecode
+        # per line does the same, a million times slower in sum).
+        text = data.decode(sys.getfilesystemencoding(), "surrogateescape")
+        sep = self.sep
+        if sep + sep not in text and not text.startswith(sep):
+            self._close_gap()
+            self.items += text.split(sep)[:-1]  # no empty line: all at C speed
+            return
+        # Empty lines are counted, never listed: a Python step per item only.
+        end = 0
+        for match in self.words.finditer(text):
+            self._count_empty(text.count(sep, end, match.start()))
+            self._close_gap()
+            self.items.append(match.group())
+            end = match.end() + 1  # past its own separator
+        self._count_empty(text.count(sep, end))
+
+    def _count_empty(self, n: int) -> None:
+        self.open_gap += n
+
+    def _close_gap(self) -> None:
+        if self.open_gap:
+            self.gaps.append((len(self.items), self.open_gap))
+            self.open_gap = 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from statequeue.cli.clock import local_time
 from statequeue.durations import format_duration
 from statequeue.textsafe import escaped, shown
 
@@ -87,7 +88,7 @@ def _runner_lines(status: Status) -> list[str]:
     lines = []
     for r in status.runners:
         items = ", ".join(str(i) for i in r.running) or "none"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at))
+        since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
         lines.append(f"runner: active ({where}, running items: {items})")
     return lines

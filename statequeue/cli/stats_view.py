@@ -3,9 +3,9 @@ a rich bar chart and a sparkline on a terminal. Both take a ``Stats``."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
+from statequeue.cli.clock import local_time
 from statequeue.cli.render import plural, shown
 from statequeue.durations import format_duration
 
@@ -24,7 +24,7 @@ def _dur(seconds: float | None) -> str:
 
 
 def _clock(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+    return local_time(epoch, "%Y-%m-%d %H:%M")
 
 
 def headline(s: Stats) -> str:

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from statequeue import records
 from statequeue.errors import NoAccess, QueueNotFound
+from statequeue.exported import out_of_reach
 from statequeue.fileio import DEFAULT_OPS, FileOps
-from statequeue.journal import JournalFile, create_file, looks_like_record
+from statequeue.journal import TORN_TAIL_KNOWN, JournalFile, create_file, looks_like_record
 from statequeue.records import Record
 from statequeue.state import QueueState, id_runs
 from statequeue.store import checkpoint
@@ -64,7 +65,9 @@ class FileCheck:
         if self.seq_errors:
             problems.append(f"sequence breaks at lines {_lines(self.seq_errors)}")
         if self.torn_bytes:
-            problems.append(f"torn tail of {self.torn_bytes} bytes (repaired on open)")
+            problems.append(
+                f"torn tail of {self.torn_bytes} bytes, cut on open ({TORN_TAIL_KNOWN})"
+            )
         return f"{self.path}: {self.valid} valid records; " + ("; ".join(problems) or "ok")
 
 
@@ -131,8 +134,16 @@ def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
     valid: list[Record] = []
     last_seq: int | None = None
     last_valid_line = 0
+    held = 1  # ids below it are within replay's reach (as ``QueueState`` grows)
     for number, line in enumerate(lines[:-1], start=1):
         rec = records.decode(line)
+        if rec is not None and rec.get("t") in ("enq", "item") and name == JOURNAL:
+            if out_of_reach(rec.get("id"), held):
+                rec = None  # intact, but replay refuses it: set aside as damage
+            else:
+                held = max(held, rec["id"] + 1)
+        elif rec is not None and rec.get("t") == "snap" and type(rec.get("next_id")) is int:
+            held = max(held, rec["next_id"])
         if rec is None:
             check.bad_lines.append(number)
             continue

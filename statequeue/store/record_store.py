@@ -15,6 +15,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
+from statequeue.exported import out_of_reach
 from statequeue.gcpause import gc_paused
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record, item_fields, item_text
@@ -567,8 +568,10 @@ class RecordStore(Store):
                     if entry.item in keys or entry.item in seen:
                         continue
                     seen.add(entry.item)
-                    # Its own id when free (always, into an empty queue).
-                    next_id = max(entry.item_id, next_id)
+                    # Its own id when free (always, into an empty queue), unless
+                    # items skipped as already here leave it out of replay's reach.
+                    if not out_of_reach(entry.item_id, next_id):
+                        next_id = max(entry.item_id, next_id)
                     batch.append(item_record(entry, next_id))
                     next_id += 1
                 # One durable append per batch; a crash keeps whole records only.
