@@ -59,8 +59,8 @@ def _fill(q: Queue) -> list[str]:
     claim = q.claim(runner)
     assert claim is not None and claim.item == "twice"
     q.release(claim, "stopped")  # pending again, its old failure kept on record
-    return [*old[:5], old[-1], new[0], new[-1], "oldfail", "done", "failed", "retried", "twice", "cancelled",
-            "pending", "ünï\tcode"]  # fmt: skip
+    lately = ["oldfail", "done", "failed", "retried", "twice", "cancelled", "pending", "ünï\tcode"]
+    return [*old[:5], old[-1], new[0], new[-1], *lately]
 
 
 def _full_scan(q: Queue, text: str) -> ItemResult | None:
