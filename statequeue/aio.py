@@ -94,6 +94,7 @@ class AsyncWorkItem:
         if pending is not None and not pending.task.done():
             raise UsageError(f"item {self.id} is already being settled")
         settling = _Settling(asyncio.get_running_loop().create_task(self._call(call, *args)))
+        settling.task.add_done_callback(settling.seen_by_loop)
         self._settling = settling
         return settling
 
@@ -152,6 +153,11 @@ class _Settling(Awaitable[_T]):
     def __await__(self) -> Generator[Any, None, _T]:
         self.awaited = True
         return self.task.__await__()
+
+    def seen_by_loop(self, task: asyncio.Task[_T]) -> None:
+        """Mark an error nobody awaits as retrieved: the loop raises it (``_Slots.failed``)."""
+        if not self.awaited and not task.cancelled():
+            task.exception()
 
 
 class _Slots:
