@@ -3,13 +3,15 @@
 Starts a throwaway cluster (as the tests do: tests/pg.py) with
 pg_stat_statements tracking nested statements too (``track = all``: the
 statements inside the claim and finish functions), drains N items with one
-loop of each kind in turn (the psycopg floor, ``store`` claim + finish,
-``fused`` finish_and_claim, ``work``: the library's Queue.work()), and prints
-for each kind the items/s and the statements that took the most server time,
-with their calls and mean milliseconds. Also prints the server settings that
-decide what a commit waits for.
+loop (or --loops) of each kind in turn (the psycopg floor, ``store`` claim +
+finish, ``fused`` finish_and_claim, ``work``: the library's Queue.work()),
+and prints for each kind the items/s, the WAL written and flushed per item
+(pg_stat_wal), what the backends were waiting for (pg_stat_activity sampled
+every millisecond), and the statements that took the most server time, with
+their calls and mean milliseconds. Also prints the server settings that decide
+what a commit waits for.
 
-  .venv/bin/python scripts/probe_pg_statements.py [--items 2000] [--top 12]
+  .venv/bin/python scripts/probe_pg_statements.py [--items 2000] [--top 12] [--loops 16]
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import argparse
 import multiprocessing as mp
 import shutil
 import sys
+import threading
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,15 +49,20 @@ SETTINGS = (
 )
 
 
-def top_statements(url: str, top: int) -> list[tuple[int, float, float, str]]:
+def top_statements(url: str, top: int) -> list[tuple[int, float, float, float, str]]:
+    """(calls, total exec ms, mean exec ms, total planning ms, query) by server time."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT calls, total_exec_time, mean_exec_time, query FROM pg_stat_statements"
+            "SELECT calls, total_exec_time, mean_exec_time, total_plan_time, query"
+            " FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " ORDER BY total_exec_time DESC LIMIT %s",
+            " ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
             (top,),
         ).fetchall()
-    return [(int(c), float(t), float(m), " ".join(str(q).split())[:110]) for c, t, m, q in rows]
+    return [
+        (int(c), float(t), float(m), float(pl), " ".join(str(q).split())[:100])
+        for c, t, m, pl, q in rows
+    ]
 
 
 def wal_line(url: str, done: int, seconds: float) -> str:
@@ -73,11 +82,45 @@ def wal_line(url: str, done: int, seconds: float) -> str:
     )
 
 
+class WaitSampler:
+    """Samples what the database's active backends wait for, in a thread."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.wait(0.001):
+                rows = conn.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU')"
+                    " FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state = 'active' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                self.seen.update(str(r[0]) for r in rows)
+
+    def line(self) -> str:
+        total = sum(self.seen.values()) or 1
+        top = ", ".join(f"{k} {n / total:.0%}" for k, n in self.seen.most_common(6))
+        return f"active backends were: {top}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--kinds", default="floor,store,fused,work")
+    parser.add_argument("--loops", type=int, default=1, help="processes per kind")
     args = parser.parse_args()
     bin_dir = find_bin_dir()
     if bin_dir is None:
@@ -89,7 +132,7 @@ def main() -> None:
             f"-c listen_addresses='' -c unix_socket_directories={cluster.socket_dir}"
             " -c shared_preload_libraries=pg_stat_statements"
             " -c pg_stat_statements.track=all -c track_io_timing=on"
-            " -c track_wal_io_timing=on"
+            " -c track_wal_io_timing=on -c pg_stat_statements.track_planning=on"
         )
         cluster.pg_ctl("-o", options, "-l", str(cluster.root / "log"), "-w", "start")
         with psycopg.connect(cluster.url(), autocommit=True) as conn:
@@ -104,12 +147,17 @@ def main() -> None:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 conn.execute("SELECT pg_stat_statements_reset()")
                 conn.execute("SELECT pg_stat_reset_shared('wal')")
-            done, seconds = bench_pg.drain(bench_pg.RUNNERS[kind], url, 1)
-            print(f"\n{kind}: {done / seconds:,.0f} items/s ({seconds:.2f} s)", flush=True)
+            with WaitSampler(url) as waits:
+                done, seconds = bench_pg.drain(bench_pg.RUNNERS[kind], url, args.loops)
+            print(f"\n{kind} x{args.loops}: {done / seconds:,.0f} items/s ({seconds:.2f} s)")
             print("  " + wal_line(url, done, seconds))
-            for calls, total, mean, query in top_statements(url, args.top):
-                per_item = total / max(done, 1)
-                print(f"  {calls:7} calls {mean:7.3f} ms mean {per_item:6.3f} ms/item  {query}")
+            print("  " + waits.line(), flush=True)
+            for calls, total, mean, plan, query in top_statements(url, args.top):
+                per_item, planned = total / max(done, 1), plan / max(done, 1)
+                print(
+                    f"  {calls:7} calls {mean:7.3f} ms mean {per_item:6.3f} ms/item"
+                    f" +{planned:6.3f} planning  {query}"
+                )
     finally:
         cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
