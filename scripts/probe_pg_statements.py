@@ -88,6 +88,7 @@ class WaitSampler:
     def __init__(self, url: str) -> None:
         self.url = url
         self.seen: Counter[str] = Counter()
+        self.locked: Counter[str] = Counter()  # the statements waiting for a lock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -103,16 +104,21 @@ class WaitSampler:
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self._stop.wait(0.001):
                 rows = conn.execute(
-                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU')"
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU'),"
+                    " wait_event_type = 'Lock', left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
                     " FROM pg_stat_activity WHERE datname = current_database()"
                     " AND state = 'active' AND pid <> pg_backend_pid()"
                 ).fetchall()
                 self.seen.update(str(r[0]) for r in rows)
+                self.locked.update(str(r[2]) for r in rows if r[1])
 
     def line(self) -> str:
         total = sum(self.seen.values()) or 1
         top = ", ".join(f"{k} {n / total:.0%}" for k, n in self.seen.most_common(6))
-        return f"active backends were: {top}"
+        waiting = "; ".join(f"{n}x {q}" for q, n in self.locked.most_common(3))
+        return f"active backends were: {top}" + (
+            f"\n  waiting for a lock: {waiting}" if waiting else ""
+        )
 
 
 def main() -> None:

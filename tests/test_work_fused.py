@@ -7,6 +7,8 @@ most the items in flight (a real kill; PostgreSQL is a real throwaway server).""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,47 @@ def test_a_loop_left_after_done_gives_the_next_item_back_uncounted(
 
 def test_kill_9_during_work_then_resume(tmp_path: Path, sq_env: dict[str, str]) -> None:
     run_kill_and_resume(tmp_path, sq_env, "work")
+
+
+# -- PostgreSQL: many loops start and recover side by side -------------------------
+
+HANG_GUARD = 30.0  # a join's timeout: a guard against a hang, never a timing
+
+
+def _in_thread(call: Callable[[], object]) -> list[object]:
+    """Run ``call`` in a thread; the list holds its result or error once joined."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD)
+    return out
+
+
+def test_runners_register_side_by_side_and_an_exclusive_one_is_still_refused(
+    pg_url: str,
+) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from statequeue.errors import RunnerActive
+    from statequeue.identity import new_runner
+    from statequeue.store.postgres import PostgresStore
+
+    first, second, third = (PostgresStore(pg_url, "side") for _ in range(3))
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as other, other.transaction():
+            # A runner registering right now holds the row as a registration does.
+            other.execute("SELECT 1 FROM statequeue.queues WHERE name = 'side' FOR SHARE")
+            done = _in_thread(lambda: first.register_runner(new_runner()))
+            assert done == [None], "a registration waited for another one"
+        second.register_runner(new_runner())
+        refused = _in_thread(lambda: third.register_runner(new_runner(), exclusive=True))
+        assert len(refused) == 1 and isinstance(refused[0], RunnerActive)
+    finally:
+        for store in (first, second, third):
+            store.close()
