@@ -187,8 +187,9 @@ class _Slots:
     ) -> None:
         """A settling call of ``item`` raised ``exc``: free its slot, and keep
         the error for the loop to raise if nobody awaits the call."""
-        if settling is not None and not settling.awaited and self.unseen is None:
-            self.unseen = exc
+        unseen = settling is not None and not settling.awaited
+        if unseen and isinstance(exc, Exception) and self.unseen is None:
+            self.unseen = exc  # a cancellation is the canceller's to see, not the loop's
         if item in self.out:
             self.out.discard(item)
             self.stuck.add(item)
