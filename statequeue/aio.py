@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from contextlib import suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,11 +38,17 @@ _T = TypeVar("_T")
 class AsyncWorkItem:
     """One claimed item inside ``Queue.work_async()``; an async context manager
     with the semantics of WorkItem (``async with item:``). Settling frees the
-    item's slot for the next claim, once the result is durable."""
+    item's slot for the next claim, once the result is durable.
 
-    def __init__(self, item: WorkItem, settled: Callable[[AsyncWorkItem], None]) -> None:
+    ``done``, ``fail`` and ``release`` start their store call at once (in a
+    thread) and return an awaitable of its outcome: an item settles even when
+    that awaitable is never awaited, a common slip that would otherwise hold
+    its slot, and the loop, forever. Await it to know the result is durable."""
+
+    def __init__(self, item: WorkItem, slots: _Slots) -> None:
         self.sync_item = item
-        self._settled = settled
+        self._slots = slots
+        self._settling: _Settling[Any] | None = None
 
     @property
     def id(self) -> int:
@@ -63,26 +70,42 @@ class AsyncWorkItem:
     def settled(self) -> bool:
         return self.sync_item.settled or self.sync_item.released
 
-    async def done(self, result: Any = None) -> ItemState:
-        """Record success with ``result`` (any JSON value), durably."""
-        state = await asyncio.to_thread(self.sync_item.done, result)
-        self._settled(self)
-        return state
+    def done(self, result: Any = None) -> Awaitable[ItemState]:
+        """Record success with ``result`` (any JSON value), durably (started
+        now; await to wait for it)."""
+        return self._settle(self.sync_item.done, result)
 
-    async def fail(self, reason: str = "failed", result: Any = None) -> ItemState:
-        """Record failure with ``reason``, durably (retried per the loop's policy)."""
-        state = await asyncio.to_thread(self.sync_item.fail, reason, result)
-        self._settled(self)
-        return state
+    def fail(self, reason: str = "failed", result: Any = None) -> Awaitable[ItemState]:
+        """Record failure with ``reason``, durably (retried per the loop's
+        policy; started now; await to wait for it)."""
+        return self._settle(self.sync_item.fail, reason, result)
 
-    async def release(self, reason: str = "given back") -> None:
-        """Give the item back as pending, not counted as a failure."""
-        await asyncio.to_thread(self.sync_item.release, reason)
-        self._settled(self)
+    def release(self, reason: str = "given back") -> Awaitable[None]:
+        """Give the item back as pending, not counted as a failure (started
+        now; await to wait for it)."""
+        return self._settle(self.sync_item.release, reason)
 
     async def heartbeat(self) -> None:
         """See WorkItem.heartbeat."""
         await asyncio.to_thread(self.sync_item.heartbeat)
+
+    def _settle(self, call: Callable[..., _T], *args: Any) -> _Settling[_T]:
+        pending = self._settling
+        if pending is not None and not pending.task.done():
+            raise UsageError(f"item {self.id} is already being settled")
+        settling = _Settling(asyncio.get_running_loop().create_task(self._call(call, *args)))
+        settling.task.add_done_callback(settling.seen_by_loop)
+        self._settling = settling
+        return settling
+
+    async def _call(self, call: Callable[..., _T], *args: Any) -> _T:
+        try:
+            value = await asyncio.to_thread(call, *args)
+        except BaseException as exc:
+            self._slots.failed(self, exc, self._settling)
+            raise
+        self._slots.settled(self)
+        return value
 
     async def __aenter__(self) -> AsyncWorkItem:
         return self
@@ -93,6 +116,15 @@ class AsyncWorkItem:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        pending = self._settling
+        if pending is not None and not pending.task.done():
+            # A done() (or fail) not awaited inside the block: wait for it
+            # here rather than settle the item a second time.
+            if exc is None:
+                await pending  # its error is the block's
+            elif isinstance(exc, Exception):
+                with suppress(Exception):  # the block's error goes on; the loop sees this one
+                    await asyncio.shield(pending.task)
         if exc is None:
             if not self.settled:
                 await self.done(None)
@@ -105,8 +137,27 @@ class AsyncWorkItem:
         # Cancelled or interrupted: give the item back without awaiting (a
         # cancelled task must not wait), then let the exception go on.
         self.sync_item.release(f"interrupted: {type(exc).__name__} inside the work item")
-        self._settled(self)
+        self._slots.settled(self)
         return False
+
+
+class _Settling(Awaitable[_T]):
+    """What ``done``, ``fail`` and ``release`` return: their store call, a
+    task started at once. ``awaited`` tells the loop whether someone will see
+    its error (else the loop raises it)."""
+
+    def __init__(self, task: asyncio.Task[_T]) -> None:
+        self.task = task
+        self.awaited = False
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        self.awaited = True
+        return self.task.__await__()
+
+    def seen_by_loop(self, task: asyncio.Task[_T]) -> None:
+        """Mark an error nobody awaits as retrieved: the loop raises it (``_Slots.failed``)."""
+        if not self.awaited and not task.cancelled():
+            task.exception()
 
 
 class _Slots:
@@ -117,13 +168,39 @@ class _Slots:
             raise UsageError("concurrency must be at least 1")
         self.free = asyncio.Semaphore(concurrency)
         self.out: set[AsyncWorkItem] = set()
+        # Items whose settling call failed: no longer holding a slot (else a
+        # failure nobody awaited would stop the loop for good), given back
+        # when the loop ends unless settled meanwhile.
+        self.stuck: set[AsyncWorkItem] = set()
+        self.unseen: BaseException | None = None
         self.changed = asyncio.Event()
 
     def settled(self, item: AsyncWorkItem) -> None:
+        self.stuck.discard(item)
         if item in self.out:
             self.out.discard(item)
             self.free.release()
             self.changed.set()
+
+    def failed(
+        self, item: AsyncWorkItem, exc: BaseException, settling: _Settling[Any] | None
+    ) -> None:
+        """A settling call of ``item`` raised ``exc``: free its slot, and keep
+        the error for the loop to raise if nobody awaits the call."""
+        unseen = settling is not None and not settling.awaited
+        if unseen and isinstance(exc, Exception) and self.unseen is None:
+            self.unseen = exc  # a cancellation is the canceller's to see, not the loop's
+        if item in self.out:
+            self.out.discard(item)
+            self.stuck.add(item)
+            self.free.release()
+            self.changed.set()
+
+    def raise_unseen(self) -> None:
+        """Raise the error of a settling call that nobody awaited, if any."""
+        if self.unseen is not None:
+            exc, self.unseen = self.unseen, None
+            raise exc
 
     async def wait_for_one(self) -> None:
         self.changed.clear()
@@ -143,11 +220,13 @@ async def work_loop_async(
     try:
         while True:
             await slots.free.acquire()
+            slots.raise_unseen()
             item = await _next_item(queue, runner, policy, verify, slots)
             if item is None:
                 slots.free.release()
                 if slots.out:
                     await slots.wait_for_one()
+                    slots.raise_unseen()
                     continue
                 nap = await asyncio.to_thread(next_nap, queue)
                 if nap is None:
@@ -188,7 +267,7 @@ async def _next_item(
         if taken is not None:
             taken.release("interrupted: the work loop was cancelled")
         raise
-    return None if found is None else AsyncWorkItem(found, slots.settled)
+    return None if found is None else AsyncWorkItem(found, slots)
 
 
 async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots) -> None:
@@ -197,7 +276,7 @@ async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots) -> None:
         return
 
     def end() -> None:
-        for item in list(slots.out):
+        for item in [*slots.out, *slots.stuck]:
             if not item.settled:
                 item.sync_item.release("abandoned: the work loop stopped early")
         queue.unregister_runner(runner.runner_id)

@@ -387,10 +387,11 @@ class Queue(QueueReading, QueueWhole):
         with self._using() as store:
             store.unregister_runner(runner_id)
 
-    def release(self, claim: Claim, reason: str) -> None:
-        """Give a claimed item back as pending, not counted as a failure (durable)."""
+    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
+        """Give a claimed item back as pending, not counted as a failure (durable);
+        ``uncounted``: its attempt never began (see ``Store.release``)."""
         with self._using() as store:
-            store.release(claim, reason)
+            store.release(claim, reason, uncounted=uncounted)
 
     def stats(self, since: float | None = None, *, now: float | None = None) -> Stats:
         """What the queue's runs did: durations, throughput, rate and ETA,

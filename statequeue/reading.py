@@ -97,12 +97,7 @@ class QueueReading:
         cancelled); raises ItemNotFound when no item has that text."""
         item_id = item if isinstance(item, int) else self.find(item)
         with self._using() as store:
-            state = store.states([item_id]).get(item_id)
-            if state is None:
-                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-            if state not in (ItemState.DONE, ItemState.FAILED):
-                return None
-            return next((r for r in store.results(state) if r.item_id == item_id), None)
+            return store.result(item_id)  # an index lookup on every store
 
     def history(self, item: int | str) -> ItemHistory:
         """Everything recorded about one item, by id or by exact text; ItemNotFound if unknown."""

@@ -1,10 +1,11 @@
 """The queue's state in memory, rebuilt by applying journal records in order.
 
 It is compact so that a million-item queue opens in little memory: one state
-byte and one record locator per item id, and a ``LiveItem`` object only for
-items that have details (started, failed, held, cancelled, retried). A fresh
-pending item's text stays on disk until it is claimed: the store's loader
-reads it back by locator. Done items keep nothing but their state byte.
+byte and two record locators per item id (its text's and its last result's),
+and a ``LiveItem`` object only for items that have details (started, failed,
+held, cancelled, retried). A fresh pending item's text stays on disk until it
+is claimed: the store's loader reads it back by locator. Done items keep
+nothing but their state byte and locators.
 
 Everything that changes state is a record: ``apply`` is the one place that
 knows what each record type means, so replay and live updates cannot differ.
@@ -144,6 +145,10 @@ class QueueState:
         # holds its text (what the store's loader reads back).
         self.codes = bytearray(1)
         self.locs = array("q", [-1])
+        # Per item id: the locator of the record that holds its last result
+        # (an ``end``, or an ``item`` carrying ``last``), -1 if none in this
+        # journal (none yet, or archived): ``result`` reads one record.
+        self.ends = array("q", [-1])
         # Items with details; a fresh pending item gets one only when used.
         self.items: dict[int, LiveItem] = {}
         # Ids of items in the states that are usually few, so that recovery,
@@ -175,6 +180,11 @@ class QueueState:
         if 0 < item_id < len(self.codes) and self.codes[item_id] == P_CODE:
             return self._materialize(item_id)
         return None
+
+    def result_loc(self, item_id: int) -> int:
+        """The locator of the record holding the item's last result in this
+        journal, or -1 (none recorded, or moved to the archive)."""
+        return self.ends[item_id] if 0 < item_id < len(self.ends) else -1
 
     def state_of(self, item_id: int) -> ItemState | None:
         """The item's state (done for archived items), or None if unknown."""
@@ -317,6 +327,7 @@ class QueueState:
         if item_id == len(codes):  # the usual case: the next new id
             codes.append(CODE[state])
             self.locs.append(loc)
+            self.ends.append(-1)
         else:
             if out_of_reach(item_id, len(codes)):
                 # Refused before anything grows: the journal reports the line as damage.
@@ -328,6 +339,7 @@ class QueueState:
                 grow = item_id + 1 - len(codes)
                 codes.extend(bytes(grow))
                 self.locs.extend(array("q", [-1]) * grow)
+                self.ends.extend(array("q", [-1]) * grow)
             elif codes[item_id]:
                 # Known already: one of the ids a snapshot counts done until its
                 # ``item`` record comes, or a repeat in a salvaged journal.
@@ -337,6 +349,7 @@ class QueueState:
                     ids.discard(item_id)
             codes[item_id] = CODE[state]
             self.locs[item_id] = loc
+            self.ends[item_id] = -1
         if item_id >= self.next_id:
             self.next_id = item_id + 1
         self.counts[state] += 1
@@ -353,6 +366,7 @@ class QueueState:
         self.codes = bytearray([D_CODE]) * self.next_id
         self.codes[0] = 0
         self.locs = array("q", [-1]) * self.next_id
+        self.ends = array("q", [-1]) * self.next_id
         self.counts[DONE] = self.next_id - 1
         for first, last in rec.get("absent", ()):
             self._forget_ids(first, last)
@@ -394,6 +408,7 @@ class QueueState:
             return
         self.codes.extend(bytes([P_CODE]) * n)
         self.locs.extend(array("q", locs))
+        self.ends.extend(array("q", [-1]) * n)
         self.counts[PENDING] += n
         self.next_id = max(self.next_id, first_id + n)
         if self.keys is not None:
@@ -424,6 +439,8 @@ class QueueState:
         item_id = rec["id"]
         state = ItemState(rec["state"])
         self._add(item_id, loc, state)
+        if "last" in rec:
+            self.ends[item_id] = loc  # carried over by compaction, or imported
         if self.keys is not None:
             self.keys[item_text(rec)] = item_id
         if state is DONE:
@@ -456,6 +473,7 @@ class QueueState:
 
     def _on_end(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
+        self.ends[item.id] = loc
         if "at" in rec:
             self.recent_ends.append(rec["at"])
         item.reason = rec.get("reason", "")
@@ -505,7 +523,9 @@ class QueueState:
 
     def export(self) -> tuple[dict[str, Any], bytes, bytes]:
         """Everything needed to rebuild this state without replay (not the
-        dedupe keys): a JSON-able dict, the state codes and the locators."""
+        dedupe keys): a JSON-able dict, the state codes and the locators (the
+        texts', then the results': an older checkpoint, without the latter,
+        fails ``restore``'s length check and the journal is replayed)."""
         items = [
             [
                 i.id,
@@ -540,7 +560,7 @@ class QueueState:
             "deferred": self._deferred,
             "items": items,
         }
-        return meta, bytes(self.codes), self.locs.tobytes()
+        return meta, bytes(self.codes), self.locs.tobytes() + self.ends.tobytes()
 
     def restore(
         self, meta: dict[str, Any], codes: bytes | memoryview, locs: bytes | memoryview
@@ -562,10 +582,13 @@ class QueueState:
         self._pending = [int(i) for i in meta["pending"]]
         self._deferred = [(float(t), int(i)) for t, i in meta["deferred"]]
         self.codes = bytearray(codes)
-        self.locs = array("q")
-        self.locs.frombytes(locs)
-        if len(self.codes) != len(self.locs) or len(self.codes) < self.next_id:
+        half = len(codes) * self.locs.itemsize
+        if len(locs) != 2 * half or len(self.codes) < self.next_id:
             raise ValueError("checkpoint arrays do not match")
+        self.locs = array("q")
+        self.locs.frombytes(locs[:half])
+        self.ends = array("q")
+        self.ends.frombytes(locs[half:])
         for row in meta["items"]:
             # A row without ``failures`` (an older checkpoint) raises here, and
             # the caller replays the journal instead.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.errors import ItemNotSettled, UsageError
 from statequeue.identity import new_runner
-from statequeue.models import Claim, ItemState, OnInterrupted, Outcome
+from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 
 if TYPE_CHECKING:
     from statequeue.queue import Queue
@@ -92,12 +92,24 @@ class WorkItem:
     ``KeyboardInterrupt`` (or any other BaseException) gives the item back,
     uncounted as a failure, and leaves the loop."""
 
-    def __init__(self, queue: Queue, claim: Claim, policy: WorkPolicy | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        claim: Claim,
+        policy: WorkPolicy | None = None,
+        *,
+        runner: RunnerInfo | None = None,
+    ) -> None:
         self.queue = queue
         self.claim = claim
         self.policy = policy or WorkPolicy()
         self.settled = False
         self.released = False
+        # The work loop's runner: done() and fail() then claim the loop's
+        # next item in the same store step as the result (one commit, or one
+        # fsync), and leave that claim in ``next_claim`` for the loop.
+        self._runner = runner
+        self.next_claim: Claim | None = None
         # Made just after the claim: an attempt lasts from it to done/fail, as
         # a command's does from launch to exit (monotonic: `stats` sums these).
         self._claimed_at = time.monotonic()
@@ -145,7 +157,18 @@ class WorkItem:
         self._check_open()
         retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
         outcome = replace(outcome, duration=time.monotonic() - self._claimed_at)
-        self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
+        if self._runner is None:
+            self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
+        else:
+            # Durable before it returns, as finish is (Store.finish_and_claim).
+            self.state, self.next_claim = self.queue.finish_and_claim(
+                self.claim,
+                outcome,
+                retry_at=retry_at,
+                runner=self._runner,
+                on_interrupted=self.policy.on_interrupted,
+                max_crashes=self.policy.max_crashes,
+            )
         self.settled = True
         return self.state
 
@@ -182,11 +205,13 @@ def work_loop(
     runner = new_runner(command=("python", *sys.argv[:1]))
     queue.register_runner(runner)
     current: WorkItem | None = None
+    taken: Claim | None = None  # claimed by the last item's done() or fail()
     try:
         while True:
-            claim = queue.claim(
+            claim = taken or queue.claim(
                 runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
             )
+            taken = None
             if claim is None:
                 if wait_for_due(queue):
                     continue
@@ -198,16 +223,17 @@ def work_loop(
                 )
                 if claim is None:
                     return
-            current = WorkItem(queue, claim, policy)
+            current = WorkItem(queue, claim, policy, runner=runner)
             if not verified(current, verify):
                 yield current
                 if not (current.settled or current.released):
                     raise ItemNotSettled(
                         f"item {claim.item_id} was neither done() nor fail()ed before the next"
                     )
+            taken, current.next_claim = current.next_claim, None
             current = None
     finally:
-        end_work(queue, runner.runner_id, current)
+        end_work(queue, runner.runner_id, current, taken)
 
 
 def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
@@ -244,10 +270,16 @@ def next_nap(queue: Queue, among: Collection[int] | None = None) -> float | None
     return min(max(due - time.time(), 0.05), LONGEST_NAP)
 
 
-def end_work(queue: Queue, runner_id: str, current: WorkItem | None) -> None:
-    """Give back an unsettled item and record that the loop stopped."""
+def end_work(
+    queue: Queue, runner_id: str, current: WorkItem | None, taken: Claim | None = None
+) -> None:
+    """Give back an unsettled item, and the next one its done() claimed (never
+    started: uncounted), and record that the loop stopped."""
     if queue.closed:
-        return  # closing released the claim: recovery gives the item back
+        return  # closing released the claims: recovery gives the items back
     if current is not None and not (current.settled or current.released):
         queue.release(current.claim, "abandoned: the work loop stopped early")
+    following = taken or (current.next_claim if current is not None else None)
+    if following is not None:
+        queue.release(following, "abandoned: the work loop stopped early", uncounted=True)
     queue.unregister_runner(runner_id)

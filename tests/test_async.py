@@ -146,3 +146,54 @@ def test_kill_9_during_map_async_then_resume(tmp_path: Path, sq_env: dict[str, s
 
 def test_kill_9_during_work_async_then_resume(tmp_path: Path, sq_env: dict[str, str]) -> None:
     run_kill_and_resume(tmp_path, sq_env, "work_async")
+
+
+# Issue 21 point 13: a done() not awaited (a common slip) must never leave the
+# loop waiting in silence. wait_for is a hang guard only, never a timing.
+HANG_GUARD = 30.0
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_work_async_settles_items_whose_done_is_not_awaited(
+    sq_home: Path, concurrency: int
+) -> None:
+    async def main(q: Queue) -> list[str]:
+        seen: list[str] = []
+        async for item in q.work_async(concurrency=concurrency):
+            seen.append(item.item)
+            item.done(item.item.upper())  # the slip: never awaited
+        return seen
+
+    with Queue("na") as q:
+        q.enqueue(["a", "b", "c", "d", "e"])
+        seen = asyncio.run(asyncio.wait_for(main(q), HANG_GUARD))
+        assert sorted(seen) == ["a", "b", "c", "d", "e"]
+        assert [q.result(t).result for t in "abcde"] == list("ABCDE")  # type: ignore[union-attr]
+        assert q.status().counts["done"] == 5 and q.status().runners == ()
+
+
+def test_work_async_fail_not_awaited_inside_async_with(sq_home: Path) -> None:
+    async def main(q: Queue) -> None:
+        async for item in q.work_async(concurrency=2):
+            async with item:
+                item.fail("no")  # not awaited: the block waits for it, not done(None) again
+
+    with Queue("nf") as q:
+        q.enqueue(["a", "b"])
+        asyncio.run(asyncio.wait_for(main(q), HANG_GUARD))
+        assert {r.reason for r in q.results()} == {"no"}
+        assert q.status().counts["failed"] == 2
+
+
+def test_work_async_raises_the_error_of_a_settle_nobody_awaited(sq_home: Path) -> None:
+    async def main(q: Queue) -> None:
+        async for item in q.work_async(concurrency=1):
+            await item.release("later")
+            item.done()  # not awaited, and fails: the item is settled already
+
+    with Queue("ne") as q:
+        q.enqueue(["a", "b"])
+        with pytest.raises(statequeue.UsageError, match="already settled"):
+            asyncio.run(asyncio.wait_for(main(q), HANG_GUARD))
+        assert [v.state for v in q.items()] == [ItemState.PENDING] * 2
+        assert q.status().runners == ()

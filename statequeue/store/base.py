@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from statequeue.errors import UsageError
+from statequeue.errors import ItemNotFound, UsageError
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.records import Record
 
@@ -176,6 +176,20 @@ class Store(ABC):
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
         """The stored result of every finished item (done or failed, or only ``state``),
         archived ones included."""
+
+    def result(self, item_id: int) -> ItemResult | None:
+        """The stored result of item ``item_id`` (archived included): what
+        ``results`` yields for it. None while it has none (pending, running,
+        held, cancelled, or finished without a recorded result); ItemNotFound
+        for an id that names no item. Stores answer from an index (a few
+        records or rows read, however long the queue); this default reads
+        every result."""
+        found = self.states([item_id]).get(item_id)
+        if found is None:
+            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+        if found not in (ItemState.DONE, ItemState.FAILED):
+            return None
+        return next((r for r in self.results(found) if r.item_id == item_id), None)
 
     @abstractmethod
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:

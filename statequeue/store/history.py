@@ -34,7 +34,7 @@ def item_history(
     if text is None:
         return None
     current = state.state_of(item_id) or ItemState.DONE
-    last = next((_last_result(r) for r in reversed(events) if _last_result(r)), {})
+    last = next((_lastresult_from(r) for r in reversed(events) if _lastresult_from(r)), {})
     return ItemHistory(
         item_id=item_id,
         item=text,
@@ -57,7 +57,7 @@ def iter_results(
     if wanted in (None, ItemState.DONE):
         for r in archive:
             if r.get("t") == "arch":
-                yield _result(r, item_text(r), ItemState.DONE, archived=True)
+                yield result_from(r, item_text(r), ItemState.DONE, archived=True)
     texts: dict[int, str] = {}
     ends: dict[int, Record] = {}
     for r in journal:
@@ -73,10 +73,12 @@ def iter_results(
         if current not in (ItemState.DONE, ItemState.FAILED):
             continue
         if wanted is None or current is wanted:
-            yield _result(ends[item_id], texts.get(item_id, ""), current, archived=False)
+            yield result_from(ends[item_id], texts.get(item_id, ""), current, archived=False)
 
 
-def _result(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemResult:
+def result_from(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemResult:
+    """The ItemResult of result record ``r`` (an ``end``, an ``arch``, or an
+    item's ``last`` with its ``id``) of the item whose text is ``text``."""
     return ItemResult(
         item_id=r["id"],
         item=text,
@@ -90,7 +92,7 @@ def _result(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemRe
     )
 
 
-def _last_result(r: Record) -> Record:
+def _lastresult_from(r: Record) -> Record:
     """The result fields a record carries: an end or archive record, or the
     ``last`` of an item carried over by compaction; else empty."""
     if r.get("t") in ("end", "arch"):

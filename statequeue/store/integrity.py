@@ -22,11 +22,19 @@ from statequeue.store.folder import QueueFolder
 JOURNAL = "journal.jsonl"
 ARCHIVE = "archive.jsonl"
 STATS_CACHE = "stats.ckpt"  # stats_cache.NAME: that module loads only when `stats` runs
+ARCHIVE_INDEX = "archive.ckpt"  # archive_index.NAME: that module loads only when `result` runs
 
 # What a queue folder holds only once its journal has existed. Empty
 # subfolders and the lock file are not in it: a creation that died before
 # its journal was renamed into place leaves them, and nothing acknowledged.
-_HISTORY = (ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME, STATS_CACHE, "claims.lock")
+_HISTORY = (
+    ARCHIVE,
+    checkpoint.NAME,
+    checkpoint.KEYS_NAME,
+    STATS_CACHE,
+    ARCHIVE_INDEX,
+    "claims.lock",
+)
 _HISTORY_DIRS = ("logs", "claims", "runners")
 _REPAIR = "(run `statequeue fsck --repair` to salvage the valid records)"
 

@@ -55,13 +55,19 @@ from statequeue.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.records import Record, decode, encode_enqueued, item_text
 from statequeue.state import LiveItem, QueueState
 from statequeue.store import checkpoint, key_index
+from statequeue.store.archive_index import ArchiveIndex, archived_result
 from statequeue.store.background_compaction import BackgroundCompaction
 from statequeue.store.base import attempts_since
 from statequeue.store.checkpoint import Found
 from statequeue.store.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
+from statequeue.store.integrity import (
+    ARCHIVE_INDEX,
+    STATS_CACHE,
+    refuse_if_incomplete,
+    refuse_if_not_new,
+)
 from statequeue.store.integrity import JOURNAL as JOURNAL
-from statequeue.store.integrity import STATS_CACHE, refuse_if_incomplete, refuse_if_not_new
 from statequeue.store.locks import (
     CLAIMS,
     OFD_LOCKS,
@@ -84,7 +90,7 @@ if TYPE_CHECKING:
     from statequeue.attempts import Attempt, AttemptBatch
     from statequeue.stats import StatsBuilder
     from statequeue.store import stats_cache
-    from statequeue.views import CompactResult, ItemView
+    from statequeue.views import CompactResult, ItemResult, ItemView
 
 LOCK = "lock"
 AUTO_COMPACT_ENV = "STATEQUEUE_AUTO_COMPACT"
@@ -122,6 +128,7 @@ class JournalStore(RecordStore):
         self._runner_locks: dict[str, int] = {}
         self._archived: dict[str, int] | None = None
         self._index: _IndexKeys | None = None  # the keys index probed by a small enqueue
+        self._archive_index: ArchiveIndex | None = None  # where archived results are
         self._few = False  # this enqueue is small enough to probe the index
         self._broken: DurabilityError | None = None
         self._checkpoint_lines = 0  # journal lines covered by the last checkpoint
@@ -191,7 +198,14 @@ class JournalStore(RecordStore):
             return
         # stats.ckpt's are written without the queue lock: removing one being
         # written costs that `stats` its cache save, nothing more.
-        kinds = (JOURNAL, ARCHIVE, checkpoint.NAME, checkpoint.KEYS_NAME, STATS_CACHE)
+        kinds = (
+            JOURNAL,
+            ARCHIVE,
+            checkpoint.NAME,
+            checkpoint.KEYS_NAME,
+            STATS_CACHE,
+            ARCHIVE_INDEX,
+        )
         prefixes = tuple(f".{name}." for name in kinds)
         for tmp in self.dir.names():
             if tmp.startswith(prefixes) and tmp.endswith(".tmp") and MARK not in tmp:
@@ -376,6 +390,18 @@ class JournalStore(RecordStore):
         if record is None or record.get("t") not in ("enq", "item") or record["id"] != item_id:
             raise DamagedState(f"{self.journal.path}: no record of item {item_id} at offset {loc}")
         return item_text(record)
+
+    def _record_at(self, loc: int) -> Record:
+        record = decode(read_line(self.journal.fd, loc).removesuffix(b"\n"))
+        if record is None:
+            raise DamagedState(f"{self.journal.path}: no intact record at offset {loc}")
+        return record
+
+    def _archived_result(self, item_id: int) -> ItemResult | None:
+        found, self._archive_index = archived_result(
+            self.dir, self.state.archive_size, item_id, self._archive_index, save=not self.read_only
+        )
+        return found
 
     def sync(self) -> None:
         with self._locked():

@@ -47,6 +47,9 @@ class MemoryStore(RecordStore):
             raise DamagedState(f"record {loc} is not about item {item_id}")
         return item_text(record)
 
+    def _record_at(self, loc: int) -> Record:
+        return self.records[loc]
+
     def sync(self) -> None:
         """Nothing to do: memory is as durable as it gets here."""
 

@@ -14,7 +14,13 @@ from dataclasses import replace
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from statequeue.errors import ItemNotFound, RunnerActive, StateQueueError, UsageError
+from statequeue.errors import (
+    DamagedState,
+    ItemNotFound,
+    RunnerActive,
+    StateQueueError,
+    UsageError,
+)
 from statequeue.exported import out_of_reach
 from statequeue.gcpause import gc_paused
 from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
@@ -545,6 +551,40 @@ class RecordStore(Store):
         with self._locked() as st:
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)
+
+    def result(self, item_id: int) -> ItemResult | None:
+        """From the record the state locates (``QueueState.result_loc``) and
+        the item's own (its text), or the archive's: a few records read."""
+        from statequeue.store.history import result_from
+
+        with self._locked() as state:
+            current = state.state_of(item_id)
+            if current is None:
+                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            if current not in (ItemState.DONE, ItemState.FAILED):
+                return None
+            loc = state.result_loc(item_id)
+            if loc < 0:
+                # Failed items stay in the journal: only a done one is archived.
+                return self._archived_result(item_id) if current is ItemState.DONE else None
+            rec = self._record_at(loc)
+            if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
+                raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
+            if rec["t"] == "item":  # a result carried over by compaction (or imported)
+                return result_from(
+                    {"id": item_id, **rec["last"]}, item_text(rec), current, archived=False
+                )
+            text = self._load_text(item_id, state.locs[item_id])
+            return result_from(rec, text, current, archived=False)
+
+    def _record_at(self, loc: int) -> Record:
+        """The live journal's record at locator ``loc`` (caller holds the lock)."""
+        raise NotImplementedError
+
+    def _archived_result(self, item_id: int) -> ItemResult | None:
+        """The result of done item ``item_id`` from the archive (caller holds
+        the lock); None when it is not there (no store archive here)."""
+        return None
 
     def export_items(self) -> Iterator[ExportedItem]:
         from statequeue.store.record_transfer import export_items

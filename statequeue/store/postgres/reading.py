@@ -128,6 +128,18 @@ class PostgresReading(Store):
         with self._guard():
             yield from reads.results(self._conn, self.name, state)
 
+    def result(self, item_id: int) -> ItemResult | None:
+        with self._guard():
+            return reads.result(self._conn, self.name, item_id)
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        with self._guard():
+            return reads.find_ids(self._conn, self.name, texts)
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        with self._guard():
+            return reads.states(self._conn, self.name, ids)
+
     def history(self, item_id: int) -> ItemHistory:
         with self._guard():
             found = reads.history(self._conn, self.name, item_id)

@@ -6,11 +6,13 @@ except ``status``, which first folds the count deltas into the counters.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
+from statequeue.errors import ItemNotFound
 from statequeue.models import ItemState
 from statequeue.records import item_fields
 from statequeue.state import last_line
@@ -133,6 +135,52 @@ def results(conn: Connection, queue: str, state: ItemState | None) -> Iterator[I
                 result,
                 archived=bool(archived),
             )
+
+
+def result(conn: Connection, queue: str, item_id: int) -> ItemResult | None:
+    """Item ``item_id``'s stored result, as ``results`` yields it; None if it
+    has none now; ItemNotFound if no item has that id. One statement, index probes."""
+    row = conn.execute(sql.ONE_RESULT, {"q": queue, "id": item_id}).fetchone()
+    if row is None:
+        raise ItemNotFound(f"no item {item_id} in queue {queue!r}")
+    item, current, st, attempt, code, dur, reason, found, archived = row
+    if st is None or current != st or current not in ("done", "failed"):
+        return None  # none, or retried since (running again): as ``results`` skips it
+    return ItemResult(
+        item_id,
+        text_of(item),
+        ItemState(current),
+        int(attempt),
+        code,
+        dur,
+        str(reason),
+        found,
+        archived=bool(archived),
+    )
+
+
+def find_ids(conn: Connection, queue: str, texts: Collection[str]) -> dict[str, int]:
+    """The id of each of ``texts`` that names an item (exact bytes)."""
+    found: dict[str, int] = {}
+    wanted = list(dict.fromkeys(texts))
+    for start in range(0, len(wanted), PAGE):
+        chunk = {os.fsencode(t): t for t in wanted[start : start + PAGE]}
+        keys = [hashlib.sha256(b).digest() for b in chunk]
+        for item, item_id in conn.execute(sql.FIND_IDS, {"q": queue, "keys": keys}):
+            text = chunk.get(bytes(item))
+            if text is not None:
+                found[text] = int(item_id)
+    return found
+
+
+def states(conn: Connection, queue: str, ids: Collection[int]) -> dict[int, ItemState]:
+    """The current state of each of ``ids`` that names an item."""
+    found: dict[int, ItemState] = {}
+    wanted = sorted(set(ids))
+    for start in range(0, len(wanted), PAGE):
+        rows = conn.execute(sql.STATES, {"q": queue, "ids": wanted[start : start + PAGE]})
+        found.update((int(i), ItemState(s)) for i, s in rows)
+    return found
 
 
 def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:

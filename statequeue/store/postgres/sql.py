@@ -160,6 +160,36 @@ LEFT JOIN statequeue.live l ON l.queue = r.queue AND l.id = r.id
 ORDER BY r.id, r.token DESC
 """
 
+# One item's last result (by token) with its text and current state: index
+# probes only (items and live by key, results_item, archived_results_item).
+ONE_RESULT = f"""
+SELECT i.item, coalesce(l.state, i.state), r.state, r.attempt, r.exit_code, r.duration,
+       r.reason, r.result, r.archived
+FROM statequeue.items i
+LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
+LEFT JOIN LATERAL (
+    SELECT * FROM (
+        SELECT {_RESULT_FIELDS}, false AS archived FROM statequeue.results
+        WHERE queue = %(q)s AND id = %(id)s
+        UNION ALL
+        SELECT {_RESULT_FIELDS}, true FROM statequeue.archived_results
+        WHERE queue = %(q)s AND id = %(id)s
+    ) x ORDER BY token DESC LIMIT 1
+) r ON true
+WHERE i.queue = %(q)s AND i.id = %(id)s
+"""
+
+# By the sha256 key (items_key), then the bytes compared: exact dedupe.
+FIND_IDS = """
+SELECT item, id FROM statequeue.items WHERE queue = %(q)s AND key = ANY(%(keys)s::bytea[])
+"""
+
+STATES = """
+SELECT i.id, coalesce(l.state, i.state) FROM statequeue.items i
+LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
+WHERE i.queue = %(q)s AND i.id = ANY(%(ids)s::bigint[])
+"""
+
 ITEM_EVENTS = """
 SELECT seq, body FROM (
     SELECT seq, body FROM statequeue.events WHERE queue = %(q)s AND id = %(id)s

@@ -360,7 +360,9 @@ class PostgresStore(PostgresActions):
             )
         )
         with self._tx() as conn:
-            writes.lock_queue(conn, self.name)
+            # Only an exclusive runner needs the others to wait: 16 loops
+            # starting at once no longer queue on the queue row one by one.
+            writes.lock_queue(conn, self.name, shared=not exclusive)
             others = [
                 r for r in reads.active_runners(conn, self.name) if r.runner_id != runner.runner_id
             ]

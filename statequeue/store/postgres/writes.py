@@ -23,11 +23,15 @@ if TYPE_CHECKING:
     from statequeue.views import RecoveryReport
 
 
-def lock_queue(conn: Connection, queue: str) -> tuple[int, bool]:
+def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> tuple[int, bool]:
     """Lock the queue's row (serialises enqueues, runner registration and
-    user actions); returns its next id and whether it is paused."""
+    user actions); returns its next id and whether it is paused. ``shared``:
+    a lock that excludes those but not other shared holders (runners that
+    register side by side, none of them exclusive)."""
+    mode = "SHARE" if shared else "UPDATE"
     row = conn.execute(
-        "SELECT next_id, paused FROM statequeue.queues WHERE name = %s AND NOT dropping FOR UPDATE",
+        "SELECT next_id, paused FROM statequeue.queues WHERE name = %s AND NOT dropping"
+        f" FOR {mode}",
         (queue,),
     ).fetchone()
     if row is None:  # or being dropped: nothing may be added to it

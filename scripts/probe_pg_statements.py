@@ -1,0 +1,174 @@
+"""Where the PostgreSQL server spends its time per item (issue 21 point 14).
+
+Starts a throwaway cluster (as the tests do: tests/pg.py) with
+pg_stat_statements tracking nested statements too (``track = all``: the
+statements inside the claim and finish functions), drains N items with one
+loop (or --loops) of each kind in turn (the psycopg floor, ``store`` claim +
+finish, ``fused`` finish_and_claim, ``work``: the library's Queue.work()),
+and prints for each kind the items/s, the WAL written and flushed per item
+(pg_stat_wal), what the backends were waiting for (pg_stat_activity sampled
+every millisecond), and the statements that took the most server time, with
+their calls and mean milliseconds. Also prints the server settings that decide
+what a commit waits for.
+
+  .venv/bin/python scripts/probe_pg_statements.py [--items 2000] [--top 12] [--loops 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import shutil
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:
+    import psycopg
+except ImportError:
+    print("probe_pg_statements: skipped, psycopg is not installed")
+    sys.exit(0)
+
+import bench_pg
+
+from tests.pg import _start_cluster, find_bin_dir
+
+SETTINGS = (
+    "synchronous_commit",
+    "fsync",
+    "wal_sync_method",
+    "commit_delay",
+    "commit_siblings",
+    "wal_level",
+    "full_page_writes",
+    "jit",
+    "shared_buffers",
+)
+
+
+def top_statements(url: str, top: int) -> list[tuple[int, float, float, float, str]]:
+    """(calls, total exec ms, mean exec ms, total planning ms, query) by server time."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT calls, total_exec_time, mean_exec_time, total_plan_time, query"
+            " FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
+            (top,),
+        ).fetchall()
+    return [
+        (int(c), float(t), float(m), float(pl), " ".join(str(q).split())[:100])
+        for c, t, m, pl, q in rows
+    ]
+
+
+def wal_line(url: str, done: int, seconds: float) -> str:
+    """WAL written and flushed per item (pg_stat_wal: the whole cluster, reset before)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wal_records, wal_fpi, wal_bytes, wal_write, wal_sync, wal_sync_time"
+            " FROM pg_stat_wal"
+        ).fetchone()
+    assert row is not None
+    records, fpi, size, _writes, syncs, sync_ms = (float(v) for v in row)
+    n = max(done, 1)
+    return (
+        f"WAL per item: {records / n:.1f} records, {fpi / n:.2f} full-page images,"
+        f" {size / n:,.0f} bytes, {syncs / n:.2f} flushes taking {sync_ms / n:.3f} ms"
+        f" ({sync_ms / 1000 / seconds:.0%} of the wall time)"
+    )
+
+
+class WaitSampler:
+    """Samples what the database's active backends wait for, in a thread."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: Counter[str] = Counter()
+        self.locked: Counter[str] = Counter()  # the statements waiting for a lock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.wait(0.001):
+                rows = conn.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU'),"
+                    " wait_event_type = 'Lock', left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
+                    " FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state = 'active' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                self.seen.update(str(r[0]) for r in rows)
+                self.locked.update(str(r[2]) for r in rows if r[1])
+
+    def line(self) -> str:
+        total = sum(self.seen.values()) or 1
+        top = ", ".join(f"{k} {n / total:.0%}" for k, n in self.seen.most_common(6))
+        waiting = "; ".join(f"{n}x {q}" for q, n in self.locked.most_common(3))
+        return f"active backends were: {top}" + (
+            f"\n  waiting for a lock: {waiting}" if waiting else ""
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--kinds", default="floor,store,fused,work")
+    parser.add_argument("--loops", type=int, default=1, help="processes per kind")
+    args = parser.parse_args()
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("probe_pg_statements: PostgreSQL binaries (initdb, pg_ctl) not found")
+    cluster = _start_cluster(bin_dir)
+    try:
+        cluster.stop()
+        options = (
+            f"-c listen_addresses='' -c unix_socket_directories={cluster.socket_dir}"
+            " -c shared_preload_libraries=pg_stat_statements"
+            " -c pg_stat_statements.track=all -c track_io_timing=on"
+            " -c track_wal_io_timing=on -c pg_stat_statements.track_planning=on"
+        )
+        cluster.pg_ctl("-o", options, "-l", str(cluster.root / "log"), "-w", "start")
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+            for name in SETTINGS:
+                row = conn.execute(f"SHOW {name}").fetchone()
+                print(f"  {name} = {row[0] if row else '?'}")
+        for kind in args.kinds.split(","):
+            url = cluster.new_database()
+            bench_pg.FILLS.get(kind, bench_pg.filled_store)(url, args.items)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                conn.execute("SELECT pg_stat_statements_reset()")
+                conn.execute("SELECT pg_stat_reset_shared('wal')")
+            with WaitSampler(url) as waits:
+                done, seconds = bench_pg.drain(bench_pg.RUNNERS[kind], url, args.loops)
+            print(f"\n{kind} x{args.loops}: {done / seconds:,.0f} items/s ({seconds:.2f} s)")
+            print("  " + wal_line(url, done, seconds))
+            print("  " + waits.line(), flush=True)
+            for calls, total, mean, plan, query in top_statements(url, args.top):
+                per_item, planned = total / max(done, 1), plan / max(done, 1)
+                print(
+                    f"  {calls:7} calls {mean:7.3f} ms mean {per_item:6.3f} ms/item"
+                    f" +{planned:6.3f} planning  {query}"
+                )
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn")
+    main()

@@ -1,0 +1,138 @@
+"""``Queue.work()`` records an item's result and claims the loop's next item in
+one store step (issue 21 point 14): one commit on PostgreSQL, one fsync on the
+journal, as ``run`` does with ``finish_and_claim``. Same semantics as before on
+every store: the result is durable when done() returns, a loop left early
+gives the claimed-but-unstarted item back uncounted, and a kill -9 re-runs at
+most the items in flight (a real kill; PostgreSQL is a real throwaway server)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statequeue import ItemState, Queue
+from statequeue.store.memory import MemoryStore
+from tests.library_kill import run_kill_and_resume
+
+STORES = ("journal", "memory", "postgres")
+
+
+def _open(kind: str, request: pytest.FixtureRequest, sq_home: Path) -> Queue:
+    if kind == "memory":
+        return Queue("fw", store=MemoryStore("fw"))
+    if kind == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return Queue("fw", home=sq_home, store=url)
+    return Queue("fw", home=sq_home)
+
+
+def _count_calls(q: Queue, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = dict.fromkeys(("claim", "finish", "finish_and_claim"), 0)
+    store = q.store
+    for name in calls:
+        original = getattr(store, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(store, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_done_and_fail_claim_the_next_item_in_the_same_step(
+    kind: str, request: pytest.FixtureRequest, sq_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(kind, request, sq_home) as q:
+        q.enqueue(["a", "b", "bad", "c", "d"])
+        calls = _count_calls(q, monkeypatch)
+        seen = []
+        for item in q.work():
+            seen.append((item.item, item.attempt))
+            with item:
+                if item.item == "bad":
+                    raise ValueError("no")
+                item.done(item.item.upper())
+        assert seen == [("a", 1), ("b", 1), ("bad", 1), ("c", 1), ("d", 1)]
+        # One step per item; plain claims only for the first item and to
+        # learn that none is left (a plain claim recovers before saying so,
+        # and the loop asks once more in case a resume came meanwhile).
+        assert calls["finish"] == 0
+        assert calls["finish_and_claim"] == 5
+        assert calls["claim"] <= 3
+        assert [r.result for r in q.results(ItemState.DONE)] == ["A", "B", "C", "D"]
+        bad = q.result("bad")
+        assert bad is not None and bad.state is ItemState.FAILED and bad.reason == "ValueError: no"
+        assert q.status().runners == ()
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_loop_left_after_done_gives_the_next_item_back_uncounted(
+    kind: str, request: pytest.FixtureRequest, sq_home: Path
+) -> None:
+    with _open(kind, request, sq_home) as q:
+        q.enqueue(["a", "b", "c"])
+        for item in q.work():
+            item.done("A")
+            break  # b was claimed by that done(), and never started
+        views = {v.item: v for v in q.items()}
+        assert views["a"].state is ItemState.DONE
+        assert views["b"].state is ItemState.PENDING
+        assert views["c"].state is ItemState.PENDING
+        assert q.status().runners == ()
+        attempts = {item.item: item.attempt for item in q.work() if item.done() or True}
+        assert attempts == {"b": 1, "c": 1}  # b's give-back counted no attempt, no crash
+        assert q.history("b").state is ItemState.DONE
+
+
+def test_kill_9_during_work_then_resume(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    run_kill_and_resume(tmp_path, sq_env, "work")
+
+
+# -- PostgreSQL: many loops start and recover side by side -------------------------
+
+HANG_GUARD = 30.0  # a join's timeout: a guard against a hang, never a timing
+
+
+def _in_thread(call: Callable[[], object]) -> list[object]:
+    """Run ``call`` in a thread; the list holds its result or error once joined."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD)
+    return out
+
+
+def test_runners_register_side_by_side_and_an_exclusive_one_is_still_refused(
+    pg_url: str,
+) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from statequeue.errors import RunnerActive
+    from statequeue.identity import new_runner
+    from statequeue.store.postgres import PostgresStore
+
+    first, second, third = (PostgresStore(pg_url, "side") for _ in range(3))
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as other, other.transaction():
+            # A runner registering right now holds the row as a registration does.
+            other.execute("SELECT 1 FROM statequeue.queues WHERE name = 'side' FOR SHARE")
+            done = _in_thread(lambda: first.register_runner(new_runner()))
+            assert done == [None], "a registration waited for another one"
+        second.register_runner(new_runner())
+        refused = _in_thread(lambda: third.register_runner(new_runner(), exclusive=True))
+        assert len(refused) == 1 and isinstance(refused[0], RunnerActive)
+    finally:
+        for store in (first, second, third):
+            store.close()
