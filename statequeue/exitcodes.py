@@ -33,7 +33,8 @@ class ExitCode(IntEnum):
     memory; the items it took were given back, pending."""
     STORE_UNREACHABLE = 11
     """The PostgreSQL store could not be reached: a refused connection, a failed
-    login, a missing database, or the server went away; nothing more was changed."""
+    login, a missing database, or the server went away (for `run`: for longer
+    than --give-up-after); nothing more was changed."""
     SCHEMA_TOO_NEW = 12
     """The database's statequeue schema is newer than this statequeue; upgrade it."""
     INTERRUPTED_INT = 130
