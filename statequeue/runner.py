@@ -429,6 +429,7 @@ class Runner:
                 self._short_of_resources(exc)
             return
         self.jobs[job.token] = job
+        self._store.handed_over(claim)  # the keeper has the claim lock: a frozen runner has not
         self._lease_backstop(job)
         self.summary.attempts += 1
         if self.options.timeout is not None:

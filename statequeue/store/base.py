@@ -274,6 +274,13 @@ class Store(ABC):
         if not seconds >= MIN_LEASE:
             raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
 
+    def handed_over(self, claim: Claim) -> None:
+        """``claim.inherit_fds`` were passed on to the process that holds them
+        while any process of the item lives (the runner's keeper): close this
+        process's copies, so that a frozen runner holds no claim lock after
+        its keeper has let go. Not to be used after this. Default: nothing."""
+        return None
+
     def use_patience(self, seconds: float) -> None:
         """How long one call of a runner's store (``register_runner``) keeps
         reconnecting to a store it lost before it raises StoreUnreachable;

@@ -105,6 +105,9 @@ class PostgresStore(PostgresActions):
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
 
+    def handed_over(self, claim: Claim) -> None:
+        self._locks.let_go(claim.token, remove=False)  # the keeper holds the lock now
+
     def use_patience(self, seconds: float) -> None:
         self._patience = seconds
         if self._session.patience:
