@@ -38,7 +38,7 @@ class Outage:
     """One stretch of time in which the runner's store could not be reached."""
 
     def __init__(self, began: float, limit: float | None, error: StoreUnreachable) -> None:
-        self.began = began  # time.monotonic() of the pass that met it
+        self.began = began  # time.monotonic() the runner met it
         self.limit = limit
         self.error = error
 

@@ -256,13 +256,14 @@ class Runner:
 
     def _loop(self) -> None:
         while True:
-            began = time.monotonic()
             try:
                 if not self._pass():
                     return
             except StoreUnreachable as exc:
+                # Counted from now: the call has tried for OUTAGE_SLICE at most
+                # already, so the run never gives up before --give-up-after.
                 limit = outage_limit(self.options.give_up_after, follow=self.options.follow)
-                if not self._ride_out(Outage(began, limit, exc)):
+                if not self._ride_out(Outage(time.monotonic(), limit, exc)):
                     return
 
     def _ride_out(self, outage: Outage) -> bool:
