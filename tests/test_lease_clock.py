@@ -38,8 +38,8 @@ def test_the_keeper_script_imports_the_lease_clock_from_its_folder() -> None:
     the keeper finds lease_clock.py beside itself."""
     program = str(Path(kp.__file__).resolve())
     code = (
-        "import runpy; ns = runpy.run_path(%r, run_name='keeper');"
-        "print(ns['lease_clock'].__file__, ns['lease_clock'].CLOCK)" % program
+        f"import runpy; ns = runpy.run_path({program!r}, run_name='keeper');"
+        "print(ns['lease_clock'].__file__, ns['lease_clock'].CLOCK)"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code],

@@ -31,7 +31,8 @@ LEASE = 3.0
 WORK = (
     'echo $$ > "$PIDS/$0.$STATEQUEUE_ATTEMPT"; '
     'if [ "$STATEQUEUE_ATTEMPT" = 1 ]; then n=0; '
-    'while [ $n -lt 1200 ] && { [ "$0" = a ] || [ ! -e "$GO" ]; }; do sleep 0.05; n=$((n+1)); done; '
+    'while [ $n -lt 1200 ] && { [ "$0" = a ] || [ ! -e "$GO" ]; }; '
+    "do sleep 0.05; n=$((n+1)); done; "
     "fi"
 )
 
