@@ -25,8 +25,10 @@ runner, even if the runner is frozen: the leader's process group, then every
 adopted descendant attributed to the item (a new session escapes the group),
 again and again as more are reparented, until none is left. The deadline
 outlives the leader: a detached leftover of an item whose runner froze before
-it could record the result dies at the lease's end too. A leftover attributed
-to every held item (no STATEQUEUE_ID) is killed with any of them.
+it could record the result dies at the lease's end too; once the runner has
+recorded the item done or failed, it cancels the deadline (an infinite one)
+and a leftover may go on. An orphan attributed to every held item (no
+STATEQUEUE_ID) is killed with any of them.
 
 Attribution of a reparented orphan: the STATEQUEUE_ID in its environment
 (which survives setsid and closed fds), else every item the keeper holds at
@@ -193,7 +195,10 @@ class KeeperProcess:
             leader = self.by_token.get(token)
             if leader is not None:
                 self.deadline_items[token] = leader.item
-            if token in self.deadline_items:  # else long settled: no deadline to keep
+            if request[2] == float("inf"):  # recorded for good: nothing to fence
+                self.deadline_items.pop(token, None)
+                self.deadlines.pop(token, None)
+            elif token in self.deadline_items:  # else long settled: no deadline to keep
                 self.deadlines[token] = request[2]
             return
         if request[0] == GOODBYE:

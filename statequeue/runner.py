@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import shlex
 import signal
@@ -73,6 +74,7 @@ VERIFY_TIMEOUT = 600.0
 RESOURCE_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
 )
+_SETTLED = (ItemState.DONE, ItemState.FAILED)  # recorded for good: no lease to fence
 _KEEPER = object()  # selector tag of the keeper's socket
 _STORE_WAKE = object()  # selector tag of the store's wake-up fd (--follow)
 
@@ -745,6 +747,10 @@ class Runner:
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._taking = False
         log = job.log_path if job is not None else None
+        if job is not None and job.lease_kill_at is not None and state in _SETTLED:
+            # Settled for good: a detached leftover of it may go on (keeper_process.py).
+            with contextlib.suppress(KeeperLost):
+                job.keeper.deadline(job.token, math.inf)
         return ItemFinished(claim, outcome, state, log_path=log, retries=self.options.retries)
 
     def _backoff(self, retry: int) -> float:

@@ -187,3 +187,39 @@ def test_reaping_an_expired_lease_respects_this_hosts_claim_lock(
 def _state(url: str) -> str:
     rows = _sql(url, "SELECT state FROM statequeue.live WHERE id = 1")
     return str(rows[0][0]) if rows else "gone"
+
+
+def test_a_leftover_of_an_item_recorded_done_may_go_on_past_its_lease(
+    tmp_path: Path, sq_env: dict[str, str], pg_url: str
+) -> None:
+    """Once the item is recorded done, its lease's deadline no longer applies
+    to what it left behind: a detached leftover outlives the (short) lease,
+    as it would with any store."""
+    desc, survived = tmp_path / "desc.pid", tmp_path / "survived"
+    env = dict(sq_env, STATEQUEUE_STORE=pg_url, DESC_PID=str(desc), SURVIVED=str(survived))
+    subprocess.run([STATEQUEUE, "enqueue", "a"], env=env, check=True, timeout=60)
+    leftover = 'echo $$ > "$DESC_PID"; sleep 2; touch "$SURVIVED"'
+    run = subprocess.run(
+        [
+            STATEQUEUE,
+            "run",
+            "--no-live",
+            "--lease",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            f"setsid sh -c '{leftover}' &",
+            "{}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert run.returncode == 0, run.stderr
+    _until(desc.exists, "the leftover to start")
+    _until(lambda: desc.read_text().strip(), "the leftover's pid")
+    pid = int(desc.read_text())
+    _until(lambda: _gone(pid), "the leftover to end")
+    assert survived.exists(), "the leftover of a done item was killed at its lease's end"
