@@ -94,24 +94,27 @@ def _pid(path: Path) -> int:
     return int(path.read_text())
 
 
+@pytest.mark.parametrize("follow", [False, True])
 def test_runner_rides_out_an_outage_longer_than_its_lease_and_finishes(
     cluster: PgCluster,
     tmp_path: Path,
     sq_env: dict[str, str],
     procs: list[subprocess.Popen[bytes]],
+    follow: bool,
 ) -> None:
     """-j2: item a is in flight all through the outage, item b ends during it
     (its result can only be written once the server is back). The server is
     down for longer than the lease: the runner fences a (its child is dead
     before the server is back), keeps b's result, reconnects, records b, runs
-    a again and exits 0."""
+    a again and exits 0 (with --follow: goes on until its SIGTERM, then exits 0)."""
     url = cluster.new_database()
     pids, go = tmp_path / "pids", tmp_path / "go"
     pids.mkdir()
     env = dict(sq_env, STATEQUEUE_STORE=url, PIDS=str(pids), GO=str(go))
     subprocess.run([STATEQUEUE, "enqueue", "a", "b"], env=env, check=True, timeout=60)
     err = tmp_path / "run.err"
-    runner = _runner(env, err, "-j2", "--", "sh", "-c", WORK, "{}", procs=procs)
+    args = ("-j2", *(["--follow"] if follow else []), "--", "sh", "-c", WORK, "{}")
+    runner = _runner(env, err, *args, procs=procs)
     first_a = _pid(pids / "a.1")
     _pid(pids / "b.1")
     cluster.stop("fast")
@@ -122,6 +125,10 @@ def test_runner_rides_out_an_outage_longer_than_its_lease_and_finishes(
     time.sleep(max(0.0, stopped + LEASE + 0.5 - time.monotonic()))
     assert runner.poll() is None, err.read_text()
     cluster.start()
+    if follow:
+        done = "SELECT count(*) FROM statequeue.items WHERE state = 'done'"
+        _until(lambda: _sql(url, done) == [(2,)], "both items done")
+        os.kill(runner.pid, signal.SIGTERM)
     assert runner.wait(DEADLINE) == 0, err.read_text()
     text = err.read_text()
     assert "item 1: lease lost" in text
@@ -166,6 +173,35 @@ def test_give_up_after_ends_the_run_with_exit_11_once_the_outage_lasted_that_lon
     last = text.strip().splitlines()[-1]
     assert last.startswith("statequeue: ") and "--give-up-after 2s" in last, text
     assert "Traceback" not in text
+
+
+def test_a_signal_ends_a_run_during_an_outage(
+    cluster: PgCluster,
+    tmp_path: Path,
+    sq_env: dict[str, str],
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """SIGTERM while the server is down: the run stops as it would otherwise
+    (a --follow runner's TERM is its normal stop: exit 0), leaving its item in
+    flight to recovery, rather than waiting for the server."""
+    url = cluster.new_database()
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = dict(sq_env, STATEQUEUE_STORE=url, PIDS=str(pids), GO=str(tmp_path / "go"))
+    subprocess.run([STATEQUEUE, "enqueue", "a"], env=env, check=True, timeout=60)
+    err = tmp_path / "run.err"
+    runner = _runner(env, err, "--follow", "--", "sh", "-c", WORK, "{}", procs=procs)
+    child = _pid(pids / "a.1")
+    cluster.stop("fast")
+    _until(lambda: "reconnecting" in err.read_text() or _gone(child), "the outage to be met")
+    os.kill(runner.pid, signal.SIGTERM)
+    code = runner.wait(DEADLINE)
+    cluster.start()
+    text = err.read_text()
+    assert code == 0, text
+    assert _gone(child)
+    assert "Traceback" not in text
+    assert _sql(url, "SELECT count(*) FROM statequeue.results") == [(0,)]
 
 
 @pytest.mark.parametrize("value", ["soon", "-1s"])
