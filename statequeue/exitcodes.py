@@ -36,8 +36,8 @@ class ExitCode(IntEnum):
     took were given back, pending."""
     STORE_UNREACHABLE = 11
     """The PostgreSQL store could not be reached: a refused connection, a failed
-    login, a missing database, the server went away, or it denied a privilege (permission
-    denied); nothing more was changed."""
+    login, a missing database, the server went away (for `run`: for longer than
+    --give-up-after), or it denied a privilege (permission denied); nothing more was changed."""
     SCHEMA_TOO_NEW = 12
     """The database's statequeue schema is newer than this statequeue; upgrade it."""
     INTERRUPTED_INT = 130

@@ -17,6 +17,19 @@ When the run ends normally (goodbye), every item is settled: a detached
 process an item left behind may go on, and the keeper stays until the last
 one has exited, holding its item's claim so no retry overlaps it.
 
+Self-fencing (stores with leases): the runner sends each token's DEADLINE,
+the end of its lease as last renewed, on the lease clock (lease_clock.py,
+CLOCK_BOOTTIME where there is one: the very module the runner reads).
+When it comes, the keeper kills the item as it would after a kill -9 of the
+runner, even if the runner is frozen: the leader's process group, then every
+adopted descendant attributed to the item (a new session escapes the group),
+again and again as more are reparented, until none is left. The deadline
+outlives the leader: a detached leftover of an item whose runner froze before
+it could record the result dies at the lease's end too; once the runner has
+recorded the item done or failed, it cancels the deadline (an infinite one)
+and a leftover may go on. An orphan attributed to every held item (no
+STATEQUEUE_ID) is killed with any of them.
+
 Attribution of a reparented orphan: the STATEQUEUE_ID in its environment
 (which survives setsid and closed fds), else every item the keeper holds at
 that moment (an orphan's dead parent belonged to a held item). Finding the
@@ -33,7 +46,8 @@ its own user+sys CPU seconds as it exits (scripts/bench.py reports the
 runner's and the keeper's CPU per item side by side: the keeper is
 statequeue's own process, and its work must not go unreported).
 
-This file runs as a script under ``python -I -S``: standard library only.
+This file runs as a script under ``python -I -S``: standard library only,
+and the package's stdlib-only modules it imports from its own folder.
 """
 
 from __future__ import annotations
@@ -48,10 +62,24 @@ import socket
 import struct
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:
+    from statequeue import lease_clock
+    from statequeue.keeper_os import (
+        become_subreaper,
+        children,
+        claim_target,
+        find_program,
+        report_cpu,
+    )
+else:  # a script under -I -S: the package is not importable, its folder is
+    # (appended: a standard module is never shadowed by one of ours)
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import lease_clock
+    from keeper_os import become_subreaper, children, claim_target, find_program, report_cpu
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
-CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
@@ -64,21 +92,15 @@ CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 MAX_FDS = 8
 MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
+FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
+# Longest wait while a deadline is pending: poll's timeout runs on the
+# monotonic clock, which stops during a suspend; after a resume, a deadline
+# past on the lease clock is seen within this long.
+DEADLINE_POLL = 0.1
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
 RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
-
-
-def claim_target(index: int) -> int:
-    """The fd number a child gets its ``index``-th claim fd at: high, so the
-    ``exec 9>lockfile`` idiom in a worker never replaces it."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = CLAIM_FD + 1
-    return min(CLAIM_FD, soft - 1) - index
 
 
 class Leader:
@@ -112,10 +134,12 @@ class KeeperProcess:
         self.idle_until = 0.0  # nor before (while only a detached leftover lives)
         self.idle_gap = 0.0
         self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
-        # token -> monotonic time to kill its group: the end of its lease as
+        # token -> lease-clock time to kill its item: the end of its lease as
         # the runner last confirmed it, enforced here even if the runner is
         # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
         self.deadlines: dict[int, float] = {}
+        self.deadline_items: dict[int, int] = {}  # token -> its item (the leader may be reaped)
+        self.fencing: set[int] = set()  # held items whose deadline came: kill all of them
         self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
         self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
 
@@ -167,8 +191,15 @@ class KeeperProcess:
             self.environ = request[1]
             return
         if request[0] == DEADLINE:
-            if request[1] in self.by_token:
-                self.deadlines[request[1]] = request[2]
+            token = request[1]
+            leader = self.by_token.get(token)
+            if leader is not None:
+                self.deadline_items[token] = leader.item
+            if request[2] == float("inf"):  # recorded for good: nothing to fence
+                self.deadline_items.pop(token, None)
+                self.deadlines.pop(token, None)
+            elif token in self.deadline_items:  # else long settled: no deadline to keep
+                self.deadlines[token] = request[2]
             return
         if request[0] == GOODBYE:
             self.goodbye = True
@@ -267,8 +298,9 @@ class KeeperProcess:
             self.owners.pop(pid, None)
             self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
             if leader is not None:
+                # Its deadline stays until the item is released: a detached
+                # leftover of it may still need fencing.
                 del self.by_token[leader.token]
-                self.deadlines.pop(leader.token, None)
                 self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
@@ -314,6 +346,11 @@ class KeeperProcess:
             for fd in self.held.pop(item, ()):
                 os.close(fd)
             self.finished.discard(item)
+            self.fencing.discard(item)
+        if self.deadline_items and items:
+            for token in [t for t, item in self.deadline_items.items() if item in items]:
+                del self.deadline_items[token]
+                self.deadlines.pop(token, None)
 
     def attribute(self, children: list[int]) -> dict[int, frozenset[int]]:
         """Which items each child that is not a leader may belong to."""
@@ -364,67 +401,41 @@ class KeeperProcess:
                 os.kill(pid, signal.SIGKILL)
 
     def enforce(self, now: float) -> None:
-        """Kill the groups whose deadline has come."""
+        """Fence the items whose deadline (lease clock) has come: their
+        leader's group now, their adopted descendants in ``kill_fenced``."""
         for token in [t for t, at in self.deadlines.items() if at <= now]:
             del self.deadlines[token]
+            self.fencing.add(self.deadline_items[token])
             self.signal(token, signal.SIGKILL)
+        self.kill_fenced()
+
+    def kill_fenced(self) -> None:
+        """SIGKILL every child of the keeper that may be of a fenced item, and
+        the process group it leads: as after a kill -9 of the runner, but for
+        these items only. The dead ones' own children are reparented to the
+        keeper in turn, and killed on a later look (see ``timeout``)."""
+        if not self.fencing or not self.has_children():
+            return
+        for pid, owners in self.attribute(children()).items():
+            if not owners & self.fencing:
+                continue
+            # An unreaped child keeps its pid, and so does the group it leads:
+            # neither signal can hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
     def timeout(self, now: float) -> float | None:
-        if self.ending:
-            return 0.05  # children may appear without a SIGCHLD (reparented)
+        if self.ending or self.fencing:
+            return FENCE_POLL  # children may appear without a SIGCHLD (reparented)
         wait = None
         if self.finished:
             wait = max(0.001, max(self.cost_until, self.idle_until) - now)
         if self.deadlines:
-            first = max(0.0, min(self.deadlines.values()) - now)
+            first = max(0.0, min(min(self.deadlines.values()) - lease_clock.now(), DEADLINE_POLL))
             wait = first if wait is None else min(wait, first)
         return wait
-
-
-def find_program(name: str) -> str:
-    """Where posix_spawnp would find ``name`` on our PATH (an empty entry
-    is the current folder, as for the shell); "" if nowhere (then
-    posix_spawnp itself runs, and reports the error)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return ""
-
-
-def children() -> list[int]:
-    """The keeper's children (zombies included)."""
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
-            return [int(x) for x in f.read().split()]
-    except FileNotFoundError:
-        pass  # CONFIG_PROC_CHILDREN is off: scan every process
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                stat = os.read(fd, 1024)
-            finally:
-                os.close(fd)
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)
-        if len(fields) > 1 and int(fields[1]) == me:
-            found.append(int(name))
-    return found
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
-    pr_set_child_subreaper = 36
-    with contextlib.suppress(ImportError, OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
 
 def main() -> None:
@@ -452,7 +463,7 @@ def main() -> None:
                 if keeper.ending or keeper.goodbye:
                     poller.unregister(sock.fileno())
                     sock.close()
-        keeper.enforce(time.monotonic())
+        keeper.enforce(lease_clock.now())
         exits = keeper.reap()
         if keeper.ending:
             keeper.kill_all()
@@ -468,17 +479,6 @@ def main() -> None:
             break
     keeper.release(set(keeper.held))
     report_cpu(os.environ.get(CPU_REPORT_ENV, ""))
-
-
-def report_cpu(path: str) -> None:
-    """Write this process's own user+sys CPU seconds to ``path`` (if set)."""
-    if not path:
-        return
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
-        f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")
 
 
 if __name__ == "__main__":

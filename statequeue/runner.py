@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import shlex
 import signal
@@ -18,8 +19,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from statequeue import lease_clock
 from statequeue.attempt_logs import hand_over_log
-from statequeue.errors import ClaimLost, KeeperLost, ResourcesExhausted, UsageError
+from statequeue.errors import (
+    ClaimLost,
+    KeeperLost,
+    ResourcesExhausted,
+    StoreUnreachable,
+    UsageError,
+)
 from statequeue.fileio import CRASH
 from statequeue.identity import new_runner
 from statequeue.jobs import Job, JobSpec, OutputSink
@@ -35,6 +43,7 @@ from statequeue.poller import Poller
 from statequeue.queue import Queue
 from statequeue.run_checks import Verifier, check_command, recovery_notice
 from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent, RunSummary
+from statequeue.run_outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.store.base import MIN_LEASE
 from statequeue.wakeup import StoreWake, follow_poll
 from statequeue.work import backoff
@@ -68,6 +77,7 @@ RESOURCE_ERRNOS = frozenset(
 _SHORT_ADVICE = (
     "stopped, the items stay pending (raise the limit, e.g. `ulimit -n`, or lower --jobs)"
 )
+_SETTLED = (ItemState.DONE, ItemState.FAILED)  # recorded for good: no lease to fence
 _KEEPER = object()  # selector tag of the keeper's socket
 _STORE_WAKE = object()  # selector tag of the store's wake-up fd (--follow)
 
@@ -98,6 +108,9 @@ class RunOptions:
     log_limit: int = 1 << 20
     lease: float | None = None
     """Seconds each claim's lease lasts, for stores with leases (None: the store's default)."""
+    give_up_after: float | None = None
+    """Seconds the store may stay unreachable before the run stops (StoreUnreachable);
+    None: the default (never with ``follow``, 10 minutes without); 0: never (run_outage.py)."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -112,6 +125,8 @@ class RunOptions:
             raise UsageError(f"--log-limit must be >= 0 bytes, not {self.log_limit}")
         if self.lease is not None and not self.lease >= MIN_LEASE:
             raise UsageError(f"--lease must be at least {MIN_LEASE:g}s, not {self.lease:g}s")
+        if self.give_up_after is not None and not self.give_up_after >= 0:
+            raise UsageError(f"--give-up-after must be >= 0, not {self.give_up_after:g}s")
         if self.verify_first and not self.verify:
             raise UsageError("--verify-first needs --verify SCRIPT")
 
@@ -172,6 +187,10 @@ class Runner:
         self._taken: set[int] = set()
         self._prefetched: Claim | None = None  # claimed with the last result, not started yet
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
+        # Ended children whose results the store could not take yet (an
+        # outage), and the events of results written but not yet synced.
+        self._unrecorded: list[tuple[Job, Outcome]] = []
+        self._owed_events: list[RunEvent] = []
         self.keeper: Keeper | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector = Poller()
@@ -207,6 +226,7 @@ class Runner:
         store = self.queue.store
         if self.options.lease is not None:
             store.use_lease(self.options.lease)
+        store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (_ride_out)
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
         self._warn_on_command_drift(earlier)
@@ -225,7 +245,9 @@ class Runner:
                 # The keeper exits, or stays until a detached leftover of an
                 # item has ended, holding that item's claim.
                 self.keeper.close()
-            store.unregister_runner(self.info.runner_id)
+            # Unreachable: its row is marked stopped once its pid or lease is seen gone.
+            with contextlib.suppress(StoreUnreachable):
+                store.unregister_runner(self.info.runner_id)
             self._store_wake.close()
             self._selector.close()
             os.close(self._wake_r)
@@ -239,33 +261,76 @@ class Runner:
 
     def _loop(self) -> None:
         while True:
-            self._handle_stop()
-            if self._taking and self._out_of_time():
-                self._taking = False
-                self.on_event(Notice("--max-time reached: taking no new items"))
-            if self.options.follow:
-                # Listening before claiming: work added after this claim
-                # finds nothing still wakes the runner.
-                self._store_wake.watch()
-            if self._taking:
-                self._fill_slots()
-            self._give_back_prefetched()
-            if not self.jobs:
-                wait = self._idle_wait()
-                if wait is None:
+            try:
+                if not self._pass():
                     return
-            else:
-                wait = self._next_deadline()
-            until = time.monotonic() + wait
-            while not self._wait(wait):
-                # Only children's output came: nothing the loop acts on has
-                # changed, so wait on for what it was waiting for (a child's
-                # exit comes from the keeper, after its pipes' end of file).
-                wait = until - time.monotonic()
-                if wait <= 0:
-                    break
+            except StoreUnreachable as exc:
+                # Counted from now: the call has tried for OUTAGE_SLICE at most
+                # already, so the run never gives up before --give-up-after.
+                limit = outage_limit(self.options.give_up_after, follow=self.options.follow)
+                if not self._ride_out(Outage(time.monotonic(), limit, exc)):
+                    return
+
+    def _ride_out(self, outage: Outage) -> bool:
+        """Wait for the store to come back, fencing the claims whose leases
+        run out meanwhile (see run_outage.py). True once it answers again;
+        False if a signal stopped the run meanwhile (its children have ended).
+        StoreUnreachable once the run gives up."""
+        self.on_event(Notice(outage.start_text(), warning=True))
+        while True:
+            outage.check(time.monotonic(), out_of_time=self._out_of_time())
+            self._handle_stop()
             self._fence()
-            self._reap()
+            with contextlib.suppress(StoreUnreachable):  # their results wait in _unrecorded
+                self._reap()
+            if self._stop_signal is not None:
+                if not self.jobs:
+                    for job, _ in self._unrecorded:  # left to recovery, as if in flight
+                        self.summary.hand_back(job.claim.item_id)
+                    self._unrecorded.clear()
+                    self._owed_events.clear()
+                    return False
+            else:
+                try:
+                    self._store.is_paused()  # any call: it reconnects, with backoff
+                except StoreUnreachable as exc:
+                    outage.error = exc
+                else:
+                    self.on_event(Notice(outage.end_text(time.monotonic())))
+                    return True
+            self._wait(OUTAGE_TICK)
+
+    def _pass(self) -> bool:
+        """One pass of the loop; False when the run is over."""
+        self._handle_stop()
+        self._record_owed()
+        if self._taking and self._out_of_time():
+            self._taking = False
+            self.on_event(Notice("--max-time reached: taking no new items"))
+        if self.options.follow:
+            # Listening before claiming: work added after this claim
+            # finds nothing still wakes the runner.
+            self._store_wake.watch()
+        if self._taking:
+            self._fill_slots()
+        self._give_back_prefetched()
+        if not self.jobs:
+            wait = self._idle_wait()
+            if wait is None:
+                return False
+        else:
+            wait = self._next_deadline()
+        until = time.monotonic() + wait
+        while not self._wait(wait):
+            # Only children's output came: nothing the loop acts on has
+            # changed, so wait on for what it was waiting for (a child's
+            # exit comes from the keeper, after its pipes' end of file).
+            wait = until - time.monotonic()
+            if wait <= 0:
+                break
+        self._fence()
+        self._reap()
+        return True
 
     def _report_recovery(self) -> None:
         """Recover what dead runners left in flight now, to say so (``claim``
@@ -329,7 +394,11 @@ class Runner:
         claim = self._take_prefetched()
         if claim is not None:
             reason = "not started: the run stopped taking items"
-            self.queue.store.release(claim, reason, uncounted=True)
+            try:
+                self.queue.store.release(claim, reason, uncounted=True)
+            except StoreUnreachable:
+                self._prefetched = claim  # given back once the store is back
+                raise
 
     def _prefetch_scope(self) -> tuple[bool, set[int] | None]:
         """Whether a result may be recorded together with the next claim (a
@@ -366,6 +435,7 @@ class Runner:
                 self._short_of_resources(exc)
             return
         self.jobs[job.token] = job
+        self._store.handed_over(claim)  # the keeper has the claim lock: a frozen runner has not
         self._lease_backstop(job)
         self.summary.attempts += 1
         if self.options.timeout is not None:
@@ -470,9 +540,11 @@ class Runner:
                 wait = min(wait, _until(due))
             if self.options.follow and scope is None:
                 wait = min(wait, self._follow_poll)
-        fence = self._store.fence_at()  # a lease that needs renewing soon
+        fence = self._store.fence_at()  # a lease that needs renewing soon (lease clock)
+        if fence is not None and self.jobs:
+            wait = min(wait, max(0.0, fence - lease_clock.now()))
         for job in self.jobs.values():
-            for t in (job.deadline, job.kill_at, fence, job.watch_at):
+            for t in (job.deadline, job.kill_at, job.watch_at):
                 if t is not None:
                     wait = min(wait, max(0.0, t - now))
         return wait
@@ -599,20 +671,35 @@ class Runner:
             if job.stop_reason == "fenced":
                 continue  # its lease is lost: the item is another runner's now
             if job.stop_reason == "stopped" and not outcome.ok:
-                with contextlib.suppress(ClaimLost):  # taken over: nothing to give back
+                # Taken over: nothing to give back. Unreachable: left to recovery.
+                with contextlib.suppress(ClaimLost, StoreUnreachable):
                     store.release(  # fsynced by release itself
                         job.claim, f"interrupted: runner stopped by signal {self._stop_signal}"
                     )
                 self.summary.hand_back(job.claim.item_id)
                 continue
             ended.append((job, outcome))
-        # The last end record is written with the next claim in one locked
-        # section, whose fsync covers the others too (group commit).
-        last = len(ended) - 1
-        events = [
-            self._record(job.claim, outcome, job, sync=i == last, fuse=i == last)
-            for i, (job, outcome) in enumerate(ended)
-        ]
+        self._unrecorded += ended
+        self._record_owed(fuse=True)
+
+    def _record_owed(self, *, fuse: bool = False) -> None:
+        """Write the end records of ``_unrecorded``, then report them. The
+        last one is written with the next claim in one locked section (with
+        ``fuse``), whose fsync covers the others too (group commit). If the
+        store cannot be reached, StoreUnreachable: what is left stays owed,
+        and what was written waits to be synced (see ``_ride_out``)."""
+        if not self._unrecorded and not self._owed_events:
+            return
+        if self._owed_events:  # written before an outage: durable (or redone) first
+            self._store.sync()
+        pending = self._unrecorded
+        while pending:
+            job, outcome = pending[0]
+            last = len(pending) == 1
+            event = self._record(job.claim, outcome, job, sync=last, fuse=fuse and last)
+            del pending[0]
+            self._owed_events.append(event)
+        events, self._owed_events = self._owed_events, []
         for _ in events:
             CRASH.hit("recorded")  # test-only: die right after a durable result
         for event in events:
@@ -660,6 +747,10 @@ class Runner:
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._taking = False
         log = job.log_path if job is not None else None
+        if job is not None and job.lease_kill_at is not None and state in _SETTLED:
+            # Settled for good: a detached leftover of it may go on (keeper_process.py).
+            with contextlib.suppress(KeeperLost):
+                job.keeper.deadline(job.token, math.inf)
         return ItemFinished(claim, outcome, state, log_path=log, retries=self.options.retries)
 
     def _backoff(self, retry: int) -> float:

@@ -164,6 +164,18 @@ def run(
             "before it ends, and another runner may take the item once it has ended.",
         ),
     ] = "30s",
+    give_up_after: Annotated[
+        str | None,
+        typer.Option(
+            "--give-up-after",
+            help="PostgreSQL store: stop (exit 11) once the database has been unreachable "
+            "this long; until then the run fences what it must and keeps reconnecting. "
+            "Default: never with --follow, 10m without; 0: never. "
+            "Example: --follow --give-up-after 1h",
+            metavar="DUR",
+            show_default=False,
+        ),
+    ] = None,
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -214,6 +226,7 @@ def run(
         item_on_stdin=stdin,
         log_limit=log_limit,
         lease=_duration(lease),
+        give_up_after=_duration(give_up_after),
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)

@@ -288,6 +288,19 @@ class Store(ABC):
         if not seconds >= MIN_LEASE:
             raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
 
+    def handed_over(self, claim: Claim) -> None:
+        """``claim.inherit_fds`` were passed on to the process that holds them
+        while any process of the item lives (the runner's keeper): close this
+        process's copies, so that a frozen runner holds no claim lock after
+        its keeper has let go. Not to be used after this. Default: nothing."""
+        return None
+
+    def use_patience(self, seconds: float) -> None:
+        """How long one call of a runner's store (``register_runner``) keeps
+        reconnecting to a store it lost before it raises StoreUnreachable;
+        never past ``fence_at``. Stores without a connection ignore it."""
+        return None
+
     def lost_claims(self) -> set[int]:
         """Tokens of this store's claims it can no longer vouch for (a renew
         found them taken, or could not be made in time), each reported once.
@@ -297,13 +310,13 @@ class Store(ABC):
         return set()
 
     def fence_at(self) -> float | None:
-        """The ``time.monotonic()`` by which ``lost_claims`` must be asked
+        """The ``lease_clock.now()`` by which ``lost_claims`` must be asked
         again (when the first held lease needs fencing unless renewed first);
         None while no lease is held."""
         return None
 
     def kill_by(self, token: int | None) -> float | None:
-        """The ``time.monotonic()`` by which the processes of the claim with
+        """The ``lease_clock.now()`` by which the processes of the claim with
         ``token`` must be dead unless its lease is renewed first (the runner's
         keeper enforces it even if the runner freezes); None: no such lease."""
         return None

@@ -7,8 +7,6 @@ work as libpq defines them, since libpq itself parses what is given here.
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -69,21 +67,6 @@ def connect(url: str) -> Connection:
         return psycopg.connect(conninfo, autocommit=True, application_name="statequeue")
     except psycopg.Error as exc:
         raise unreachable(exc, url) from None
-
-
-def reconnect(url: str, until: float) -> Connection:
-    """``connect``, retried with jittered exponential backoff until the
-    monotonic time ``until``; then the last StoreUnreachable."""
-    pause = BACKOFF_FIRST
-    while True:
-        try:
-            return connect(url)
-        except StoreUnreachable:
-            left = until - time.monotonic()
-            if left <= 0:
-                raise
-            time.sleep(min(left, pause * random.uniform(0.5, 1.0)))  # jitter, not security
-            pause = min(pause * 2, BACKOFF_MAX)
 
 
 def is_lost(conn: Connection) -> bool:

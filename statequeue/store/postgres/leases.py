@@ -3,23 +3,25 @@
 A claim's lease ends ``lease`` seconds after the database's clock read the
 claim; the heartbeat thread, on its own connection, renews every held lease
 in one statement every ``lease / 3``. Self-fencing trusts no clock but this
-process's monotonic one: a lease counts as held until ``sent + FENCE_AT *
-lease``, where ``sent`` is when the last renew that succeeded (or the claim)
-was *sent*. The server set the new end after it received that statement, so
-the end is no earlier than ``sent + lease`` on this clock, as long as the two
-clocks run at the same rate. Past ``FENCE_AT`` the claim is reported lost
-(``lost``): the runner stops its child, TERM then KILL by ``KILL_BY``; the
-rest of the lease is the margin for the clocks' rates and the kill itself.
+machine's lease clock (lease_clock.py: CLOCK_BOOTTIME where there is one, so
+a suspend counts, as it does on the database's clock): a lease counts as
+held until ``sent + FENCE_AT * lease``, where ``sent`` is when the last
+renew that succeeded (or the claim) was *sent*. The server set the new end
+after it received that statement, so the end is no earlier than ``sent +
+lease`` on this clock, as long as the two clocks run at the same rate. Past
+``FENCE_AT`` the claim is reported lost (``lost``): the runner stops its
+child, TERM then KILL by ``KILL_BY``; the rest of the lease is the margin
+for the clocks' rates and the kill itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
 
 import psycopg
 
+from statequeue import lease_clock
 from statequeue.store.base import DEFAULT_LEASE
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection, connect
@@ -49,7 +51,7 @@ class Leases:
         self.queue = queue
         self.lease = lease
         self.runners: set[str] = set()
-        self._sent: dict[int, float] = {}  # token -> monotonic time its last good renew was sent
+        self._sent: dict[int, float] = {}  # token -> lease-clock time its last good renew was sent
         self._lost: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -71,7 +73,7 @@ class Leases:
     def lost(self) -> set[int]:
         """Tokens held no longer, each reported once: the renew found them
         taken, or their fence time passed. They are not renewed again."""
-        now = time.monotonic()
+        now = lease_clock.now()
         limit = FENCE_AT * self.lease
         with self._lock:
             gone = self._lost | {t for t, sent in self._sent.items() if now >= sent + limit}
@@ -81,7 +83,7 @@ class Leases:
         return gone
 
     def fence_at(self) -> float | None:
-        """The monotonic time the first held lease must be fenced, if none is renewed first."""
+        """The lease-clock time the first held lease must be fenced, if none is renewed first."""
         with self._lock:
             first = min(self._sent.values(), default=None)
         return None if first is None else first + FENCE_AT * self.lease
@@ -123,7 +125,7 @@ class Leases:
             runners = list(self.runners)
         if not tokens and not runners:
             return set()
-        sent = time.monotonic()
+        sent = lease_clock.now()
         params = {"q": self.queue, "tokens": tokens, "runners": runners, "lease": self.lease}
         try:
             conn = self._connection()

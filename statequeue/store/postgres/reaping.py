@@ -10,6 +10,12 @@ lock file is free is recovered at once. The claim lock (``ClaimLocks``) is a
 flock on a file per token in this host's scratch folder, passed to the child:
 the keeper holds its copy until no process of the item is left, so a free
 lock means nothing of the attempt still runs.
+
+An expired lease is no proof either, where the claim lock file is here: a
+lock still held on this host means a process of the attempt lives (a frozen
+runner's keeper not yet done fencing, a child it could not kill), so the
+item waits; a reaper on another host cannot see the lock, and there the
+keeper's fencing deadline is what protects it (promise 4).
 """
 
 from __future__ import annotations
@@ -83,6 +89,22 @@ class ClaimLocks:
             os.close(fd)
         return True
 
+    def is_held(self, token: int) -> bool:
+        """True when ``token``'s file is here and some process holds its lock."""
+        if self._folder is None:
+            return False
+        try:
+            fd = os.open(f"{token}.lock", _LOCK_FLAGS, dir_fd=self._claims())
+        except OSError:
+            return False  # no such file: the claim was not taken on this host
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def close(self) -> None:
         for token in list(self._fds):
             self.let_go(token, remove=False)
@@ -143,9 +165,15 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
 
 
 def reap_expired(
-    conn: Connection, queue: str, rule: tuple[OnInterrupted, int], report: RecoveryReport
+    conn: Connection,
+    queue: str,
+    rule: tuple[OnInterrupted, int],
+    report: RecoveryReport,
+    locks: ClaimLocks,
 ) -> None:
-    """If it is this store's turn, recover every item whose lease has expired."""
+    """If it is this store's turn, recover every item whose lease has expired,
+    but for those a process of which still holds the claim lock on this host."""
+    settled: list[int] = []
     with conn.transaction():
         turn = conn.execute(sql.REAP_TURN, {"q": queue, "every": REAP_EVERY}).fetchone()
         if turn is None:
@@ -153,8 +181,12 @@ def reap_expired(
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
             lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
             writes.event(conn, queue, {**lost, "by": os.getpid()})
-        for row in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
-            recover_row(conn, queue, row, rule, report)
+        for *row, token in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
+            if not locks.is_held(int(token)):
+                recover_row(conn, queue, tuple(row), rule, report)
+                settled.append(int(token))
+    for token in settled:  # recovered (committed): its lock file is done with
+        locks.let_go(token, remove=True)
     # The reaper's turn also folds the count deltas (every claim and finish
     # adds some): otherwise the first `status` after a long run pays for all.
     reads.roll_up_counts(conn, queue)

@@ -3,19 +3,33 @@
 A store that serves a runner outlives a database restart or a terminated
 backend: ``patiently`` reopens the connection with backoff and runs the
 action again (every action given to it is safe to repeat), for up to
-``PATIENCE`` seconds, but never past the moment the first lease the store
-holds needs fencing: the runner must then stop its children, not wait.
-Other callers (enqueue, status) get StoreUnreachable at once.
+``patience`` seconds per call (PATIENCE unless the runner asks for less, to
+keep an eye on its signals and children between calls), but never past the
+moment the first lease the store holds needs fencing: the runner must then
+stop its children, not wait. The backoff spans calls: an outage that outlasts
+one call is not hammered harder by the next. Other callers (enqueue, status)
+get StoreUnreachable at once.
+
+Timed on the lease clock (lease_clock.py), as the fencing deadlines are.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from statequeue import lease_clock
 from statequeue.errors import StoreUnreachable
-from statequeue.store.postgres.connection import Connection, connect, guarded, is_lost, reconnect
+from statequeue.store.postgres.connection import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    Connection,
+    connect,
+    guarded,
+    is_lost,
+)
 
 T = TypeVar("T")
 PATIENCE = 60.0
@@ -30,10 +44,13 @@ class Session:
         self.fence_at = fence_at
         self.patience = 0.0  # > 0 once a runner uses the store: reconnect
         self.generation = 0  # connections opened so far (a change: some commits may be lost)
+        self._pause = BACKOFF_FIRST  # the next wait between two tries (grows while down)
+        self._next_try = 0.0  # lease-clock time of the next try while down
+        self._last = ""  # why the last try failed
         self.conn = self._open()
 
     def _open(self, until: float | None = None) -> Connection:
-        conn = connect(self.url) if until is None else reconnect(self.url, until)
+        conn = connect(self.url) if until is None else self._reconnect(until)
         self.generation += 1
         with guarded(self.url):
             # Whatever the database's default: a result is on the server's
@@ -42,17 +59,40 @@ class Session:
             conn.execute("SET synchronous_commit = on")
         return conn
 
+    def _reconnect(self, until: float) -> Connection:
+        """``connect``, tried again with jittered exponential backoff until
+        the lease-clock time ``until``; then the last StoreUnreachable."""
+        while True:
+            wait = self._next_try - lease_clock.now()
+            if wait > 0:
+                if wait > until - lease_clock.now():
+                    raise StoreUnreachable(self._last)
+                time.sleep(wait)
+            try:
+                conn = connect(self.url)
+            except StoreUnreachable as exc:
+                self._last = str(exc)
+                # Jitter, not security: runners of many hosts do not retry in step.
+                self._next_try = lease_clock.now() + self._pause * random.uniform(0.5, 1.0)
+                self._pause = min(self._pause * 2, BACKOFF_MAX)
+                if lease_clock.now() >= until:
+                    raise
+                continue
+            self._pause, self._next_try = BACKOFF_FIRST, 0.0
+            return conn
+
     def patiently(self, action: Callable[[Connection], T]) -> T:
         """``action(connection)``, run again on a new connection if this one
         is lost (with patience only; see the module docstring)."""
-        start = time.monotonic()
+        start = lease_clock.now()
         while True:
             try:
                 with guarded(self.url):
                     return action(self.conn)
-            except StoreUnreachable:
+            except StoreUnreachable as exc:
                 if not self.patience or not is_lost(self.conn):
                     raise
+                self._last = str(exc)
                 until = start + self.patience
                 fence = self.fence_at()
                 self.conn = self._open(until if fence is None else min(until, fence))

@@ -94,7 +94,7 @@ RETURNING 1
 # Locked rows are skipped (their holder is finishing or renewing them); the
 # lease is checked on the row as locked, so a renew that committed first wins.
 EXPIRED = """
-SELECT l.id, l.attempts, l.crashes FROM statequeue.live l
+SELECT l.id, l.attempts, l.crashes, l.token FROM statequeue.live l
 WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
 FOR UPDATE SKIP LOCKED

@@ -19,7 +19,9 @@ left: the keeper holds it until then) is recovered at once.
 
 A store that serves a runner (``register_runner``) survives a lost
 connection: each call reopens it with backoff and runs again, for up to
-``PATIENCE`` seconds but never past the first lease that would need fencing.
+``PATIENCE`` seconds (or ``use_patience``) but never past the first lease
+that would need fencing. A finish that failed so may be called again later:
+it is then a retry of the first (``_first_try``), which may have committed.
 Other callers (enqueue, status) fail at once with StoreUnreachable.
 """
 
@@ -31,6 +33,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statequeue import lease_clock
 from statequeue.errors import (
     ClaimLost,
     QueueNotFound,
@@ -91,6 +94,10 @@ class PostgresStore(PostgresActions):
         self._unsynced: list[Unsynced] = []
         self._leases = Leases(url, name, lease)
         self._locks = reaping.ClaimLocks(self.scratch)
+        self._patience = PATIENCE
+        # token -> the connection generation of its first finish try, kept
+        # until the finish is settled: a later call retries that one.
+        self._first_try: dict[int, int] = {}
         self._notifier = Notifier(name)
         self._listener: Listener | None = None
         session = None
@@ -111,6 +118,14 @@ class PostgresStore(PostgresActions):
 
     def __repr__(self) -> str:
         return f"PostgresStore({mask(self.url)!r}, {self.name!r})"
+
+    def handed_over(self, claim: Claim) -> None:
+        self._locks.let_go(claim.token, remove=False)  # the keeper holds the lock now
+
+    def use_patience(self, seconds: float) -> None:
+        self._patience = seconds
+        if self._session.patience:
+            self._session.patience = seconds
 
     def use_lease(self, seconds: float) -> None:
         super().use_lease(seconds)
@@ -205,11 +220,11 @@ class PostgresStore(PostgresActions):
             "lease": self._leases.lease,
             "among": sorted(among) if among is not None else None,
         }
-        sent = time.monotonic()
+        sent = lease_clock.now()
 
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
-            sent = time.monotonic()
+            sent = lease_clock.now()
             return conn.execute(functions.CLAIM, params).fetchone()  # one statement: atomic
 
         row = self._patiently(attempt)
@@ -219,7 +234,7 @@ class PostgresStore(PostgresActions):
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:
         target = _target(outcome, retry_at)
-        generation = self._session.generation
+        generation = self._first_try.setdefault(claim.token or 0, self._session.generation)
         try:
             state = self._patiently(
                 lambda conn: writes.finish_once(
@@ -265,12 +280,12 @@ class PostgresStore(PostgresActions):
             "lease": self._leases.lease,
             "among": sorted(among) if among is not None else None,
         }
-        generation = self._session.generation
-        sent = time.monotonic()
+        generation = self._first_try.setdefault(claim.token or 0, self._session.generation)
+        sent = lease_clock.now()
 
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
-            sent = time.monotonic()
+            sent = lease_clock.now()
             retried = self._session.generation != generation
             return conn.execute(
                 functions.FINISH_AND_CLAIM, {**params, "retried": retried}
@@ -284,6 +299,7 @@ class PostgresStore(PostgresActions):
         return ItemState(row[0]), taken
 
     def _forget(self, claim: Claim) -> None:
+        self._first_try.pop(claim.token or 0, None)
         self._leases.drop(claim.token)
         self._locks.let_go(claim.token, remove=True)
 
@@ -345,13 +361,13 @@ class PostgresStore(PostgresActions):
                 rule=rule,
                 report=report,
             )
-            reaping.reap_expired(conn, self.name, rule, report)
+            reaping.reap_expired(conn, self.name, rule, report, self._locks)
 
         self._patiently(attempt)
         return report
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        self._session.patience = PATIENCE  # a runner outlives a database restart
+        self._session.patience = self._patience  # a runner outlives a database restart
         # A dead runner of this host is not "another runner active" (its items
         # are left to recovery, under the run's own --on-interrupted).
         self._patiently(

@@ -1,0 +1,81 @@
+"""What the keeper (keeper_process.py) asks of the system: where claim fds go
+in a child, a program's path, its own children, subreaper status, CPU use.
+
+Standard library only: the keeper imports this module from its own folder
+when it runs as a script under ``python -I -S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
+
+
+def claim_target(index: int) -> int:
+    """The fd number a child gets its ``index``-th claim fd at: high, so the
+    ``exec 9>lockfile`` idiom in a worker never replaces it."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = CLAIM_FD + 1
+    return min(CLAIM_FD, soft - 1) - index
+
+
+def find_program(name: str) -> str:
+    """Where posix_spawnp would find ``name`` on our PATH (an empty entry
+    is the current folder, as for the shell); "" if nowhere (then
+    posix_spawnp itself runs, and reports the error)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+def children() -> list[int]:
+    """The keeper's children (zombies included)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        pass  # CONFIG_PROC_CHILDREN is off: scan every process
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(ImportError, OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def report_cpu(path: str) -> None:
+    """Write this process's own user+sys CPU seconds to ``path`` (if set)."""
+    if not path:
+        return
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
+        f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")
