@@ -21,8 +21,8 @@ import random
 import sys
 
 import statequeue
-from statequeue.errors import QueueNotFound
-from statequeue.maintenance import drop_queue
+from statequeue.api.maintenance import drop_queue
+from statequeue.core.errors import QueueNotFound
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

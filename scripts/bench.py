@@ -76,10 +76,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from statequeue import records
+    from statequeue.core import records
 except ImportError:  # run from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from statequeue import records
+    from statequeue.core import records
 
 MB = 1024 * 1024
 COMMAND_TIMEOUT = 3600.0

@@ -58,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 try:
     import psycopg
 
-    from statequeue.identity import new_runner
-    from statequeue.models import Outcome
+    from statequeue.core.identity import new_runner
+    from statequeue.core.models import Outcome
     from statequeue.store.postgres import PostgresStore
 except ImportError:  # the bench environment may lack the postgres extra
     print("bench_pg: skipped, psycopg is not installed (pip install '.[postgres]')")
@@ -130,7 +130,7 @@ def fused_runner(url: str, go: Barrier, out: Any) -> None:
 
 def work_runner(url: str, go: Barrier, out: Any) -> None:
     """The library's loop: Queue.work() with a no-op body (``item.done()``)."""
-    from statequeue.queue import Queue
+    from statequeue.api.queue import Queue
 
     # Its home (the claims' lock files): under /var/tmp, as bench_library's
     # queues, never the user's. Not /tmp: on the shared test machine each file

@@ -36,8 +36,8 @@ try:
 except ImportError:  # the bench environment may lack the postgres extra
     print("bench_pg_security: skipped, psycopg is not installed (pip install '.[postgres]')")
     sys.exit(0)
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
 from tests.pg import _start_cluster, find_bin_dir
 
 FUNCTIONS = """

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from statequeue import pool_guard
-from statequeue.models import Claim
+from statequeue.api import pool_guard
+from statequeue.core.models import Claim
 
 
 def noop(item: str) -> None:

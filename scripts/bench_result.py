@@ -35,11 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from statequeue.exported import ExportedItem
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.queue import Queue
-from statequeue.store.journal_store import JournalStore
+from statequeue.api.queue import Queue
+from statequeue.core.exported import ExportedItem
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.store.journal.store import JournalStore
 
 GOAL_MS = 20.0
 

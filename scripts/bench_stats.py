@@ -66,10 +66,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import MB, find_statequeue, read_rss, rss_wrapper
 
 try:
-    from statequeue import records
+    from statequeue.core import records
 except ImportError:  # run from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from statequeue import records
+    from statequeue.core import records
 
 GOAL_S = 2.0
 GOAL_RSS_MB = 100.0
@@ -270,7 +270,7 @@ def build_queues(exe: str, home: Path, workdir: Path, n: int, env: dict[str, str
     "ended")``. "compacted" and "compactnocache": copies, each with its
     checkpoints rewritten (a copy has new inodes), the first with the stats
     summary as the run kept it, the second without one, both to be compacted."""
-    from statequeue.store.journal_store import JournalStore
+    from statequeue.store.journal.store import JournalStore
 
     tail = workdir / "tail.jsonl"
     queue = home / "uncompacted"

@@ -58,9 +58,9 @@ def one_round(items: int, store: str | None) -> dict[str, float]:
 
 def _finish_some(home: Path, n: int) -> None:
     """Record results for ``n`` items through the library (no child processes)."""
-    from statequeue.identity import new_runner
-    from statequeue.models import Outcome
-    from statequeue.queue import Queue
+    from statequeue.api.queue import Queue
+    from statequeue.core.identity import new_runner
+    from statequeue.core.models import Outcome
 
     runner = new_runner()
     with Queue("src", home=home) as q:

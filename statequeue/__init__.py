@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statequeue.aio import AsyncWorkItem, map_async
-    from statequeue.errors import (
+    from statequeue.api.mapping import map, resumable
+    from statequeue.api.queue import Queue, WorkItem
+    from statequeue.api.work import WorkPolicy
+    from statequeue.api.work_async import AsyncWorkItem, map_async
+    from statequeue.core.errors import (
         InvalidResult,
         ItemNotFound,
         MapFailed,
@@ -16,11 +19,8 @@ if TYPE_CHECKING:
         UnknownState,
         UsageError,
     )
-    from statequeue.mapping import map, resumable
-    from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome
-    from statequeue.queue import Queue, WorkItem
-    from statequeue.views import ItemHistory, ItemResult, ItemView, Status
-    from statequeue.work import WorkPolicy
+    from statequeue.core.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome
+    from statequeue.core.views import ItemHistory, ItemResult, ItemView, Status
 
 # Every name is imported on first use. asyncio alone costs more than the CLI's
 # whole start-up; and the CLI's entry (statequeue.cli.main) must run before
@@ -31,19 +31,19 @@ _ERRORS = (
 )
 _MODELS = ("Claim", "EnqueueResult", "ItemState", "OnInterrupted", "Outcome")
 _LAZY = {
-    **dict.fromkeys((*_ERRORS, "StateQueueError", "UsageError"), "statequeue.errors"),
-    **dict.fromkeys(_MODELS, "statequeue.models"),
-    "Queue": "statequeue.queue",
-    "WorkItem": "statequeue.queue",
-    "WorkPolicy": "statequeue.work",
-    "AsyncWorkItem": "statequeue.aio",
-    "map_async": "statequeue.aio",
-    "map": "statequeue.mapping",
-    "resumable": "statequeue.mapping",
-    "ItemHistory": "statequeue.views",
-    "ItemResult": "statequeue.views",
-    "ItemView": "statequeue.views",
-    "Status": "statequeue.views",
+    **dict.fromkeys((*_ERRORS, "StateQueueError", "UsageError"), "statequeue.core.errors"),
+    **dict.fromkeys(_MODELS, "statequeue.core.models"),
+    "Queue": "statequeue.api.queue",
+    "WorkItem": "statequeue.api.queue",
+    "WorkPolicy": "statequeue.api.work",
+    "AsyncWorkItem": "statequeue.api.work_async",
+    "map_async": "statequeue.api.work_async",
+    "map": "statequeue.api.mapping",
+    "resumable": "statequeue.api.mapping",
+    "ItemHistory": "statequeue.core.views",
+    "ItemResult": "statequeue.core.views",
+    "ItemView": "statequeue.core.views",
+    "Status": "statequeue.core.views",
 }
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import orjson
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.records import decode, encode
-from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.core.records import decode, encode
+from statequeue.store.journal.store import ARCHIVE, JOURNAL, JournalStore
 
 
 def _retried_once(store: JournalStore, text: str) -> None:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import CorruptJournal, DamagedState
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store import checkpoint, journal_store, stats_cache
-from statequeue.store.folder import QueueFolder
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.core.errors import CorruptJournal, DamagedState
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal import checkpoint, stats_cache
+from statequeue.store.journal import store as journal_store
+from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.api.queue import Queue
 from statequeue.cli.app import _invoke
 from statequeue.cli.errors import run_guarded
-from statequeue.models import Outcome
-from statequeue.queue import Queue
+from statequeue.core.models import Outcome
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
@@ -299,7 +299,7 @@ def test_run_limit_zero_is_a_usage_error(sq_home: Path, cli: Cli) -> None:
 
 def test_a_run_stopped_with_nothing_done_does_not_say_nothing_to_do() -> None:
     from statequeue.cli.run_command import _exit_code
-    from statequeue.run_events import RunSummary
+    from statequeue.run.events import RunSummary
 
     summary = RunSummary(stopped_by=signal.SIGINT)
     assert "nothing to do" not in summary.text()
@@ -373,7 +373,7 @@ def test_run_summary_counts_attempts_as_the_store_does(sq_home: Path, cli: Cli) 
 
 
 def _paused_status(paused: bool) -> object:
-    from statequeue.views import ActiveRunner, Status
+    from statequeue.core.views import ActiveRunner, Status
 
     runner = ActiveRunner(runner_id="r", pid=1, host="h", started_at=0.0, running=(1,))
     counts = {"pending": 5, "running": 1, "done": 10, "failed": 0, "cancelled": 0, "held": 0}
@@ -382,7 +382,7 @@ def _paused_status(paused: bool) -> object:
 
 def test_status_of_a_paused_queue_says_the_eta_is_paused() -> None:
     from statequeue.cli.render import status_text
-    from statequeue.views import Status
+    from statequeue.core.views import Status
 
     st = _paused_status(True)
     assert isinstance(st, Status)

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from statequeue.api.queue import Queue
 from statequeue.cli.app import _invoke
 from statequeue.cli.errors import run_guarded
-from statequeue.queue import Queue
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
@@ -47,7 +47,7 @@ def cli(capfdbinary: pytest.CaptureFixture[bytes]) -> Cli:
 
 def fail_all(q: Queue, stderr: str = "") -> None:
     """Fail every pending item through the library, with ``stderr`` as each one's tail."""
-    from statequeue.models import Outcome
+    from statequeue.core.models import Outcome
 
     for item in q.work():
         q.finish(item.claim, Outcome(ok=False, reason="exit code 1", stderr_tail=stderr))
@@ -295,7 +295,7 @@ def test_bad_items_in_a_file_or_arguments_are_named_by_position(
 def test_retry_failed_is_fine_with_items_another_process_retried(
     odd_queue: Queue, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statequeue.store.journal_store import JournalStore
+    from statequeue.store.journal.store import JournalStore
 
     retry = JournalStore.retry
     raced: list[bool] = []

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.fileio import FileOps, FolderEntry
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.queue import Queue
-from statequeue.store.journal_store import JournalStore
+from statequeue.api.queue import Queue
+from statequeue.core.fileio import FileOps, FolderEntry
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import JournalStore
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from statequeue import exported, records
-from statequeue.errors import CorruptJournal, InvalidExport
-from statequeue.exported import ExportedItem
-from statequeue.models import ItemState
-from statequeue.queue import Queue
-from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.api.queue import Queue
+from statequeue.api.transfer import import_queue
+from statequeue.core import exported, records
+from statequeue.core.errors import CorruptJournal, InvalidExport
+from statequeue.core.exported import ExportedItem
+from statequeue.core.models import ItemState
+from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.store import JOURNAL, JournalStore
 from statequeue.store.memory import MemoryStore
-from statequeue.transfer import import_queue
 from tests.conftest import STATEQUEUE
 from tests.faults.helpers import build_queue, fingerprint
 

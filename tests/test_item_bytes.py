@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from statequeue.errors import InvalidItem, UsageError
-from statequeue.queue import Queue
-from statequeue.textsafe import escaped, item_json, record_json, shown
+from statequeue.api.queue import Queue
+from statequeue.core.errors import InvalidItem, UsageError
+from statequeue.core.textsafe import escaped, item_json, record_json, shown
 
 RAW = os.fsdecode(b"caf\xe9 \xff.pdf")  # Latin-1 file name: not UTF-8
 

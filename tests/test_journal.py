@@ -8,11 +8,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from statequeue import records
-from statequeue.errors import CorruptJournal
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.core import records
+from statequeue.core.errors import CorruptJournal
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.store.journal.store import JOURNAL, JournalStore
 
 
 def make_queue(folder: Path, n: int = 5) -> JournalStore:

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store import checkpoint, journal_store, key_index
-from statequeue.store.checkpoint import KEYS_NAME
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal import checkpoint, key_index
+from statequeue.store.journal import store as journal_store
+from statequeue.store.journal.checkpoint import KEYS_NAME
+from statequeue.store.journal.store import JournalStore
 
 ITEMS = [f"item-{i}" for i in range(1, 3001)]  # three chunks of ids
 # Two items with the same crc32 (the index's digest).

@@ -1,7 +1,7 @@
 """Lease fencing is timed on CLOCK_BOOTTIME where the platform has it (issue 21):
 CLOCK_MONOTONIC stops while the machine is suspended, the database's clock
 does not. The runner's leases and the keeper's deadlines read one clock, the
-module statequeue/lease_clock.py, which the keeper imports even as a script."""
+module statequeue/core/lease_clock.py, which the keeper imports even as a script."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import statequeue.lease_clock
-from statequeue import keeper_process as kp
-from statequeue import lease_clock
+import statequeue.core.lease_clock
+from statequeue.core import lease_clock
+from statequeue.run import keeper_process as kp
 
 linux_only = pytest.mark.skipif(
     not hasattr(time, "CLOCK_BOOTTIME"), reason="CLOCK_BOOTTIME is Linux's"
@@ -30,7 +30,7 @@ def test_the_lease_clock_is_clock_boottime() -> None:
 
 
 def test_the_keeper_reads_the_same_clock_module() -> None:
-    assert kp.lease_clock is statequeue.lease_clock
+    assert kp.lease_clock is statequeue.core.lease_clock
 
 
 def test_the_keeper_script_imports_the_lease_clock_from_its_folder() -> None:

@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 import statequeue
-import statequeue.map_run
-import statequeue.work
+import statequeue.api.map_run
+import statequeue.api.work
 from statequeue import Queue
-from statequeue.errors import (
+from statequeue.core.errors import (
     InvalidExport,
     InvalidQueueName,
     InvalidResult,
@@ -28,8 +28,8 @@ from statequeue.errors import (
     UnknownState,
     UsageError,
 )
-from statequeue.models import ItemState
-from statequeue.records import RESULT_MAX_DEPTH
+from statequeue.core.models import ItemState
+from statequeue.core.records import RESULT_MAX_DEPTH
 from tests.conftest import STATEQUEUE
 
 
@@ -313,7 +313,7 @@ class SteppingClock:
 
 
 def test_work_records_each_attempts_duration(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statequeue.work, "time", SteppingClock())
+    monkeypatch.setattr(statequeue.api.work, "time", SteppingClock())
     with Queue("d") as q:
         q.enqueue(["a", "b"])
         for it in q.work():
@@ -326,7 +326,7 @@ def test_work_records_each_attempts_duration(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_map_records_each_calls_duration(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statequeue.map_run, "time", SteppingClock())
+    monkeypatch.setattr(statequeue.api.map_run, "time", SteppingClock())
 
     def fn(item: str) -> str:
         if item == "bad":
@@ -340,8 +340,8 @@ def test_map_records_each_calls_duration(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_the_asyncio_loops_record_durations_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statequeue.work, "time", SteppingClock())
-    monkeypatch.setattr(statequeue.map_run, "time", SteppingClock())
+    monkeypatch.setattr(statequeue.api.work, "time", SteppingClock())
+    monkeypatch.setattr(statequeue.api.map_run, "time", SteppingClock())
 
     async def upper(item: str) -> str:
         return item.upper()

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from statequeue import ItemState, Queue
-from statequeue.errors import (
+from statequeue.api.maintenance import drop_queue, fsck_queue
+from statequeue.core.errors import (
     ItemNotFound,
     NotSupported,
     QueueNotFound,
     StateQueueError,
     UsageError,
 )
-from statequeue.maintenance import drop_queue, fsck_queue
-from statequeue.store.fsck import FsckReport
-from statequeue.views import ItemHistory, ItemResult, ItemView
+from statequeue.core.views import ItemHistory, ItemResult, ItemView
+from statequeue.store.journal.fsck import FsckReport
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]

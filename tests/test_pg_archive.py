@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _rows
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
 from tests.conftest import STATEQUEUE
 
 pytest.importorskip("psycopg")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.identity import new_runner
+from statequeue.core.identity import new_runner
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _sql
 
@@ -132,7 +132,7 @@ _DIE_HOLDING = textwrap.dedent(
     """
     import os, signal, subprocess, sys
     from pathlib import Path
-    from statequeue.identity import new_runner
+    from statequeue.core.identity import new_runner
     from statequeue.store.postgres import PostgresStore
 
     store = PostgresStore(sys.argv[1], "q", scratch=Path(sys.argv[2]), lease=1.0)

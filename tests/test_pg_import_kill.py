@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _sql
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, OnInterrupted, Outcome
-from statequeue.views import RecoveryReport
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, OnInterrupted, Outcome
+from statequeue.core.views import RecoveryReport
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
 from tests.pg import sql as _sql
@@ -209,7 +209,7 @@ _DIE_HOLDING = textwrap.dedent(
     """
     import os, signal, subprocess, sys
     from pathlib import Path
-    from statequeue.identity import new_runner
+    from statequeue.core.identity import new_runner
     from statequeue.store.postgres import PostgresStore
 
     store = PostgresStore(sys.argv[1], "q", scratch=Path(sys.argv[2]), lease=60.0)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.attempt_logs import hand_over_log
-from statequeue.errors import StoreUnreachable
-from statequeue.identity import new_runner
-from statequeue.models import Claim, Outcome
+from statequeue.core.errors import StoreUnreachable
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, Outcome
+from statequeue.run.attempt_logs import hand_over_log
 from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _rows

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import UsageError
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.wakeup import follow_poll
+from statequeue.core.errors import UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.run.wakeup import follow_poll
 from tests.conftest import STATEQUEUE
 
 psycopg = pytest.importorskip("psycopg")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import StoreUnreachable
-from statequeue.exitcodes import ExitCode
-from statequeue.run_outage import DEFAULT_GIVE_UP, Outage, outage_limit
+from statequeue.core.errors import StoreUnreachable
+from statequeue.core.exitcodes import ExitCode
+from statequeue.run.outage import DEFAULT_GIVE_UP, Outage, outage_limit
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster, throwaway_cluster
 from tests.pg import sql as _sql

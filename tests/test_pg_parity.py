@@ -1,5 +1,5 @@
 """One code path on every store: ``Queue.fsck/drop/export/import_`` and
-``statequeue.maintenance`` work on PostgreSQL as on a local journal, and the
+``statequeue.api.maintenance`` work on PostgreSQL as on a local journal, and the
 CLI calls them (issue 13 point 1). Real PostgreSQL (tests/pg.py)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from statequeue.errors import QueueNotFound, UsageError
-from statequeue.identity import new_runner
-from statequeue.maintenance import drop_queue, fsck_queue, list_queues
-from statequeue.models import Outcome
-from statequeue.queue import Queue
+from statequeue.api.maintenance import drop_queue, fsck_queue, list_queues
+from statequeue.api.queue import Queue
+from statequeue.core.errors import QueueNotFound, UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _sql
 

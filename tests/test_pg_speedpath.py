@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from statequeue.errors import ClaimLost
-from statequeue.identity import new_runner
-from statequeue.models import Claim, ItemState, Outcome, RunnerInfo
+from statequeue.core.errors import ClaimLost
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, ItemState, Outcome, RunnerInfo
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
 from tests.pg import sql as _sql

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import ClaimLost, InvalidStoreUrl, SchemaTooNew, StoreUnreachable
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.errors import ClaimLost, InvalidStoreUrl, SchemaTooNew, StoreUnreachable
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
 from tests.pg import sql as _sql
@@ -199,7 +199,7 @@ def test_host_override_is_recorded(store: PostgresStore, monkeypatch: pytest.Mon
 
 def test_cold_enqueue_does_not_import_psycopg(sq_env: dict[str, str]) -> None:
     code = (
-        "import sys; from statequeue.cli.main import main; from statequeue.queue import Queue\n"
+        "import sys; from statequeue.cli.main import main; from statequeue.api.queue import Queue\n"
         "with Queue('q') as q: q.enqueue(['x'])\n"
         "print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
     )

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from statequeue.errors import InvalidResult, QueueClosed, StateQueueError
-from statequeue.queue import Queue
-from statequeue.store.fsck import fsck
+from statequeue.api.queue import Queue
+from statequeue.core.errors import InvalidResult, QueueClosed, StateQueueError
+from statequeue.store.journal.fsck import fsck
 
 THREADS = 8
 BATCHES = 4
@@ -63,8 +63,8 @@ def test_threads_enqueue_and_work_over_one_queue(sq_home: Path) -> None:
 
 FORK_SCRIPT = r"""
 import os, sys, traceback
-from statequeue.errors import StateQueueError
-from statequeue.queue import Queue
+from statequeue.core.errors import StateQueueError
+from statequeue.api.queue import Queue
 from statequeue.store.memory import MemoryStore
 
 home, items = sys.argv[1], int(sys.argv[2])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import DamagedState
-from statequeue.maintenance import list_queues
+from statequeue.api.maintenance import list_queues
+from statequeue.core.errors import DamagedState
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from statequeue.errors import ItemNotFound
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome, RunnerInfo
-from statequeue.queue import Queue
-from statequeue.store import archive_index
+from statequeue.api.queue import Queue
+from statequeue.core.errors import ItemNotFound
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome, RunnerInfo
+from statequeue.core.views import ItemResult
+from statequeue.store.journal import archive_index
 from statequeue.store.memory import MemoryStore
-from statequeue.store.record_store import RecordStore
-from statequeue.views import ItemResult
+from statequeue.store.records.record_store import RecordStore
 
 ARCHIVED = 400
 LIVE = 300
@@ -88,7 +88,7 @@ def _check_same(q: Queue, texts: list[str], *, archive: bool = True) -> None:
 
 def _refuse_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     """From now on, reading every record (the journal's, the archive's) fails the test."""
-    from statequeue.store.journal_store import JournalStore
+    from statequeue.store.journal.store import JournalStore
 
     for cls in (RecordStore, MemoryStore, JournalStore):
         for name in ("_journal_records", "_archive_records", "results", "items"):

@@ -14,8 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from statequeue.models import ItemState
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.models import ItemState
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]

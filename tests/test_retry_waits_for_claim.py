@@ -14,8 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from statequeue.models import ItemState, RunnerInfo
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.models import ItemState, RunnerInfo
 from tests.conftest import STATEQUEUE
 
 # Each attempt but the last leaves a `setsid sleep 3` like the issue's, logging its end; the

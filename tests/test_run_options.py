@@ -13,17 +13,17 @@ import pytest
 from statequeue import Queue
 from statequeue.cli.app import _invoke
 from statequeue.cli.errors import run_guarded
-from statequeue.durations import format_setting
-from statequeue.errors import UsageError
-from statequeue.identity import new_runner
-from statequeue.jobs import LOG_LIMIT_MARK, Job, JobSpec, build_argv
-from statequeue.models import Claim, ItemState, Outcome
-from statequeue.replacements import JobItem
-from statequeue.run_checks import check_verify_script
-from statequeue.run_events import RunSummary
-from statequeue.runner import RunOptions
-from statequeue.state import QueueState
-from statequeue.verify import verify_argv, verify_script
+from statequeue.core.durations import format_setting
+from statequeue.core.errors import UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, ItemState, Outcome
+from statequeue.run.checks import check_verify_script
+from statequeue.run.events import RunSummary
+from statequeue.run.jobs import LOG_LIMIT_MARK, Job, JobSpec, build_argv
+from statequeue.run.replacements import JobItem
+from statequeue.run.runner import RunOptions
+from statequeue.run.verify import verify_argv, verify_script
+from statequeue.store.records.state import QueueState
 
 ODD = os.fsdecode(b"dir/od\xffd.tar.gz")  # not UTF-8: held as a surrogate escape
 

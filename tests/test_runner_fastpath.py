@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.fileio import FileOps
-from statequeue.identity import new_runner
-from statequeue.keeper_process import KeeperProcess, find_program
-from statequeue.models import ItemState, Outcome
-from statequeue.queue import Queue
-from statequeue.run_events import ItemFinished, RunEvent
-from statequeue.runner import Runner, RunOptions
-from statequeue.store.journal_store import JournalStore
+from statequeue.api.queue import Queue
+from statequeue.core.fileio import FileOps
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.run.events import ItemFinished, RunEvent
+from statequeue.run.keeper_process import KeeperProcess, find_program
+from statequeue.run.runner import Runner, RunOptions
+from statequeue.store.journal.store import JournalStore
 from tests.faults.powerloss import PowerCut, PowerLossOps, Variant, apply_cut
 from tests.faults.test_crash_points import sq, sweep
 from tests.test_store_contract import BAD, OK, STORES, Harness
@@ -299,7 +299,7 @@ def test_progress_bar_names_the_started_item_at_most_ten_times_a_second(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from statequeue.cli import progress
-    from statequeue.run_events import ItemStarted
+    from statequeue.run.events import ItemStarted
 
     clock = [1000.0]
     monkeypatch.setattr(progress, "monotonic", lambda: clock[0])

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from statequeue import keeper_process as kp
-from statequeue.jobs import Job
-from statequeue.keeper import Keeper
-from statequeue.poller import Poller
-from statequeue.queue import Queue
-from statequeue.runner import Runner, RunOptions
+from statequeue.api.queue import Queue
+from statequeue.run import keeper_process as kp
+from statequeue.run.jobs import Job
+from statequeue.run.keeper import Keeper
+from statequeue.run.poller import Poller
+from statequeue.run.runner import Runner, RunOptions
 
 
 def _run(queue: Queue, *command: str, **options: Any) -> Runner:
@@ -196,7 +196,7 @@ def test_a_short_items_pipes_are_read_at_its_exit_without_watching_them(
     monkeypatch.setattr(Poller, "watch", spy)
     # Longer than the delay, never: a watch on a pipe costs a syscall, and its
     # end of file a wakeup of the runner, per item.
-    monkeypatch.setattr("statequeue.runner.OUTPUT_WATCH_DELAY", 3600.0)
+    monkeypatch.setattr("statequeue.run.runner.OUTPUT_WATCH_DELAY", 3600.0)
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b", "c"])
         _run(q, "sh", "-c", 'echo "out $1"; echo "err $1" >&2', "sh")
@@ -210,7 +210,7 @@ def test_a_short_items_pipes_are_read_at_its_exit_without_watching_them(
 def test_a_child_that_fills_its_pipe_before_it_is_watched_goes_on(
     monkeypatch: pytest.MonkeyPatch, sq_home: Path
 ) -> None:
-    monkeypatch.setattr("statequeue.runner.OUTPUT_WATCH_DELAY", 0.2)
+    monkeypatch.setattr("statequeue.run.runner.OUTPUT_WATCH_DELAY", 0.2)
     big = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo tail-of-stderr >&2"
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a"])

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from statequeue.sketch import ALPHA, QuantileSketch
+from statequeue.stats.sketch import ALPHA, QuantileSketch
 
 
 def _exact(values: list[float], q: float) -> float:

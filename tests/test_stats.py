@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from statequeue.attempts import Attempt
-from statequeue.models import OnInterrupted, Outcome, RunnerInfo
-from statequeue.queue import Queue
-from statequeue.stats import compute_stats
+from statequeue.api.queue import Queue
+from statequeue.core.models import OnInterrupted, Outcome, RunnerInfo
+from statequeue.stats.attempts import Attempt
+from statequeue.stats.figures import compute_stats
 from tests.conftest import STATEQUEUE
 from tests.test_store_contract import age_leases
 
@@ -319,7 +319,7 @@ def test_end_records_of_an_older_statequeue_take_their_runner_from_the_start() -
 
 
 def test_watch_rate_folds_only_new_events() -> None:
-    from statequeue.rates import LiveRate
+    from statequeue.stats.rates import LiveRate
     from statequeue.store.memory import MemoryStore
 
     store = MemoryStore("watch")

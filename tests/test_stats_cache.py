@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from statequeue.attempts import Attempt, AttemptBatch, batches_of
-from statequeue.models import Outcome, RunnerInfo
-from statequeue.queue import Queue
-from statequeue.stats import StatsBuilder, compute_stats
-from statequeue.store import stats_cache
-from statequeue.store.folder import QueueFolder
-from statequeue.store.journal_store import JournalStore
+from statequeue.api.queue import Queue
+from statequeue.core.models import Outcome, RunnerInfo
+from statequeue.stats.attempts import Attempt, AttemptBatch, batches_of
+from statequeue.stats.figures import StatsBuilder, compute_stats
+from statequeue.store.journal import stats_cache
+from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.store import JournalStore
 from tests.test_stats import check_figures, fill
 
 NOW = 2_000_000_000.0

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from statequeue.models import OnInterrupted, Outcome, RunnerInfo
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.models import OnInterrupted, Outcome, RunnerInfo
 from tests.test_stats_cache import _figures, _uncached
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.queue import Queue
-from statequeue.store import stats_cache
-from statequeue.store.folder import QueueFolder
-from statequeue.store.journal_store import JournalStore
+from statequeue.api.queue import Queue
+from statequeue.store.journal import stats_cache
+from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.store import JournalStore
 from tests.conftest import STATEQUEUE
 from tests.test_stats_cache import Scans, _figures, _run, _uncached
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
+from statequeue.api.queue import Queue
 from statequeue.cli.stats_view import plain_text, throughput_rows
-from statequeue.histogram import histogram
-from statequeue.models import Outcome, RunnerInfo
-from statequeue.queue import Queue
-from statequeue.sketch import QuantileSketch
-from statequeue.stats import Stats, StatsBuilder
+from statequeue.core.models import Outcome, RunnerInfo
+from statequeue.stats.figures import Stats, StatsBuilder
+from statequeue.stats.histogram import histogram
+from statequeue.stats.sketch import QuantileSketch
 from tests.conftest import STATEQUEUE
 
 
@@ -81,7 +81,7 @@ def test_a_since_before_1970_is_every_attempt(
 
 
 def test_the_throughput_header_names_the_width_of_its_rows() -> None:
-    from statequeue.rates import ThroughputView
+    from statequeue.stats.rates import ThroughputView
 
     view = ThroughputView(start=0.0, bucket_seconds=60.0, counts=(1,) * 120)
     stats = dataclasses.replace(_stats_of_nothing(), throughput=view, attempts=120)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import ARCHIVE, JOURNAL, JournalStore
 from tests.test_folder_security import (
     SECRET,
     UNSAFE,

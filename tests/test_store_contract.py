@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import RunnerActive, StateQueueError
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, OnInterrupted, Outcome
+from statequeue.core.errors import RunnerActive, StateQueueError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, OnInterrupted, Outcome
 from statequeue.store.base import Store
-from statequeue.store.journal_store import JournalStore
+from statequeue.store.journal.store import JournalStore
 from statequeue.store.memory import MemoryStore
 
 OK = Outcome(ok=True)

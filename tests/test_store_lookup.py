@@ -3,8 +3,8 @@ exact text, archived items included), ``states`` and ``heartbeat``, on every sto
 
 from __future__ import annotations
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
 from tests.test_store_contract import Harness, harness  # noqa: F401  (the fixture)
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, OnInterrupted, Outcome
-from statequeue.queue import Queue
+from statequeue.api.queue import Queue
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, OnInterrupted, Outcome
 from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
 
@@ -162,7 +162,7 @@ def test_running_item_is_exported_as_pending_interrupted(sq_home: Path, sq_env: 
 
 
 def test_memory_store_exports_and_imports(sq_home: Path) -> None:
-    from statequeue.transfer import export_lines, import_queue
+    from statequeue.api.transfer import export_lines, import_queue
 
     with Queue("src", home=sq_home) as q:
         q.enqueue(["x", "y", NON_UTF8])
@@ -233,8 +233,8 @@ GOOD = (
     ],
 )
 def test_bad_input_changes_nothing(sq_home: Path, data: bytes, message: str) -> None:
-    from statequeue.errors import InvalidExport
-    from statequeue.transfer import import_queue
+    from statequeue.api.transfer import import_queue
+    from statequeue.core.errors import InvalidExport
 
     with Queue("dst", home=sq_home) as q:
         q.enqueue(["kept"])
@@ -270,7 +270,7 @@ def test_import_killed_mid_way_is_completed_by_running_it_again(
     """A kill -9 at each write of the import (through the test crash hook):
     the queue opens, fsck accepts it, and the same import run again completes
     it, exactly as an uninterrupted one would have."""
-    from statequeue.transfer import export_lines, import_queue
+    from statequeue.api.transfer import export_lines, import_queue
 
     with Queue("src", home=sq_home) as q:
         q.enqueue([f"i{i}" for i in range(2100)])  # three batches of the import

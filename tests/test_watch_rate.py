@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.models import RunnerInfo
-from statequeue.queue import Queue
-from statequeue.rates import LiveRate
+from statequeue.api.queue import Queue
+from statequeue.core.models import RunnerInfo
+from statequeue.stats.rates import LiveRate
 from tests.test_stats_cache import _run
 
 

@@ -119,8 +119,8 @@ def test_runners_register_side_by_side_and_an_exclusive_one_is_still_refused(
     pg_url: str,
 ) -> None:
     psycopg = pytest.importorskip("psycopg")
-    from statequeue.errors import RunnerActive
-    from statequeue.identity import new_runner
+    from statequeue.core.errors import RunnerActive
+    from statequeue.core.identity import new_runner
     from statequeue.store.postgres import PostgresStore
 
     first, second, third = (PostgresStore(pg_url, "side") for _ in range(3))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from statequeue import ItemState, Queue
-from statequeue.errors import UsageError
+from statequeue.core.errors import UsageError
 
 
 def test_an_exception_inside_the_block_fails_the_attempt_and_the_loop_goes_on(

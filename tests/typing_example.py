@@ -29,8 +29,8 @@ from statequeue import (
     WorkItem,
     WorkPolicy,
 )
-from statequeue.identity import new_runner
-from statequeue.maintenance import drop_queue, fsck_queue, list_queues
+from statequeue.api.maintenance import drop_queue, fsck_queue, list_queues
+from statequeue.core.identity import new_runner
 
 
 def fetch(url: str) -> int:

@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 from statequeue.cli.errors import ReaderGone, fail, run_guarded
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
-from statequeue.exitcodes import ExitCode
+from statequeue.core.exitcodes import ExitCode
 
 
 class _Group(TyperGroup):
@@ -95,7 +95,7 @@ def enqueue(
     Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
     """
     from statequeue.cli.input import read_input
-    from statequeue.errors import InvalidItem
+    from statequeue.core.errors import InvalidItem
 
     texts, positions = read_input(items or [], file=file, null=null)
     q = open_queue(ctx, home, queue, create=True)

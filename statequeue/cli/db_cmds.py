@@ -24,7 +24,7 @@ def migrate(ctx: typer.Context, json: JsonOpt = False, store: StoreOpt = None) -
 
     Example: statequeue db migrate --store postgresql://sq@db.example/queues
     """
-    from statequeue.errors import UsageError
+    from statequeue.core.errors import UsageError
 
     url = store_url(ctx)
     if url is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from statequeue.errors import StateQueueError
-from statequeue.exitcodes import ExitCode
+from statequeue.core.errors import StateQueueError
+from statequeue.core.exitcodes import ExitCode
 
 PROG = "statequeue"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from statequeue.cli.clock import local_time
-from statequeue.textsafe import shown
+from statequeue.core.textsafe import shown
 
 Record = dict[str, Any]
 NO_TIME = "-"

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from statequeue.errors import InvalidItem, UsageError
+from statequeue.core.errors import InvalidItem, UsageError
 
 _CHUNK = 1 << 22  # bytes read at a time: blank lines never pile up beyond one chunk
 

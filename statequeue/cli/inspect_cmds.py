@@ -21,13 +21,13 @@ from statequeue.cli.options import (
     store_url,
 )
 from statequeue.cli.render import emit_json, err, escaped, plural, shown
-from statequeue.errors import ItemNotFound, StateQueueError, UsageError
-from statequeue.exitcodes import ExitCode
-from statequeue.models import ItemState, item_state
-from statequeue.textsafe import record_json
+from statequeue.core.errors import ItemNotFound, StateQueueError, UsageError
+from statequeue.core.exitcodes import ExitCode
+from statequeue.core.models import ItemState, item_state
+from statequeue.core.textsafe import record_json
 
 if TYPE_CHECKING:
-    from statequeue.views import ItemHistory, Status
+    from statequeue.core.views import ItemHistory, Status
 
 StateOpt = Annotated[
     str | None,
@@ -266,7 +266,7 @@ def queues(
 
     Example: statequeue queues --json
     """
-    from statequeue.maintenance import list_queues, queues_place
+    from statequeue.api.maintenance import list_queues, queues_place
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))

@@ -65,8 +65,8 @@ def _parse_fast(args: Sequence[str]) -> _Fast | None:
 
 
 def _fast_status(opts: _Fast) -> int:
+    from statequeue.api.queue import Queue
     from statequeue.cli.render import emit_json, print_notices, status_text
-    from statequeue.queue import Queue
 
     home, name = opts.values.get("home"), opts.values.get("queue")
     with Queue(name, home=home, create=False, store=opts.values.get("store")) as q:
@@ -80,9 +80,9 @@ def _fast_status(opts: _Fast) -> int:
 
 
 def _fast_enqueue(opts: _Fast) -> int:
+    from statequeue.api.queue import Queue
     from statequeue.cli.input import read_input
-    from statequeue.errors import InvalidItem
-    from statequeue.queue import Queue
+    from statequeue.core.errors import InvalidItem
 
     texts, where = read_input(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
     home, name = opts.values.get("home"), opts.values.get("queue")
@@ -131,16 +131,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _import_fast_path() -> None:
     import orjson  # noqa: F401  (imported here, under _ctrl_c_ends_at_once)
 
-    import statequeue.cli.errors
-    import statequeue.cli.input
-    import statequeue.cli.render
-    import statequeue.queue  # noqa: F401
-
 
 def _run_fast(opts: _Fast) -> int:
     """Run a fast-path command; its exit code."""
     from statequeue.cli.errors import fail, silence_stdout
-    from statequeue.errors import StateQueueError
+    from statequeue.core.errors import StateQueueError
 
     try:
         code = _fast_enqueue(opts) if opts.command == "enqueue" else _fast_status(opts)

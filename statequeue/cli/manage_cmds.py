@@ -11,8 +11,8 @@ from statequeue.cli.app import app
 from statequeue.cli.completion import complete_queue
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json, plural
-from statequeue.errors import UsageError
-from statequeue.exitcodes import ExitCode
+from statequeue.core.errors import UsageError
+from statequeue.core.exitcodes import ExitCode
 
 IdsArg = Annotated[list[int] | None, typer.Argument(help="Item ids.", show_default=False)]
 
@@ -32,7 +32,7 @@ def retry(
 
     Example: statequeue retry --failed
     """
-    from statequeue.models import ItemState
+    from statequeue.core.models import ItemState
 
     if not ids and not (failed or held):
         raise UsageError("give item ids, --failed or --held")
@@ -121,7 +121,7 @@ def fsck(
 
     Example: statequeue fsck || statequeue fsck --repair
     """
-    from statequeue.maintenance import fsck_queue
+    from statequeue.api.maintenance import fsck_queue
 
     glob = ctx.obj or {}
     report = fsck_queue(
@@ -162,7 +162,7 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    from statequeue.maintenance import drop_queue
+    from statequeue.api.maintenance import drop_queue
 
     def confirm(place: str) -> None:
         if not yes:

@@ -63,7 +63,7 @@ def open_queue(
     auto_compact: int | None = None,
 ) -> Any:
     """Open the queue named on the command line (command options win over global ones)."""
-    from statequeue.queue import Queue
+    from statequeue.api.queue import Queue
 
     glob = ctx.obj or {}
     q = Queue(

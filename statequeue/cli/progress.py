@@ -15,9 +15,9 @@ from time import monotonic
 from typing import Any, Protocol
 
 from statequeue.cli.render import shown
-from statequeue.durations import format_duration
-from statequeue.models import ItemState
-from statequeue.run_events import ItemFinished, ItemStarted, Notice, RunEvent
+from statequeue.core.durations import format_duration
+from statequeue.core.models import ItemState
+from statequeue.run.events import ItemFinished, ItemStarted, Notice, RunEvent
 
 DESCRIBE_EVERY = 0.1  # seconds between updates of the bar's "#ID" (a person reads ~10/s)
 WHOLE = 1 << 30  # width that never cuts an item (lines that are not on a terminal)

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from statequeue.cli.clock import local_time
-from statequeue.durations import format_duration
-from statequeue.textsafe import escaped, shown
+from statequeue.core.durations import format_duration
+from statequeue.core.textsafe import escaped, shown
 
 if TYPE_CHECKING:
-    from statequeue.views import Status
+    from statequeue.core.views import Status
 
 
 def emit_json(value: Any) -> None:
@@ -136,7 +136,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
         live = Live(Text(""), console=Console(), auto_refresh=False)
         live.start()
     from statequeue.cli.stats_view import watch_lines
-    from statequeue.rates import LiveRate
+    from statequeue.stats.rates import LiveRate
 
     rate = LiveRate(queue.store)  # `stats`'s rate and ETA
     try:

@@ -11,10 +11,10 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json
-from statequeue.exitcodes import ExitCode
+from statequeue.core.exitcodes import ExitCode
 
 if TYPE_CHECKING:
-    from statequeue.run_events import RunSummary
+    from statequeue.run.events import RunSummary
 
 RUN_EPILOG = """\
 Examples:
@@ -38,7 +38,7 @@ Replacement strings (as in GNU parallel): {} item, {.} without extension,
 
 
 def _duration(value: str | None) -> float | None:
-    from statequeue.durations import parse_duration
+    from statequeue.core.durations import parse_duration
 
     return None if value is None else parse_duration(value)
 
@@ -195,9 +195,9 @@ def run(
     Example (many hosts): statequeue run --store postgresql://db/jobs --lease 1m -- ./crawl {}
     """
     from statequeue.cli.progress import LiveSink, make_view
-    from statequeue.errors import UsageError
-    from statequeue.models import OnInterrupted
-    from statequeue.runner import Runner, RunOptions, parse_verify, stop_when_short_of_resources
+    from statequeue.core.errors import UsageError
+    from statequeue.core.models import OnInterrupted
+    from statequeue.run.runner import Runner, RunOptions, parse_verify, stop_when_short_of_resources
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")

@@ -42,7 +42,7 @@ def stats(
 
     Example: statequeue stats --since 2h
     """
-    from statequeue.durations import parse_duration
+    from statequeue.core.durations import parse_duration
 
     window = None if since is None else parse_duration(since)
     if window is not None and window >= time.time():

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from statequeue.cli.clock import local_time
 from statequeue.cli.render import plural, shown
-from statequeue.durations import format_duration
+from statequeue.core.durations import format_duration
 
 if TYPE_CHECKING:
-    from statequeue.rates import LiveRate
-    from statequeue.stats import Group, Stats
+    from statequeue.stats.figures import Group, Stats
+    from statequeue.stats.rates import LiveRate
 
 SPARKS = "▁▂▃▄▅▆▇█"
 PLAIN_ROWS = 12  # throughput rows in the plain table (buckets are merged to fit)

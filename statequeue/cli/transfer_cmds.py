@@ -10,7 +10,7 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, plural
-from statequeue.errors import NotFound
+from statequeue.core.errors import NotFound
 
 
 @app.command()
@@ -58,7 +58,7 @@ def import_(
 
     Example: statequeue export -q crawl | statequeue --store postgresql:///jobs import -q crawl
     """
-    from statequeue.transfer import read_export
+    from statequeue.api.transfer import read_export
 
     # Checked whole before the queue is opened: bad input creates nothing.
     checked = read_export(_open_input(file))

@@ -12,14 +12,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from statequeue.errors import ItemNotFound, UsageError
-from statequeue.models import Claim, EnqueueResult, ItemState, OnInterrupted, Outcome, RunnerInfo
-from statequeue.records import Record
+from statequeue.core.errors import ItemNotFound, UsageError
+from statequeue.core.models import (
+    Claim,
+    EnqueueResult,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+    RunnerInfo,
+)
+from statequeue.core.records import Record
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.attempts import Attempt, AttemptBatch
-    from statequeue.exported import ExportedItem
-    from statequeue.views import (
+    from statequeue.core.exported import ExportedItem
+    from statequeue.core.views import (
         ActiveRunner,
         CompactResult,
         ItemHistory,
@@ -29,6 +35,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         Status,
         StoreCheck,
     )
+    from statequeue.stats.attempts import Attempt, AttemptBatch
 
 RETRYABLE = (ItemState.FAILED, ItemState.HELD)
 DEFAULT_LEASE = 30.0
@@ -206,9 +213,9 @@ class Store(ABC):
         correct the counters (concurrent writers stay correct). Reports what
         outside the queue harms it (an old open transaction). Raises
         NotSupported for a store without counters: a journal is checked on its
-        folder (``statequeue.store.fsck``), since a damaged one cannot be opened;
-        ``statequeue.maintenance.check_store`` chooses for an open store."""
-        from statequeue.errors import NotSupported
+        folder (``statequeue.store.journal.fsck``), since a damaged one cannot be opened;
+        ``statequeue.api.maintenance.check_store`` chooses for an open store."""
+        from statequeue.core.errors import NotSupported
 
         raise NotSupported(f"the {type(self).__name__} is checked on its folder, not by check()")
 
@@ -340,14 +347,14 @@ class Store(ABC):
 
         This default reads every event through ``read_events``; stores with
         an archive or a results table override it."""
-        from statequeue.attempts import attempts_of
+        from statequeue.stats.attempts import attempts_of
 
         return attempts_since(attempts_of(self._all_events()), since)
 
     def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
         """What ``iter_attempts`` yields, as column batches (what `stats` folds).
         Stores that can build the columns without a tuple per attempt override it."""
-        from statequeue.attempts import batches_of
+        from statequeue.stats.attempts import batches_of
 
         return batches_of(self.iter_attempts(since))
 

@@ -11,12 +11,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from statequeue.errors import DamagedState
-from statequeue.models import RunnerInfo
-from statequeue.records import Record, item_text
-from statequeue.state import LiveItem, QueueState
-from statequeue.store.record_store import RecordStore
-from statequeue.views import CompactResult
+from statequeue.core.errors import DamagedState
+from statequeue.core.models import RunnerInfo
+from statequeue.core.records import Record, item_text
+from statequeue.core.views import CompactResult
+from statequeue.store.records.record_store import RecordStore
+from statequeue.store.records.state import LiveItem, QueueState
 
 
 class MemoryStore(RecordStore):

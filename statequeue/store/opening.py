@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.errors import InvalidStoreUrl, UsageError
+from statequeue.core.errors import InvalidStoreUrl, UsageError
 from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
 
 if TYPE_CHECKING:
-    from statequeue.views import Status
+    from statequeue.core.views import Status
 
 
 def chosen_url(store: str | None) -> str | None:

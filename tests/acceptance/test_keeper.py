@@ -1,6 +1,6 @@
 """Promise 4 against escaping descendants, and the runner's own resource limits.
 
-The keeper (statequeue/keeper_process.py) is the parent and subreaper of every
+The keeper (statequeue/run/keeper_process.py) is the parent and subreaper of every
 child: a descendant that detaches (new session, closed fds, double fork) is
 still its child once its parent dies, and the item's claim is held until no
 process of the item is left. Every escaping worker here records its
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from statequeue import Queue
-from statequeue.errors import ResourcesExhausted
-from statequeue.keeper_process import LOST, KeeperProcess, Leader
-from statequeue.models import ItemState
-from statequeue.runner import Runner, RunOptions
+from statequeue.core.errors import ResourcesExhausted
+from statequeue.core.models import ItemState
+from statequeue.run.keeper_process import LOST, KeeperProcess, Leader
+from statequeue.run.runner import Runner, RunOptions
 from tests.acceptance.test_runner import (
     Procs,
     alive,
@@ -394,7 +394,7 @@ def test_spawns_failing_together_give_back_every_claim(
 ) -> None:
     # -j4 and every spawn refused at once: the run stops (exit 10), and no
     # item may stay claimed (it would count as a runner crash next time).
-    monkeypatch.setattr("statequeue.runner.Keeper", _KeeperOutOfProcesses)
+    monkeypatch.setattr("statequeue.run.runner.Keeper", _KeeperOutOfProcesses)
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b", "c", "d"])
         runner = Runner(q, RunOptions(command=("true",), jobs=4))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import JOURNAL, JournalStore
 
 
 def build_queue(folder: Path, *, items: int = 8, finished: int = 5) -> bytes:

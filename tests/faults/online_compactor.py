@@ -15,10 +15,10 @@ import signal
 import sys
 from pathlib import Path
 
-from statequeue.fileio import FileOps
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.fileio import FileOps
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import JournalStore
 
 LATE = ("late-1", "late-2")
 

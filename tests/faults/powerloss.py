@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statequeue.fileio import FileOps
+from statequeue.core.fileio import FileOps
 
 WATCHED = ("journal.jsonl", "archive.jsonl")
 

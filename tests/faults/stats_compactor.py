@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from statequeue.store import stats_cache
-from statequeue.store.journal_store import JournalStore
+from statequeue.store.journal import stats_cache
+from statequeue.store.journal.store import JournalStore
 from tests.faults.online_compactor import KillAt
 
 

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from statequeue.models import Outcome, RunnerInfo
-from statequeue.store import cache_file, stats_cache
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.models import Outcome, RunnerInfo
+from statequeue.store.journal import cache_file, stats_cache
+from statequeue.store.journal.store import JournalStore
 
 THREAD = "statequeue-stats"
 

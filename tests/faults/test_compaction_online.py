@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.fileio import FileOps
-from statequeue.identity import new_runner
-from statequeue.models import ItemState, Outcome
-from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
+from statequeue.core.fileio import FileOps
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.store import ARCHIVE, JOURNAL, JournalStore
 from tests.faults.online_compactor import LATE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import CorruptJournal, LockTimeout
-from statequeue.fileio import FileOps
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store import key_index
-from statequeue.store.checkpoint import KEYS_NAME
-from statequeue.store.compaction import _RESULT_KEYS
-from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import ARCHIVE, JournalStore
-from statequeue.store.online_compaction import NEW_JOURNAL, NEW_KEYS
+from statequeue.core.errors import CorruptJournal, LockTimeout
+from statequeue.core.fileio import FileOps
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal import key_index
+from statequeue.store.journal.checkpoint import KEYS_NAME
+from statequeue.store.journal.compaction import _RESULT_KEYS
+from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.online_compaction import NEW_JOURNAL, NEW_KEYS
+from statequeue.store.journal.store import ARCHIVE, JournalStore
 from tests.faults.test_compaction_online import (
     FIRST as FIRST_ITEMS,
 )

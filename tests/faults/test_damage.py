@@ -20,12 +20,12 @@ import pytest
 
 from statequeue.cli.app import _invoke
 from statequeue.cli.errors import run_guarded
-from statequeue.errors import CorruptJournal, DamagedState
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store import checkpoint
-from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import ARCHIVE, JOURNAL, JournalStore
+from statequeue.core.errors import CorruptJournal, DamagedState
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal import checkpoint
+from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.store import ARCHIVE, JOURNAL, JournalStore
 from tests.conftest import STATEQUEUE
 from tests.faults.helpers import record_starts
 

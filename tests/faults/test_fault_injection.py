@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import DurabilityError
-from statequeue.fileio import FileOps
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.errors import DurabilityError
+from statequeue.core.fileio import FileOps
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import JournalStore
 
 FAULT_CASES = {"count": 0}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from statequeue.errors import CorruptJournal
-from statequeue.store.fsck import fsck
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.core.errors import CorruptJournal
+from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.store import JOURNAL, JournalStore
 from tests.faults.helpers import build_queue, fresh_folder, record_starts
 
 FLIPS_PER_RECORD = 12

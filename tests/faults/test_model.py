@@ -17,9 +17,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from statequeue.identity import new_runner
-from statequeue.models import Claim, Outcome
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, Outcome
+from statequeue.store.journal.store import JournalStore
 from tests.faults.powerloss import PowerLossOps, Variant, apply_cut
 
 ALPHABET = [f"item{i}" for i in range(12)]

@@ -9,10 +9,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statequeue import records
-from statequeue.errors import StateQueueError
-from statequeue.journal import parse
-from statequeue.store.journal_store import JournalStore
+from statequeue.core import records
+from statequeue.core.errors import StateQueueError
+from statequeue.store.journal.journal_file import parse
+from statequeue.store.journal.store import JournalStore
 
 GOOD = [
     records.encode(

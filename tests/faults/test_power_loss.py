@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.errors import DamagedState
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import JournalStore
+from statequeue.core.errors import DamagedState
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal.store import JournalStore
 from tests.faults.powerloss import PowerCut, PowerLossOps, Variant, apply_cut
 
 TAILS = ("drop", "keep", "torn", "garble")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from statequeue import journal
-from statequeue.identity import new_runner
-from statequeue.models import Outcome
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
+from statequeue.store.journal import journal_file as journal
+from statequeue.store.journal.store import JOURNAL, JournalStore
 from tests.faults.test_compaction_online import ROOT
 
 CHUNK = 4096
@@ -64,9 +64,10 @@ def _open_in_child(folder: Path) -> subprocess.CompletedProcess[str]:
     """Open the queue in a child process (the old loop never ended on a torn
     record longer than a chunk), with the small chunk."""
     code = (
-        "import sys; from pathlib import Path; from statequeue import journal;"
+        "import sys; from pathlib import Path;"
+        "from statequeue.store.journal import journal_file as journal;"
         f"journal._REPLAY_CHUNK = {CHUNK};"
-        "from statequeue.store.journal_store import JournalStore;"
+        "from statequeue.store.journal.store import JournalStore;"
         "s = JournalStore(Path(sys.argv[1]), create=False);"
         "print(s.status().counts['done'], *s.notices(), sep='|'); s.close()"
     )

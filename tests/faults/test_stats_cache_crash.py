@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.queue import Queue
-from statequeue.store import stats_cache
+from statequeue.api.queue import Queue
+from statequeue.store.journal import stats_cache
 from tests.faults.test_compaction_online import ROOT, build
 from tests.test_stats_cache import NOW, _rounded
 

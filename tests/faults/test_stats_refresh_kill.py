@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.store import stats_cache
-from statequeue.store.journal_store import JournalStore
+from statequeue.store.journal import stats_cache
+from statequeue.store.journal.store import JournalStore
 from tests.faults.test_compaction_online import ROOT
 from tests.faults.test_stats_cache_crash import _figures
 

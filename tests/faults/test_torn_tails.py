@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.store.journal_store import JOURNAL, JournalStore
+from statequeue.store.journal.store import JOURNAL, JournalStore
 from tests.faults.helpers import build_queue, fingerprint, fresh_folder, record_starts
 
 CASES = {"offsets": 0, "junk": 0}

@@ -11,15 +11,15 @@ import os
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from statequeue.models import Claim, EnqueueResult, ItemState
+from statequeue.core.models import Claim, EnqueueResult, ItemState
 from statequeue.store.base import RETRYABLE
 from statequeue.store.postgres import archive, logs, reads, sql, transfer, writes
 from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.reading import PostgresReading
 
 if TYPE_CHECKING:
-    from statequeue.exported import ExportedItem
-    from statequeue.views import CompactResult
+    from statequeue.core.exported import ExportedItem
+    from statequeue.core.views import CompactResult
 
 ENQUEUE_BATCH = 20_000
 
@@ -87,7 +87,7 @@ class PostgresActions(PostgresReading):
         """Folds the count deltas into the counters, then moves done and
         cancelled items' results and events to the archive tables, in batches
         (see archive.py). There is no journal: the byte sizes are 0."""
-        from statequeue.views import CompactResult
+        from statequeue.core.views import CompactResult
 
         with self._guard():
             reads.roll_up_counts(self._conn, self.name)

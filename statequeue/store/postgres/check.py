@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from statequeue.models import ItemState
+from statequeue.core.models import ItemState
+from statequeue.core.views import CountMismatch, StoreCheck
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.writes import count
-from statequeue.views import CountMismatch, StoreCheck
 
 OLD_TRANSACTION = 300.0
 """Seconds after which an open transaction is reported: it keeps vacuum from

@@ -15,7 +15,7 @@ import psycopg
 import psycopg.conninfo
 import psycopg.errors
 
-from statequeue.errors import InvalidStoreUrl, StateQueueError, StoreDenied, StoreUnreachable
+from statequeue.core.errors import InvalidStoreUrl, StateQueueError, StoreDenied, StoreUnreachable
 from statequeue.store import urls
 
 Connection = psycopg.Connection[tuple[Any, ...]]

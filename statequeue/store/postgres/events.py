@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statequeue.records import Record
+from statequeue.core.records import Record
 from statequeue.store.postgres.connection import Connection
 
 PAGE = 5_000

@@ -21,7 +21,7 @@ import threading
 
 import psycopg
 
-from statequeue import lease_clock
+from statequeue.core import lease_clock
 from statequeue.store.base import DEFAULT_LEASE
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection, connect

@@ -12,12 +12,12 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from statequeue.models import Claim
+from statequeue.core.models import Claim
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
-    from statequeue.store.folder import QueueFolder
+    from statequeue.store.journal.folder import QueueFolder
 
 SUBFOLDER = "logs"
 """The scratch folder's subfolder for the logs of attempts running on this host."""

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from statequeue.errors import QueueNotFound, UsageError
+from statequeue.core.errors import QueueNotFound, UsageError
+from statequeue.core.views import Status
 from statequeue.store.postgres import reads
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
-from statequeue.views import Status
 
 DROP_BATCH = 5_000
 """Rows deleted per transaction by `drop`."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from statequeue.errors import UnsafeSchema
+from statequeue.core.errors import UnsafeSchema
 
 if TYPE_CHECKING:
     from statequeue.store.postgres.connection import Connection

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from statequeue.errors import ItemNotFound
-from statequeue.models import ItemState
-from statequeue.records import Record
+from statequeue.core.errors import ItemNotFound
+from statequeue.core.models import ItemState
+from statequeue.core.records import Record
 from statequeue.store.base import Store
 from statequeue.store.postgres import check as checking
 from statequeue.store.postgres import events, logs, reads, transfer
@@ -24,10 +24,8 @@ from statequeue.store.postgres.connection import Connection, guarded
 from statequeue.store.postgres.session import Session
 
 if TYPE_CHECKING:
-    from statequeue.attempts import Attempt
-    from statequeue.exported import ExportedItem
-    from statequeue.store.folder import QueueFolder
-    from statequeue.views import (
+    from statequeue.core.exported import ExportedItem
+    from statequeue.core.views import (
         ActiveRunner,
         ItemHistory,
         ItemResult,
@@ -35,6 +33,8 @@ if TYPE_CHECKING:
         Status,
         StoreCheck,
     )
+    from statequeue.stats.attempts import Attempt
+    from statequeue.store.journal.folder import QueueFolder
 
 T = TypeVar("T")
 

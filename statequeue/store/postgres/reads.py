@@ -12,13 +12,13 @@ import time
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from statequeue.errors import ItemNotFound
-from statequeue.models import ItemState
-from statequeue.records import item_fields
-from statequeue.state import last_line
+from statequeue.core.errors import ItemNotFound
+from statequeue.core.models import ItemState
+from statequeue.core.records import item_fields
+from statequeue.core.views import ActiveRunner, Failure, ItemHistory, ItemResult, ItemView, Status
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
-from statequeue.views import ActiveRunner, Failure, ItemHistory, ItemResult, ItemView, Status
+from statequeue.store.records.state import last_line
 
 PAGE = 5_000
 RECENT_FAILURES = 5

@@ -26,13 +26,13 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from statequeue.models import OnInterrupted
+from statequeue.core.models import OnInterrupted
 from statequeue.store.postgres import reads, sql, writes
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
-    from statequeue.store.folder import QueueFolder
-    from statequeue.views import RecoveryReport
+    from statequeue.core.views import RecoveryReport
+    from statequeue.store.journal.folder import QueueFolder
 
 SUBFOLDER = "claims"
 _LOCK_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from statequeue.errors import SchemaTooNew
+from statequeue.core.errors import SchemaTooNew
 from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
 from statequeue.store.postgres.owners import check_owners
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from statequeue.store.folder import QueueFolder
+from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.postgres import logs, reaping
 
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from statequeue import lease_clock
-from statequeue.errors import StoreUnreachable
+from statequeue.core import lease_clock
+from statequeue.core.errors import StoreUnreachable
 from statequeue.store.postgres.connection import (
     BACKOFF_FIRST,
     BACKOFF_MAX,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from statequeue.attempts import Attempt
+from statequeue.stats.attempts import Attempt
 from statequeue.store.postgres.connection import Connection
 
 BATCH = 10_000

@@ -33,16 +33,16 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statequeue import lease_clock
-from statequeue.errors import (
+from statequeue.core import lease_clock
+from statequeue.core.errors import (
     ClaimLost,
     QueueNotFound,
     RunnerActive,
     StateQueueError,
     StoreUnreachable,
 )
-from statequeue.identity import boot_id, host_name
-from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.core.identity import boot_id, host_name
+from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.store.base import DEFAULT_LEASE
 from statequeue.store.postgres import (
     functions,
@@ -59,7 +59,7 @@ from statequeue.store.postgres.scratch import open_scratch
 from statequeue.store.postgres.session import PATIENCE, Session
 
 if TYPE_CHECKING:
-    from statequeue.views import (
+    from statequeue.core.views import (
         RecoveryReport,
     )
 
@@ -345,7 +345,7 @@ class PostgresStore(PostgresActions):
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
     ) -> RecoveryReport:
-        from statequeue.views import RecoveryReport
+        from statequeue.core.views import RecoveryReport
 
         self._recovered_at = time.monotonic()
         report = RecoveryReport()

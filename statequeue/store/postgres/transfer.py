@@ -17,13 +17,13 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from statequeue.exported import ExportedItem, history_record
-from statequeue.models import EnqueueResult, ItemState
-from statequeue.records import Record
+from statequeue.core.exported import ExportedItem, history_record
+from statequeue.core.models import EnqueueResult, ItemState
+from statequeue.core.records import Record
 from statequeue.store.postgres import writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.reads import text_of
-from statequeue.store.record_transfer import INTERRUPTED_REASON
+from statequeue.store.records.transfer import INTERRUPTED_REASON
 
 PAGE = 5_000
 IMPORT_BATCH = 1_000

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from statequeue.errors import ClaimLost, ItemNotFound, QueueNotFound, UsageError
-from statequeue.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
-from statequeue.records import Record
+from statequeue.core.errors import ClaimLost, ItemNotFound, QueueNotFound, UsageError
+from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.core.records import Record
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
-    from statequeue.views import RecoveryReport
+    from statequeue.core.views import RecoveryReport
 
 
 def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> tuple[int, bool]:

@@ -1,0 +1,213 @@
+"""A resumable map: ``statequeue.map(fn, items, queue="crawl")``.
+
+The items go in a queue (deduplicated); only those with no stored result
+run; each result is durable before its slot claims another item; results
+come back in input order, those of earlier calls read back from the store.
+Calling it again after a crash runs only what is left (at most the items
+that were in flight run twice).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from statequeue.api.map_run import SETTLE_NAP, MapRun
+from statequeue.api.queue import Queue
+from statequeue.api.work import WorkPolicy
+from statequeue.core.errors import PoolBroken, UsageError
+from statequeue.core.models import Claim
+from statequeue.store.base import Store
+
+if TYPE_CHECKING:
+    from statequeue.api.pool_guard import ProcessPool
+
+R = TypeVar("R")
+
+
+@contextmanager
+def opened(
+    queue: str | Queue | None, home: str | os.PathLike[str] | None, store: Store | str | None
+) -> Iterator[Queue]:
+    """The Queue to map over: the one given, or one opened (and closed) here."""
+    if isinstance(queue, Queue):
+        yield queue
+        return
+    with Queue(queue, home=home, store=store) as q:
+        yield q
+
+
+@contextmanager
+def registered(run: MapRun) -> Iterator[None]:
+    """The run's runner, registered for its lifetime (so recovery knows it is alive)."""
+    run.queue.register_runner(run.runner)
+    try:
+        yield
+    finally:
+        if not run.queue.closed:
+            run.queue.unregister_runner(run.runner.runner_id)
+
+
+def map(  # statequeue.map, as the issue names it: shadows the builtin here only
+    fn: Callable[[str], R],
+    items: Iterable[str],
+    *,
+    queue: str | Queue | None = None,
+    jobs: int = 8,
+    processes: bool = False,
+    retries: int = 0,
+    retry_delay: float = 1.0,
+    retry_max_delay: float = 300.0,
+    home: str | os.PathLike[str] | None = None,
+    store: Store | str | None = None,
+) -> list[R]:
+    """``[fn(item) for item in items]``, resumable: each result is recorded
+    durably in ``queue`` before its slot takes another item, and a later call
+    runs only the items that have no stored result (the others are read back).
+
+    ``jobs`` threads call ``fn`` (or, with ``processes=True``, a pool of
+    ``jobs`` processes: ``fn`` must be picklable, and the results are still
+    recorded by this process). An exception fails the attempt; it is retried
+    per ``retries``/``retry_delay`` (as ``work()``). Failed items (and items
+    cancelled by the user) are reported together at the end: MapFailed, with
+    ``.failures`` [(item, reason)] and ``.results`` (None where an item
+    failed). A later call gives failed items a new set of attempts.
+
+    Results are returned as stored (JSON values: a tuple comes back as a
+    list); a result that is not JSON fails its item with InvalidResult.
+    """
+    if jobs < 1:
+        raise UsageError("jobs must be at least 1")
+    policy = WorkPolicy(retries=retries, retry_delay=retry_delay, retry_max_delay=retry_max_delay)
+    with opened(queue, home, store) as q:
+        run = MapRun(q, items, policy)
+        run.plan()
+        with registered(run), _pool(processes, jobs) as pool:
+            call: Callable[[Claim], Any] = functools.partial(_in_thread, fn)
+            if pool is not None:
+                call = functools.partial(_in_pool, pool, fn)
+            while not run.finished:
+                _run_slots(run, call, jobs)
+                if run.error is not None:
+                    raise run.error
+                if not run.settle_rest():
+                    time.sleep(SETTLE_NAP)
+        return run.outcome()
+
+
+def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
+    """Run ``jobs`` slots until none finds an item to claim."""
+    stop = threading.Event()
+    if jobs == 1:
+        _slot(run, call, stop)
+        return
+    threads = [
+        threading.Thread(target=_slot, args=(run, call, stop), name=f"statequeue-map-{n}")
+        for n in range(jobs)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        # Ctrl-C: no slot takes another item; those running finish and record.
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+
+
+def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> None:
+    """Take items one at a time; each result is durable before the next claim."""
+    try:
+        while (claim := run.take(stop.is_set)) is not None:
+            _attempt(run, call, claim)
+    except BaseException as exc:
+        stop.set()
+        if run.error is None:
+            run.error = exc
+        if threading.current_thread() is threading.main_thread():
+            raise
+
+
+def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
+    try:
+        value = call(claim)
+    except PoolBroken:
+        run.give_back(claim, "abandoned: a worker process of the map died")
+        raise
+    except Exception as exc:
+        run.record_failure(claim, exc)
+        return
+    except BaseException:
+        run.give_back(claim, "interrupted: the map was stopped")
+        raise
+    run.record(claim, value)
+
+
+def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
+    return fn(claim.item)
+
+
+def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return pool.call(fn, claim)
+    except BrokenProcessPool as exc:
+        raise PoolBroken() from exc
+
+
+@contextmanager
+def _pool(processes: bool, jobs: int) -> Iterator[ProcessPool | None]:
+    if not processes:
+        yield None
+        return
+    from statequeue.api.pool_guard import process_pool
+
+    with process_pool(jobs) as pool:
+        yield pool
+
+
+def resumable(
+    queue: str | None = None,
+    *,
+    retries: int = 0,
+    retry_delay: float = 1.0,
+    home: str | os.PathLike[str] | None = None,
+    store: Store | str | None = None,
+) -> Callable[[Callable[[str], R]], Callable[[str], R]]:
+    """A decorator: the function, called once per item, runs at most once to
+    completion per item across runs. ``f(x)`` returns the stored result when
+    ``x`` was done before (by any call or process), else runs ``f``, records
+    its result durably and returns it; a failure (after ``retries``) raises
+    MapFailed. The queue is opened on the first call and kept open."""
+
+    def decorate(fn: Callable[[str], R]) -> Callable[[str], R]:
+        lock = threading.Lock()
+        holder: list[Queue] = []
+
+        def the_queue() -> Queue:
+            with lock:
+                if not holder or holder[0].closed:
+                    holder[:] = [Queue(queue, home=home, store=store)]
+                return holder[0]
+
+        @functools.wraps(fn)
+        def call(item: str) -> R:
+            found = map(fn, [item], queue=the_queue(), jobs=1, retries=retries,
+                        retry_delay=retry_delay)  # fmt: skip
+            return found[0]
+
+        return call
+
+    return decorate
+
+
+__all__ = ["MapRun", "map", "resumable"]

@@ -1,0 +1,310 @@
+"""Promise 4 for ``statequeue.map(..., processes=True)``: the pool's workers
+die with the program, and each item's claim is held by the worker running it.
+
+Workers. The pool's workers are forked by multiprocessing's forkserver, a
+child of the program that exits when the program dies (end of file on its
+"alive" pipe). Each worker, before its first task, asks the kernel for
+SIGKILL when its parent (the forkserver) dies: ``PR_SET_PDEATHSIG``, which no
+busy or hung ``fn`` can delay. It then checks that the chain holds, i.e. its
+parent is still the forkserver and the forkserver is still the program's
+child; if the program died before the signal was armed, the worker kills
+itself. As a second line, should the forkserver outlive the program (a
+process the program forked without exec keeps its pipe open), a thread
+waits on a pidfd of the program and kills the worker when it ends.
+
+Claims. A claim (an OFD lock in the journal store, a claim-lock file on a
+PostgreSQL host) lasts while any fd to its open file description is open.
+The program lends each task's claim fds to the worker that runs it: the
+worker fetches them over a unix socket (SCM_RIGHTS) before it calls ``fn``
+and closes them after, so a claim the program lets go (it died, or gave the
+item back on Ctrl-C) stays held until that worker, and any process ``fn``
+started that inherited the fds, is gone. The lender keeps no copy of its
+own: a task that never ran leaves nothing open.
+
+Descendants. Each worker has a sentinel (``pool_sentinel``) that, when the
+worker dies, kills every process ``fn`` started (found by an environment
+mark, whatever fds they closed) while it holds the item's claim fds too.
+
+Not covered: a process ``fn`` starts with an environment of its own that
+does not inherit the fds either; a detached process left by an ``fn`` that
+returned (it goes on, as after a normal end of ``run``, but does not hold
+the claim); systems without ``prctl`` (not Linux), where the pool runs
+without these guards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from statequeue.api.pool_sentinel import Sentinel
+    from statequeue.core.models import Claim
+
+PR_SET_PDEATHSIG = 1
+SUPPORTED = sys.platform == "linux"
+"""Whether workers can be guarded (prctl and SO_PEERCRED are Linux's)."""
+_KEY = struct.Struct("<Q")
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_MAX_FDS = 8
+_FETCH_TIMEOUT = 30.0
+_sentinel: Sentinel | None = None
+"""In a worker: its sentinel (``pool_sentinel``)."""
+
+
+class ProcessPool:
+    """The process pool of one ``map`` call: ``call(fn, claim)`` runs
+    ``fn(claim.item)`` in a worker that holds the claim while it runs."""
+
+    def __init__(self, executor: Executor, lender: ClaimLender | None) -> None:
+        self._executor = executor
+        self._lender = lender
+
+    def call(self, fn: Callable[[str], Any], claim: Claim) -> Any:
+        """The result of ``fn(claim.item)`` (BrokenProcessPool if a worker died)."""
+        lender = self._lender
+        if lender is None:
+            return self._executor.submit(fn, claim.item).result()
+        key = lender.lend(claim.inherit_fds)
+        try:
+            return self._executor.submit(run_holding, fn, claim.item, lender.address, key).result()
+        finally:
+            # Before the claim is recorded or given back (which closes its
+            # fds): a worker that has not fetched them yet never will.
+            lender.take_back(key)
+
+
+@contextmanager
+def process_pool(jobs: int) -> Iterator[ProcessPool]:
+    """A pool of ``jobs`` worker processes, guarded where the platform allows."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Not fork: a forked worker would inherit the queue's open files and
+    # locks (a claim lock held by a worker outlives this process).
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    # Guarded only under a forkserver: its one thread forks every worker, so
+    # a worker's parent-death signal fires when the forkserver ends (with
+    # this process), never when one of our threads does.
+    lender = ClaimLender() if SUPPORTED and method == "forkserver" else None
+    try:
+        if lender is None:
+            executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+        else:
+            executor = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=guard_worker,
+                initargs=(os.getpid(),),
+            )
+        try:
+            yield ProcessPool(executor, lender)
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    finally:
+        if lender is not None:
+            lender.close()
+
+
+class ClaimLender:
+    """Lends claim fds to the pool's workers: a listening unix socket in the
+    abstract namespace and a thread that answers each worker's requests (on
+    one connection per worker) with the fds lent under the key asked for, or
+    nothing once the key is taken back."""
+
+    def __init__(self) -> None:
+        self.address = f"\0statequeue-pool-{os.getpid()}-{secrets.token_hex(8)}"
+        self._lent: dict[int, tuple[int, ...]] = {}
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._listener.bind(self.address)
+        self._listener.listen(64)
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._serve, name="statequeue-pool-claims")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def lend(self, fds: Sequence[int]) -> int:
+        """Make ``fds`` fetchable under the key returned, until ``take_back``."""
+        key = secrets.randbits(63)  # unguessable: the socket is open to this user's processes
+        with self._lock:
+            self._lent[key] = tuple(fds)
+        return key
+
+    def take_back(self, key: int) -> None:
+        """After this, no worker gets the fds (the caller may close them)."""
+        with self._lock:
+            self._lent.pop(key, None)
+
+    def close(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        self._listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _serve(self) -> None:
+        conns: dict[int, socket.socket] = {}
+        try:
+            while True:
+                watched = [self._listener.fileno(), self._wake_r, *conns]
+                ready, _, _ = select.select(watched, [], [])
+                if self._wake_r in ready:
+                    return
+                if self._listener.fileno() in ready:
+                    self._accept(conns)
+                for fd in ready:
+                    conn = conns.get(fd)
+                    if conn is not None and not self._answer(conn):
+                        del conns[fd]
+                        conn.close()
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    def _accept(self, conns: dict[int, socket.socket]) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self._listener.accept()
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            if _PEERCRED.unpack(creds)[1] != os.getuid():
+                conn.close()  # another user's process: nothing to say
+                return
+            conn.settimeout(_FETCH_TIMEOUT)  # a worker that stops reading is dropped
+            conns[conn.fileno()] = conn
+
+    def _answer(self, conn: socket.socket) -> bool:
+        """Answer one request; False when the connection is done with."""
+        try:
+            raw = conn.recv(_KEY.size)
+            if len(raw) != _KEY.size:
+                return False
+            # Sent under the lock: ``take_back`` waits, so the fds are still ours.
+            with self._lock:
+                fds = self._lent.get(_KEY.unpack(raw)[0])
+                if fds is None:
+                    conn.send(b"n")
+                else:
+                    socket.send_fds(conn, [b"y"], list(fds))
+        except OSError:
+            return False
+        return True
+
+
+_link: dict[str, socket.socket] = {}
+"""In a worker: its connection to the lender (one pool per worker)."""
+
+
+def fetch(address: str, key: int) -> list[int] | None:
+    """In a worker: the fds lent under ``key`` (None if taken back), inheritable,
+    so a process ``fn`` starts with them keeps the claim while it lives."""
+    conn = _link.get(address)
+    if conn is None:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.settimeout(_FETCH_TIMEOUT)
+        conn.connect(address)
+        _link[address] = conn
+    try:
+        conn.send(_KEY.pack(key))
+        answer, fds, _, _ = socket.recv_fds(conn, 1, _MAX_FDS)
+    except OSError:
+        del _link[address]
+        conn.close()
+        raise
+    if answer != b"y":
+        for fd in fds:
+            os.close(fd)
+        return None
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    return fds
+
+
+class ClaimGivenBack(RuntimeError):
+    """The program took the claim back before this worker started the item."""
+
+
+def run_holding(fn: Callable[[str], Any], item: str, address: str, key: int) -> Any:
+    """The task a worker runs: ``fn(item)`` while holding the item's claim."""
+    fds = fetch(address, key)
+    if fds is None:
+        raise ClaimGivenBack(f"the claim of {item!r} was given back before it started")
+    if _sentinel is not None:
+        _sentinel.hold(fds)
+    try:
+        return fn(item)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if _sentinel is not None:
+            _sentinel.drop()
+
+
+def guard_worker(program: int) -> None:
+    """A worker's initializer: die with the program, and have a sentinel kill
+    what ``fn`` leaves running when we die (see the module docstring)."""
+    global _sentinel
+    watch = _pidfd(program)
+    # Checked after arming: had the forkserver or the program died before,
+    # the forkserver would no longer be our parent, or the program its.
+    if not _arm(signal.SIGKILL) or _parent_of(os.getppid()) != program:
+        _die()
+    from multiprocessing.util import Finalize
+
+    from statequeue.api import pool_sentinel
+
+    _sentinel = pool_sentinel.start(_arm)  # while this process has one thread
+    # A normal exit (the pool shut down) is no reason to kill what fn left.
+    Finalize(None, _sentinel.bye, exitpriority=0)
+    if watch is not None:
+        threading.Thread(target=_watch, args=(watch,), daemon=True).start()
+
+
+def _arm(signum: int) -> bool:
+    """Ask for ``signum`` when this process's parent dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (None where the kernel has none); opened before the
+    chain is checked, so it names the program if the check passes."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rfind(b")") + 2 :].split(b" ", 2)[1])
+
+
+def _watch(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once the program has exited
+    _die()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,285 @@
+"""The ``work()`` loop: items claimed one at a time, each settled durably
+under a retry policy before the next is taken.
+
+for item in queue.work(retries=2):
+    with item:  # an exception fails the attempt (retried per policy); the loop goes on
+        item.done(fetch(item.item))
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from statequeue.core.errors import ItemNotSettled, UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+
+if TYPE_CHECKING:
+    from statequeue.api.queue import Queue
+
+VERIFIED_REASON = "verified: finished before its runner died"
+LONGEST_NAP = 1.0
+"""The longest a loop sleeps before looking again for an item waiting on its retry time."""
+PAUSED_NAP = 0.25
+"""How often a loop looks whether a paused queue was resumed (as ``run`` does)."""
+
+
+@dataclass(frozen=True)
+class WorkPolicy:
+    """What happens to a failed attempt and to an item whose runner died.
+
+    ``retries``: failed attempts retried per episode (as ``run --retries``);
+    the n-th retry waits ``retry_delay * 2**(n-1)`` seconds (at most
+    ``retry_max_delay``), with jitter. ``on_interrupted`` and ``max_crashes``
+    are as in ``run``."""
+
+    retries: int = 0
+    retry_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    on_interrupted: OnInterrupted = OnInterrupted.RETRY
+    max_crashes: int = 3
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.max_crashes < 1:
+            raise UsageError("retries must be >= 0 and max_crashes >= 1")
+        for name in ("retry_delay", "retry_max_delay"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise UsageError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+        try:
+            policy = OnInterrupted(self.on_interrupted)  # "retry" works too
+        except ValueError:
+            names = ", ".join(p.value for p in OnInterrupted)
+            raise UsageError(f"on_interrupted must be one of {names}") from None
+        object.__setattr__(self, "on_interrupted", policy)  # frozen: set once, here
+
+    def retry_at(self, claim: Claim) -> float | None:
+        """When a failed attempt of ``claim`` runs again; None: it fails for good.
+        Counts failures in the item's episode, as ``run --retries`` does."""
+        if claim.failures >= self.retries:
+            return None
+        return time.time() + backoff(claim.failures + 1, self.retry_delay, self.retry_max_delay)
+
+
+def backoff(retry: int, delay: float, max_delay: float) -> float:
+    """The wait before the ``retry``-th retry of an episode (``run --retries``
+    and ``work(retries=)`` alike): doubling from ``delay`` up to ``max_delay``,
+    with jitter."""
+    import random  # here: enqueue never needs it
+
+    base = min(max_delay, delay * 2.0 ** (retry - 1))
+    return base * random.uniform(0.5, 1.0)  # jitter, not security
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason stored for an attempt that raised ``exc``: its type and message."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class WorkItem:
+    """One claimed item inside ``Queue.work()``; a context manager.
+
+    Inside ``with item:``, an exception marks the attempt failed (its type and
+    message are the reason; retried per the loop's policy) and the loop goes
+    on; leaving the block without settling records ``done(None)``. A
+    ``KeyboardInterrupt`` (or any other BaseException) gives the item back,
+    uncounted as a failure, and leaves the loop."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        claim: Claim,
+        policy: WorkPolicy | None = None,
+        *,
+        runner: RunnerInfo | None = None,
+    ) -> None:
+        self.queue = queue
+        self.claim = claim
+        self.policy = policy or WorkPolicy()
+        self.settled = False
+        self.released = False
+        # The work loop's runner: done() and fail() then claim the loop's
+        # next item in the same store step as the result (one commit, or one
+        # fsync), and leave that claim in ``next_claim`` for the loop.
+        self._runner = runner
+        self.next_claim: Claim | None = None
+        # Made just after the claim: an attempt lasts from it to done/fail, as
+        # a command's does from launch to exit (monotonic: `stats` sums these).
+        self._claimed_at = time.monotonic()
+        self.state: ItemState | None = None
+        """The item's state once settled: done, failed, or pending (a retry is due)."""
+
+    @property
+    def id(self) -> int:
+        return self.claim.item_id
+
+    @property
+    def item(self) -> str:
+        return self.claim.item
+
+    @property
+    def attempt(self) -> int:
+        return self.claim.attempt
+
+    @property
+    def interrupted(self) -> bool:
+        """The previous attempt died with its process: check before redoing side effects."""
+        return self.claim.interrupted
+
+    def done(self, result: Any = None) -> ItemState:
+        """Record success with ``result`` (any JSON value), durably, before returning."""
+        return self._settle(Outcome(ok=True, result=result))
+
+    def fail(self, reason: str = "failed", result: Any = None) -> ItemState:
+        """Record failure with ``reason``, durably, before returning; the item
+        is pending again (due later) while the policy allows a retry."""
+        return self._settle(Outcome(ok=False, reason=reason, result=result))
+
+    def release(self, reason: str = "given back") -> None:
+        """Give the item back as pending, not counted as a failure."""
+        self._check_open()
+        self.queue.release(self.claim, reason)
+        self.released = True
+
+    def heartbeat(self) -> None:
+        """Tell the store the item is still being worked on (renews a lease
+        where the store has leases; nothing on the local journal)."""
+        self.queue.heartbeat(self.claim)
+
+    def _settle(self, outcome: Outcome) -> ItemState:
+        self._check_open()
+        retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
+        outcome = replace(outcome, duration=time.monotonic() - self._claimed_at)
+        if self._runner is None:
+            self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
+        else:
+            # Durable before it returns, as finish is (Store.finish_and_claim).
+            self.state, self.next_claim = self.queue.finish_and_claim(
+                self.claim,
+                outcome,
+                retry_at=retry_at,
+                runner=self._runner,
+                on_interrupted=self.policy.on_interrupted,
+                max_crashes=self.policy.max_crashes,
+            )
+        self.settled = True
+        return self.state
+
+    def _check_open(self) -> None:
+        if self.settled or self.released:
+            raise UsageError(f"item {self.id} is already settled")
+
+    def __enter__(self) -> WorkItem:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if exc is None:
+            if not (self.settled or self.released):
+                self.done(None)
+            return False
+        if self.settled or self.released:
+            return False  # nothing left to record: the caller sees the exception
+        if isinstance(exc, Exception):
+            self.fail(failure_reason(exc))
+            return True  # the attempt is recorded as failed; the loop goes on
+        self.release(f"interrupted: {type(exc).__name__} inside the work item")
+        return False
+
+
+def work_loop(
+    queue: Queue, policy: WorkPolicy, verify: Callable[[WorkItem], bool] | None
+) -> Iterator[WorkItem]:
+    """The generator behind ``Queue.work``."""
+    runner = new_runner(command=("python", *sys.argv[:1]))
+    queue.register_runner(runner)
+    current: WorkItem | None = None
+    taken: Claim | None = None  # claimed by the last item's done() or fail()
+    try:
+        while True:
+            claim = taken or queue.claim(
+                runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
+            )
+            taken = None
+            if claim is None:
+                if wait_for_due(queue):
+                    continue
+                # Not paused now and nothing waits for a retry: but a resume
+                # may have come between the claim and that look. One more
+                # claim decides (else the loop would end beside pending items).
+                claim = queue.claim(
+                    runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
+                )
+                if claim is None:
+                    return
+            current = WorkItem(queue, claim, policy, runner=runner)
+            if not verified(current, verify):
+                yield current
+                if not (current.settled or current.released):
+                    raise ItemNotSettled(
+                        f"item {claim.item_id} was neither done() nor fail()ed before the next"
+                    )
+            taken, current.next_claim = current.next_claim, None
+            current = None
+    finally:
+        end_work(queue, runner.runner_id, current, taken)
+
+
+def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
+    """For an interrupted item: True (and recorded done) when ``verify`` says
+    its earlier attempt finished, so it is not run again."""
+    if verify is None or not item.interrupted or not verify(item):
+        return False
+    item._settle(Outcome(ok=True, reason=VERIFIED_REASON))
+    return True
+
+
+def wait_for_due(queue: Queue, among: Collection[int] | None = None) -> bool:
+    """Sleep towards the time the next item waiting for a retry comes due
+    (at most LONGEST_NAP), or a while when the queue is paused (as ``run``,
+    a loop waits for ``resume``); False when no item waits."""
+    nap = next_nap(queue, among)
+    if nap is None:
+        return False
+    time.sleep(nap)
+    return True
+
+
+def next_nap(queue: Queue, among: Collection[int] | None = None) -> float | None:
+    """How long to wait before looking for an item again; None: none is coming."""
+    if among is not None and not among:
+        return None  # nothing left to look for: a pause must not hold the caller
+    if queue.is_paused():
+        return PAUSED_NAP
+    due = queue.next_due(among)
+    if due is None:
+        return None
+    # At least a short nap: an item due now that could not be claimed is
+    # blocked (a live process from its earlier attempt holds it).
+    return min(max(due - time.time(), 0.05), LONGEST_NAP)
+
+
+def end_work(
+    queue: Queue, runner_id: str, current: WorkItem | None, taken: Claim | None = None
+) -> None:
+    """Give back an unsettled item, and the next one its done() claimed (never
+    started: uncounted), and record that the loop stopped."""
+    if queue.closed:
+        return  # closing released the claims: recovery gives the items back
+    if current is not None and not (current.settled or current.released):
+        queue.release(current.claim, "abandoned: the work loop stopped early")
+    following = taken or (current.next_claim if current is not None else None)
+    if following is not None:
+        queue.release(following, "abandoned: the work loop stopped early", uncounted=True)
+    queue.unregister_runner(runner_id)

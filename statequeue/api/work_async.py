@@ -1,0 +1,370 @@
+"""asyncio: ``queue.work_async()`` and ``statequeue.map_async()``.
+
+Every store call runs in a worker thread (``asyncio.to_thread``), never on the
+event loop; a Queue is thread-safe. A slot (one of ``concurrency``) claims
+its next item only after the result of its last one is durable, as in ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
+from contextlib import suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from statequeue.api.map_run import SETTLE_NAP, MapRun
+from statequeue.api.queue import Queue
+from statequeue.api.work import (
+    WorkItem,
+    WorkPolicy,
+    failure_reason,
+    next_nap,
+    verified,
+)
+from statequeue.core.errors import UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, ItemState, RunnerInfo
+
+if TYPE_CHECKING:
+    from statequeue.store.base import Store
+
+R = TypeVar("R")
+_T = TypeVar("_T")
+
+
+class AsyncWorkItem:
+    """One claimed item inside ``Queue.work_async()``; an async context manager
+    with the semantics of WorkItem (``async with item:``). Settling frees the
+    item's slot for the next claim, once the result is durable.
+
+    ``done``, ``fail`` and ``release`` start their store call at once (in a
+    thread) and return an awaitable of its outcome: an item settles even when
+    that awaitable is never awaited, a common slip that would otherwise hold
+    its slot, and the loop, forever. Await it to know the result is durable."""
+
+    def __init__(self, item: WorkItem, slots: _Slots) -> None:
+        self.sync_item = item
+        self._slots = slots
+        self._settling: _Settling[Any] | None = None
+
+    @property
+    def id(self) -> int:
+        return self.sync_item.id
+
+    @property
+    def item(self) -> str:
+        return self.sync_item.item
+
+    @property
+    def attempt(self) -> int:
+        return self.sync_item.attempt
+
+    @property
+    def interrupted(self) -> bool:
+        return self.sync_item.interrupted
+
+    @property
+    def settled(self) -> bool:
+        return self.sync_item.settled or self.sync_item.released
+
+    def done(self, result: Any = None) -> Awaitable[ItemState]:
+        """Record success with ``result`` (any JSON value), durably (started
+        now; await to wait for it)."""
+        return self._settle(self.sync_item.done, result)
+
+    def fail(self, reason: str = "failed", result: Any = None) -> Awaitable[ItemState]:
+        """Record failure with ``reason``, durably (retried per the loop's
+        policy; started now; await to wait for it)."""
+        return self._settle(self.sync_item.fail, reason, result)
+
+    def release(self, reason: str = "given back") -> Awaitable[None]:
+        """Give the item back as pending, not counted as a failure (started
+        now; await to wait for it)."""
+        return self._settle(self.sync_item.release, reason)
+
+    async def heartbeat(self) -> None:
+        """See WorkItem.heartbeat."""
+        await asyncio.to_thread(self.sync_item.heartbeat)
+
+    def _settle(self, call: Callable[..., _T], *args: Any) -> _Settling[_T]:
+        pending = self._settling
+        if pending is not None and not pending.task.done():
+            raise UsageError(f"item {self.id} is already being settled")
+        settling = _Settling(asyncio.get_running_loop().create_task(self._call(call, *args)))
+        settling.task.add_done_callback(settling.seen_by_loop)
+        self._settling = settling
+        return settling
+
+    async def _call(self, call: Callable[..., _T], *args: Any) -> _T:
+        try:
+            value = await asyncio.to_thread(call, *args)
+        except BaseException as exc:
+            self._slots.failed(self, exc, self._settling)
+            raise
+        self._slots.settled(self)
+        return value
+
+    async def __aenter__(self) -> AsyncWorkItem:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        pending = self._settling
+        if pending is not None and not pending.task.done():
+            # A done() (or fail) not awaited inside the block: wait for it
+            # here rather than settle the item a second time.
+            if exc is None:
+                await pending  # its error is the block's
+            elif isinstance(exc, Exception):
+                with suppress(Exception):  # the block's error goes on; the loop sees this one
+                    await asyncio.shield(pending.task)
+        if exc is None:
+            if not self.settled:
+                await self.done(None)
+            return False
+        if self.settled:
+            return False
+        if isinstance(exc, Exception):
+            await self.fail(failure_reason(exc))
+            return True
+        # Cancelled or interrupted: give the item back without awaiting (a
+        # cancelled task must not wait), then let the exception go on.
+        self.sync_item.release(f"interrupted: {type(exc).__name__} inside the work item")
+        self._slots.settled(self)
+        return False
+
+
+class _Settling(Awaitable[_T]):
+    """What ``done``, ``fail`` and ``release`` return: their store call, a
+    task started at once. ``awaited`` tells the loop whether someone will see
+    its error (else the loop raises it)."""
+
+    def __init__(self, task: asyncio.Task[_T]) -> None:
+        self.task = task
+        self.awaited = False
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        self.awaited = True
+        return self.task.__await__()
+
+    def seen_by_loop(self, task: asyncio.Task[_T]) -> None:
+        """Mark an error nobody awaits as retrieved: the loop raises it (``_Slots.failed``)."""
+        if not self.awaited and not task.cancelled():
+            task.exception()
+
+
+class _Slots:
+    """Items out for work, at most ``concurrency``; wakes the loop when one settles."""
+
+    def __init__(self, concurrency: int) -> None:
+        if concurrency < 1:
+            raise UsageError("concurrency must be at least 1")
+        self.free = asyncio.Semaphore(concurrency)
+        self.out: set[AsyncWorkItem] = set()
+        # Items whose settling call failed: no longer holding a slot (else a
+        # failure nobody awaited would stop the loop for good), given back
+        # when the loop ends unless settled meanwhile.
+        self.stuck: set[AsyncWorkItem] = set()
+        self.unseen: BaseException | None = None
+        self.changed = asyncio.Event()
+
+    def settled(self, item: AsyncWorkItem) -> None:
+        self.stuck.discard(item)
+        if item in self.out:
+            self.out.discard(item)
+            self.free.release()
+            self.changed.set()
+
+    def failed(
+        self, item: AsyncWorkItem, exc: BaseException, settling: _Settling[Any] | None
+    ) -> None:
+        """A settling call of ``item`` raised ``exc``: free its slot, and keep
+        the error for the loop to raise if nobody awaits the call."""
+        unseen = settling is not None and not settling.awaited
+        if unseen and isinstance(exc, Exception) and self.unseen is None:
+            self.unseen = exc  # a cancellation is the canceller's to see, not the loop's
+        if item in self.out:
+            self.out.discard(item)
+            self.stuck.add(item)
+            self.free.release()
+            self.changed.set()
+
+    def raise_unseen(self) -> None:
+        """Raise the error of a settling call that nobody awaited, if any."""
+        if self.unseen is not None:
+            exc, self.unseen = self.unseen, None
+            raise exc
+
+    async def wait_for_one(self) -> None:
+        self.changed.clear()
+        await self.changed.wait()
+
+
+async def work_loop_async(
+    queue: Queue,
+    policy: WorkPolicy,
+    concurrency: int,
+    verify: Callable[[WorkItem], bool] | None,
+) -> AsyncIterator[AsyncWorkItem]:
+    """The async generator behind ``Queue.work_async``."""
+    slots = _Slots(concurrency)
+    runner = new_runner(command=("python", *sys.argv[:1]))
+    await asyncio.to_thread(queue.register_runner, runner)
+    try:
+        while True:
+            await slots.free.acquire()
+            slots.raise_unseen()
+            item = await _next_item(queue, runner, policy, verify, slots)
+            if item is None:
+                slots.free.release()
+                if slots.out:
+                    await slots.wait_for_one()
+                    slots.raise_unseen()
+                    continue
+                nap = await asyncio.to_thread(next_nap, queue)
+                if nap is None:
+                    return
+                await asyncio.sleep(nap)
+                continue
+            slots.out.add(item)
+            yield item
+    finally:
+        await _end(queue, runner, slots)
+
+
+async def _next_item(
+    queue: Queue,
+    runner: RunnerInfo,
+    policy: WorkPolicy,
+    verify: Callable[[WorkItem], bool] | None,
+    slots: _Slots,
+) -> AsyncWorkItem | None:
+    def take() -> WorkItem | None:
+        while True:
+            claim = queue.claim(
+                runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
+            )
+            if claim is None:
+                return None
+            item = WorkItem(queue, claim, policy)
+            if not verified(item, verify):
+                return item
+
+    future = asyncio.ensure_future(asyncio.to_thread(take))
+    try:
+        found = await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # The claim goes on in its thread: an item it took is given back
+        # (on the loop, briefly: a cancelled task must not wait for a thread).
+        taken = await future
+        if taken is not None:
+            taken.release("interrupted: the work loop was cancelled")
+        raise
+    return None if found is None else AsyncWorkItem(found, slots)
+
+
+async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots) -> None:
+    """Give back the items not settled (the loop was left early) and unregister."""
+    if queue.closed:
+        return
+
+    def end() -> None:
+        for item in [*slots.out, *slots.stuck]:
+            if not item.settled:
+                item.sync_item.release("abandoned: the work loop stopped early")
+        queue.unregister_runner(runner.runner_id)
+
+    await asyncio.shield(asyncio.to_thread(end))
+
+
+async def map_async(
+    fn: Callable[[str], Awaitable[R]],
+    items: Iterable[str],
+    *,
+    queue: str | Queue | None = None,
+    concurrency: int = 16,
+    retries: int = 0,
+    retry_delay: float = 1.0,
+    retry_max_delay: float = 300.0,
+    home: str | os.PathLike[str] | None = None,
+    store: Store | str | None = None,
+) -> list[R]:
+    """``statequeue.map`` for a coroutine function: ``concurrency`` slots await
+    ``fn(item)``; the store is used from worker threads only. Same resuming,
+    ordering, retries and MapFailed as ``map``."""
+    if concurrency < 1:
+        raise UsageError("concurrency must be at least 1")
+    policy = WorkPolicy(retries=retries, retry_delay=retry_delay, retry_max_delay=retry_max_delay)
+    owned = not isinstance(queue, Queue)
+    q = queue if isinstance(queue, Queue) else await _open(queue, home, store)
+    try:
+        run = MapRun(q, items, policy)
+        await asyncio.to_thread(run.plan)
+        await asyncio.to_thread(q.register_runner, run.runner)
+        try:
+            await _run_all(run, fn, concurrency)
+        finally:
+            if not q.closed:
+                await asyncio.shield(asyncio.to_thread(q.unregister_runner, run.runner.runner_id))
+        return run.outcome()
+    finally:
+        if owned:
+            await asyncio.shield(asyncio.to_thread(q.close))
+
+
+async def _open(
+    name: str | None, home: str | os.PathLike[str] | None, store: Store | str | None
+) -> Queue:
+    return await asyncio.to_thread(lambda: Queue(name, home=home, store=store))
+
+
+async def _run_all(run: MapRun, fn: Callable[[str], Awaitable[Any]], concurrency: int) -> None:
+    while not run.finished:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(_slot(run, fn))
+        if not await asyncio.to_thread(run.settle_rest):
+            await asyncio.sleep(SETTLE_NAP)
+
+
+async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]]) -> None:
+    """Take items one at a time; each result is durable before the next claim."""
+    while True:
+        got = await _off_loop_claim(run)
+        if got is None:
+            return
+        if isinstance(got, float):
+            await asyncio.sleep(got)
+            continue
+        try:
+            value = await fn(got.item)
+        except Exception as exc:
+            await asyncio.to_thread(run.record_failure, got, exc)
+            continue
+        except BaseException:
+            run.give_back(got, "interrupted: the map was stopped")
+            raise
+        await asyncio.to_thread(run.record, got, value)
+
+
+async def _off_loop_claim(run: MapRun) -> Claim | float | None:
+    """``run.take_once()`` off the loop; a claim made after this slot was
+    cancelled is given back before the cancellation goes on."""
+    future = asyncio.ensure_future(asyncio.to_thread(run.take_once))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        got = await future
+        if isinstance(got, Claim):
+            run.give_back(got, "interrupted: the map was stopped")
+        raise
+
+
+__all__ = ["AsyncWorkItem", "map_async", "work_loop_async"]

@@ -1,0 +1,205 @@
+"""Exceptions. One root; each subclass's docstring is its default message."""
+
+from __future__ import annotations
+
+from statequeue.core.exitcodes import ExitCode
+
+
+class StateQueueError(Exception):
+    """statequeue failed."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str | None = None) -> None:
+        doc = (type(self).__doc__ or "").strip()
+        super().__init__(message or doc)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(StateQueueError):
+    """invalid usage."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InvalidQueueName(UsageError):
+    """invalid queue name."""
+
+
+class InvalidItem(UsageError):
+    """invalid item."""
+
+    index: int | None = None
+    """Where the item is in the input (0-based), when a batch was checked."""
+
+
+class ItemTooLarge(InvalidItem):
+    """item is larger than the size limit."""
+
+
+class InvalidResult(UsageError):
+    """the result or reason cannot be stored as JSON."""
+
+
+class QueueClosed(UsageError):
+    """the queue is closed."""
+
+
+class QueueForked(UsageError):
+    """this Queue was opened in another process (before a fork); open a new Queue in this one."""
+
+
+class InvalidDuration(UsageError):
+    """invalid duration."""
+
+
+class CommandNotFound(UsageError):
+    """the command to run was not found; nothing was claimed."""
+
+
+class VerifyBroken(UsageError):
+    """the --verify check cannot run; stopped without running anything more."""
+
+
+class NotFound(StateQueueError):
+    """not found."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class QueueNotFound(NotFound):
+    """no such queue."""
+
+
+class ItemNotFound(NotFound):
+    """no such item."""
+
+
+class DamagedState(StateQueueError):
+    """the queue's files are damaged; run `statequeue fsck`."""
+
+    exit_code = ExitCode.DAMAGED
+
+
+class CorruptJournal(DamagedState):
+    """the journal is corrupt."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(
+            f"{path}: line {line}: {reason}; refusing to open "
+            "(run `statequeue fsck --repair` to salvage the valid records)"
+        )
+
+
+class DurabilityError(StateQueueError):
+    """a write or fsync failed; stopped without acknowledging (the queue stays recoverable)."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+class RunnerActive(StateQueueError):
+    """another runner is active on this queue."""
+
+    exit_code = ExitCode.RUNNER_ACTIVE
+
+
+class LockTimeout(StateQueueError):
+    """the queue is locked by another process."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class UnsafeFolder(StateQueueError):
+    """a folder is not safe: another user owns it, group or others can write it, or it is a link."""
+
+    exit_code = ExitCode.UNSAFE_FOLDER
+
+
+class NoAccess(UsageError):
+    """cannot access a file of the queue."""
+
+
+class ItemNotSettled(UsageError):
+    """the previous work item was neither marked done nor failed."""
+
+
+class KeeperLost(StateQueueError):
+    """the run's keeper process ended unexpectedly; stopped (unfinished items run again)."""
+
+
+class ResourcesExhausted(StateQueueError):
+    """the runner ran out of a system resource (open files, processes or memory)."""
+
+    exit_code = ExitCode.RESOURCES
+
+
+class InvalidStoreUrl(UsageError):
+    """invalid store URL (expected postgresql://... or a libpq conninfo)."""
+
+
+class StoreUnreachable(StateQueueError):
+    """cannot reach the PostgreSQL store."""
+
+    exit_code = ExitCode.STORE_UNREACHABLE
+
+
+class UnsafeSchema(StateQueueError):
+    """the PostgreSQL statequeue schema, or something in it, is another role's, or has a trigger."""
+
+    exit_code = ExitCode.UNSAFE_FOLDER
+
+
+class StoreDenied(StateQueueError):
+    """the PostgreSQL store denied an action: this role lacks a privilege it needs."""
+
+    exit_code = ExitCode.STORE_UNREACHABLE
+
+
+class SchemaTooNew(StateQueueError):
+    """the database's statequeue schema is newer than this statequeue; upgrade statequeue."""
+
+    exit_code = ExitCode.SCHEMA_TOO_NEW
+
+
+class ClaimLost(StateQueueError):
+    """the claim is no longer held (its fencing token is stale); nothing was recorded."""
+
+
+class InvalidExport(UsageError):
+    """not a statequeue export (or a damaged one); nothing was imported."""
+
+
+class ImportRefused(UsageError):
+    """the target queue holds items the export does not; use --merge to add to it."""
+
+
+class NotSupported(UsageError):
+    """this store does not support that operation yet."""
+
+
+class MapFailed(StateQueueError):
+    """some items of the map failed."""
+
+    def __init__(
+        self, failures: list[tuple[str, str]], results: list[object], message: str | None = None
+    ) -> None:
+        self.failures = failures
+        """Every item that failed, with its last reason, in input order."""
+        self.results = results
+        """The results in input order; None where the item failed."""
+        first = f"; first: {failures[0][1]}" if failures else ""
+        super().__init__(message or f"{len(failures)} of {len(results)} items failed{first}")
+
+
+class PoolBroken(StateQueueError):
+    """a worker process of the map died (no item's fault); stopped, its item given back."""
+
+
+class UnknownState(UsageError):
+    """unknown item state."""

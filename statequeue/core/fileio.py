@@ -1,0 +1,114 @@
+"""The file operations the durable store uses, behind one swappable object.
+
+Everything that touches the disk on the durability path goes through a
+``FileOps``: tests swap in a layer that records operations, fails them, or
+simulates a power cut. A test-only crash hook (``STATEQUEUE_TEST_CRASH``, off
+unless a test sets it) SIGKILLs the process at the k-th operation of a kind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+
+from statequeue.core.errors import DurabilityError
+
+CRASH_ENV = "STATEQUEUE_TEST_CRASH"
+CRASH_KINDS = ("write", "fsync", "rename", "dirfsync", "spawn", "recorded")
+
+
+class CrashPoints:
+    """Test-only: SIGKILL this process at the k-th operation of a given kind.
+
+    Configured by ``STATEQUEUE_TEST_CRASH=KIND:K`` (for example ``fsync:3``).
+    When the variable is unset, ``hit`` is a dictionary lookup and nothing more.
+    """
+
+    def __init__(self, spec: str | None) -> None:
+        self.kind = ""
+        self.target = 0
+        self.count = 0
+        if spec:
+            kind, _, k = spec.partition(":")
+            if kind in CRASH_KINDS and k.isdigit():
+                self.kind, self.target = kind, int(k)
+
+    def hit(self, kind: str) -> None:
+        if kind != self.kind:
+            return
+        self.count += 1
+        if self.count == self.target:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+CRASH = CrashPoints(os.environ.get(CRASH_ENV))
+
+
+class FolderEntry(str):
+    """A name relative to an open folder fd, shown (and compared) as its full path.
+
+    A ``str``, so that it passes through ``FileOps``, whose test layers take and
+    inspect plain paths, while ``FileOps`` itself acts relative to ``dir_fd``
+    (so no component of the path can be swapped for a link meanwhile).
+    ``name`` "." is the folder itself.
+    """
+
+    dir_fd: int
+    name: str
+
+    def __new__(cls, shown: str, dir_fd: int, name: str) -> FolderEntry:
+        entry = super().__new__(cls, shown)
+        entry.dir_fd = dir_fd
+        entry.name = name
+        return entry
+
+
+class FileOps:
+    """Plain POSIX file operations, following DESIGN.md's durability recipe."""
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        """Write every byte of ``data`` (looping on short writes)."""
+        view = memoryview(data)
+        while view:
+            CRASH.hit("write")
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def fsync(self, fd: int) -> None:
+        """fsync ``fd``. A failure is final: it is never retried."""
+        CRASH.hit("fsync")
+        os.fsync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """fsync the folder ``path`` so that a create or rename in it is durable."""
+        CRASH.hit("dirfsync")
+        if isinstance(path, FolderEntry) and path.name == ".":
+            os.fsync(path.dir_fd)  # the folder is held open already
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def replace(self, src: str, dst: str) -> None:
+        """Atomically rename ``src`` over ``dst``."""
+        CRASH.hit("rename")
+        if isinstance(src, FolderEntry) and isinstance(dst, FolderEntry):
+            os.replace(src.name, dst.name, src_dir_fd=src.dir_fd, dst_dir_fd=dst.dir_fd)
+            return
+        os.replace(src, dst)
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Cut the file open as ``fd`` back to ``size`` bytes."""
+        os.ftruncate(fd, size)
+
+
+DEFAULT_OPS = FileOps()
+
+
+def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
+    """The error raised when a write or fsync fails; the caller must stop."""
+    reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return DurabilityError(f"{action} {path} failed: {reason}; stopped without acknowledging")

@@ -1,0 +1,39 @@
+"""Who this process is: runner ids, host and boot id (never the environment)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from statequeue.core.models import RunnerInfo
+
+
+def boot_id() -> str:
+    """The kernel's boot id, or "" where the platform has none."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def host_name() -> str:
+    """$STATEQUEUE_HOST, else the machine's host name. The override is for
+    containers that share a host name, and tests that play several hosts."""
+    import socket  # here, not at the top: enqueue never needs it
+
+    return os.environ.get("STATEQUEUE_HOST") or socket.gethostname()
+
+
+def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
+    """A fresh identity for a runner starting now in this process."""
+    import uuid  # here, not at the top: enqueue never needs it
+
+    return RunnerInfo(
+        runner_id=uuid.uuid4().hex[:16],
+        pid=os.getpid(),
+        host=host_name(),
+        boot_id=boot_id(),
+        started_at=time.time(),
+        command=command,
+    )

@@ -1,0 +1,105 @@
+"""The values the library returns: frozen dataclasses and the item state enum."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from statequeue.core.errors import UnknownState
+
+STATUS_SCHEMA = 1
+
+
+class ItemState(StrEnum):
+    """Where an item is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    HELD = "held"
+
+    # Enum's own __hash__ is Python code; state counts are updated per record
+    # in replay, so use str's (equal members hash as their values, as before).
+    __hash__ = str.__hash__
+
+
+def item_state(value: object) -> ItemState:
+    """``value`` as an ItemState (a member or its name, as the CLI takes it);
+    UnknownState for anything else, rather than a filter that matches nothing."""
+    if isinstance(value, str) and value in _STATE_NAMES:
+        return ItemState(value)
+    names = ", ".join(_STATE_NAMES)
+    raise UnknownState(f"unknown state {value!r}: use one of {names}")
+
+
+_STATE_NAMES = tuple(s.value for s in ItemState)
+
+
+class OnInterrupted(StrEnum):
+    """What recovery does with an item whose runner died while it ran."""
+
+    RETRY = "retry"
+    FAIL = "fail"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """How many of the offered items were added, and how many were already there."""
+
+    added: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """Who is running items: recorded once per runner, never the environment."""
+
+    runner_id: str
+    pid: int
+    host: str
+    boot_id: str
+    started_at: float
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An item claimed by one runner for one attempt."""
+
+    item_id: int
+    item: str
+    attempt: int
+    runner_id: str
+    interrupted: bool = False
+    """The previous attempt died with its runner: a verify hook may settle it."""
+    failures: int = 0
+    """Failed attempts in the item's current episode (since it was enqueued,
+    retried by a user, or handed back when a runner was stopped): what
+    ``run --retries`` counts."""
+    token: int | None = None
+    """The claim's fencing token, for stores that fence (PostgreSQL): every
+    write about this attempt names it, and changes nothing once it is stale."""
+    inherit_fds: tuple[int, ...] = ()
+    """File descriptors a child process must inherit while it runs the item.
+
+    The journal store passes its claim lock here: the lock stays held while the
+    child (or anything it forks) lives, so recovery never runs a second copy.
+    """
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt, as recorded durably."""
+
+    ok: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    duration: float = 0.0
+    stderr_tail: str = ""
+    reason: str = ""
+    result: Any = None
+    timed_out: bool = False

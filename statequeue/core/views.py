@@ -1,0 +1,283 @@
+"""What the library reports back: status, listings, results and histories.
+
+Kept apart from ``models`` so that a plain enqueue (the hot path of shell
+loops) does not pay for creating these dataclasses at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from statequeue.core.models import STATUS_SCHEMA, ItemState
+from statequeue.core.textsafe import item_json, record_json
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The last failure of an item, for status displays."""
+
+    item_id: int
+    item: str
+    attempts: int
+    reason: str
+    stderr_last: str = ""
+    """The last line its last attempt wrote to stderr ("" when none)."""
+
+
+@dataclass(frozen=True)
+class ActiveRunner:
+    """A runner that is alive now."""
+
+    runner_id: str
+    pid: int
+    host: str
+    started_at: float
+    running: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Status:
+    """Counts per state and what is going on in one queue."""
+
+    queue: str
+    counts: dict[str, int]
+    runners: tuple[ActiveRunner, ...] = ()
+    recent_failures: tuple[Failure, ...] = ()
+    held: tuple[int, ...] = ()
+    interrupted: tuple[int, ...] = ()
+    """Items recorded as running whose runner is gone: the next run recovers them."""
+    paused: bool = False
+    rate: float | None = None
+    """Items finished per second over the last minute, while there is progress."""
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until the pending and running items are done, at the current
+        rate; None when unknown, or while the queue is paused (no end in sight)."""
+        left = self.counts.get("pending", 0) + self.counts.get("running", 0)
+        if not self.rate or not left or self.paused:
+            return None
+        return left / self.rate
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "queue": self.queue,
+            "counts": dict(self.counts),
+            "total": self.total,
+            "runner_active": bool(self.runners),
+            "runners": [
+                {
+                    "runner_id": r.runner_id,
+                    "pid": r.pid,
+                    "host": r.host,
+                    "started_at": r.started_at,
+                    "running": list(r.running),
+                }
+                for r in self.runners
+            ],
+            "recent_failures": [
+                {
+                    "id": f.item_id,
+                    **item_json(f.item),
+                    "attempts": f.attempts,
+                    "reason": f.reason,
+                    "stderr_last": f.stderr_last,
+                }
+                for f in self.recent_failures
+            ],
+            "held": list(self.held),
+            "interrupted": list(self.interrupted),
+            "paused": self.paused,
+            "rate": self.rate,
+            "eta_seconds": self.eta,
+        }
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """Sizes of the journal before and after compaction, and what was archived."""
+
+    bytes_before: int
+    bytes_after: int
+    archived: int
+    archive_bytes: int
+    rows_moved: int | None = None
+    """Rows moved to the archive tables (a PostgreSQL store; None for the journal)."""
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery did with items left in flight by dead runners."""
+
+    retried: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """One item as `list` shows it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    attempts: int = 0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            **item_json(self.item),
+            "state": self.state.value,
+            "attempts": self.attempts,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """A finished attempt's stored result, as `results` streams it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    attempt: int
+    exit_code: int | None
+    duration: float | None
+    reason: str
+    result: Any
+    archived: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            **item_json(self.item),
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "exit": self.exit_code,
+            "duration": self.duration,
+            "reason": self.reason,
+            "result": self.result,
+            "archived": self.archived,
+        }
+
+
+@dataclass(frozen=True)
+class ItemHistory:
+    """Everything recorded about one item: `show` renders it."""
+
+    item_id: int
+    item: str
+    state: ItemState
+    events: tuple[dict[str, Any], ...]
+    """The item's records (enqueue, start, end, interruptions, user actions), in order."""
+    result: Any = None
+    stderr_tail: str = ""
+    log_paths: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "id": self.item_id,
+            **item_json(self.item),
+            "state": self.state.value,
+            "events": [record_json(e) for e in self.events],
+            "result": self.result,
+            "stderr_tail": self.stderr_tail,
+            "logs": list(self.log_paths),
+        }
+
+
+@dataclass(frozen=True)
+class CountMismatch:
+    """A state whose maintained counter disagrees with a recount of the items."""
+
+    state: str
+    counted: int
+    """What the counters say (what `status` shows)."""
+    recounted: int
+    """What the items' rows say."""
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """What `fsck` found in a store that keeps counters (PostgreSQL)."""
+
+    queue: str
+    counts: dict[str, int]
+    """Items per state, recounted from the rows."""
+    mismatches: tuple[CountMismatch, ...] = ()
+    repaired: bool = False
+    """The counters were corrected (``check(repair=True)`` found mismatches)."""
+    warnings: tuple[str, ...] = ()
+    """Problems outside the queue, such as an old open transaction holding back vacuum."""
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.mismatches) and not self.repaired
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATUS_SCHEMA,
+            "queue": self.queue,
+            "counts": dict(self.counts),
+            "mismatches": [
+                {"state": m.state, "counted": m.counted, "recounted": m.recounted}
+                for m in self.mismatches
+            ],
+            "repaired": self.repaired,
+            "damaged": self.damaged,
+            "warnings": list(self.warnings),
+        }
+
+    def report_lines(self) -> list[str]:
+        """What `fsck` prints: each mismatch, then the outcome."""
+        lines = [
+            f"{m.state}: the counter says {m.counted}, the items say {m.recounted}"
+            for m in self.mismatches
+        ]
+        if self.repaired:
+            lines.append("repaired: the counters now match the items")
+        elif not self.mismatches:
+            total = sum(self.counts.values())
+            lines.append(f"queue {self.queue!r}: {total} item{'' if total == 1 else 's'}; ok")
+        return lines
+
+    def advice(self) -> str:
+        return "run `statequeue fsck --repair` to correct it"
+
+
+class QueueCheck(Protocol):
+    """What ``fsck`` found, in any store: a ``FsckReport`` for a local journal
+    (every record's checksum and sequence, in the files), a ``StoreCheck`` for
+    a store that keeps counters (PostgreSQL: the counters against a recount).
+    ``to_json`` differs by store; test ``isinstance`` for the details."""
+
+    @property
+    def damaged(self) -> bool:
+        """Damage was found (and, after a repair, is still there to report)."""
+
+    @property
+    def repaired(self) -> bool:
+        """A repair was asked for and made."""
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Problems outside the queue that harm it (none for a journal)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """What `fsck --json` prints."""
+
+    def report_lines(self) -> list[str]:
+        """What `fsck` prints, line by line."""
+
+    def advice(self) -> str:
+        """What to do about damage found and not repaired."""

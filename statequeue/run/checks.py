@@ -1,0 +1,139 @@
+"""What a run checks before and around its items: that the command exists,
+that the --verify script is valid shell and can run, and what recovery did."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
+from statequeue.core.models import Claim, OnInterrupted
+from statequeue.run.jobs import child_env, remove_left
+from statequeue.run.replacements import JobItem, has_token
+from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
+
+SHOWN_IDS = 10
+
+
+def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
+    """Refuse a command whose executable is missing or not executable, before
+    anything is claimed (else every item would fail the same way). A program
+    named by a replacement string differs per item: it is checked per item."""
+    program = command[0]
+    if has_token(program):
+        return
+    if "/" in program:
+        if not os.path.exists(program):
+            raise CommandNotFound(f"command not found: {program}; nothing was run")
+        if os.path.isdir(program) or not os.access(program, os.X_OK):
+            raise CommandNotFound(f"command is not executable: {program}; nothing was run")
+        return
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise CommandNotFound(f"command not found in PATH: {program}; nothing was run")
+
+
+def check_verify_script(text: str) -> str:
+    """The script for ``sh -c`` (see verify.py), refused early when the shell
+    cannot parse it (``sh -n``): a syntax error must not read as "not done"."""
+    script = verify_script(text)
+    try:
+        parsed = subprocess.run(
+            [SHELL, "-n", "-c", script],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+    except OSError as exc:
+        raise UsageError(f"--verify needs {SHELL}: {exc.strerror or exc}") from None
+    if parsed.returncode != 0:
+        why = " ".join(parsed.stderr.decode("utf-8", "replace").split()) or "syntax error"
+        raise UsageError(f"invalid --verify script {text!r}: {why}")
+    return script
+
+
+@dataclass
+class Verifier:
+    """Runs the --verify script for claimed items and judges its answers."""
+
+    script: str
+    queue: str
+    result_dir: str
+    base_env: Mapping[str, str]
+    timeout: float
+    stopping: Callable[[], bool]
+    log_dir_fd: int = -1  # result_dir held open (see JobSpec.log_dir_fd)
+    shown_failure: bool = False
+
+    def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[str]]:
+        """The verdict for ``claim``, and notices for the user: the stderr of
+        the first check that says "not done" in this run. Raises VerifyBroken
+        when the script itself cannot run (exit 126 or 127)."""
+        argv = verify_argv(self.script, JobItem(claim.item, claim.item_id, slot))
+        result = f"{self.result_dir}/{claim.item_id}.verify"
+        env = child_env(claim, self.queue, result, self.base_env)
+        # The hook may write to $STATEQUEUE_RESULT by path: a file or link left
+        # there must not receive it (nothing reads it back).
+        self._remove(f"{claim.item_id}.verify")
+        try:
+            verdict = run_verify(
+                argv, env, timeout=self.timeout, stop=self.stopping, pass_fds=claim.inherit_fds
+            )
+        finally:
+            self._remove(f"{claim.item_id}.verify")
+        if verdict.broken:
+            raise VerifyBroken(self._broken_message(claim, verdict))
+        notes: list[str] = []
+        if verdict.code is None and not self.stopping():
+            notes.append(f"item {claim.item_id}: --verify timed out; running the item")
+        elif not verdict.done and verdict.code is not None and not self.shown_failure:
+            self.shown_failure = True
+            lines = last_lines(verdict.stderr)
+            said = ": " + " | ".join(lines) if lines else " (no stderr)"
+            notes.append(
+                f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
+            )
+        return verdict, notes
+
+    def _remove(self, name: str) -> None:
+        remove_left(self.result_dir, self.log_dir_fd, name)  # a directory too (issue 21, 7)
+
+    def _broken_message(self, claim: Claim, verdict: Verdict) -> str:
+        lines = last_lines(verdict.stderr)
+        said = ": " + " | ".join(lines) if lines else ""
+        what = "not found" if verdict.code == 127 else "cannot run"
+        return (
+            f"--verify script failed with exit {verdict.code} ({what}) on item "
+            f"{claim.item_id}{said}; stopped (nothing run; fix the script)"
+        )
+
+
+def recovery_notice(
+    retried: list[int], failed: list[int], held: list[int], policy: OnInterrupted, verify: bool
+) -> list[tuple[str, bool]]:
+    """What recovery did with items left in flight by dead runners: one line
+    each, and whether it is a warning (poison held) that --quiet still shows."""
+    notes: list[tuple[str, bool]] = []
+    then = "verifying, then retrying what is not done" if verify else "retrying"
+    if retried:
+        notes.append((f"recovered {_items(retried)}: {then}", False))
+    if failed:
+        notes.append((f"recovered {_items(failed)}: marked failed (--on-interrupted fail)", False))
+    if held and policy is OnInterrupted.HOLD:
+        notes.append((f"recovered {_items(held)}: held (--on-interrupted hold)", False))
+    elif held:
+        poison = (
+            f"held {_items(held, 'poison item')}: in flight during too many runner crashes "
+            "(--max-crashes); see `statequeue show ID`, then `statequeue retry ID`"
+        )
+        notes.append((poison, True))
+    return notes
+
+
+def _items(ids: list[int], noun: str = "interrupted item") -> str:
+    shown = ", ".join(str(i) for i in ids[:SHOWN_IDS])
+    more = f", … {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
+    plural = "s" if len(ids) != 1 else ""
+    return f"{len(ids)} {noun}{plural} ({shown}{more})"

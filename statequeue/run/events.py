@@ -1,0 +1,118 @@
+"""What a run reports as it goes (events) and at its end (the summary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from statequeue.core.models import Claim, ItemState, Outcome
+
+
+@dataclass(frozen=True)
+class ItemStarted:
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class ItemFinished:
+    claim: Claim
+    outcome: Outcome
+    state: ItemState
+    log_path: Path | None = None
+    verified: bool = False
+    retries: int = 0
+    """The --retries budget: with ``claim.failures`` it tells which retry comes next."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should read: a recovery (``warning`` False), or a
+    problem even ``--quiet`` shows (``warning`` True)."""
+
+    text: str
+    warning: bool = False
+
+
+RunEvent = ItemStarted | ItemFinished | Notice
+
+
+@dataclass
+class RunSummary:
+    """What one ``run`` did, counted in items (each item once, by where it
+    ended up), plus the attempts it made."""
+
+    attempts: int = 0
+    ok: set[int] = field(default_factory=set)
+    failed_for_good: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)
+    """Items that failed and wait for an automatic retry (a later run takes them)."""
+    verified_ids: set[int] = field(default_factory=set)
+    """Items --verify found done (also in ``ok``): not run again."""
+    handed_back: set[int] = field(default_factory=set)
+    """Items given back as pending because the run was stopped by a signal."""
+    killed_on_stop: int = 0
+    """Children that ignored the stop signal and were killed after --grace."""
+    stopped_by: int | None = None
+
+    def record(self, item_id: int, state: ItemState) -> None:
+        """Note where ``item_id`` stands after one of its attempts."""
+        for bucket in (self.ok, self.failed_for_good, self.waiting, self.handed_back):
+            bucket.discard(item_id)
+        if state is ItemState.DONE:
+            self.ok.add(item_id)
+        elif state is ItemState.PENDING:
+            self.waiting.add(item_id)
+        elif state is ItemState.FAILED:
+            self.failed_for_good.add(item_id)
+
+    def hand_back(self, item_id: int) -> None:
+        self.waiting.discard(item_id)
+        self.handed_back.add(item_id)
+
+    @property
+    def started(self) -> int:
+        """Attempts made, counted as the store counts them: children started,
+        plus items whose program could not start (recorded failed, attempt N)."""
+        return self.attempts
+
+    @property
+    def succeeded(self) -> int:
+        return len(self.ok)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failed_for_good)
+
+    @property
+    def retried(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def verified(self) -> int:
+        return len(self.verified_ids)
+
+    @property
+    def released(self) -> int:
+        return len(self.handed_back)
+
+    @property
+    def clean_stop(self) -> bool:
+        """Stopped by a signal, and every child stopped within --grace."""
+        return self.stopped_by is not None and self.killed_on_stop == 0
+
+    def text(self) -> str:
+        """One line for the user: items by outcome, then attempts."""
+        idle = not (self.attempts or self.verified or self.retried or self.released)
+        if idle and self.stopped_by is None:
+            return "nothing to do: no pending item is due"
+        parts = [f"{self.succeeded} ok"]
+        if self.verified:
+            parts[0] += f" ({self.verified} verified, not run)"
+        parts.append(f"{self.failed} failed")
+        if self.retried:
+            parts.append(f"{self.retried} waiting for a retry")
+        if self.released:
+            parts.append(f"{self.released} handed back (stopped)")
+        attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s")
+        stopped = "" if self.stopped_by is None or not idle else " (stopped)"
+        return f"items: {', '.join(parts)}; {attempts}{stopped}"

@@ -1,0 +1,419 @@
+"""One child process running one item: spawn, capture output, stop, report.
+
+The child runs in its own process group (so a timeout or a stop reaches its
+descendants too), with stdin from /dev/null or the item, and its stdout and
+stderr read through pipes into a size-bounded log. The run's keeper
+(keeper.py) starts it with posix_spawn (no fork of an interpreter), is its
+parent, reports its exit, and holds its claim until no process of the item
+is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statequeue.core.durations import format_setting
+from statequeue.core.errors import InvalidResult, KeeperLost
+from statequeue.core.fileio import CRASH
+from statequeue.core.models import Claim, Outcome
+from statequeue.core.records import json_problem, load_result
+from statequeue.run.keeper import Keeper
+from statequeue.run.replacements import JobItem, replace, template_tokens
+
+STDERR_TAIL_BYTES = 4096
+RESULT_MAX_BYTES = 1 << 20
+_READ = 65536
+LOG_LIMIT_MARK = b"\n[statequeue: log limit reached; further output discarded]\n"
+
+OutputSink = Callable[[int, bytes], None]
+"""Receives (1 or 2, bytes) as a child writes to stdout or stderr, for live display."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How to launch the command for one claimed item."""
+
+    template: tuple[str, ...]
+    queue: str
+    log_dir: Path
+    log_dir_fd: int = -1
+    """``log_dir`` held open (relative to the queue folder, never through a
+    link): logs and results are opened relative to it. -1: by path."""
+    log_limit: int = 1 << 20
+    item_on_stdin: bool = False
+    live: OutputSink | None = None
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """The children's environment before the STATEQUEUE_* variables: copied
+    from ours once per run, since copying os.environ per item cost ~0.3 ms."""
+
+
+def build_argv(
+    template: tuple[str, ...], item: str, *, item_id: int = 0, slot: int = 1
+) -> list[str]:
+    """Replace every replacement string (``{}``, ``{.}``, ``{/}``, ``{//}``,
+    ``{/.}``, ``{#}``, ``{%}``; see replacements.py) in each argument; with
+    none anywhere, the item is appended as the last argument."""
+    tokens = template_tokens(template)
+    if not tokens:
+        return [*template, item]
+    if tokens == {"{}"}:  # the common case, at str.replace speed (~5x the regex)
+        return [arg.replace("{}", item) for arg in template]
+    job = JobItem(item, item_id, slot)
+    return [replace(arg, job) for arg in template]
+
+
+def child_env(
+    claim: Claim, queue: str, result_path: str, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a child for ``claim``: ``base`` (default: ours) plus
+    the STATEQUEUE_* variables."""
+    env = dict(os.environ if base is None else base)
+    env.update(item_env(claim, queue, result_path))
+    return env
+
+
+def item_env(claim: Claim, queue: str, result_path: str) -> dict[str, str]:
+    """The STATEQUEUE_* variables of a child for ``claim`` (the keeper adds
+    them to the run's environment, which it was sent once)."""
+    env = {
+        "STATEQUEUE_ITEM": claim.item,
+        "STATEQUEUE_ID": str(claim.item_id),
+        "STATEQUEUE_ATTEMPT": str(claim.attempt),
+        "STATEQUEUE_QUEUE": queue,
+        "STATEQUEUE_RESULT": result_path,
+    }
+    if claim.token is not None:  # stores that fence (PostgreSQL): for the child's own fencing
+        env["STATEQUEUE_LEASE_TOKEN"] = str(claim.token)
+    return env
+
+
+class Job:
+    """A running child for one claim."""
+
+    def __init__(self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int = 1) -> None:
+        self.claim = claim
+        self.spec = spec
+        self.keeper = keeper
+        self.slot = slot  # {%}: which of the --jobs slots runs it
+        self.started = time.monotonic()
+        self.deadline: float | None = None
+        self.kill_at: float | None = None
+        self.stop_reason = ""  # "timeout" or "stopped" once the runner signals it
+        self.grace = 0.0  # how long the runner waited after TERM before KILL
+        self.killed = False  # the runner sent SIGKILL when the grace ran out
+        self.lease_kill_at: float | None = None  # the keeper's hard stop (stores with leases)
+        self.watch_at: float | None = None  # when the runner starts reading its pipes (None: now)
+        self.warnings: list[str] = []  # for the user: e.g. a result that was not stored
+        self.returncode: int | None = None
+        # Plain strings, not Paths: building Paths cost more than the syscalls.
+        stem = f"{spec.log_dir}/{claim.item_id}.{claim.attempt}"
+        self.log_file = f"{stem}.log"
+        self.result_file = f"{stem}.result"
+        self._name = f"{claim.item_id}.{claim.attempt}"  # within log_dir_fd
+        self.has_log = False  # True once this attempt's log file was opened
+        self._log_fd = -1
+        self._logged = 0
+        self._tail = bytearray()
+        self.pipes: dict[int, int] = {}
+        # The child writes its result by path: a file (or planted link) left
+        # there must not receive it, nor be read back as this attempt's result.
+        self._unlink(f"{self._name}.result")
+        self.program = ""  # argv[0], once built
+        self.token = self._spawn()
+
+    def _spawn(self) -> int:
+        """Have the keeper start the child: in its own session (so its whole
+        process group can be signalled), stdout and stderr on pipes, and the
+        claim's fds at high numbers (so ``exec 9>file`` in a worker keeps them).
+        Raises OSError if a pipe fails (EMFILE: see runner); a failed spawn
+        shows later, in ``spawn_error``."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        streams = [out_w]
+        try:
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        except BaseException:
+            for fd in (out_r, out_w):
+                os.close(fd)
+            raise
+        streams.append(err_w)
+        argv = build_argv(
+            self.spec.template, self.claim.item, item_id=self.claim.item_id, slot=self.slot
+        )
+        self.program = argv[0]  # named in the reason if it cannot be started
+        env = item_env(self.claim, self.spec.queue, self.result_file)
+        CRASH.hit("spawn")
+        try:
+            if self.spec.item_on_stdin:
+                streams.append(_memfd(os.fsencode(self.claim.item) + b"\n"))
+            token = self.keeper.spawn(
+                item_id=self.claim.item_id,
+                argv=argv,
+                env=env,
+                streams=streams,
+                claim_fds=self.claim.inherit_fds,
+            )
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in streams:
+                os.close(fd)
+        for fd, stream in ((out_r, 1), (err_r, 2)):
+            os.set_blocking(fd, False)
+            self.pipes[fd] = stream
+        return token
+
+    # -- output ------------------------------------------------------------------
+
+    def read(self, fd: int) -> bool:
+        """Read what the child wrote on ``fd``; False at end of file."""
+        try:
+            data = os.read(fd, _READ)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        self._consume(self.pipes[fd], data)
+        return True
+
+    def drain(self) -> None:
+        """Read whatever is buffered, without waiting for descendants to close."""
+        for fd, stream in self.pipes.items():
+            while True:
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                self._consume(stream, data)
+
+    def _consume(self, stream: int, data: bytes) -> None:
+        if stream == 2:
+            self._tail += data
+            del self._tail[:-STDERR_TAIL_BYTES]
+        self._log(data)
+        if self.spec.live is not None:
+            self.spec.live(stream, data)
+
+    def _log(self, data: bytes) -> None:
+        room = self.spec.log_limit - self._logged
+        if room < 0:
+            return  # the limit was passed and marked
+        if self._log_fd < 0:
+            try:
+                self._log_fd = self._open(
+                    f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                )
+            except OSError:
+                self._logged = self.spec.log_limit + 1
+                return
+            self.has_log = True
+        chunk = data[:room]
+        if len(chunk) < len(data):
+            # Also when the limit fell exactly on the previous read's end (room
+            # 0): the 1 MiB default is a multiple of the 64 KiB reads.
+            chunk += LOG_LIMIT_MARK
+        try:
+            os.write(self._log_fd, chunk)
+        except OSError:
+            # A full disk must not stop the runner over a log: the result (and
+            # its stderr tail) still go to the journal, which reports its own errors.
+            self._logged = self.spec.log_limit + 1
+            return
+        self._logged += len(data)
+
+    @property
+    def log_path(self) -> Path | None:
+        """This attempt's log, or None if the child wrote nothing (no file)."""
+        return Path(self.log_file) if self.has_log else None
+
+    # -- stopping ------------------------------------------------------------------
+
+    def signal_group(self, signum: int) -> None:
+        """Signal the child's process group. The keeper does it, and only while
+        the child is unreaped (its pid, so its group id, is still reserved);
+        once signalled, the rest of the group is killed when the child exits."""
+        with contextlib.suppress(KeeperLost):  # nothing left to signal
+            self.keeper.signal(self.token, signum)
+
+    def exited(self) -> bool:
+        """True once the keeper reported the child's exit (or failed spawn)."""
+        if self.returncode is not None:
+            return True
+        return self.token in self.keeper.exits or self.token in self.keeper.failed
+
+    def spawn_error(self) -> OSError | None:
+        """Why the child could not be started, if it could not."""
+        code = self.keeper.failed.pop(self.token, None)
+        return None if code is None else OSError(code, os.strerror(code), self.program)
+
+    def reap(self) -> int:
+        """The exited child's status (exit code, or -signal), waiting for it."""
+        if self.returncode is None:
+            try:
+                self.returncode = self.keeper.wait_exit(self.token)
+            except KeeperLost:
+                self.returncode = -1
+        return self.returncode
+
+    # -- result ----------------------------------------------------------------------
+
+    def finish(self) -> Outcome:
+        """The outcome of the exited child; closes its pipes and files."""
+        self.drain()
+        code = self.reap()
+        self.close()
+        duration = time.monotonic() - self.started
+        sig = -code if code is not None and code < 0 else None
+        exit_code = code if sig is None else None
+        result = self._read_result()
+        timed_out = self.stop_reason == "timeout"
+        ok = code == 0 and not timed_out
+        return Outcome(
+            ok=ok,
+            exit_code=exit_code,
+            signal=sig,
+            duration=duration,
+            stderr_tail=self._tail.decode("utf-8", "replace"),
+            reason="" if ok else self._reason(exit_code, sig, duration),
+            result=result,
+            timed_out=timed_out,
+        )
+
+    def _reason(self, exit_code: int | None, sig: int | None, duration: float) -> str:
+        if self.stop_reason == "timeout":
+            return self._timeout_reason(exit_code, sig)
+        if sig is not None:
+            return f"killed by signal {sig} ({_signame(sig)})"
+        return f"exit code {exit_code}"
+
+    def _timeout_reason(self, exit_code: int | None, sig: int | None) -> str:
+        limit = format_setting((self.deadline or self.started) - self.started)
+        if self.killed:
+            end = f"killed (SIGKILL) after {format_setting(self.grace)} grace"
+        elif sig is not None:
+            end = f"ended by {_signame(sig)}"
+        else:
+            end = f"exited with code {exit_code} after SIGTERM"
+        return f"timed out after {limit}; {end}"
+
+    def _read_result(self) -> Any:
+        # O_NONBLOCK: a FIFO there must not block the open (PEP 475 retries it
+        # on EINTR, so not even SIGTERM would end the wait); only a regular
+        # file is read, anything else is an error value, as a link (ELOOP) is.
+        try:
+            fd = self._open(f"{self._name}.result", os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:  # the common case: no result, nothing to unlink
+            return None
+        except OSError as exc:  # a link (ELOOP), a socket (ENXIO): no target is read
+            self._unlink(f"{self._name}.result")
+            return {"error": f"result file not read: {exc.strerror}"}
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): it refuses a directory
+                os.close(fd)
+                return {"error": "result file not read: not a regular file"}
+            with open(fd, "rb") as f:
+                raw = f.read(RESULT_MAX_BYTES + 1)
+        except OSError as exc:  # e.g. EIO: this item's error, not the run's end
+            return {"error": f"result file not read: {exc.strerror}"}
+        finally:
+            self._unlink(f"{self._name}.result")
+        if len(raw) > RESULT_MAX_BYTES:
+            return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
+        if not raw.strip():  # created (the runner never does) but nothing written: no result
+            return None
+        try:
+            value = load_result(raw)
+        except orjson.JSONDecodeError:
+            return {
+                "error": "result file is not valid JSON",
+                "text": raw[:4096].decode(errors="replace"),
+            }
+        except InvalidResult:
+            return self._unstorable("an integer exceeds the 64-bit range")
+        problem = json_problem(value, parsed=True)  # the journal and an export must hold it
+        return value if problem is None else self._unstorable(problem)
+
+    def _unstorable(self, problem: str) -> dict[str, str]:
+        """The error value recorded (with a warning) for a result JSON that cannot be stored."""
+        note = f"result JSON cannot be stored ({problem}); recorded an error instead"
+        self.warnings.append(note)
+        return {"error": note}
+
+    def _open(self, name: str, flags: int) -> int:
+        """Open ``name`` in the log folder, never following a link."""
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+        if self.spec.log_dir_fd < 0:
+            return os.open(f"{self.spec.log_dir}/{name}", flags, 0o600)
+        return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
+
+    def _unlink(self, name: str) -> None:
+        remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)
+
+    def close_pipe(self, fd: int) -> None:
+        """Close one output pipe at its end of file (the child closed its side)."""
+        del self.pipes[fd]
+        os.close(fd)
+
+    def close(self) -> None:
+        for fd in self.pipes:
+            os.close(fd)
+        self.pipes.clear()
+        if self._log_fd >= 0:
+            os.close(self._log_fd)
+            self._log_fd = -1
+
+
+def remove_left(folder: str, folder_fd: int, name: str) -> None:
+    """Remove what a child left at ``name`` in the log folder (held open as
+    ``folder_fd``, or by path when -1): a file, a link (not followed), a FIFO,
+    or a directory, walked by fds. A directory that cannot be removed stays,
+    harmlessly: no regular file is read there, and it must not end the run."""
+    try:  # not contextlib.suppress: this runs for every item
+        if folder_fd < 0:
+            os.unlink(f"{folder}/{name}")
+        else:
+            os.unlink(name, dir_fd=folder_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        if folder_fd < 0:
+            shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
+        else:
+            shutil.rmtree(name, ignore_errors=True, dir_fd=folder_fd)
+
+
+def _memfd(data: bytes) -> int:
+    """A file descriptor reading ``data`` from its start, to hand to a child as stdin."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("statequeue-stdin", os.MFD_CLOEXEC)
+    else:  # no memfd here: an unlinked temp file does the same
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="statequeue-stdin-")
+        os.unlink(path)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown"

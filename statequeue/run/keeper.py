@@ -1,0 +1,160 @@
+"""The runner's side of the keeper (keeper_process.py), the parent of every child.
+
+The runner never forks: it asks the keeper to start each child, passing the
+child's stdin, stdout and stderr and the item's claim fds with SCM_RIGHTS,
+and goes on without waiting. A failed spawn (its errno) and every exit come
+back as messages on the same socket, which the runner's selector watches.
+Signals to a child's process group go through the keeper too: it alone knows
+whether the group's leader is still unreaped, i.e. whether the group id still
+names that group.
+
+The keeper holds every item's claim until no process of the item is left. If
+the runner dies (kill -9), it kills whatever is left of the items; after a
+normal end (``close``) it lets detached leftovers finish, holding their claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from statequeue.core.errors import KeeperLost
+from statequeue.run import keeper_process as kp
+
+_PROGRAM = str(Path(kp.__file__).resolve())
+
+
+class Keeper:
+    """A running keeper process and the socket to it."""
+
+    def __init__(self, queue: str, *, environ: Mapping[str, str] | None = None) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", _PROGRAM, queue],
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    # Not our stderr: a keeper that stays for a detached
+                    # leftover would hold `statequeue run 2>&1 | cat` open.
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), kp.SOCKET_FD),
+                ],
+                setsid=True,  # terminal signals must not reach it
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = mine
+        self._inbox = bytearray()
+        self.failed: dict[int, int] = {}  # token -> errno of its failed spawn
+        self.exits: dict[int, int] = {}  # token -> exit code (or -signal)
+        self._lingering = False
+        self._tokens = 0
+        if environ is not None:
+            # Once per run: each spawn then sends only its item's variables.
+            self._send((kp.ENVIRON, dict(environ)), [])
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def spawn(
+        self,
+        *,
+        item_id: int,
+        argv: list[str],
+        env: dict[str, str],
+        streams: Sequence[int],
+        claim_fds: Sequence[int],
+    ) -> int:
+        """Have ``argv`` started in a new session with ``streams`` (stdout,
+        stderr and optionally stdin) and the claim fds, its environment the
+        run's (``environ``) plus ``env``; returns its token. If the spawn
+        fails, ``failed`` gets its errno; KeeperLost if it is gone."""
+        self._tokens += 1
+        token = self._tokens
+        has_stdin = len(streams) > 2
+        request = (kp.SPAWN, token, item_id, argv, env, int(has_stdin))
+        self._send(request, [*streams, *claim_fds])
+        return token
+
+    def signal(self, token: int, signum: int) -> None:
+        """Signal the process group of ``token``'s child, if it is not reaped yet."""
+        self._send((kp.SIGNAL, token, int(signum)), [])
+
+    def deadline(self, token: int, at: float) -> None:
+        """Have the keeper SIGKILL ``token``'s process group at the monotonic
+        time ``at`` (a lease's end), unless a later deadline replaces it."""
+        self._send((kp.DEADLINE, token, float(at)), [])
+
+    def receive(self) -> None:
+        """Read what the keeper sent (blocks until something arrives)."""
+        try:
+            data = self._sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            raise KeeperLost()
+        self._inbox += data
+        size = kp.REPLY.size
+        end = len(self._inbox) - len(self._inbox) % size
+        for kind, token, value in kp.REPLY.iter_unpack(self._inbox[:end]):
+            if kind == kp.EXITED:
+                self.exits[token] = value
+            elif kind == kp.FAILED:
+                self.failed[token] = value
+            else:
+                self._lingering = True
+        del self._inbox[:end]
+
+    def wait_exit(self, token: int) -> int:
+        """The exit code of ``token``'s child, waiting for it to end (-1 if it
+        never started)."""
+        while token not in self.exits and token not in self.failed:
+            self.receive()
+        if self.failed.pop(token, None) is not None:
+            return -1
+        return self.exits.pop(token)
+
+    def _send(self, request: tuple[Any, ...], fds: Sequence[int]) -> None:
+        payload = marshal.dumps(request)
+        head = kp.HEADER.pack(len(payload), len(fds))
+        try:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))] if fds else []
+            sent = self._sock.sendmsg([head, payload], rights)
+            whole = head + payload
+            if sent < len(whole):
+                self._sock.sendall(whole[sent:])
+        except BrokenPipeError:
+            raise KeeperLost() from None
+
+    def close(self) -> None:
+        """End the run. The keeper exits at once if no process of an item is
+        left (then it is waited for); else it stays, holding those items'
+        claims, until the last one has exited (then it is not waited for: in a
+        long-lived library process it stays a zombie until that one exits)."""
+        with contextlib.suppress(OSError, KeeperLost):
+            self._send((kp.GOODBYE, 0, 0), [])
+            while not self._lingering:
+                self.receive()
+            self._sock.close()
+            return
+        self._sock.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _ints(fds: Sequence[int]) -> bytes:
+    import array
+
+    return array.array("i", fds).tobytes()

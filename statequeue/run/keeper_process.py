@@ -1,0 +1,486 @@
+"""The keeper: one small process per run that is the parent of every child.
+
+The runner asks it (over a unix socket, sending the child's pipes and claim
+fds with SCM_RIGHTS) to start each item's command. The keeper is a child
+subreaper (PR_SET_CHILD_SUBREAPER), so a descendant that detaches -- new
+session, closed fds, double fork -- is reparented to it when its parent dies,
+never to init. It holds a copy of every item's claim fd and closes it only
+once no process of that item is left, so neither a retry nor the next run
+starts a second copy while one lives (promise 4).
+
+When the runner dies (the socket reaches end of file without a goodbye: kill
+-9, a crash), its items are in flight and will be recovered, so the keeper
+SIGKILLs every process left of them -- the items' process groups, then every
+child that appears, which it may kill by pid because an unreaped child keeps
+its pid -- until it has no child at all, then releases the claims and exits.
+When the run ends normally (goodbye), every item is settled: a detached
+process an item left behind may go on, and the keeper stays until the last
+one has exited, holding its item's claim so no retry overlaps it.
+
+Self-fencing (stores with leases): the runner sends each token's DEADLINE,
+the end of its lease as last renewed, on the lease clock (lease_clock.py,
+CLOCK_BOOTTIME where there is one: the very module the runner reads).
+When it comes, the keeper kills the item as it would after a kill -9 of the
+runner, even if the runner is frozen: the leader's process group, then every
+adopted descendant attributed to the item (a new session escapes the group),
+again and again as more are reparented, until none is left. The deadline
+outlives the leader: a detached leftover of an item whose runner froze before
+it could record the result dies at the lease's end too; once the runner has
+recorded the item done or failed, it cancels the deadline (an infinite one)
+and a leftover may go on. An orphan attributed to every held item (no
+STATEQUEUE_ID) is killed with any of them.
+
+Attribution of a reparented orphan: the STATEQUEUE_ID in its environment
+(which survives setsid and closed fds), else every item the keeper holds at
+that moment (an orphan's dead parent belonged to a held item). Finding the
+keeper's children needs a /proc scan when the kernel lacks the cheap
+``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
+whenever ``waitid`` says the keeper has no child at all.
+
+The children's environment comes once per run (ENVIRON); each SPAWN names
+only the variables of its item, so a request stays small whatever the size of
+the user's environment.
+
+``STATEQUEUE_BENCH_KEEPER_CPU``, if set, names a file where the keeper writes
+its own user+sys CPU seconds as it exits (scripts/bench.py reports the
+runner's and the keeper's CPU per item side by side: the keeper is
+statequeue's own process, and its work must not go unreported).
+
+This file runs as a script under ``python -I -S``: standard library only,
+and the package's stdlib-only modules it imports from its own folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:
+    from statequeue.core import lease_clock
+    from statequeue.run.keeper_os import (
+        become_subreaper,
+        children,
+        claim_target,
+        find_program,
+        report_cpu,
+    )
+else:  # a script under -I -S: the package is not importable, its folders are
+    # (appended: a standard module is never shadowed by one of ours)
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
+    import lease_clock
+    from keeper_os import become_subreaper, children, claim_target, find_program, report_cpu
+
+SOCKET_FD = 3  # where the keeper finds its end of the socket
+
+# runner -> keeper: a header, then a marshal payload; fds ride on the header.
+HEADER = struct.Struct("<II")  # payload length, number of fds sent
+SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON = 1, 2, 3, 4, 5
+# keeper -> runner: fixed-size replies.
+REPLY = struct.Struct("<Bqq")  # kind, token, value
+FAILED, EXITED, LINGERING = 2, 3, 4
+
+CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
+MAX_FDS = 8
+MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
+LOST = -1  # in the queue of received fds: some of the batch before it were lost
+FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
+# Longest wait while a deadline is pending: poll's timeout runs on the
+# monotonic clock, which stops during a suspend; after a resume, a deadline
+# past on the lease clock is seen within this long.
+DEADLINE_POLL = 0.1
+SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
+FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
+MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
+RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+class Leader:
+    """A child the keeper started for the runner: one attempt of one item."""
+
+    __slots__ = ("item", "pid", "stopping", "token")
+
+    def __init__(self, token: int, item: int, pid: int) -> None:
+        self.token = token
+        self.item = item
+        self.pid = pid
+        self.stopping = False
+
+
+class KeeperProcess:
+    """The keeper's state: its children, and the claims it holds for them."""
+
+    def __init__(self, sock: socket.socket, queue: str) -> None:
+        self.sock = sock
+        self.queue = queue
+        self.leaders: dict[int, Leader] = {}  # pid -> leader
+        self.by_token: dict[int, Leader] = {}
+        self.held: dict[int, list[int]] = {}  # item id -> claim fds held for it
+        self.finished: set[int] = set()  # held items whose leader is reaped
+        self.owners: dict[int, frozenset[int]] = {}  # orphan pid -> items it may be of
+        self.inbox = bytearray()
+        self.fds: list[int] = []
+        self.ending = False  # the runner died: kill everything left
+        self.goodbye = False  # the run ended: wait for what is left
+        self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
+        self.idle_until = 0.0  # nor before (while only a detached leftover lives)
+        self.idle_gap = 0.0
+        self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
+        # token -> lease-clock time to kill its item: the end of its lease as
+        # the runner last confirmed it, enforced here even if the runner is
+        # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
+        self.deadlines: dict[int, float] = {}
+        self.deadline_items: dict[int, int] = {}  # token -> its item (the leader may be reaped)
+        self.fencing: set[int] = set()  # held items whose deadline came: kill all of them
+        self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
+        self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
+
+    # -- requests -------------------------------------------------------------
+
+    def receive(self) -> None:
+        try:
+            data, ancdata, flags, _ = self.sock.recvmsg(
+                65536, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError:
+            data, ancdata, flags = b"", [], 0
+        for level, kind, raw in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(raw) - len(raw) % 4
+                self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
+        if flags & socket.MSG_CTRUNC:
+            # Out of fds: some of this batch were lost, so its request fails.
+            # (A read returns the fds of one sendmsg at most: one request's.)
+            self.fds.append(LOST)
+        if not data:
+            self.ending = True
+            return
+        self.inbox += data
+        while len(self.inbox) >= HEADER.size and not self.goodbye:
+            size, nfds = HEADER.unpack_from(self.inbox)
+            if len(self.inbox) < HEADER.size + size:
+                return
+            request = marshal.loads(bytes(self.inbox[HEADER.size : HEADER.size + size]))
+            del self.inbox[: HEADER.size + size]
+            self.handle(request, self.take_fds(nfds))
+
+    def take_fds(self, count: int) -> list[int]:
+        """The next request's ``count`` fds, in the order they came; ending
+        with LOST if some of them were lost."""
+        batch = self.fds[:count]
+        if LOST in batch:
+            batch = batch[: batch.index(LOST) + 1]
+        del self.fds[: len(batch)]
+        if len(batch) < count and batch[-1:] != [LOST]:
+            batch.append(LOST)  # cannot happen: a request's fds come with its first byte
+        return batch
+
+    def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        if request[0] == SIGNAL:
+            self.signal(request[1], request[2])
+            return
+        if request[0] == ENVIRON:
+            self.environ = request[1]
+            return
+        if request[0] == DEADLINE:
+            token = request[1]
+            leader = self.by_token.get(token)
+            if leader is not None:
+                self.deadline_items[token] = leader.item
+            if request[2] == float("inf"):  # recorded for good: nothing to fence
+                self.deadline_items.pop(token, None)
+                self.deadlines.pop(token, None)
+            elif token in self.deadline_items:  # else long settled: no deadline to keep
+                self.deadlines[token] = request[2]
+            return
+        if request[0] == GOODBYE:
+            self.goodbye = True
+            if self.has_children():
+                self.reply(LINGERING, 0, 0)  # so the runner does not wait for us
+            return
+        token = request[1]
+        try:
+            if LOST in fds:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            self.spawn(request, fds)
+        except OSError as exc:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            self.reply(FAILED, token, exc.errno or errno.EIO)
+        # A started child is not reported: the runner does not wait for it (a
+        # reply per spawn cost a wakeup of the runner per item).
+
+    def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        _, token, item, argv, item_env, has_stdin = request
+        env = self.environ | item_env
+        streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
+        actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        if has_stdin:
+            actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
+        actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
+        actions += [
+            (os.POSIX_SPAWN_DUP2, fd, target)
+            for fd, target in zip(claims, self.claim_targets, strict=False)
+        ]
+        # On failure, ``handle`` closes every fd of the request.
+        pid = self.start(argv, env, actions)
+        for fd in streams:
+            os.close(fd)
+        leader = Leader(token, item, pid)
+        self.leaders[pid] = self.by_token[token] = leader
+        self.held.setdefault(item, []).extend(claims)
+        self.finished.discard(item)
+
+    def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
+        """posix_spawn ``argv``. A bare program name is looked up on PATH once
+        per run, not per item (posix_spawnp tries each PATH entry before it in
+        the child, every time); if the file found is gone, look again."""
+        name = argv[0]
+        path = self.programs.get(name)
+        if path is None and "/" not in name and len(self.programs) < MAX_PROGRAMS:
+            path = self.programs[name] = find_program(name)
+        if not path:
+            return os.posix_spawnp(
+                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
+        try:
+            return os.posix_spawn(
+                path, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
+        except OSError:
+            del self.programs[name]  # replaced or removed meanwhile: PATH decides again
+            return os.posix_spawnp(
+                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+            )
+
+    def signal(self, token: int, signum: int) -> None:
+        leader = self.by_token.get(token)
+        if leader is None:  # already reaped: its group id may be reused, so no signal
+            return
+        leader.stopping = True
+        # Unreaped, the leader keeps its pid, so its group id names its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader.pid, signum)
+
+    def reply(self, kind: int, token: int, value: int) -> None:
+        with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+            self.sock.sendall(REPLY.pack(kind, token, value))
+
+    # -- children ---------------------------------------------------------------
+
+    def reap(self) -> list[tuple[int, int]]:
+        """Collect every exited child; a stopped item's group is killed before
+        its leader is reaped (while the group id still names it). Returns the
+        leaders' (token, exit code), for ``report`` once claims are settled."""
+        exits: list[tuple[int, int]] = []
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return exits
+            if info is None:
+                return exits
+            pid = info.si_pid
+            leader = self.leaders.pop(pid, None)
+            if leader is not None and (leader.stopping or self.ending):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            self.owners.pop(pid, None)
+            self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
+            if leader is not None:
+                # Its deadline stays until the item is released: a detached
+                # leftover of it may still need fencing.
+                del self.by_token[leader.token]
+                self.finished.add(leader.item)
+                exits.append((leader.token, os.waitstatus_to_exitcode(status)))
+
+    def report(self, exits: list[tuple[int, int]]) -> None:
+        """Tell the runner of ``exits`` in one message (one wakeup of the
+        runner for every child that ended since the last look)."""
+        if exits:
+            with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+                self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
+
+    def settle(self, now: float) -> None:
+        """Release the claims of finished items no process is left of."""
+        if not self.finished:
+            return
+        if not self.has_children():
+            self.release(set(self.finished))
+            return
+        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
+            return
+        alive = {leader.item for leader in self.leaders.values()}
+        for owners in self.attribute(self.children_timed(now)).values():
+            alive |= owners
+        free = self.finished - alive
+        self.release(free)
+        # Nothing came free: a detached leftover lives on. Look less and less
+        # often (up to once a second) until another child exits.
+        self.idle_gap = 0.0 if free else min(MAX_IDLE_GAP, max(0.01, 2 * self.idle_gap))
+        self.idle_until = now + self.idle_gap
+
+    def settle_if_childless(self) -> None:
+        if self.finished and not self.has_children():
+            self.release(set(self.finished))
+
+    def has_children(self) -> bool:
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
+    def release(self, items: set[int]) -> None:
+        for item in items:
+            for fd in self.held.pop(item, ()):
+                os.close(fd)
+            self.finished.discard(item)
+            self.fencing.discard(item)
+        if self.deadline_items and items:
+            for token in [t for t, item in self.deadline_items.items() if item in items]:
+                del self.deadline_items[token]
+                self.deadlines.pop(token, None)
+
+    def attribute(self, children: list[int]) -> dict[int, frozenset[int]]:
+        """Which items each child that is not a leader may belong to."""
+        owners = {}
+        everyone = frozenset(self.held)
+        for pid in children:
+            if pid in self.leaders:
+                continue
+            known = self.owners.get(pid)
+            if known is None:
+                item = self.item_of(pid)
+                known = frozenset((item,)) if item in self.held else everyone
+            owners[pid] = known
+        self.owners = owners
+        return owners
+
+    def item_of(self, pid: int) -> int:
+        """The STATEQUEUE_ID in ``pid``'s environment, or -1."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            return -1
+        found = dict(v.split(b"=", 1) for v in env if b"=" in v)
+        if found.get(b"STATEQUEUE_QUEUE", b"").decode(errors="replace") != self.queue:
+            return -1
+        try:
+            return int(found.get(b"STATEQUEUE_ID", b"-1"))
+        except ValueError:
+            return -1
+
+    def children_timed(self, now: float) -> list[int]:
+        began = time.monotonic()
+        found = children()
+        self.cost_until = now + SCAN_COST_SHARE * (time.monotonic() - began)
+        return found
+
+    def kill_all(self) -> None:
+        """The runner is gone: kill what is left of every item."""
+        for leader in self.leaders.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader.pid, signal.SIGKILL)
+        if not self.has_children():
+            return
+        for pid in children():
+            # An unreaped child keeps its pid: this cannot hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def enforce(self, now: float) -> None:
+        """Fence the items whose deadline (lease clock) has come: their
+        leader's group now, their adopted descendants in ``kill_fenced``."""
+        for token in [t for t, at in self.deadlines.items() if at <= now]:
+            del self.deadlines[token]
+            self.fencing.add(self.deadline_items[token])
+            self.signal(token, signal.SIGKILL)
+        self.kill_fenced()
+
+    def kill_fenced(self) -> None:
+        """SIGKILL every child of the keeper that may be of a fenced item, and
+        the process group it leads: as after a kill -9 of the runner, but for
+        these items only. The dead ones' own children are reparented to the
+        keeper in turn, and killed on a later look (see ``timeout``)."""
+        if not self.fencing or not self.has_children():
+            return
+        for pid, owners in self.attribute(children()).items():
+            if not owners & self.fencing:
+                continue
+            # An unreaped child keeps its pid, and so does the group it leads:
+            # neither signal can hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+
+    def timeout(self, now: float) -> float | None:
+        if self.ending or self.fencing:
+            return FENCE_POLL  # children may appear without a SIGCHLD (reparented)
+        wait = None
+        if self.finished:
+            wait = max(0.001, max(self.cost_until, self.idle_until) - now)
+        if self.deadlines:
+            first = max(0.0, min(min(self.deadlines.values()) - lease_clock.now(), DEADLINE_POLL))
+            wait = first if wait is None else min(wait, first)
+        return wait
+
+
+def main() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    os.set_inheritable(SOCKET_FD, False)
+    sock = socket.socket(fileno=SOCKET_FD)
+    become_subreaper()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    keeper = KeeperProcess(sock, sys.argv[1] if len(sys.argv) > 1 else "")
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        now = time.monotonic()
+        wait = keeper.timeout(now)
+        for fd, _ in poller.poll(None if wait is None else wait * 1000):
+            if fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+            else:
+                keeper.receive()
+                if keeper.ending or keeper.goodbye:
+                    poller.unregister(sock.fileno())
+                    sock.close()
+        keeper.enforce(lease_clock.now())
+        exits = keeper.reap()
+        if keeper.ending:
+            keeper.kill_all()
+        else:
+            # Claims first when that is cheap (no child left: the common -j1
+            # case), as the runner may retry the item as soon as it hears;
+            # a /proc scan, though, must not delay the news.
+            keeper.settle_if_childless()
+        keeper.report(exits)
+        if not keeper.ending:
+            keeper.settle(time.monotonic())
+        if (keeper.ending or keeper.goodbye) and not keeper.has_children():
+            break
+    keeper.release(set(keeper.held))
+    report_cpu(os.environ.get(CPU_REPORT_ENV, ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Finishes over time in fixed memory: throughput buckets over a run's span,
+and the recent rate that an ETA is computed from.
+
+Both take finish times in any order (the archive is in completion order, a
+carried-over attempt may be older than the journal around it), and both
+keep a bounded number of counters however many finishes they see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import truediv
+from typing import TYPE_CHECKING, cast
+
+from statequeue.stats.attempts import AttemptBatch, attempts_of, batches_of
+
+if TYPE_CHECKING:
+    from statequeue.store.base import Store
+
+MAX_BUCKETS = 120
+"""At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
+FIRST_BUCKET_SECONDS = 60.0
+RATE_WINDOW_SECONDS = 600.0
+"""The ETA's rate is the finishes of the last 10 minutes."""
+
+
+@dataclass(frozen=True)
+class ThroughputView:
+    """Finishes per bucket, oldest first, from ``start`` (epoch seconds)."""
+
+    start: float | None
+    bucket_seconds: float
+    counts: tuple[int, ...]
+
+    def per_minute(self) -> list[float]:
+        scale = 60.0 / self.bucket_seconds
+        return [n * scale for n in self.counts]
+
+
+class Throughput:
+    """Finishes counted in buckets of ``width`` seconds; when the span needs
+    more than ``MAX_BUCKETS``, the width doubles and neighbours merge."""
+
+    def __init__(self, width: float = FIRST_BUCKET_SECONDS, limit: int = MAX_BUCKETS) -> None:
+        self.width = width
+        self.limit = limit
+        self.counts: dict[int, int] = {}
+        self.lo: int | None = None
+        self.hi: int | None = None
+
+    def add(self, at: float) -> None:
+        key = math.floor(at / self.width)
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:
+            self.lo = self.hi = key
+        elif key < lo:
+            self.lo = key
+        elif key > hi:
+            self.hi = key
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        if self.hi - self.lo >= self.limit:  # type: ignore[operator]
+            self._coarsen()
+
+    def add_many(self, times: Sequence[float]) -> None:
+        if not times:
+            return
+        found = Counter(map(math.floor, map(truediv, times, repeat(self.width))))
+        lo, hi = min(found), max(found)
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+        counts = self.counts
+        for key, n in found.items():
+            counts[key] = counts.get(key, 0) + n
+        if self.hi - self.lo >= self.limit:
+            self._coarsen()
+
+    def merge(self, other: Throughput) -> None:
+        """Add ``other``'s counts. Widths are the first one doubled some times,
+        and a key at twice the width is ``key // 2``, so both go to the wider
+        one and then coarsen as one pass over every finish would have."""
+        if other.lo is None or other.hi is None:
+            return
+        counts, lo, hi = other.counts, other.lo, other.hi
+        while self.width < other.width:
+            self._halve()
+        factor = round(self.width / other.width)
+        if factor > 1:
+            merged: dict[int, int] = {}
+            for key, n in counts.items():
+                merged[key // factor] = merged.get(key // factor, 0) + n
+            counts, lo, hi = merged, lo // factor, hi // factor
+        for key, n in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+        self._coarsen()
+
+    def _halve(self) -> None:
+        merged: dict[int, int] = {}
+        for key, n in self.counts.items():
+            merged[key // 2] = merged.get(key // 2, 0) + n
+        self.counts = merged
+        self.width *= 2
+        if self.lo is not None and self.hi is not None:
+            self.lo //= 2
+            self.hi //= 2
+
+    def _coarsen(self) -> None:
+        # Keys are floor(at / width): floor(key / 2) is the key at twice the width.
+        while self.lo is not None and self.hi is not None and self.hi - self.lo >= self.limit:
+            self._halve()
+
+    def view(self) -> ThroughputView:
+        if self.lo is None or self.hi is None:
+            return ThroughputView(None, self.width, ())
+        counts = tuple(self.counts.get(k, 0) for k in range(self.lo, self.hi + 1))
+        return ThroughputView(self.lo * self.width, self.width, counts)
+
+
+class RecentRate:
+    """Finishes per second over the last ``window`` seconds, from per-second
+    counts (at most ``window`` of them are kept)."""
+
+    def __init__(self, window: float = RATE_WINDOW_SECONDS) -> None:
+        self.window = window
+        self.seconds: dict[int, int] = {}
+        self.first: float | None = None
+        self.newest = -math.inf
+
+    def add(self, at: float) -> None:
+        second = math.floor(at)
+        seconds = self.seconds
+        seconds[second] = seconds.get(second, 0) + 1
+        if self.first is None or at < self.first:
+            self.first = at
+        if second > self.newest:
+            self.newest = second
+            if len(seconds) > 2 * self.window:
+                self._prune(self.newest)
+
+    def add_many(self, times: Sequence[float]) -> None:
+        if not times:
+            return
+        first = min(times)
+        if self.first is None or first < self.first:
+            self.first = first
+        seconds = self.seconds
+        for second, n in Counter(map(math.floor, times)).items():
+            seconds[second] = seconds.get(second, 0) + n
+        self.newest = max(self.newest, math.floor(max(times)))
+        if len(seconds) > 2 * self.window:
+            self._prune(self.newest)
+
+    def merge(self, other: RecentRate) -> None:
+        """Add ``other``'s per-second counts (what folding its finishes here would keep)."""
+        if other.first is None:
+            return
+        if self.first is None or other.first < self.first:
+            self.first = other.first
+        seconds = self.seconds
+        for second, n in other.seconds.items():
+            seconds[second] = seconds.get(second, 0) + n
+        self.newest = max(self.newest, other.newest)
+        if len(seconds) > 2 * self.window:
+            self._prune(self.newest)
+
+    def _prune(self, now: float) -> None:
+        oldest = math.floor(now) - self.window
+        for second in [s for s in self.seconds if s <= oldest]:
+            del self.seconds[second]
+
+    def count(self, now: float) -> int:
+        """Finishes in the window that ends at ``now`` (whole seconds)."""
+        oldest = math.floor(now) - self.window
+        return sum(n for s, n in self.seconds.items() if oldest < s <= now)
+
+    def rate(self, now: float) -> float | None:
+        """Finishes per second over the window (or since the first finish, when
+        that is later, but at least a second); None before any finish."""
+        if self.first is None:
+            return None
+        span = min(self.window, max(now - self.first, 1.0))
+        return self.count(now) / span
+
+
+def finish_times(b: AttemptBatch) -> list[float]:
+    """When the attempts of ``b`` that finished their item ended: all but those
+    a retry follows (the item is pending again). What rates and ETAs count."""
+    if "pending" not in b.state and None not in b.ended_at:
+        return cast(list[float], list(b.ended_at))  # no None: checked in C
+    pairs = zip(b.ended_at, b.state, strict=True)
+    return [at for at, state in pairs if at is not None and state != "pending"]
+
+
+class LiveRate:
+    """The recent rate of a queue that is running: what `status --watch` shows,
+    the same figure `stats` gives at that moment.
+
+    A store that keeps a summary of every finished attempt (the journal
+    store's ``stats_summary``: cached, extended by the records since) gives
+    it from that summary, the very one `stats` builds on: a compaction, which
+    moves finished items to the archive, changes nothing. Other stores fold
+    their new events (``read_events``), each update only what was written
+    since the last."""
+
+    MAX_PAGES = 50  # per update: a long backlog is caught up over several
+
+    def __init__(self, store: Store, window: float = RATE_WINDOW_SECONDS) -> None:
+        self.store = store
+        self.recent = RecentRate(window)
+        self.cursor: object | None = None
+
+    def update(self) -> None:
+        summary = getattr(self.store, "stats_summary", None)
+        if summary is not None:  # as Queue.stats does, without --since
+            self.recent = summary().recent
+            return
+        for _ in range(self.MAX_PAGES):
+            records, self.cursor = self.store.read_events(self.cursor)
+            if not records:
+                return
+            # Only the attempts' own records: after a compaction the events
+            # start again from the snapshot, whose items carry earlier attempts.
+            ended = [r for r in records if r.get("t") in ("end", "intr")]
+            for batch in batches_of(attempts_of(ended)):
+                self.recent.add_many(finish_times(batch))
+
+    def rate(self, now: float) -> float | None:
+        """Items finished per second over the window, as ``Stats.rate``."""
+        return self.recent.rate(now)

@@ -1,0 +1,80 @@
+"""The archive as compaction opens it: checked against the snapshot header
+before anything is cut or appended (see ``compaction.py``)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from statequeue.core.errors import DamagedState
+from statequeue.core.fileio import FileOps
+from statequeue.core.records import Record
+from statequeue.store.journal.journal_file import JournalFile
+from statequeue.store.records.state import QueueState
+
+if TYPE_CHECKING:
+    from statequeue.store.journal.folder import QueueFolder
+
+
+def _ignore(record: Record, loc: int) -> None:
+    """Replay callback for a file read only to validate it."""
+
+
+class _ArchiveCheck:
+    """Replay callback that checks the archive against the snapshot header:
+    ``archived`` records up to ``archive_size``, then only items the journal
+    still names (locator >= 0: it holds their record)."""
+
+    def __init__(self, state: QueueState) -> None:
+        self.state = state
+        self.vouched = 0
+        self.strangers = 0
+
+    def __call__(self, record: Record, loc: int) -> None:
+        if record.get("t") != "arch":
+            return
+        if loc < self.state.archive_size:
+            self.vouched += 1
+            return
+        item_id = record.get("id", 0)
+        locs = self.state.locs
+        if not (isinstance(item_id, int) and 0 < item_id < len(locs) and locs[item_id] >= 0):
+            self.strangers += 1
+
+
+def open_archive(folder: QueueFolder, name: str, state: QueueState, *, ops: FileOps) -> JournalFile:
+    """The archive, open for appending after the ``archive_size`` bytes the
+    current snapshot vouches for (a crashed compaction's tail is cut away,
+    once it is shown to be one)."""
+    size = state.archive_size
+    path = folder.path / name
+    if not folder.exists(name):
+        if size:
+            raise DamagedState(f"{path} is missing but the journal refers to it")
+        fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        os.close(fd)
+        ops.fsync_dir(folder.itself())
+    archive = JournalFile(folder, name, ops=ops)
+    archive.open()
+    try:
+        check = _ArchiveCheck(state)
+        archive.replay(check, repair=False)
+        if archive.offset < size:
+            raise DamagedState(f"{path}: shorter than the journal says ({archive.offset} < {size})")
+        if check.vouched != state.archived or check.strangers:
+            raise DamagedState(
+                f"{path}: holds {check.vouched} record(s) where the journal says "
+                f"{state.archived}, and {check.strangers} it does not name; refusing to "
+                "compact (run `statequeue fsck`)"
+            )
+        if os.fstat(archive.fd).st_size != size:
+            # A compaction crashed after appending here (its journal never took
+            # effect, so those items are archived again), or a torn tail.
+            ops.truncate(archive.fd, size)
+            ops.fsync(archive.fd)
+            archive.open()
+            archive.replay(_ignore, repair=False)
+    except BaseException:
+        archive.close()
+        raise
+    return archive

@@ -1,0 +1,98 @@
+"""Automatic compaction in a child process, so that no runner waits for it.
+
+A runner notices that dead records piled up while it records a result (under
+the queue lock) and starts ``python -m statequeue.store.journal.background_compaction
+FOLDER``; the child compacts online (``online_compaction``), holding the queue
+lock only at the two ends. A separate process rather than a thread: a thread
+would share the runner's interpreter lock and stall its loop for the whole
+slow part. The child holds no claim and no runner lock: killing it at any
+moment leaves the old files or the new ones.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from statequeue.core.errors import StateQueueError
+from statequeue.store.journal.online_compaction import compaction_lock
+
+if TYPE_CHECKING:
+    from statequeue.store.journal.folder import QueueFolder
+
+
+class BackgroundCompaction:
+    """The one compaction child a store may have running at a time."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.gave_up = False  # a child failed: not started again by this store
+        self.started = 0  # for tests and the benchmark
+
+    def start(self, folder: QueueFolder, *, before: Callable[[], None]) -> str | None:
+        """Start a compaction child unless one runs (ours, or any process's:
+        ``compact.lock`` is held), calling ``before`` just before. Returns a
+        notice if the last child failed."""
+        if self.gave_up or self.running():
+            return None
+        notice = self._reap()
+        if notice:
+            self.gave_up = True  # the same cause would fail it again; `compact` says why
+            return notice
+        with compaction_lock(folder, wait=None) as free:
+            if not free:
+                return None
+        before()
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(folder.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,  # never the claims or runner locks: they must die with us
+        )
+        self.started += 1
+        return None
+
+    def running(self) -> bool:
+        return self.child is not None and self.child.poll() is None
+
+    def wait(self) -> None:
+        """Wait for the child (the runner is closing: leave no compaction behind)."""
+        if self.child is not None:
+            self.child.wait()
+
+    def _reap(self) -> str | None:
+        child, self.child = self.child, None
+        if child is None or child.returncode == 0:
+            return None
+        return (
+            f"automatic compaction failed (exit {child.returncode}); the queue is unchanged: "
+            "run `statequeue compact` to see why"
+        )
+
+
+def main(argv: list[str]) -> int:
+    """Compact the queue in folder ``argv[1]`` unless a compaction runs."""
+    from statequeue.store.journal.store import JournalStore
+
+    # Housekeeping the user did not ask for: a Ctrl-C meant for the runner
+    # should not cut it short (it would be safe, only wasted).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        store = JournalStore(Path(argv[1]), create=False, auto_compact=0)
+        try:
+            store.compact_if_free()
+        finally:
+            store.close()
+    except StateQueueError as exc:
+        print(f"statequeue: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,108 @@
+"""What makes a queue folder damaged rather than new or torn (promise 5).
+
+Opening refuses, and changes nothing, when a journal is missing while the
+folder shows a queue lived there, when it does not start with its snapshot
+header, when it ends before the records that header says follow it (a cut
+after a compaction), or when it no longer has records its own checkpoint saw
+(those were fsynced, so acknowledged). A genuinely new queue is a folder that
+is missing or holds nothing of one. `fsck` reports the same conditions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from statequeue.core.errors import DamagedState, NoAccess, UsageError
+from statequeue.core.records import decode
+from statequeue.store.journal import checkpoint
+from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.journal_file import JournalFile, read_line
+from statequeue.store.records.state import QueueState
+
+JOURNAL = "journal.jsonl"
+ARCHIVE = "archive.jsonl"
+STATS_CACHE = "stats.ckpt"  # stats_cache.NAME: that module loads only when `stats` runs
+ARCHIVE_INDEX = "archive.ckpt"  # archive_index.NAME: that module loads only when `result` runs
+
+# What a queue folder holds only once its journal has existed. Empty
+# subfolders and the lock file are not in it: a creation that died before
+# its journal was renamed into place leaves them, and nothing acknowledged.
+_HISTORY = (
+    ARCHIVE,
+    checkpoint.NAME,
+    checkpoint.KEYS_NAME,
+    STATS_CACHE,
+    ARCHIVE_INDEX,
+    "claims.lock",
+)
+_HISTORY_DIRS = ("logs", "claims", "runners")
+_REPAIR = "(run `statequeue fsck --repair` to salvage the valid records)"
+
+
+def queue_history(folder: QueueFolder) -> list[str]:
+    """The files in ``folder`` that show a queue lived there (empty for a
+    folder that is empty, or left by a creation that died early). Looked up
+    relative to the open folder, never through a link (a linked subfolder
+    raises UnsafeFolder, as opening the queue would)."""
+    found = [name for name in _HISTORY if folder.exists(name)]
+    found += sorted(n for n in folder.names() if n.startswith(f"{JOURNAL}.damaged-"))
+    for sub in _HISTORY_DIRS:
+        found += [f"{sub}/{entry}" for entry in sorted(folder.names(sub))[:1]]
+    return found
+
+
+def holds_queue(path: Path) -> bool:
+    """Whether the folder ``path`` holds a queue: its journal, or an archive
+    left without one (a damaged queue, which opening refuses). Looked up
+    relative to the folder opened and checked as any queue folder is (a link
+    or another user's folder raises UnsafeFolder); False for a plain file."""
+    try:
+        folder = QueueFolder.open(path, create=False)
+    except NoAccess:
+        raise
+    except UsageError:  # a file beside the queues, not a folder
+        return False
+    try:
+        return folder.exists(JOURNAL) or folder.exists(ARCHIVE)
+    finally:
+        folder.close()
+
+
+def refuse_if_not_new(folder: QueueFolder) -> None:
+    """Raise DamagedState if ``folder`` has no journal but a queue lived there."""
+    history = queue_history(folder)
+    if history:
+        raise DamagedState(
+            f"{folder.shown(JOURNAL)} is missing but the folder still holds "
+            f"{', '.join(history[:3])}; "
+            "refusing to start an empty queue in its place "
+            "(run `statequeue fsck --repair` to rebuild it)"
+        )
+
+
+def refuse_if_incomplete(
+    journal: JournalFile, state: QueueState, found: checkpoint.Restore
+) -> None:
+    """Raise DamagedState unless ``journal`` (just replayed into ``state``,
+    nothing cut yet) starts with its snapshot header and holds every record
+    that header and the checkpoint vouch for: a cut there is damage, not a
+    torn tail."""
+    path = journal.path
+    first = decode(read_line(journal.fd, 0).removesuffix(b"\n")) if journal.lines else None
+    if first is None or first.get("t") != "snap":
+        raise DamagedState(
+            f"{path}: line 1 is not a valid snapshot header (the file is empty, cut or "
+            "overwritten); refusing to open (run `statequeue fsck --repair` to rebuild it)"
+        )
+    missing = state.snap_end - (journal.last_seq or 0)
+    if missing > 0:
+        raise DamagedState(
+            f"{path}: ends {missing} record(s) short of what its snapshot header says "
+            f"follows it (cut after a compaction); refusing to open {_REPAIR}"
+        )
+    if found.found is checkpoint.Found.AHEAD:
+        raise DamagedState(
+            f"{path}: {path.parent / checkpoint.NAME} saw {found.lines} fsynced record(s) "
+            f"({found.offset} bytes) but the journal has {journal.lines} that follow on: "
+            f"acknowledged records were lost; refusing to open {_REPAIR}"
+        )

@@ -1,0 +1,304 @@
+"""Compaction without stopping the world (the steps are in ``compaction.py``).
+
+Who holds what, and for how long:
+
+- ``compact.lock`` (flock, never renamed): held by the one compaction that
+  runs, for its whole run. A second compaction waits for it (``compact``) or
+  does not start (the runner's automatic one).
+- the queue ``lock``: held twice, briefly: to note the journal's position and
+  copy the state as of it (step 1), and to copy the records appended since,
+  fsync and swap the files (step 3). Reading the journal, archiving and
+  writing the new journal (step 2, the slow part) hold only ``compact.lock``.
+
+Lock order is always ``compact.lock`` then ``lock``; a holder of the queue
+lock only ever tries ``compact.lock`` without waiting, so they cannot deadlock.
+
+The temp files of a compaction (``COMPACTING``) are written without the queue
+lock, so an opener removes stale ones only while it can take ``compact.lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from statequeue.core.errors import CorruptJournal, DamagedState, LockTimeout, StateQueueError
+from statequeue.core.fileio import durability_error
+from statequeue.core.records import decode, item_text
+from statequeue.core.views import CompactResult
+from statequeue.store.journal import checkpoint, stats_cache
+from statequeue.store.journal.compaction import Built, Position, build
+from statequeue.store.journal.integrity import ARCHIVE, JOURNAL
+from statequeue.store.journal.journal_file import JournalFile, parse, read_from, read_line
+from statequeue.store.journal.locks import wait_for_lock
+from statequeue.store.records.state import QueueState, TextLoader
+
+if TYPE_CHECKING:
+    from statequeue.store.journal.folder import QueueFolder
+    from statequeue.store.journal.store import JournalStore
+
+COMPACT_LOCK = "compact.lock"
+MARK = ".compacting."
+NEW_JOURNAL = f".{JOURNAL}{MARK}tmp"
+NEW_STATE = f".{checkpoint.NAME}{MARK}tmp"
+NEW_KEYS = f".{checkpoint.KEYS_NAME}{MARK}tmp"
+COMPACTING = (NEW_JOURNAL, NEW_STATE, NEW_KEYS, stats_cache.STAGED)
+
+
+ATTEMPTS = 3  # a repair that replaced the journal meanwhile: start again from it
+
+
+class _Superseded(Exception):
+    """The journal or the archive was replaced while compacting (a repair)."""
+
+
+@contextmanager
+def compaction_lock(folder: QueueFolder, *, wait: float | None) -> Iterator[bool]:
+    """Hold ``compact.lock``: yields False at once, holding nothing, if
+    another compaction holds it and ``wait`` is None; else waits up to
+    ``wait`` seconds (LockTimeout after)."""
+    fd = folder.open_file(COMPACT_LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        if wait is None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+        else:
+            wait_for_lock(fd, folder.path / COMPACT_LOCK, wait)
+        yield True
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def remove_stale_compaction(folder: QueueFolder) -> None:
+    """Remove the temp files of a compaction that died, if none runs now
+    (caller holds the queue lock; ``compact.lock`` is only tried)."""
+    if not any(folder.exists(name) for name in COMPACTING):
+        return
+    with contextlib.suppress(OSError), compaction_lock(folder, wait=None) as held:
+        if held:
+            _remove(folder)
+
+
+def _remove(folder: QueueFolder) -> None:
+    for name in COMPACTING:
+        with contextlib.suppress(FileNotFoundError):
+            folder.unlink(name)
+
+
+def compact_online(store: JournalStore, *, wait: float | None) -> CompactResult | None:
+    """Compact ``store``'s journal, holding the queue lock only at the ends.
+    None if another compaction runs and ``wait`` is None (else wait for it)."""
+    with compaction_lock(store.dir, wait=wait) as held:
+        if not held:
+            return None
+        for _ in range(ATTEMPTS):
+            with contextlib.suppress(_Superseded):
+                return _compact(store)
+    raise LockTimeout(
+        f"{store.folder}: its journal was replaced {ATTEMPTS} times while compacting "
+        "(`fsck --repair`?); nothing was changed, try again"
+    )
+
+
+def _compact(store: JournalStore) -> CompactResult:
+    """One compaction, holding ``compact.lock``; _Superseded if another
+    process replaced the journal or the archive meanwhile (nothing changed)."""
+    _remove(store.dir)  # a crashed compaction's (we hold compact.lock)
+    pos, snapshot = _note_position(store)
+    new = JournalFile(store.dir, NEW_JOURNAL, ops=store.ops)
+    try:
+        built, copied = _build(store, pos, snapshot, new)
+        return _swap(store, pos, built, copied, new)
+    except OSError as exc:
+        raise durability_error("compacting", str(store.folder), exc) from None
+    finally:
+        new.close()
+        os.close(pos.fd)
+        _remove(store.dir)  # left only if the swap did not happen
+
+
+def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
+    """Step 1, under the queue lock: the journal's position, fsynced (a
+    checkpoint must cover only durable records), and a copy of the state as of
+    it."""
+    try:
+        # Most of the journal made durable before the lock is taken (a runner
+        # leaves its start records unsynced): the fsync under it then writes
+        # only what came since, instead of stalling every process meanwhile.
+        store.ops.fsync(store.journal.fd)
+    except OSError as exc:
+        raise durability_error("fsync of", str(store.journal.path), exc) from None
+    _queue_lock_soon(store)
+    with store._locked() as state:
+        store._prune_dead_runners(state)
+        journal = store.journal
+        journal.sync()
+        pos = Position(
+            fd=os.dup(journal.fd),
+            inode=journal.inode,
+            offset=journal.offset,
+            lines=journal.lines,
+            last_seq=journal.last_seq or 0,
+            path=journal.path,
+        )
+        meta, codes, locs = state.export()
+    try:
+        snapshot = QueueState(_reader(pos))
+        snapshot.restore(meta, codes, locs)
+        return pos, snapshot
+    except BaseException:
+        os.close(pos.fd)
+        raise
+
+
+def _queue_lock_soon(store: JournalStore) -> None:
+    """Take the queue lock, trying every millisecond (up to the lock timeout):
+    the usual wait's backoff would starve compaction of a lock that busy
+    processes take and give back every few milliseconds. The ``_locked`` or
+    ``_flock`` that follows takes it again on the same descriptor at once."""
+    fd = store._lock_fd
+    if fd < 0:
+        return
+    deadline = time.monotonic() + store._lock_limit
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"{store.folder / 'lock'} is held by another process (waited "
+                    f"{store._lock_limit:g}s; set STATEQUEUE_LOCK_TIMEOUT to wait longer)"
+                ) from None
+            time.sleep(_POLL)
+
+
+_POLL = 0.001
+
+
+def _reader(pos: Position) -> TextLoader:
+    """Reads an item's text from the noted journal (by its own descriptor:
+    the store may reopen its journal meanwhile)."""
+
+    def load(item_id: int, loc: int) -> str:
+        record = decode(read_line(pos.fd, loc).removesuffix(b"\n"))
+        if record is None or record.get("t") not in ("enq", "item") or record["id"] != item_id:
+            raise DamagedState(f"{pos.path}: no record of item {item_id} at offset {loc}")
+        return item_text(record)
+
+    return load
+
+
+@dataclass(frozen=True)
+class _Copied:
+    """The records appended after the noted position that were copied into
+    the new journal before the swap, without the queue lock."""
+
+    end: int  # where they end in the old journal
+    data: bytes  # their bytes there, compared again under the lock
+    lines: int  # lines of the old journal up to ``end``
+    last_seq: int  # the old seq of the last of them
+
+
+def _build(
+    store: JournalStore,
+    pos: Position,
+    snapshot: QueueState,
+    new: JournalFile,
+) -> tuple[Built, _Copied]:
+    """Step 2, holding only ``compact.lock``: archive, write the new journal's
+    body and stage the keys index that names it (at the end of that body:
+    its items are those of the noted position, which this store's journal
+    is still at), copy the records appended since, and stage the state
+    checkpoint after them, so the swap copies, and every process that
+    reopens replays, only what came after that."""
+    fd = store.dir.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    os.close(fd)
+    new.open()
+    built = build(pos=pos, folder=store.dir, state=snapshot, new=new, ops=store.ops)
+    if store.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
+        archived = (snapshot.archive_size, built.archive_size)
+        stats_cache.stage(store.dir, old=pos, new=new, archived=archived)
+    if store.checkpoint_every > 0:
+        store._stage_keys(new, NEW_KEYS)
+    copied = _copy_ahead(pos, new)
+    if store.checkpoint_every > 0:
+        fresh = QueueState()
+        _replay_written(new, fresh)
+        checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
+    return built, copied
+
+
+def _copy_ahead(pos: Position, new: JournalFile) -> _Copied:
+    """Copy the complete records appended after ``pos`` so far to ``new``
+    (renumbered), fsynced. Others append meanwhile: a record being written
+    is not complete yet and waits for the swap; the swap checks that the
+    bytes copied are still there (a writer whose fsync failed cuts its own)."""
+    data = read_from(pos.fd, pos.offset)
+    try:
+        found, used, last_seq = parse(
+            data, path=str(pos.path), first_line=pos.lines + 1, last_seq=pos.last_seq
+        )
+    except CorruptJournal:  # seen half-written: all left to the swap, which holds the lock
+        found, used, last_seq = [], 0, pos.last_seq
+    if found:
+        new.append(found, sync=True)
+    return _Copied(pos.offset + used, data[:used], pos.lines + len(found), last_seq or 0)
+
+
+def _replay_written(new: JournalFile, state: QueueState) -> None:
+    """Apply what ``new`` holds so far to ``state`` (for its checkpoint)."""
+    offset, lines, last_seq = new.offset, new.lines, new.last_seq
+    new.offset, new.lines, new.last_seq = 0, 0, None
+    new.replay(state.apply, repair=False)
+    if (new.offset, new.lines, new.last_seq) != (offset, lines, last_seq):
+        raise StateQueueError(f"{new.path}: changed while compacting")
+
+
+def _swap(
+    store: JournalStore, pos: Position, built: Built, copied: _Copied, new: JournalFile
+) -> CompactResult:
+    """Step 3, under the queue lock: copy the records appended since those
+    copied ahead, fsync, rename over the journal, fsync the folder, put the
+    staged checkpoints in place."""
+    folder = store.dir
+    _queue_lock_soon(store)
+    with store._flock():
+        if store.journal.replaced() or folder.stat(ARCHIVE).st_ino != built.archive_inode:
+            raise _Superseded()
+        store._catch_up()  # validates the records since (cuts a torn tail)
+        if os.pread(pos.fd, len(copied.data), pos.offset) != copied.data:
+            raise _Superseded()  # a writer cut records copied ahead (its fsync failed)
+        end = store.journal.offset
+        tail = read_from(pos.fd, copied.end)[: end - copied.end]
+        records, used, _ = parse(
+            tail, path=str(pos.path), first_line=copied.lines + 1, last_seq=copied.last_seq
+        )
+        if used != len(tail):
+            raise StateQueueError(f"{pos.path}: changed while compacting")
+        new.append(records, sync=True)  # renumbered after the new body
+        store.ops.replace(folder.entry(NEW_JOURNAL), folder.entry(JOURNAL))
+        store.ops.fsync_dir(folder.itself())
+        for staged, name in (
+            (NEW_STATE, checkpoint.NAME),
+            (NEW_KEYS, checkpoint.KEYS_NAME),
+            (stats_cache.STAGED, stats_cache.NAME),
+        ):
+            # Caches: no fsync. A stale one never matches the new journal.
+            if folder.exists(staged):
+                os.replace(staged, name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    return CompactResult(
+        bytes_before=pos.offset,
+        bytes_after=new.offset,
+        archived=built.archived,
+        archive_bytes=built.archive_size,
+    )

@@ -1,0 +1,706 @@
+"""The logic every record-based store shares: the journal and memory stores
+persist records and replay them into a ``QueueState``; this class turns that
+into the ``Store`` contract."""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from abc import abstractmethod
+from collections.abc import Collection, Container, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+from statequeue.core.errors import (
+    DamagedState,
+    ItemNotFound,
+    RunnerActive,
+    StateQueueError,
+    UsageError,
+)
+from statequeue.core.exported import out_of_reach
+from statequeue.core.gcpause import gc_paused
+from statequeue.core.models import (
+    Claim,
+    EnqueueResult,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+    RunnerInfo,
+)
+from statequeue.core.records import Record, item_fields, item_text
+from statequeue.store.base import RETRYABLE, Store, attempts_since
+from statequeue.store.records.state import LiveItem, QueueState
+
+if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
+    from statequeue.core.exported import ExportedItem
+    from statequeue.core.views import (
+        ActiveRunner,
+        ItemHistory,
+        ItemResult,
+        ItemView,
+        RecoveryReport,
+        Status,
+    )
+    from statequeue.stats.attempts import Attempt
+
+ENQUEUE_BATCH = 20_000
+IMPORT_BATCH = 1_000
+RECENT_FAILURES = 5
+
+
+class RecordStore(Store):
+    """Store logic over a ``QueueState``: subclasses persist records and tell
+    whether a claim is still held by a live process."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = QueueState(self._load_text)
+        self._notices: list[str] = []
+
+    # -- what a backend provides ---------------------------------------------
+
+    @abstractmethod
+    def _locked(self) -> AbstractContextManager[QueueState]:
+        """Hold the queue exclusively, with ``state`` brought up to date."""
+
+    @abstractmethod
+    def _write(self, batch: list[Record], *, sync: bool) -> None:
+        """Persist ``batch`` (fsync when ``sync``), then apply it to ``state``
+        with each record's locator."""
+
+    @abstractmethod
+    def _load_text(self, item_id: int, loc: int) -> str:
+        """The text of item ``item_id``, held by the record at locator ``loc``
+        (given to ``apply``); DamagedState if that record is not about it."""
+
+    @abstractmethod
+    def _claim_free(self, item: LiveItem) -> bool:
+        """True when no live process (runner or its children) holds ``item``'s claim."""
+
+    @abstractmethod
+    def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
+        """Hold ``item_id``'s claim; returns fds to inherit, or None if held elsewhere."""
+
+    @abstractmethod
+    def _drop_claim(self, item_id: int) -> None:
+        """Stop holding ``item_id``'s claim."""
+
+    @abstractmethod
+    def _runner_alive(self, runner_id: str) -> bool:
+        """True when the runner is alive (or this process is it)."""
+
+    def _prune_dead_runners(self, state: QueueState) -> None:
+        """Record that runners which died without unregistering are gone, so
+        their records are not carried forever (nor probed on every claim)."""
+        for rid in [r for r in state.runners if not self._runner_alive(r)]:
+            # "by": the process that noticed (`events` shows the runner as lost).
+            lost: Record = {"t": "stop", "runner": rid, "reason": "died", "at": _now()}
+            lost["by"] = os.getpid()
+            self._write([lost], sync=False)
+            self._forget_runner(rid)
+
+    def _maybe_compact(self, state: QueueState) -> None:
+        """Compact when enough dead records piled up (stores with a journal)."""
+
+    def _forget_runner(self, runner_id: str) -> None:
+        """Release whatever a dead runner left behind (its lock file)."""
+
+    def _known_keys(self, state: QueueState) -> Container[str]:
+        """Every item text ever enqueued (subclasses add archived ones).
+
+        Built on first use from the journal's records, then kept up to date by
+        ``QueueState.apply``."""
+        keys = state.merged_keys()
+        if keys is None:
+            keys = state.keys = {
+                item_text(r): r["id"]
+                for r in self._journal_records()
+                if r.get("t") in ("enq", "item")
+            }
+        return keys
+
+    # -- the contract --------------------------------------------------------
+
+    def enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        with gc_paused():
+            return self._enqueue(items)
+
+    def _enqueue(self, items: Sequence[str]) -> EnqueueResult:
+        # Repeats within the input go first (dict.fromkeys keeps the order), so
+        # a batch need not be checked against the batches before it.
+        unique = list(dict.fromkeys(items))
+        added = 0
+        keys: Container[str] = {}
+        keys_of: object = None
+        for start in range(0, max(len(unique), 1), ENQUEUE_BATCH):
+            batch = unique[start : start + ENQUEUE_BATCH]
+            with self._locked() as state:
+                if keys_of is None or keys_of is not state.keys:
+                    # First batch, or the state was reloaded (another process
+                    # compacted): take the keys afresh. Records other processes
+                    # appended meanwhile are in them through ``apply``.
+                    keys = self._known_keys(state)
+                    keys_of = state.keys
+                if isinstance(keys, dict):
+                    known = keys.keys() & batch  # a C-level pass
+                    fresh = [t for t in batch if t not in known] if known else batch
+                else:
+                    fresh = [t for t in batch if t not in keys]
+                self._append_enqueued(state.next_id, fresh)
+                added += len(fresh)
+        return EnqueueResult(added=added, skipped=len(items) - added)
+
+    def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
+        """Durably record ``texts`` as new items ``first_id``, ... and apply them."""
+        records: list[Record] = [
+            {"t": "enq", "id": first_id + i, **item_fields(text)} for i, text in enumerate(texts)
+        ]
+        self._write(records, sync=True)
+
+    def claim(
+        self,
+        runner: RunnerInfo,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> Claim | None:
+        with self._locked() as state:
+            return self._claim_locked(state, runner, on_interrupted, max_crashes, among)
+
+    def _claim_locked(
+        self,
+        state: QueueState,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted,
+        max_crashes: int,
+        among: Collection[int] | None,
+    ) -> Claim | None:
+        self._recover(state, on_interrupted, max_crashes)
+        if state.paused:
+            return None
+        found = self._first_claimable(state, among)
+        if found is None:
+            return None
+        item, fds = found
+        attempt = item.attempts + 1
+        interrupted = item.interrupted
+        start: Record = {
+            "t": "start",
+            "id": item.id,
+            "attempt": attempt,
+            "runner": runner.runner_id,
+            "at": round(time.time(), 3),
+        }
+        self._write([start], sync=False)
+        return Claim(
+            item_id=item.id,
+            item=item.text,
+            attempt=attempt,
+            runner_id=runner.runner_id,
+            inherit_fds=fds,
+            interrupted=interrupted,
+            failures=item.failures,
+        )
+
+    def _first_claimable(
+        self, state: QueueState, among: Collection[int] | None
+    ) -> tuple[LiveItem, tuple[int, ...]] | None:
+        """The first due pending item whose claim this process could take."""
+        now = time.time()
+        if among is not None:
+            candidates = sorted(i for i in among if (it := state.get(i)) and state.is_due(it, now))
+            for item_id in candidates:
+                fds = self._take_claim(item_id)
+                if fds is not None:
+                    return state.get(item_id), fds  # type: ignore[return-value]
+            return None
+        skipped: list[int] = []
+        try:
+            while (item := state.next_pending(now)) is not None:
+                fds = self._take_claim(item.id)
+                if fds is not None:
+                    return item, fds
+                # A process from an earlier attempt still holds the claim:
+                # leave the item pending until it is gone (promise 4).
+                skipped.append(state.pop_pending())
+            return None
+        finally:
+            state.restore_pending(skipped)
+
+    def recover(
+        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+    ) -> RecoveryReport:
+        """Apply the policy to items whose runner (and its children) are gone."""
+        with self._locked() as state:
+            return self._recover(state, on_interrupted, max_crashes)
+
+    def _recover(
+        self, state: QueueState, policy: OnInterrupted, max_crashes: int
+    ) -> RecoveryReport:
+        from statequeue.core.views import RecoveryReport
+
+        report = RecoveryReport()
+        # Hosts of the runners, taken before the dead ones are forgotten: an
+        # attempt that died with its runner names both (for `stats`). Copied
+        # as they are (this runs with every claim); read only for a recovery.
+        hosts = dict(state.runners)
+        self._prune_dead_runners(state)
+        for item in state.running():
+            if not self._claim_free(item):
+                continue
+            crashes = item.crashes + 1
+            if policy is OnInterrupted.FAIL:
+                target, bucket = ItemState.FAILED, report.failed
+            elif policy is OnInterrupted.HOLD or crashes >= max_crashes:
+                target, bucket = ItemState.HELD, report.held
+            else:
+                target, bucket = ItemState.PENDING, report.retried
+            reason = f"interrupted: its runner died during attempt {item.attempts}"
+            if target is ItemState.HELD and policy is OnInterrupted.RETRY:
+                reason = f"poison: in flight during {crashes} runner crashes; held"
+            rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
+            rec["crashes"] = crashes
+            rec["runner"] = item.runner  # the runner that died (for `stats`)
+            host = str(hosts.get(item.runner, {}).get("host", ""))
+            if host:
+                rec["host"] = host
+            self._write([rec], sync=False)
+            bucket.append(item.id)
+        return report
+
+    def finish(
+        self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
+    ) -> ItemState:
+        with self._locked() as state:
+            target = self._finish_locked(state, claim, outcome, retry_at, sync=sync)
+            self._maybe_compact(state)
+            return target
+
+    def finish_and_claim(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        retry_at: float | None = None,
+        runner: RunnerInfo,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        among: Collection[int] | None = None,
+    ) -> tuple[ItemState, Claim | None]:
+        # One locked section and one fsync for the end record and the next
+        # start: the fsync comes before the lock is let go, so no other process
+        # reads the result before it is durable, and before this returns, so
+        # the runner reports it (and starts the next item) only once it is.
+        with self._locked() as state:
+            target = self._finish_locked(state, claim, outcome, retry_at, sync=False)
+            try:
+                taken = self._claim_locked(state, runner, on_interrupted, max_crashes, among)
+            except OSError:
+                # The next claim is a bonus: the result stands. The runner's
+                # own claim meets the same error (e.g. EMFILE) and handles it.
+                taken = None
+            self._sync_written()
+            self._maybe_compact(state)
+            return target, taken
+
+    def _finish_locked(
+        self,
+        state: QueueState,
+        claim: Claim,
+        outcome: Outcome,
+        retry_at: float | None,
+        *,
+        sync: bool,
+    ) -> ItemState:
+        self._claimed_item(state, claim)
+        if outcome.ok:
+            target = ItemState.DONE
+        else:
+            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
+        rec = _end_record(claim, outcome, target)
+        # Who ran it, for `stats` per runner and host: the runner's own
+        # record does not survive compaction, this one's summary does.
+        rec["runner"] = claim.runner_id
+        host = state.runners.get(claim.runner_id, {}).get("host")
+        if host:
+            rec["host"] = host
+        if retry_at is not None and not outcome.ok:
+            rec["retry_at"] = retry_at
+        self._write([rec], sync=sync)
+        self._drop_claim(claim.item_id)
+        return target
+
+    def _sync_written(self) -> None:
+        """Make every record written so far durable; the caller holds the lock
+        (``sync`` takes it). Stores whose writes are durable at once need nothing."""
+
+    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
+        with self._locked() as state:
+            item = self._claimed_item(state, claim)
+            # An item claimed after a crash keeps that mark (a --verify stopped
+            # by a signal, or that could not run, must be able to settle it later).
+            rec = _recovered(item, ItemState.PENDING, reason, crashed=claim.interrupted)
+            if uncounted:
+                rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
+            self._write([rec], sync=True)
+            self._drop_claim(claim.item_id)
+
+    def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
+        item = state.get(claim.item_id)
+        if (
+            item is None
+            or item.state is not ItemState.RUNNING
+            or item.runner != claim.runner_id
+            or item.attempts != claim.attempt
+        ):
+            raise StateQueueError(
+                f"item {claim.item_id} is no longer claimed by runner {claim.runner_id}"
+            )
+        return item
+
+    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
+        with self._locked() as state:
+            others = [r for r in self._active_runners(state) if r.runner_id != runner.runner_id]
+            if exclusive and others:
+                r = others[0]
+                raise RunnerActive(
+                    f"another runner is active on queue {self.name!r} "
+                    f"(pid {r.pid} on {r.host}); not starting"
+                )
+            self._write([_runner_record(runner)], sync=False)
+
+    def unregister_runner(self, runner_id: str) -> None:
+        with self._locked():
+            self._write([{"t": "stop", "runner": runner_id, "at": _now()}], sync=True)
+
+    def active_runners(self) -> list[ActiveRunner]:
+        with self._locked() as state:
+            return self._active_runners(state)
+
+    def _active_runners(self, state: QueueState) -> list[ActiveRunner]:
+        from statequeue.core.views import ActiveRunner
+
+        running: dict[str, list[int]] = {}
+        for item in state.running():
+            running.setdefault(item.runner, []).append(item.id)
+        return [
+            ActiveRunner(
+                runner_id=rid,
+                pid=rec.get("pid", 0),
+                host=rec.get("host", ""),
+                started_at=rec.get("since", 0.0),
+                running=tuple(sorted(running.get(rid, ()))),
+            )
+            for rid, rec in state.runners.items()
+            if self._runner_alive(rid)
+        ]
+
+    def status(self) -> Status:
+        from statequeue.core.views import Failure, Status
+
+        with self._locked() as state:
+            failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
+            return Status(
+                queue=self.name,
+                counts={s.value: n for s, n in state.counts.items()},
+                runners=tuple(self._active_runners(state)),
+                recent_failures=tuple(
+                    Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
+                    for i in failed[:RECENT_FAILURES]
+                ),
+                held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
+                interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
+                paused=state.paused,
+                rate=state.rate(time.time()),
+            )
+
+    def commands(self) -> list[list[str]]:
+        """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
+        with self._locked() as state:
+            return [list(c) for c in state.commands]
+
+    def notices(self) -> list[str]:
+        out, self._notices = self._notices, []
+        return out
+
+    def retry(
+        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
+    ) -> list[int]:
+        if ids is None:
+            chosen = tuple(s for s in RETRYABLE if s in states)
+            return self._set_state(None, ItemState.PENDING, chosen, "retry")
+        return self._set_state(ids, ItemState.PENDING, RETRYABLE, "retry")
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
+        return self._set_state(ids, ItemState.CANCELLED, allowed, "cancel")
+
+    def _set_state(
+        self,
+        ids: Sequence[int] | None,
+        target: ItemState,
+        allowed: tuple[ItemState, ...],
+        verb: str,
+    ) -> list[int]:
+        with self._locked() as state:
+            if ids is None:
+                chosen = [i for i in state.live_ids() if state.state_of(i) in allowed]
+            else:
+                chosen = list(dict.fromkeys(ids))
+                for item_id in chosen:
+                    self._check_state(state, item_id, allowed, verb)
+            at = _now()
+            records: list[Record] = [
+                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user", "at": at}
+                for i in chosen
+            ]
+            self._write(records, sync=True)
+            return chosen
+
+    def _check_state(
+        self, state: QueueState, item_id: int, allowed: tuple[ItemState, ...], verb: str
+    ) -> None:
+        item = state.get(item_id)
+        if item is None:
+            if 0 < item_id < state.next_id:
+                raise UsageError(f"cannot {verb} item {item_id}: it is done")
+            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+        if item.state not in allowed:
+            names = ", ".join(s.value for s in allowed)
+            raise UsageError(
+                f"cannot {verb} item {item_id}: it is {item.state.value} (must be {names})"
+            )
+
+    def set_paused(self, paused: bool) -> None:
+        with self._locked():
+            self._write([{"t": "pause", "paused": paused, "at": _now()}], sync=True)
+
+    def is_paused(self) -> bool:
+        return self.state.paused
+
+    def next_due(self, among: Collection[int] | None = None) -> float | None:
+        # Read without the lock, as the runner always did: a hint for how long
+        # to sleep, refreshed by every claim.
+        state = self.state
+        if among is None:
+            return state.next_due()
+        waits = [
+            item.not_before
+            for i in among
+            if (item := state.items.get(i)) is not None and item.state is ItemState.PENDING
+        ]
+        return min(waits) if waits else None
+
+    def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
+        from statequeue.core.views import ItemView
+
+        with self._locked() as st:
+            merged: list[ItemView] = []
+            started: dict[int, int] = {}  # a done item's attempts: from its last start
+            for r in self._journal_records():
+                kind = r.get("t")
+                if kind == "start":
+                    started[r["id"]] = r["attempt"]
+                if kind not in ("enq", "item"):
+                    continue
+                item_id = r["id"]
+                current = st.state_of(item_id) or ItemState.DONE
+                if state is not None and current is not state:
+                    continue
+                live = st.items.get(item_id)
+                attempts, reason = (live.attempts, live.reason) if live else (0, "")
+                merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
+                if kind == "item":
+                    started[item_id] = r.get("attempts", 0)
+        merged = [
+            replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
+        ]
+        merged.sort(key=lambda v: v.item_id)
+        # The archive is in completion order, and an item retried after a
+        # compaction can finish with a lower id than archived ones: merge by id.
+        yield from heapq.merge(self._archived_views(state), merged, key=lambda v: v.item_id)
+
+    @abstractmethod
+    def _journal_records(self) -> Iterable[Record]:
+        """Every record of the live journal, in order (taken under the lock; the
+        iteration may run after it, on the same snapshot)."""
+
+    def _archive_records(self) -> Iterator[Record]:
+        """Every archived record; none for stores without an archive."""
+        return iter(())
+
+    def _log_paths(self, item_id: int) -> tuple[str, ...]:
+        return ()
+
+    def history(self, item_id: int) -> ItemHistory:
+        from statequeue.store.records.history import item_history
+
+        with self._locked() as state:
+            found = item_history(
+                item_id,
+                state,
+                self._journal_records(),
+                self._archive_records(),
+                self._log_paths(item_id),
+            )
+        if found is None:
+            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+        return found
+
+    def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
+        from statequeue.store.records.history import iter_results
+
+        with self._locked() as st:
+            journal = self._journal_records()
+        yield from iter_results(st, journal, self._archive_records(), state)
+
+    def result(self, item_id: int) -> ItemResult | None:
+        """From the record the state locates (``QueueState.result_loc``) and
+        the item's own (its text), or the archive's: a few records read."""
+        from statequeue.store.records.history import result_from
+
+        with self._locked() as state:
+            current = state.state_of(item_id)
+            if current is None:
+                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            if current not in (ItemState.DONE, ItemState.FAILED):
+                return None
+            loc = state.result_loc(item_id)
+            if loc < 0:
+                # Failed items stay in the journal: only a done one is archived.
+                return self._archived_result(item_id) if current is ItemState.DONE else None
+            rec = self._record_at(loc)
+            if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
+                raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
+            if rec["t"] == "item":  # a result carried over by compaction (or imported)
+                return result_from(
+                    {"id": item_id, **rec["last"]}, item_text(rec), current, archived=False
+                )
+            text = self._load_text(item_id, state.locs[item_id])
+            return result_from(rec, text, current, archived=False)
+
+    def _record_at(self, loc: int) -> Record:
+        """The live journal's record at locator ``loc`` (caller holds the lock)."""
+        raise NotImplementedError
+
+    def _archived_result(self, item_id: int) -> ItemResult | None:
+        """The result of done item ``item_id`` from the archive (caller holds
+        the lock); None when it is not there (no store archive here)."""
+        return None
+
+    def export_items(self) -> Iterator[ExportedItem]:
+        from statequeue.store.records.transfer import export_items
+
+        with self._locked() as state:
+            # Taken whole under the lock: one consistent moment of the queue.
+            found = list(export_items(state, self._journal_records(), self._archive_records()))
+        yield from found
+
+    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        from statequeue.store.records.transfer import item_record
+
+        added = 0
+        seen: set[str] = set()
+        for start in range(0, len(entries), IMPORT_BATCH):
+            with self._locked() as state:
+                keys = self._known_keys(state)
+                next_id = state.next_id
+                batch: list[Record] = []
+                for entry in entries[start : start + IMPORT_BATCH]:
+                    if entry.item in keys or entry.item in seen:
+                        continue
+                    seen.add(entry.item)
+                    # Its own id when free (always, into an empty queue), unless
+                    # items skipped as already here leave it out of replay's reach.
+                    if not out_of_reach(entry.item_id, next_id):
+                        next_id = max(entry.item_id, next_id)
+                    batch.append(item_record(entry, next_id))
+                    next_id += 1
+                # One durable append per batch; a crash keeps whole records only.
+                self._write(batch, sync=True)
+                added += len(batch)
+        return EnqueueResult(added=added, skipped=len(entries) - added)
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        with self._locked() as state:
+            # The dedupe keys (text -> id), archived items included.
+            get = getattr(self._known_keys(state), "get", None)
+            if get is None:
+                return super().find_ids(texts)
+            found = {t: get(t) for t in texts}
+        return {t: i for t, i in found.items() if isinstance(i, int)}
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        with self._locked() as state:
+            found = {i: state.state_of(i) for i in ids}
+        return {i: s for i, s in found.items() if s is not None}
+
+    def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
+        """Items moved out by compaction (always done); none for stores without an archive."""
+        return iter(())
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.stats.attempts import attempts_of
+
+        with self._locked():
+            journal = self._journal_records()
+        archived = attempts_of(self._archive_records())
+        return attempts_since(chain(archived, attempts_of(journal)), since)
+
+
+def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool) -> Record:
+    rec: Record = {
+        "t": "intr",
+        "id": item.id,
+        "attempt": item.attempts,
+        "state": target.value,
+        "reason": reason,
+        "at": _now(),
+    }
+    if crashed:
+        rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
+    return rec
+
+
+def _now() -> float:
+    """A record's time, for people reading `events` (never for ordering: seq does that)."""
+    return round(time.time(), 3)
+
+
+def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:
+    rec: Record = {
+        "t": "end",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "state": target.value,
+        "ok": outcome.ok,
+        "at": round(time.time(), 3),
+        "dur": round(outcome.duration, 6),
+    }
+    optional: dict[str, Any] = {
+        "exit": outcome.exit_code,
+        "sig": outcome.signal,
+        "err": outcome.stderr_tail,
+        "reason": outcome.reason,
+        "result": outcome.result,
+        "timeout": outcome.timed_out or None,
+    }
+    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    return rec
+
+
+def _runner_record(runner: RunnerInfo) -> Record:
+    return {
+        "t": "run",
+        "runner": runner.runner_id,
+        "pid": runner.pid,
+        "host": runner.host,
+        "boot": runner.boot_id,
+        "since": runner.started_at,
+        "cmd": list(runner.command),
+    }

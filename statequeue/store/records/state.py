@@ -1,0 +1,639 @@
+"""The queue's state in memory, rebuilt by applying journal records in order.
+
+It is compact so that a million-item queue opens in little memory: one state
+byte and two record locators per item id (its text's and its last result's),
+and a ``LiveItem`` object only for items that have details (started, failed,
+held, cancelled, retried). A fresh pending item's text stays on disk until it
+is claimed: the store's loader reads it back by locator. Done items keep
+nothing but their state byte and locators.
+
+Everything that changes state is a record: ``apply`` is the one place that
+knows what each record type means, so replay and live updates cannot differ.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from statequeue.core.exported import MAX_ID_GAP, out_of_reach
+from statequeue.core.models import ItemState
+from statequeue.core.records import OutOfReach, Record, item_text
+
+RATE_WINDOW_ITEMS = 2000
+PENDING = ItemState.PENDING
+RUNNING = ItemState.RUNNING
+DONE = ItemState.DONE
+FAILED = ItemState.FAILED
+CANCELLED = ItemState.CANCELLED
+HELD = ItemState.HELD
+
+# One byte per item id; 0 means no such item.
+CODE = {PENDING: 1, RUNNING: 2, DONE: 3, FAILED: 4, CANCELLED: 5, HELD: 6}
+STATE_OF: tuple[ItemState | None, ...] = (None, PENDING, RUNNING, DONE, FAILED, CANCELLED, HELD)
+P_CODE = CODE[PENDING]
+D_CODE = CODE[DONE]
+
+TextLoader = Callable[[int, int], str]
+"""Reads item ``id``'s text back from the store, given its record's locator."""
+
+
+def _no_loader(item_id: int, loc: int) -> str:
+    raise LookupError(f"no text loader for record {loc}")
+
+
+class LiveItem:
+    """An item that is not done yet, with its details. Its text is read back
+    from the store on first use (``loc`` locates the record that holds it)."""
+
+    __slots__ = (
+        "_load",
+        "_text",
+        "attempts",
+        "crashes",
+        "failures",
+        "id",
+        "interrupted",
+        "last_err",
+        "last_seq",
+        "loc",
+        "not_before",
+        "reason",
+        "runner",
+        "state",
+    )
+
+    def __init__(self, item_id: int, loc: int, load: TextLoader, text: str | None = None) -> None:
+        self.id = item_id
+        self.loc = loc
+        self._load = load
+        self._text = text
+        self.state = PENDING
+        self.attempts = 0
+        self.crashes = 0
+        # Failed attempts in the current episode, for `run --retries`. An
+        # episode starts at enqueue, at a user's `retry`, and when a stopped
+        # runner hands the item back; runner crashes (``crashes``) do not end one.
+        self.failures = 0
+        self.runner = ""
+        self.reason = ""
+        self.last_seq = 0
+        self.interrupted = False  # its last attempt died with its runner
+        self.last_err = ""  # the last stderr line of its last unsuccessful attempt
+        self.not_before = 0.0  # wall-clock time before which a retry must wait
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._load(self.id, self.loc)
+        return self._text
+
+
+def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
+    """[first, last] runs of the ids (indexes from 1 on) whose byte in
+    ``marks`` is ``mark``: found in C, one byte per id."""
+    other = 1 - mark
+    out: list[list[int]] = []
+    found = marks.find(mark, 1)
+    while found >= 0:
+        end = marks.find(other, found)
+        end = len(marks) if end < 0 else end
+        out.append([found, end - 1])
+        found = marks.find(mark, end)
+    return out
+
+
+def starts_episode(rec: Record) -> bool:
+    """True for a record that starts a new episode of an item's life (what
+    ``run --retries`` counts failures within): a user's ``retry`` (a ``set``
+    back to pending), or a runner stopped by a signal handing the item back
+    (``release``: an ``intr`` that counts no crash). Not crash recovery (it
+    counts ``crashes``), and not an attempt given back uncounted because the
+    runner was short of resources (it restores ``attempts``)."""
+    if rec.get("state") != PENDING.value:
+        return False
+    kind = rec.get("t")
+    return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
+
+
+class QueueState:
+    """Counts, live items, the pending order and the dedupe keys of one queue."""
+
+    def __init__(self, loader: TextLoader = _no_loader) -> None:
+        self.loader = loader
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: a snapshot record or a reload starts afresh."""
+        self.next_id = 1
+        self.archived = 0
+        self.archive_size = 0
+        self.watermark = 0
+        # Seq of the last record the compaction that wrote the snapshot header
+        # put after it (0: no header applied, or one that does not say).
+        self.snap_end = 0
+        # Dedupe keys (text -> id) are built only when something is enqueued
+        # (see the stores' _known_keys); status and run never pay for them.
+        self.keys: dict[str, int] | None = None
+        # Bulk-enqueued (first id, texts) not yet in ``keys``: merged when the
+        # keys are next asked for, so a one-shot enqueue never pays for it.
+        self._unmerged: list[tuple[int, list[str]]] = []
+        # Per item id: its state's code, and the locator of the record that
+        # holds its text (what the store's loader reads back).
+        self.codes = bytearray(1)
+        self.locs = array("q", [-1])
+        # Per item id: the locator of the record that holds its last result
+        # (an ``end``, or an ``item`` carrying ``last``), -1 if none in this
+        # journal (none yet, or archived): ``result`` reads one record.
+        self.ends = array("q", [-1])
+        # Items with details; a fresh pending item gets one only when used.
+        self.items: dict[int, LiveItem] = {}
+        # Ids of items in the states that are usually few, so that recovery,
+        # status and listings never scan the (possibly huge) pending set.
+        self.ids_in: dict[ItemState, set[int]] = {
+            s: set() for s in (RUNNING, FAILED, HELD, CANCELLED)
+        }
+        self.counts: dict[ItemState, int] = dict.fromkeys(ItemState, 0)
+        self.runners: dict[str, dict[str, Any]] = {}
+        self.paused = False
+        self.orphans = 0
+        self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
+        self.commands: list[list[str]] = []
+        # Pending order: fresh items are taken by a cursor that only moves
+        # forward (O(1) amortised per claim); items that come back to pending
+        # (retries, recoveries) go through a heap.
+        self._cursor = 1
+        self._from_cursor = False
+        self._pending: list[int] = []
+        self._deferred: list[tuple[float, int]] = []
+
+    # -- queries -------------------------------------------------------------
+
+    def get(self, item_id: int) -> LiveItem | None:
+        """The live (not done) item ``item_id``, or None if it is done or unknown."""
+        item = self.items.get(item_id)
+        if item is not None:
+            return item
+        if 0 < item_id < len(self.codes) and self.codes[item_id] == P_CODE:
+            return self._materialize(item_id)
+        return None
+
+    def result_loc(self, item_id: int) -> int:
+        """The locator of the record holding the item's last result in this
+        journal, or -1 (none recorded, or moved to the archive)."""
+        return self.ends[item_id] if 0 < item_id < len(self.ends) else -1
+
+    def state_of(self, item_id: int) -> ItemState | None:
+        """The item's state (done for archived items), or None if unknown."""
+        if 0 < item_id < len(self.codes):
+            return STATE_OF[self.codes[item_id]]
+        return None
+
+    def live_count(self) -> int:
+        """How many items are not done."""
+        return sum(n for s, n in self.counts.items() if s is not DONE)
+
+    def live_ids(self) -> Iterator[int]:
+        """Ids of the items that are not done, in id order."""
+        mask = self.codes.translate(_LIVE_MASK)
+        found = mask.find(1)
+        while found >= 0:
+            yield found
+            found = mask.find(1, found + 1)
+
+    def _materialize(self, item_id: int, text: str | None = None) -> LiveItem:
+        item = LiveItem(item_id, self.locs[item_id], self.loader, text)
+        self.items[item_id] = item
+        return item
+
+    def next_pending(self, now: float) -> LiveItem | None:
+        """The pending item with the lowest id (enqueue order) that is due at ``now``."""
+        deferred = self._deferred
+        while deferred and deferred[0][0] <= now:
+            heapq.heappush(self._pending, heapq.heappop(deferred)[1])
+        heap = self._pending
+        while heap:
+            item = self.get(heap[0])
+            if item is not None and item.state is PENDING and item.not_before <= now:
+                break
+            heapq.heappop(heap)  # stale entry, or a retry that waits in _deferred
+        fresh = self._fresh_head()
+        if heap and (fresh is None or heap[0] < fresh.id):
+            self._from_cursor = False
+            return self.items[heap[0]]
+        self._from_cursor = fresh is not None
+        return fresh
+
+    def _fresh_head(self) -> LiveItem | None:
+        codes = self.codes
+        limit = len(codes)
+        while self._cursor < limit:
+            cursor = self._cursor
+            if codes[cursor] == P_CODE:
+                item = self.items.get(cursor)
+                if item is None:
+                    return self._materialize(cursor)
+                if not item.not_before:
+                    return item
+            else:
+                found = codes.find(P_CODE, cursor + 1)  # skip done items in C
+                self._cursor = found if found > 0 else limit
+                continue
+            self._cursor += 1
+        return None
+
+    def is_due(self, item: LiveItem, now: float) -> bool:
+        return item.state is PENDING and item.not_before <= now
+
+    def pop_pending(self) -> int:
+        """Take the head of the pending order out (after ``next_pending`` returned it)."""
+        if self._from_cursor:
+            self._cursor += 1
+            return self._cursor - 1
+        return heapq.heappop(self._pending)
+
+    def restore_pending(self, ids: list[int]) -> None:
+        """Put back ids taken out by ``pop_pending`` whose claim a live process
+        still holds. They wait among the deferred retries, at their due time
+        (0.0: due now): so ``next_due`` still names them, and a runner polls for
+        the claim rather than ending with the item pending (issue 21, point 8)."""
+        for item_id in ids:
+            item = self.items.get(item_id)  # next_pending materialized it
+            due = item.not_before if item is not None else 0.0
+            heapq.heappush(self._deferred, (due, item_id))
+
+    def next_due(self) -> float | None:
+        """When the earliest deferred retry becomes due, or None if none waits."""
+        deferred = self._deferred
+        while deferred:
+            item = self.items.get(deferred[0][1])
+            if item is not None and item.state is PENDING:
+                return deferred[0][0]
+            heapq.heappop(deferred)
+        return None
+
+    def running(self) -> list[LiveItem]:
+        return self.in_state(RUNNING)
+
+    def in_state(self, state: ItemState) -> list[LiveItem]:
+        """Items in ``state`` (not pending: the one state that may hold millions)."""
+        return [self.items[i] for i in sorted(self.ids_in[state])]
+
+    # -- replay --------------------------------------------------------------
+
+    def apply(self, rec: Record, loc: int = -1) -> None:
+        """Apply one record; ``loc`` locates it for the store's text loader.
+        Unknown record types are ignored (newer writers).
+
+        A record about an item this state has never seen (possible only in a
+        journal salvaged by ``fsck --repair``) is counted in ``orphans``.
+        """
+        handler = _HANDLERS.get(rec.get("t", ""))
+        if handler is not None:
+            try:
+                handler(self, rec, loc)
+            except KeyError:
+                self.orphans += 1
+
+    def _item(self, item_id: int) -> LiveItem:
+        """The live item a record is about (KeyError if none)."""
+        item = self.get(item_id)
+        if item is None:
+            raise KeyError(item_id)
+        return item
+
+    def _move(self, item: LiveItem, state: ItemState) -> None:
+        self.counts[item.state] -= 1
+        self.counts[state] += 1
+        if item.state in self.ids_in:
+            self.ids_in[item.state].discard(item.id)
+        if state in self.ids_in:
+            self.ids_in[state].add(item.id)
+        item.state = state
+        self.codes[item.id] = CODE[state]
+        if state is PENDING:
+            if item.not_before:
+                heapq.heappush(self._deferred, (item.not_before, item.id))
+            else:
+                heapq.heappush(self._pending, item.id)
+        elif state is DONE:
+            del self.items[item.id]
+
+    def _add(self, item_id: int, loc: int, state: ItemState) -> None:
+        codes = self.codes
+        if item_id == len(codes):  # the usual case: the next new id
+            codes.append(CODE[state])
+            self.locs.append(loc)
+            self.ends.append(-1)
+        else:
+            if out_of_reach(item_id, len(codes)):
+                # Refused before anything grows: the journal reports the line as damage.
+                raise OutOfReach(
+                    f"item id {item_id!r} is not one replay can hold "
+                    f"(more than {MAX_ID_GAP} past the ids before it)"
+                )
+            if item_id > len(codes):
+                grow = item_id + 1 - len(codes)
+                codes.extend(bytes(grow))
+                self.locs.extend(array("q", [-1]) * grow)
+                self.ends.extend(array("q", [-1]) * grow)
+            elif codes[item_id]:
+                # Known already: one of the ids a snapshot counts done until its
+                # ``item`` record comes, or a repeat in a salvaged journal.
+                self.counts[STATE_OF[codes[item_id]]] -= 1  # type: ignore[index]
+                self.items.pop(item_id, None)
+                for ids in self.ids_in.values():
+                    ids.discard(item_id)
+            codes[item_id] = CODE[state]
+            self.locs[item_id] = loc
+            self.ends[item_id] = -1
+        if item_id >= self.next_id:
+            self.next_id = item_id + 1
+        self.counts[state] += 1
+        if state is PENDING and item_id < self._cursor:
+            heapq.heappush(self._pending, item_id)  # behind the cursor: use the heap
+
+    def _on_snap(self, rec: Record, loc: int) -> None:
+        self.reset()
+        self.next_id = rec["next_id"]
+        self.archived = rec["archived"]
+        self.archive_size = rec["archive_size"]
+        self.watermark = rec["watermark"]
+        # Every id below next_id is done unless an ``item`` record follows.
+        self.codes = bytearray([D_CODE]) * self.next_id
+        self.codes[0] = 0
+        self.locs = array("q", [-1]) * self.next_id
+        self.ends = array("q", [-1]) * self.next_id
+        self.counts[DONE] = self.next_id - 1
+        for first, last in rec.get("absent", ()):
+            self._forget_ids(first, last)
+        # A journal that ends before the records written after this header
+        # was cut, not torn: the store refuses it (promise 5).
+        self.snap_end = rec["seq"] + rec.get("follow", 0)
+        # The cursor, not the heap, finds the snapshot's pending items (the
+        # cursor skips done codes in C): the heap would cost ~36 bytes each.
+        self._cursor = min(self.watermark + 1, self.next_id)
+        self.commands = rec.get("commands", [])
+        self.paused = rec.get("paused", False)
+
+    def _forget_ids(self, first: int, last: int) -> None:
+        """Ids ``first``..``last`` that no surviving record names (a salvaged
+        queue lost them): neither done nor listed, and never handed out again."""
+        first, last = max(first, 1), min(last, self.next_id - 1)
+        if first > last:
+            return
+        gone = self.codes[first : last + 1].count(D_CODE)
+        self.codes[first : last + 1] = bytes(last + 1 - first)
+        self.counts[DONE] -= gone
+
+    def absent_ids(self) -> list[list[int]]:
+        """Ranges [first, last] of the ids below ``next_id`` that name no item."""
+        return id_runs(self.codes[: self.next_id].translate(_ABSENT_MASK), 1)
+
+    def _on_enq(self, rec: Record, loc: int) -> None:
+        self._add(rec["id"], loc, PENDING)
+        if self.keys is not None:
+            self.keys[item_text(rec)] = rec["id"]
+
+    def apply_enqueued(self, first_id: int, locs: list[int], texts: list[str]) -> None:
+        """Apply ``enq`` records for new ids ``first_id``, ``first_id + 1``, ...
+        (at ``locs``) in one step: what ``_on_enq`` does for each, in bulk."""
+        n = len(texts)
+        if first_id != len(self.codes) or first_id < self._cursor:
+            for i, (loc, text) in enumerate(zip(locs, texts, strict=True)):
+                self._on_enq({"id": first_id + i, "item": text}, loc)
+            return
+        self.codes.extend(bytes([P_CODE]) * n)
+        self.locs.extend(array("q", locs))
+        self.ends.extend(array("q", [-1]) * n)
+        self.counts[PENDING] += n
+        self.next_id = max(self.next_id, first_id + n)
+        if self.keys is not None:
+            self._unmerged.append((first_id, texts))
+
+    def enqueued_texts(self) -> list[str] | None:
+        """Every item's text in id order, when the keys are empty and the bulk
+        enqueues not yet merged hold every id from 1 (a new queue filled by
+        this process); else None."""
+        if self.keys is None or self.keys:
+            return None
+        texts: list[str] = []
+        for first_id, chunk in self._unmerged:
+            if first_id != len(texts) + 1:
+                return None
+            texts += chunk
+        return texts if len(texts) == self.next_id - 1 else None
+
+    def merged_keys(self) -> dict[str, int] | None:
+        """The dedupe keys (None until built), with every bulk enqueue merged in."""
+        if self.keys is not None:
+            for first_id, texts in self._unmerged:
+                self.keys.update(zip(texts, range(first_id, first_id + len(texts)), strict=True))
+        self._unmerged.clear()
+        return self.keys
+
+    def _on_item(self, rec: Record, loc: int) -> None:
+        item_id = rec["id"]
+        state = ItemState(rec["state"])
+        self._add(item_id, loc, state)
+        if "last" in rec:
+            self.ends[item_id] = loc  # carried over by compaction, or imported
+        if self.keys is not None:
+            self.keys[item_text(rec)] = item_id
+        if state is DONE:
+            return  # an imported finished item: done items keep only their state byte
+        details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
+        if state is PENDING and not any(rec.get(k) for k in details):
+            return  # a fresh pending item: nothing beyond its state byte
+        item = self._materialize(item_id, item_text(rec))
+        item.state = state
+        item.attempts = rec.get("attempts", 0)
+        item.crashes = rec.get("crashes", 0)
+        item.failures = rec.get("failures", 0)  # absent before episodes: a fresh start
+        item.runner = rec.get("runner", "")
+        item.reason = rec.get("reason", "")
+        item.last_seq = rec["seq"]
+        item.interrupted = rec.get("interrupted", False)
+        item.not_before = rec.get("retry_at", 0.0)
+        item.last_err = last_line(rec.get("last", {}).get("err", ""))
+        if state in self.ids_in:
+            self.ids_in[state].add(item_id)
+        if state is PENDING and item.not_before:
+            heapq.heappush(self._deferred, (item.not_before, item.id))
+
+    def _on_start(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
+        item.attempts = rec["attempt"]
+        item.runner = rec["runner"]
+        item.not_before = 0.0
+        self._move(item, RUNNING)
+
+    def _on_end(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
+        self.ends[item.id] = loc
+        if "at" in rec:
+            self.recent_ends.append(rec["at"])
+        item.reason = rec.get("reason", "")
+        item.last_seq = rec["seq"]
+        item.interrupted = False
+        # Status shows it for recent failures (none when this attempt wrote none).
+        item.last_err = last_line(rec["err"]) if "err" in rec else ""
+        item.not_before = rec.get("retry_at", 0.0)
+        if not rec.get("ok"):
+            item.failures += 1
+        self._move(item, ItemState(rec["state"]))
+
+    def _on_intr(self, rec: Record, loc: int) -> None:
+        item = self._item(rec["id"])
+        item.crashes = rec.get("crashes", item.crashes)
+        item.attempts = rec.get("attempts", item.attempts)  # an attempt that never began
+        item.reason = rec.get("reason", "")
+        item.last_seq = rec["seq"]
+        item.interrupted = rec.get("crashed", False)
+        if starts_episode(rec):
+            item.failures = 0
+        self._move(item, ItemState(rec["state"]))
+
+    def _on_set(self, rec: Record, loc: int) -> None:
+        # cancel / retry / hold issued by a user: a plain state change.
+        item = self._item(rec["id"])
+        item.last_seq = rec["seq"]
+        if rec["state"] == PENDING.value:
+            item.crashes = 0
+        if starts_episode(rec):
+            item.failures = 0
+        self._move(item, ItemState(rec["state"]))
+
+    def _on_run(self, rec: Record, loc: int) -> None:
+        self.runners[rec["runner"]] = rec
+        cmd = rec.get("cmd")
+        if cmd and (not self.commands or self.commands[-1] != cmd):
+            self.commands.append(cmd)
+
+    def _on_stop(self, rec: Record, loc: int) -> None:
+        self.runners.pop(rec["runner"], None)
+
+    def _on_pause(self, rec: Record, loc: int) -> None:
+        self.paused = rec["paused"]
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def export(self) -> tuple[dict[str, Any], bytes, bytes]:
+        """Everything needed to rebuild this state without replay (not the
+        dedupe keys): a JSON-able dict, the state codes and the locators (the
+        texts', then the results': an older checkpoint, without the latter,
+        fails ``restore``'s length check and the journal is replayed)."""
+        items = [
+            [
+                i.id,
+                i.loc,
+                CODE[i.state],
+                i.attempts,
+                i.crashes,
+                i.runner,
+                i.reason,
+                i.last_seq,
+                i.interrupted,
+                i.not_before,
+                i.failures,
+                i.last_err,
+            ]
+            for i in self.items.values()
+        ]
+        meta = {
+            "next_id": self.next_id,
+            "archived": self.archived,
+            "archive_size": self.archive_size,
+            "watermark": self.watermark,
+            "snap_end": self.snap_end,
+            "paused": self.paused,
+            "orphans": self.orphans,
+            "commands": self.commands,
+            "runners": list(self.runners.values()),
+            "recent_ends": list(self.recent_ends),
+            "counts": {s.value: n for s, n in self.counts.items()},
+            "cursor": self._cursor,
+            "pending": self._pending,
+            "deferred": self._deferred,
+            "items": items,
+        }
+        return meta, bytes(self.codes), self.locs.tobytes() + self.ends.tobytes()
+
+    def restore(
+        self, meta: dict[str, Any], codes: bytes | memoryview, locs: bytes | memoryview
+    ) -> None:
+        """Become the state ``export`` returned (raises on malformed input)."""
+        self.reset()
+        self.next_id = int(meta["next_id"])
+        self.archived = meta["archived"]
+        self.archive_size = meta["archive_size"]
+        self.watermark = meta["watermark"]
+        self.snap_end = int(meta.get("snap_end", 0))
+        self.paused = bool(meta["paused"])
+        self.orphans = meta["orphans"]
+        self.commands = meta["commands"]
+        self.runners = {r["runner"]: r for r in meta["runners"]}
+        self.recent_ends.extend(meta["recent_ends"])
+        self.counts = {s: int(meta["counts"][s.value]) for s in ItemState}
+        self._cursor = meta["cursor"]
+        self._pending = [int(i) for i in meta["pending"]]
+        self._deferred = [(float(t), int(i)) for t, i in meta["deferred"]]
+        self.codes = bytearray(codes)
+        half = len(codes) * self.locs.itemsize
+        if len(locs) != 2 * half or len(self.codes) < self.next_id:
+            raise ValueError("checkpoint arrays do not match")
+        self.locs = array("q")
+        self.locs.frombytes(locs[:half])
+        self.ends = array("q")
+        self.ends.frombytes(locs[half:])
+        for row in meta["items"]:
+            # A row without ``failures`` (an older checkpoint) raises here, and
+            # the caller replays the journal instead.
+            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row[:11]
+            item = LiveItem(item_id, loc, self.loader)
+            item.last_err = row[11] if len(row) > 11 else ""  # older checkpoints lack it
+            item.state = STATE_OF[code]
+            item.attempts, item.crashes = attempts, crashes
+            item.runner, item.reason = runner, reason
+            item.last_seq, item.interrupted, item.not_before = seq, intr, nb
+            item.failures = fails
+            self.items[item_id] = item
+            if item.state in self.ids_in:
+                self.ids_in[item.state].add(item_id)
+
+    def rate(self, now: float, window: float = 60.0) -> float | None:
+        """Items finished per second over the last ``window`` seconds, if any."""
+        ends = self.recent_ends
+        recent = [t for t in ends if now - t <= window]
+        if len(recent) < 2:
+            return None
+        span = max(now - recent[0], 1e-3)
+        return len(recent) / span
+
+
+def last_line(text: str, width: int = 200) -> str:
+    """The last non-empty line of ``text`` (a stderr tail), cut to ``width``."""
+    return text.rstrip().rpartition("\n")[2][-width:]
+
+
+# Maps a state code to 1 for a live (not done) item, else 0.
+_LIVE_MASK = bytes(0 if code in (0, D_CODE) else 1 for code in range(256))
+# Maps the code of "no such item" to 1, every other code to 0.
+_ABSENT_MASK = bytes(1 if code == 0 else 0 for code in range(256))
+
+
+_HANDLERS: dict[str, Callable[[QueueState, Record, int], None]] = {
+    "snap": QueueState._on_snap,
+    "enq": QueueState._on_enq,
+    "item": QueueState._on_item,
+    "start": QueueState._on_start,
+    "end": QueueState._on_end,
+    "intr": QueueState._on_intr,
+    "set": QueueState._on_set,
+    "run": QueueState._on_run,
+    "stop": QueueState._on_stop,
+    "pause": QueueState._on_pause,
+}

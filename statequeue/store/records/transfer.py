@@ -1,0 +1,134 @@
+"""Export and import for the record-based stores (journal and memory).
+
+Export reads the archive and the live journal once and folds each item's
+records into an ``ExportedItem``; its current state comes from the replayed
+``QueueState``. Import writes one ``item`` record per item (the record a
+compaction's snapshot uses for an unfinished item, here for any state), so
+that an item arrives whole in one record or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from statequeue.core.exported import RESULT_KEYS, ExportedItem, history_record
+from statequeue.core.models import ItemState
+from statequeue.core.records import Record, item_fields, item_text
+from statequeue.store.records.state import QueueState
+
+INTERRUPTED_REASON = "interrupted: it was running when the queue was exported"
+
+
+@dataclass
+class _Found:
+    """What the records say about one item, gathered in one pass."""
+
+    text: str
+    archived: bool = False
+    attempts: int = 0
+    history: list[Record] = field(default_factory=list)
+
+
+def export_items(
+    state: QueueState, journal: Iterable[Record], archive: Iterable[Record]
+) -> Iterator[ExportedItem]:
+    """Every item of the queue, in id order, archived ones included."""
+    found: dict[int, _Found] = {}
+    for r in archive:
+        if r.get("t") == "arch":
+            found[r["id"]] = _archived(r)
+    for r in journal:
+        _gather(found, r)
+    for item_id in sorted(found):
+        yield _exported(state, item_id, found[item_id])
+
+
+def _archived(r: Record) -> _Found:
+    """An archived item: its attempts' summaries and its last result in full."""
+    last = {k: r[k] for k in RESULT_KEYS if k in r}
+    history = [history_record(t) for t in r.get("tries", ())]
+    final = {"t": "end", **last, "state": ItemState.DONE.value, "ok": True}
+    _with_last(history, final)
+    return _Found(item_text(r), archived=True, attempts=r.get("attempt", 0), history=history)
+
+
+def _gather(found: dict[int, _Found], r: Record) -> None:
+    kind = r.get("t")
+    if kind == "enq":
+        found[r["id"]] = _Found(item_text(r))
+    elif kind == "item":
+        entry = found[r["id"]] = _Found(item_text(r), attempts=r.get("attempts", 0))
+        entry.history = [history_record(t) for t in r.get("tries", ())]
+        if "last" in r:
+            _with_last(entry.history, {"t": "end", **r["last"]})
+    elif kind in ("start", "end", "intr", "set") and r.get("id") in found:
+        entry = found[r["id"]]
+        if kind == "start":
+            entry.attempts = r["attempt"]
+        else:
+            entry.history.append(history_record(r))
+
+
+def _with_last(history: list[Record], last: Record) -> None:
+    """Put a result kept in full (``last``) over the summary of the same
+    attempt (compaction keeps only the newest result whole), or add it."""
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("t") == "end":
+            if history[i].get("attempt") == last.get("attempt"):
+                history[i] = {**history[i], **last}
+                return
+            break
+    history.append(last)
+
+
+def _exported(state: QueueState, item_id: int, f: _Found) -> ExportedItem:
+    for r in f.history:
+        if r.get("t") == "end" and "ok" not in r:
+            r["ok"] = r.get("state") == ItemState.DONE.value  # a summary: done means ok
+    current = state.state_of(item_id) or ItemState.DONE
+    live = state.get(item_id)
+    if live is None or current is ItemState.DONE:
+        return ExportedItem(
+            item_id,
+            f.text,
+            ItemState.DONE,
+            f.attempts,
+            archived=f.archived,
+            history=tuple(f.history),
+        )
+    running = current is ItemState.RUNNING
+    return ExportedItem(
+        item_id=item_id,
+        item=f.text,
+        state=ItemState.PENDING if running else current,
+        attempts=live.attempts,
+        crashes=live.crashes,
+        failures=live.failures,
+        reason=INTERRUPTED_REASON if running else live.reason,
+        retry_at=live.not_before or None,
+        interrupted=running or live.interrupted,
+        history=tuple(f.history),
+    )
+
+
+def item_record(entry: ExportedItem, item_id: int) -> Record:
+    """The one record that imports ``entry`` as item ``item_id``: an ``item``
+    record with its state, counters, last result and outcome history."""
+    rec: Record = {"t": "item", "id": item_id, **item_fields(entry.item)}
+    rec.update(state=entry.state.value, attempts=entry.attempts, crashes=entry.crashes)
+    details = {
+        "failures": entry.failures,
+        "reason": entry.reason,
+        "retry_at": entry.retry_at,
+        "interrupted": entry.interrupted,
+    }
+    rec.update((k, v) for k, v in details.items() if v)
+    results = entry.results
+    if results:
+        rec["last"] = {k: results[-1][k] for k in RESULT_KEYS if k in results[-1]}
+    if entry.history:
+        # ``show`` lists these where the item's own records would stand, and
+        # compaction carries them on into the archive.
+        rec["tries"] = list(entry.history)
+    return rec
