@@ -90,6 +90,29 @@ def test_processes_use_a_pool_and_the_parent_records(sq_home: Path) -> None:
         assert [r.result for r in q.results()] == [9, 1, 4]
 
 
+def test_processes_work_when_the_program_holds_fds_past_1024(sq_home: Path) -> None:
+    # The claim lender and the sentinels once waited in select(), which cannot
+    # watch an fd past FD_SETSIZE: a program (a test suite) holding 1,100 open
+    # files saw every item fail with "TimeoutError: timed out" after 30 s.
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), max(hard, 4096)))
+    spare = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(1100)]
+    try:
+        assert max(spare) > 1024
+        assert statequeue.map(square, ["3", "1", "2"], queue="fds", jobs=2, processes=True) == [
+            9,
+            1,
+            4,
+        ]
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_processes_on_a_store_without_claim_fds(sq_home: Path) -> None:
     """The memory store lends no claim fds: the pool's tasks run all the same."""
     from statequeue.store.memory import MemoryStore

@@ -161,7 +161,7 @@ class ClaimLender:
         try:
             while True:
                 watched = [self._listener.fileno(), self._wake_r, *conns]
-                ready, _, _ = select.select(watched, [], [])
+                ready = _readable(watched)
                 if self._wake_r in ready:
                     return
                 if self._listener.fileno() in ready:
@@ -302,8 +302,17 @@ def _parent_of(pid: int) -> int:
 
 
 def _watch(pidfd: int) -> None:
-    select.select([pidfd], [], [])  # readable once the program has exited
+    _readable([pidfd])  # readable once the program has exited
     _die()
+
+
+def _readable(fds: list[int]) -> list[int]:
+    """The fds of ``fds`` ready to read, waiting until one is. poll, not
+    select: a program may hold fds past select's FD_SETSIZE (1024)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll()]
 
 
 def _die() -> None:

@@ -83,8 +83,11 @@ def _serve(sock: socket.socket, worker: int, mark: str, arm: Callable[[int], boo
     held: list[int] = []
     # Checked after arming: a worker that died before is no longer our parent.
     alive = arm(signal.SIGUSR1) and os.getppid() == worker
+    poller = select.poll()  # not select: fds past FD_SETSIZE are possible
+    poller.register(sock.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
     while alive:
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+        ready = [fd for fd, _ in poller.poll()]
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 64)
