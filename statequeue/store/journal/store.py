@@ -703,6 +703,10 @@ class JournalStore(RecordStore):
                 os.close(fd)
         return chain(archive, journal)
 
+    def journal_folder(self) -> Path:
+        """The queue's own folder: its records live there (see ``Store``)."""
+        return self.folder
+
     @property
     def logs_fd(self) -> int:
         """The fd of the ``logs`` folder, for the runner to open logs relative
