@@ -108,6 +108,8 @@ FEW_ITEMS = 2_000
 class JournalStore(RecordStore):
     """A queue kept in ``folder`` as a checksummed JSON-lines journal."""
 
+    folder: Path  # always set: the folder holds the queue
+
     def __init__(
         self,
         folder: Path,
