@@ -6,6 +6,11 @@ queue = Queue("crawl")
 queue.enqueue(urls)
 for item in queue.work():
     item.done(fetch(item.item))
+
+``Queue`` is the surface users call, each method a thin call: ``SharedStore``
+holds the store (thread turns, reopening after a fork, closing), and what is
+more than one store call lives beside it (``queue_reading``, ``queue_whole``,
+``transfer``, ``work``, ``work_async``).
 """
 
 from __future__ import annotations
