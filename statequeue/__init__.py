@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib  # already loaded by the interpreter: costs nothing here
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from statequeue.api.map_async import map_async
     from statequeue.api.mapping import map, resumable
     from statequeue.api.queue import Queue, WorkItem
     from statequeue.api.work import WorkPolicy
-    from statequeue.api.work_async import AsyncWorkItem, map_async
+    from statequeue.api.work_async import AsyncWorkItem
     from statequeue.core.errors import (
         InvalidResult,
         ItemNotFound,
@@ -37,7 +39,7 @@ _LAZY = {
     "WorkItem": "statequeue.api.queue",
     "WorkPolicy": "statequeue.api.work",
     "AsyncWorkItem": "statequeue.api.work_async",
-    "map_async": "statequeue.api.work_async",
+    "map_async": "statequeue.api.map_async",
     "map": "statequeue.api.mapping",
     "resumable": "statequeue.api.mapping",
     "ItemHistory": "statequeue.core.views",
@@ -51,8 +53,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'statequeue' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -1,6 +1,6 @@
 """One call of ``statequeue.map`` or ``map_async``: which items run, and what
 came of each. The slots (threads, a process pool's feeders, asyncio tasks)
-share it; the loops that drive them are in ``mapping`` and ``aio``."""
+share it; the loops that drive them are in ``mapping`` and ``map_async``."""
 
 from __future__ import annotations
 

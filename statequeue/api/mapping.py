@@ -156,6 +156,7 @@ def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
 
 
 def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
+    # lazy: start-up time (multiprocessing; only a map with processes=True gets here)
     from concurrent.futures.process import BrokenProcessPool
 
     try:
@@ -169,7 +170,7 @@ def _pool(processes: bool, jobs: int) -> Iterator[ProcessPool | None]:
     if not processes:
         yield None
         return
-    from statequeue.api.pool_guard import process_pool
+    from statequeue.api.pool_guard import process_pool  # lazy: start-up time (multiprocessing)
 
     with process_pool(jobs) as pool:
         yield pool

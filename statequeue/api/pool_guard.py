@@ -35,6 +35,7 @@ without these guards.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import secrets
 import select
@@ -44,12 +45,14 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
+from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from concurrent.futures import Executor
+from statequeue.api import pool_sentinel
 
+if TYPE_CHECKING:
     from statequeue.api.pool_sentinel import Sentinel
     from statequeue.core.models import Claim
 
@@ -89,9 +92,6 @@ class ProcessPool:
 @contextmanager
 def process_pool(jobs: int) -> Iterator[ProcessPool]:
     """A pool of ``jobs`` worker processes, guarded where the platform allows."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     # Not fork: a forked worker would inherit the queue's open files and
     # locks (a claim lock held by a worker outlives this process).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
@@ -261,10 +261,6 @@ def guard_worker(program: int) -> None:
     # the forkserver would no longer be our parent, or the program its.
     if not _arm(signal.SIGKILL) or _parent_of(os.getppid()) != program:
         _die()
-    from multiprocessing.util import Finalize
-
-    from statequeue.api import pool_sentinel
-
     _sentinel = pool_sentinel.start(_arm)  # while this process has one thread
     # A normal exit (the pool shut down) is no reason to kill what fn left.
     Finalize(None, _sentinel.bye, exitpriority=0)
@@ -275,7 +271,7 @@ def guard_worker(program: int) -> None:
 def _arm(signum: int) -> bool:
     """Ask for ``signum`` when this process's parent dies."""
     try:
-        import ctypes
+        import ctypes  # lazy: an optional module (some builds lack it): then no guard
 
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0)

@@ -6,31 +6,29 @@ queue = Queue("crawl")
 queue.enqueue(urls)
 for item in queue.work():
     item.done(fetch(item.item))
+
+``Queue`` is the surface users call, each method a thin call: ``SharedStore``
+holds the store (thread turns, reopening after a fork, closing), and what is
+more than one store call lives beside it (``queue_reading``, ``queue_whole``,
+``transfer``, ``work``, ``work_async``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from statequeue.api.queue_reading import QueueReading
-from statequeue.api.queue_whole import QueueWhole
+from statequeue.api import queue_reading as reading
+from statequeue.api.queue_whole import check_store, drop_store
+from statequeue.api.shared_store import SharedStore
 from statequeue.api.work import WorkItem as WorkItem  # re-exported: public API
 from statequeue.api.work import WorkPolicy, work_loop
-from statequeue.core.errors import (
-    InvalidQueueName,
-    QueueClosed,
-    QueueForked,
-    UsageError,
-)
+from statequeue.core.errors import UsageError
 from statequeue.core.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exported: public API
 from statequeue.core.items import check_item as check_item
 from statequeue.core.items import check_items
-from statequeue.core.location import resolve_home, resolve_queue_name
 from statequeue.core.models import (
     Claim,
     EnqueueResult,
@@ -40,13 +38,20 @@ from statequeue.core.models import (
     RunnerInfo,
     item_state,
 )
-from statequeue.core.records import check_json, check_reason
+from statequeue.core.records import Record, check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
-from statequeue.store.opening import chosen_url
 
 if TYPE_CHECKING:
+    from statequeue.api.transfer import CheckedExport, ImportResult
     from statequeue.api.work_async import AsyncWorkItem
-    from statequeue.core.views import CompactResult, Status
+    from statequeue.core.views import (
+        CompactResult,
+        ItemHistory,
+        ItemResult,
+        ItemView,
+        QueueCheck,
+        Status,
+    )
     from statequeue.stats.figures import Stats
 
 
@@ -62,20 +67,6 @@ def refuse_single_text(items: object, what: str) -> None:
         raise UsageError(f"{what} takes an iterable of items, not {type(items).__name__}")
 
 
-def queue_folder(name: str | None = None, home: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of queue ``name`` under ``home`` (both resolved as the CLI does)."""
-    return resolve_home(home) / resolve_queue_name(name)
-
-
-def _check_location(name: object, home: object) -> None:
-    """InvalidQueueName / UsageError for a name or home of the wrong type
-    (they would fail deep inside as a TypeError)."""
-    if name is not None and not isinstance(name, str):
-        raise InvalidQueueName(f"queue name must be a str, not {type(name).__name__}")
-    if home is not None and not isinstance(home, str | os.PathLike):
-        raise UsageError(f"home must be a path (str or os.PathLike), not {type(home).__name__}")
-
-
 def _state_set(states: object) -> frozenset[ItemState]:
     """``states`` (one state or its name, or a collection of them) as ItemStates;
     UnknownState for anything else."""
@@ -84,7 +75,7 @@ def _state_set(states: object) -> frozenset[ItemState]:
     return frozenset(item_state(s) for s in states)
 
 
-class Queue(QueueReading, QueueWhole):
+class Queue:
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
@@ -111,35 +102,10 @@ class Queue(QueueReading, QueueWhole):
         auto_compact: int | None = None,
         lease: float | None = None,
     ) -> None:
-        _check_location(name, home)
-        self._reopen: Callable[[], Store] | None = None
-        if store is None:
-            store = chosen_url(None)
-        if isinstance(store, str):
-            store = self._open_postgres(store, name, home, create)
-        elif store is None:
-            from statequeue.store.journal.store import JournalStore
-
-            folder = queue_folder(name, home)
-            store = JournalStore(folder, create=create, auto_compact=auto_compact)
-            self._reopen = lambda: JournalStore(folder, create=False, auto_compact=auto_compact)
-        if lease is not None:  # claims' lease, in stores that have leases
-            store.use_lease(lease)
-        self._store = store
-        self.name = store.name
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        self._closed = False
-
-    def _open_postgres(
-        self, url: str, name: str | None, home: str | os.PathLike[str] | None, create: bool
-    ) -> Store:
-        from statequeue.store.opening import open_postgres
-
-        queue_name = resolve_queue_name(name)
-        scratch = resolve_home(home) / ".postgres" / queue_name
-        self._reopen = lambda: open_postgres(url, queue_name, create=False, scratch=scratch)
-        return open_postgres(url, queue_name, create=create, scratch=scratch)
+        self._shared = SharedStore.open(
+            name, home=home, create=create, store=store, auto_compact=auto_compact, lease=lease
+        )
+        self.name = self._shared.name
 
     @property
     def store(self) -> Store:
@@ -147,38 +113,12 @@ class Queue(QueueReading, QueueWhole):
 
         Calls made on it directly are not serialised between threads; the
         Queue's own methods are."""
-        if self._pid != os.getpid():
-            self._after_fork()
-        if self._closed:
-            raise QueueClosed(f"queue {self.name!r} is closed")
-        return self._store
-
-    def _after_fork(self) -> None:
-        # The parent's store shares its open files (and so its flocks) with
-        # this process: using it here would let both write the journal at once.
-        # It is dropped without close(), which could write under the parent's lock.
-        if self._reopen is None:
-            raise QueueForked(
-                f"queue {self.name!r} was opened in process {self._pid}, before a fork; "
-                "open a new Queue in this process"
-            )
-        if not self._closed:
-            self._store = self._reopen()  # if this raises, the next call tries again
-        self._lock = threading.RLock()  # another thread may have held it at the fork
-        self._pid = os.getpid()
-
-    @contextmanager
-    def _using(self) -> Iterator[Store]:
-        """The store, held by this thread for one call."""
-        _ = self.store  # checks the process before taking a lock made before a fork
-        with self._lock:
-            yield self.store  # checked again: another thread may have closed it
+        return self._shared.store
 
     @property
     def path(self) -> Path | None:
         """The queue's folder, for a store that has one."""
-        folder = getattr(self._store, "folder", None)
-        return folder if isinstance(folder, Path) else None
+        return self._shared.opened.folder
 
     def __enter__(self) -> Queue:
         return self
@@ -188,21 +128,15 @@ class Queue(QueueReading, QueueWhole):
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._shared.closed
 
     def close(self) -> None:
         """Release the queue's files; later calls raise QueueClosed. Idempotent."""
-        if self._pid != os.getpid():
-            self._closed = True  # the parent's files are the parent's to close
-            return
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._store.close()
+        self._shared.close()
 
     def notices(self) -> list[str]:
         """Messages for the user, such as a torn tail repaired on open."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.notices()
 
     def enqueue(self, items: Iterable[str]) -> EnqueueResult:
@@ -213,7 +147,7 @@ class Queue(QueueReading, QueueWhole):
         """
         refuse_single_text(items, "enqueue")
         checked = check_items(items)
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.enqueue(checked)
 
     def claim(
@@ -226,7 +160,7 @@ class Queue(QueueReading, QueueWhole):
     ) -> Claim | None:
         """Claim the next due pending item for ``runner`` (only ids in ``among``,
         when given), recovering dead runners' items first."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.claim(
                 runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
             )
@@ -240,7 +174,7 @@ class Queue(QueueReading, QueueWhole):
         is recorded then, and the item stays claimed)."""
         check_json(outcome.result, "result")
         check_reason(outcome.reason)
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
     def finish_and_claim(
@@ -259,7 +193,7 @@ class Queue(QueueReading, QueueWhole):
         store can). Returns the new state and the next claim, or None."""
         check_json(outcome.result, "result")
         check_reason(outcome.reason)
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.finish_and_claim(
                 claim,
                 outcome,
@@ -272,12 +206,12 @@ class Queue(QueueReading, QueueWhole):
 
     def status(self) -> Status:
         """Counts per state, live runners, recent failures, held items."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.status()
 
     def compact(self) -> CompactResult:
         """Rewrite the journal as a snapshot; finished results move to the archive."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.compact()
 
     def retry(
@@ -289,27 +223,27 @@ class Queue(QueueReading, QueueWhole):
         """Put failed or held items back as pending: ``ids``, or every item in
         ``states`` (members or names; one alone is fine; UnknownState for
         another); returns the ids changed (see ``Store.retry``)."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.retry(ids, states=_state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.cancel(ids)
 
     def pause(self) -> None:
         """Stop runners (and ``work()`` loops) from taking new items; they finish what they hold."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.set_paused(True)
 
     def is_paused(self) -> bool:
         """True while the queue is paused (as this process last read the queue)."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.is_paused()
 
     def resume(self) -> None:
         """Let runners take items again after ``pause()``."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.set_paused(False)
 
     def work(
@@ -364,7 +298,7 @@ class Queue(QueueReading, QueueWhole):
         ends when no item is left and every item out is settled. Store calls
         run in worker threads, never on the event loop. Leaving the loop early
         gives back the items not settled yet. ``verify`` runs in a thread."""
-        from statequeue.api.work_async import work_loop_async
+        from statequeue.api.work_async import work_loop_async  # lazy: start-up time (asyncio)
 
         policy = WorkPolicy(
             retries=retries,
@@ -379,18 +313,18 @@ class Queue(QueueReading, QueueWhole):
 
     def register_runner(self, runner: RunnerInfo) -> None:
         """Record that ``runner`` (a work loop in this process) is active."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.register_runner(runner)
 
     def unregister_runner(self, runner_id: str) -> None:
         """Record that the runner stopped cleanly."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.unregister_runner(runner_id)
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         """Give a claimed item back as pending, not counted as a failure (durable);
         ``uncounted``: its attempt never began (see ``Store.release``)."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.release(claim, reason, uncounted=uncounted)
 
     def stats(self, since: float | None = None, *, now: float | None = None) -> Stats:
@@ -398,39 +332,133 @@ class Queue(QueueReading, QueueWhole):
         failure reasons, the slowest items, runners and hosts, computed in one
         streaming pass over every finished attempt (archive included). With
         ``since`` (seconds), only attempts that ended in that last stretch."""
-        import time
-
-        from statequeue.stats.figures import StatsBuilder, stats_of_batches
-
-        now = time.time() if now is None else now
-        cutoff = None if since is None else now - since
-        with self._using() as store:
-            status = store.status()
-            summary = getattr(store, "stats_summary", None)
-            if since is None and summary is not None:  # cached up to a position
-                builder: StatsBuilder = summary()
-                builder.now = now
-                return builder.build(queue=status.queue, counts=status.counts, held=status.held)
-            return stats_of_batches(
-                store.iter_attempt_batches(cutoff),
-                queue=status.queue,
-                counts=status.counts,
-                held=status.held,
-                now=now,
-                since=since,
-            )
+        return reading.queue_stats(self._shared, since, now)
 
     def heartbeat(self, claim: Claim) -> None:
         """Tell the store ``claim`` is still held (a no-op for stores without leases)."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.heartbeat(claim)
 
     def next_due(self, among: Collection[int] | None = None) -> float | None:
         """When the earliest item waiting for a retry comes due (see ``Store.next_due``)."""
-        with self._using() as store:
+        with self._shared.using() as store:
             return store.next_due(among)
 
     def sync(self) -> None:
         """Make every record written so far durable."""
-        with self._using() as store:
+        with self._shared.using() as store:
             store.sync()
+
+    # -- reading: items, results, histories and events ------------------------
+
+    def items(self, state: ItemState | str | None = None) -> list[ItemView]:
+        """Every item (or those in ``state``, a member or its name such as
+        ``"pending"``; UnknownState for another), in id order, archived ones included."""
+        return list(self.iter_items(state))
+
+    def iter_items(self, state: ItemState | str | None = None) -> Iterator[ItemView]:
+        """``items()`` streamed (for a million items)."""
+        wanted = reading.wanted_state(state)
+        return reading.stream(self._shared, lambda store: store.items(wanted))
+
+    def results(self, state: ItemState | str | None = None) -> list[ItemResult]:
+        """The stored result of every finished item (or those in ``state``:
+        done or failed; another state is a UsageError), archived ones included."""
+        return list(self.iter_results(state))
+
+    def iter_results(self, state: ItemState | str | None = None) -> Iterator[ItemResult]:
+        """``results()`` streamed."""
+        wanted = reading.wanted_result_state(state)
+        return reading.stream(self._shared, lambda store: store.results(wanted))
+
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        """The output an attempt logged from byte ``offset`` on (None: none logged)."""
+        with self._shared.using() as store:
+            return store.read_log(item_id, attempt, offset)
+
+    def find(self, item: str) -> int:
+        """The id of the item whose text is exactly ``item``; ItemNotFound if none."""
+        return reading.find(self._shared, item)
+
+    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
+        """The id of each of ``texts`` that names an item; the others are left out."""
+        with self._shared.using() as store:
+            return store.find_ids(texts)
+
+    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
+        """The current state of each of ``ids`` that names an item."""
+        with self._shared.using() as store:
+            return store.states(ids)
+
+    def result(self, item: str | int) -> ItemResult | None:
+        """The stored result of one item, named by its exact text (or its id).
+
+        Returns None while the item has no result (pending, running, held or
+        cancelled); raises ItemNotFound when no item has that text."""
+        item_id = reading.item_id(self._shared, item)
+        with self._shared.using() as store:
+            return store.result(item_id)  # an index lookup on every store
+
+    def history(self, item: int | str) -> ItemHistory:
+        """Everything recorded about one item, by id or by exact text; ItemNotFound if unknown."""
+        item_id = reading.item_id(self._shared, item)
+        with self._shared.using() as store:
+            return store.history(item_id)
+
+    def events(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[Record]:
+        """The journal's records as dicts, oldest first (``statequeue events
+        --json`` prints them with a schema number, and a non-UTF-8 item in
+        base64); ``follow`` keeps polling every ``poll`` seconds."""
+        for batch in self.event_batches(follow=follow, poll=poll):
+            yield from batch
+
+    def event_batches(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[list[Record]]:
+        """``events()`` in the batches read at once (an empty batch while following and idle)."""
+        return reading.event_batches(self._shared, follow=follow, poll=poll)
+
+    # -- the whole queue: check, drop, export, import -------------------------
+
+    def fsck(self, *, repair: bool = False) -> QueueCheck:
+        """Check the queue; ``repair`` salvages (journal) or corrects (counters).
+
+        A local journal gets a ``FsckReport`` (every record's checksum and
+        sequence; see ``statequeue.api.maintenance.fsck_queue`` for a queue too
+        damaged to open), a PostgreSQL store a ``StoreCheck`` (its counters
+        against a recount). Both are ``QueueCheck``s: ``damaged``,
+        ``repaired``, ``report_lines()``, ``to_json()``."""
+        with self._shared.using() as store:
+            return check_store(store, repair=repair)
+
+    def drop(self) -> None:
+        """Delete the queue with all its items, results and logs, then close it.
+        UsageError while a runner is active on it."""
+        with self._shared.using() as store:
+            drop_store(self.name, store, before=self.close)
+
+    def export(self, to: IO[bytes] | str | os.PathLike[str]) -> int:
+        """Write the queue as NDJSON (see ``statequeue.api.transfer``) to a binary
+        stream, or to a file path whole or not at all; returns the item count."""
+        # lazy: start-up time (the export format; enqueue and work never need it)
+        from statequeue.api.transfer import export_queue, export_to_file
+
+        if isinstance(to, str | os.PathLike):
+            return export_to_file(self, Path(to))
+        return export_queue(self, to)
+
+    def import_(
+        self, source: Iterable[bytes] | CheckedExport, *, merge: bool = False
+    ) -> ImportResult:
+        """Read an export (its lines, each ending in a newline, or one checked
+        by ``transfer.read_export``) into the queue, keeping ids, states and
+        results. The whole input is checked before anything changes; a queue
+        holding items the export lacks is refused (ImportRefused) unless ``merge``."""
+        # lazy: start-up time (the export format; enqueue and work never need it)
+        from statequeue.api.transfer import CheckedExport, import_entries, read_export
+
+        if isinstance(source, str | bytes | bytearray):
+            raise UsageError(
+                "import_ takes an export's lines (an open binary file, or "
+                "data.splitlines(keepends=True)), not one str or bytes"
+            )
+        checked = source if isinstance(source, CheckedExport) else read_export(source)
+        return import_entries(self, checked.header, checked.entries, merge=merge)

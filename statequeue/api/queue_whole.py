@@ -1,82 +1,91 @@
-"""The whole-queue side of ``Queue``: check, drop, export and import, the
-same functions the CLI calls, on a local journal and on PostgreSQL alike."""
+"""Operations on a whole open queue: check it and drop it, on a local journal
+and on PostgreSQL alike. ``Queue.fsck`` and ``Queue.drop`` call these; the
+by-name forms for a queue that may not open are in ``maintenance``.
+
+Which kind of store it is comes from the contract (``journal_folder``,
+``url``), never from the store's type.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from statequeue.core.errors import UsageError
+from statequeue.core.errors import NotSupported, QueueNotFound, UsageError
 from statequeue.store.base import Store
+from statequeue.store.opening import (
+    check_nested_folder,
+    drop_postgres_queue,
+    fsck_folder,
+    remove_folder,
+)
 
 if TYPE_CHECKING:
-    from statequeue.api.queue import Queue
-    from statequeue.api.transfer import CheckedExport, ImportResult
-    from statequeue.core.views import QueueCheck
+    from statequeue.core.views import ActiveRunner, QueueCheck
 
 
-class QueueWhole:
-    """Queue's whole-queue methods (a mixin: Queue provides ``_using``,
-    ``name`` and ``close``)."""
+def check_store(store: Store, *, repair: bool) -> QueueCheck:
+    """``fsck`` of an open store: a journal record by record in its folder,
+    any other store by its own ``check`` (NotSupported where it has none)."""
+    # Only the journal's folder holds the queue (another store's folder is scratch).
+    folder = store.journal_folder()
+    if folder is not None:
+        return fsck_folder(folder, repair=repair)
+    return store.check(repair=repair)
 
-    name: str
 
-    def _using(self) -> AbstractContextManager[Store]:
-        raise NotImplementedError
+def drop_store(name: str, store: Store, *, before: Callable[[], None]) -> None:
+    """Delete the open queue ``name`` held by ``store`` unless a runner is
+    active on it; ``before`` (closing the queue) runs just before the delete."""
+    folder = store.journal_folder()
+    if folder is not None:
+        drop_folder(name, folder, store.active_runners(), before=before)
+        return
+    if store.url is None:
+        raise NotSupported(f"drop does not work with the {type(store).__name__}")
+    # Refused while the queue is still open (a work loop of this Queue goes
+    # on); the drop checks again under the row lock that runners register with.
+    refuse_runners(name, store.active_runners())
+    before()
+    drop_postgres_queue(store.url, name)
+    remove_scratch(store.folder)
 
-    def close(self) -> None:
-        raise NotImplementedError
 
-    @property
-    def _queue(self) -> Queue:
-        return cast("Queue", self)  # only Queue uses this mixin
+def remove_scratch(folder: Path | None) -> None:
+    """This host's scratch folder of a dropped database queue (logs of
+    attempts, claim locks), where there is one."""
+    if folder is not None and scratch_checked(folder):
+        with contextlib.suppress(QueueNotFound):
+            remove_folder(folder)
 
-    def fsck(self, *, repair: bool = False) -> QueueCheck:
-        """Check the queue; ``repair`` salvages (journal) or corrects (counters).
 
-        A local journal gets a ``FsckReport`` (every record's checksum and
-        sequence; see ``statequeue.api.maintenance.fsck_queue`` for a queue too
-        damaged to open), a PostgreSQL store a ``StoreCheck`` (its counters
-        against a recount). Both are ``QueueCheck``s: ``damaged``,
-        ``repaired``, ``report_lines()``, ``to_json()``."""
-        from statequeue.api.maintenance import check_store
+def scratch_checked(folder: Path) -> bool:
+    """False if there is no HOME/.postgres; UnsafeFolder if it or the home
+    fails the checks made when the store opens (a link, another user's):
+    removing the folder alone would follow a planted .postgres link and
+    delete a folder of the queue's name wherever it points."""
+    if not os.path.lexists(folder.parent):
+        return False
+    check_nested_folder(folder.parents[1], folder.parent.name)
+    return True
 
-        with self._using() as store:
-            return check_store(store, repair=repair)
 
-    def drop(self) -> None:
-        """Delete the queue with all its items, results and logs, then close it.
-        UsageError while a runner is active on it."""
-        from statequeue.api.maintenance import drop_store
+def drop_folder(
+    name: str, folder: Path, runners: Sequence[ActiveRunner], *, before: Callable[[], None]
+) -> None:
+    """Delete the open queue ``name`` in ``folder`` unless ``runners`` are
+    active; ``before`` (closing the queue) runs just before the files go."""
+    refuse_runners(name, runners)
+    before()
+    remove_folder(folder)
 
-        with self._using() as store:
-            drop_store(self.name, store, before=self.close)
 
-    def export(self, to: IO[bytes] | str | os.PathLike[str]) -> int:
-        """Write the queue as NDJSON (see ``statequeue.api.transfer``) to a binary
-        stream, or to a file path whole or not at all; returns the item count."""
-        from statequeue.api.transfer import export_queue, export_to_file
-
-        if isinstance(to, str | os.PathLike):
-            return export_to_file(self._queue, Path(to))
-        return export_queue(self._queue, to)
-
-    def import_(
-        self, source: Iterable[bytes] | CheckedExport, *, merge: bool = False
-    ) -> ImportResult:
-        """Read an export (its lines, each ending in a newline, or one checked
-        by ``transfer.read_export``) into the queue, keeping ids, states and
-        results. The whole input is checked before anything changes; a queue
-        holding items the export lacks is refused (ImportRefused) unless ``merge``."""
-        from statequeue.api.transfer import CheckedExport, import_entries, read_export
-
-        if isinstance(source, str | bytes | bytearray):
-            raise UsageError(
-                "import_ takes an export's lines (an open binary file, or "
-                "data.splitlines(keepends=True)), not one str or bytes"
-            )
-        checked = source if isinstance(source, CheckedExport) else read_export(source)
-        return import_entries(self._queue, checked.header, checked.entries, merge=merge)
+def refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:
+    """UsageError naming the first of ``runners`` active on queue ``name``."""
+    if runners:
+        raise UsageError(
+            f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
+        )

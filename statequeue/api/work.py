@@ -71,7 +71,7 @@ def backoff(retry: int, delay: float, max_delay: float) -> float:
     """The wait before the ``retry``-th retry of an episode (``run --retries``
     and ``work(retries=)`` alike): doubling from ``delay`` up to ``max_delay``,
     with jitter."""
-    import random  # here: enqueue never needs it
+    import random  # lazy: start-up time (enqueue never needs it)
 
     base = min(max_delay, delay * 2.0 ** (retry - 1))
     return base * random.uniform(0.5, 1.0)  # jitter, not security

@@ -162,7 +162,7 @@ class Runner:
             template=options.command,
             queue=queue.name,
             log_dir=folder / "logs",
-            log_dir_fd=getattr(queue.store, "logs_fd", -1),
+            log_dir_fd=queue.store.logs_fd,
             log_limit=options.log_limit,
             item_on_stdin=options.item_on_stdin,
             live=live,

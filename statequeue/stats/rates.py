@@ -216,9 +216,9 @@ class LiveRate:
         self.cursor: object | None = None
 
     def update(self) -> None:
-        summary = getattr(self.store, "stats_summary", None)
+        summary = self.store.stats_summary()
         if summary is not None:  # as Queue.stats does, without --since
-            self.recent = summary().recent
+            self.recent = summary.recent
             return
         for _ in range(self.MAX_PAGES):
             records, self.cursor = self.store.read_events(self.cursor)

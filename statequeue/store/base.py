@@ -3,16 +3,19 @@
 Nothing above this module may assume files, flock or a single host: the
 journal, memory and PostgreSQL stores implement the same ``Store`` methods.
 The record-replay logic the journal and memory stores share is in
-``record_store``.
+``record_store``. A feature only some stores have is declared here too, with
+a default that says "not here" (None, -1, NotSupported): callers ask the
+contract, never the object's type or attributes.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import ItemNotFound, UsageError
+from statequeue.core.errors import ItemNotFound, NotSupported, UsageError
 from statequeue.core.models import (
     Claim,
     EnqueueResult,
@@ -36,6 +39,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         StoreCheck,
     )
     from statequeue.stats.attempts import Attempt, AttemptBatch
+    from statequeue.stats.figures import StatsBuilder
 
 RETRYABLE = (ItemState.FAILED, ItemState.HELD)
 DEFAULT_LEASE = 30.0
@@ -52,6 +56,32 @@ class Store(ABC):
     url: str | None = None
     """The URL of a store reached by one (PostgreSQL), whose database holds
     the queue; None for a store held in a folder or in memory."""
+    folder: Path | None = None
+    """This host's folder for the queue, where it has one: the journal's own
+    folder (see ``journal_folder``), or a database store's scratch folder
+    (logs of attempts running here, claim locks); None in memory."""
+
+    def journal_folder(self) -> Path | None:
+        """The folder that holds the queue's records themselves, for a store
+        kept in one (the journal): ``fsck`` checks it record by record, since
+        a damaged one cannot be opened, and ``drop`` removes it. None (the
+        default) when the records live elsewhere (a database, memory), even
+        where the store has a scratch ``folder``."""
+        return None
+
+    @property
+    def logs_fd(self) -> int:
+        """A descriptor of the folder the runner writes attempts' logs in,
+        held open by the store (logs are opened relative to it, never through
+        a link); -1 (the default) when the store has none."""
+        return -1
+
+    def stats_summary(self) -> StatsBuilder | None:
+        """Every finished attempt folded (what ``iter_attempt_batches()``
+        yields, unfiltered), from a summary the store keeps up to date, or
+        None (the default) when it keeps none: the caller then folds
+        ``iter_attempt_batches`` itself. What `stats` and the live rate use."""
+        return None
 
     @abstractmethod
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
@@ -213,10 +243,8 @@ class Store(ABC):
         correct the counters (concurrent writers stay correct). Reports what
         outside the queue harms it (an old open transaction). Raises
         NotSupported for a store without counters: a journal is checked on its
-        folder (``statequeue.store.journal.fsck``), since a damaged one cannot be opened;
-        ``statequeue.api.maintenance.check_store`` chooses for an open store."""
-        from statequeue.core.errors import NotSupported
-
+        ``journal_folder`` (``statequeue.store.opening.fsck_folder``), since a
+        damaged one cannot be opened; ``Queue.fsck`` chooses for an open store."""
         raise NotSupported(f"the {type(self).__name__} is checked on its folder, not by check()")
 
     stores_logs: bool = False
@@ -347,6 +375,7 @@ class Store(ABC):
 
         This default reads every event through ``read_events``; stores with
         an archive or a results table override it."""
+        # lazy: start-up time (enqueue never needs the stats modules)
         from statequeue.stats.attempts import attempts_of
 
         return attempts_since(attempts_of(self._all_events()), since)
@@ -354,7 +383,7 @@ class Store(ABC):
     def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
         """What ``iter_attempts`` yields, as column batches (what `stats` folds).
         Stores that can build the columns without a tuple per attempt override it."""
-        from statequeue.stats.attempts import batches_of
+        from statequeue.stats.attempts import batches_of  # lazy: start-up time
 
         return batches_of(self.iter_attempts(since))
 

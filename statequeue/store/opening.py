@@ -1,4 +1,12 @@
-"""Choosing and opening a queue's store: the local journal, or PostgreSQL by URL."""
+"""Choosing and opening a queue's store: the local journal by its folder, or
+PostgreSQL by URL. The one module above the backends that knows them: the
+library reaches the journal's folder operations (check, list, remove) and the
+database's by-name operations through here, never through their modules.
+
+The backends' modules are imported when first used: ``import statequeue``
+and the CLI's start-up load none of them, and a PostgreSQL queue never loads
+the journal's (nor a local one psycopg).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
 
 if TYPE_CHECKING:
-    from statequeue.core.views import Status
+    from statequeue.core.views import QueueCheck, Status
 
 
 def chosen_url(store: str | None) -> str | None:
@@ -28,7 +36,7 @@ def _check_driver(url: str) -> None:
             f"invalid store URL {mask(url)!r}: expected postgresql://... or a libpq conninfo"
         )
     try:
-        import psycopg  # noqa: F401  (only whether it is there)
+        import psycopg  # noqa: F401  # lazy: optional dependency psycopg; is it there?
     except ImportError as exc:
         raise UsageError(
             f"the PostgreSQL store needs psycopg ({exc.name} is missing): "
@@ -39,7 +47,7 @@ def _check_driver(url: str) -> None:
 def postgres_queues(url: str) -> list[Status]:
     """The status of every queue in the PostgreSQL database at ``url``, by name."""
     _check_driver(url)
-    from statequeue.store.postgres.ops import statuses
+    from statequeue.store.postgres.ops import statuses  # lazy: optional dependency psycopg
 
     return statuses(url)
 
@@ -47,7 +55,7 @@ def postgres_queues(url: str) -> list[Status]:
 def drop_postgres_queue(url: str, name: str) -> None:
     """Delete queue ``name`` from the PostgreSQL database at ``url`` (see ops.drop)."""
     _check_driver(url)
-    from statequeue.store.postgres.ops import drop
+    from statequeue.store.postgres.ops import drop  # lazy: optional dependency psycopg
 
     drop(url, name)
 
@@ -55,9 +63,68 @@ def drop_postgres_queue(url: str, name: str) -> None:
 def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
     """The PostgreSQL store at ``url`` for queue ``name`` (psycopg is imported only here)."""
     _check_driver(url)
-    from statequeue.store.postgres import PostgresStore
+    from statequeue.store.postgres import PostgresStore  # lazy: optional dependency psycopg
 
     # Logs of attempts running on this host are written in ``scratch``, then
     # stored in the database when the attempt ends; hidden from `queues` by
     # the leading dot. The store makes and checks it (0700, yours, no link).
     return PostgresStore(url, name, create=create, scratch=scratch)
+
+
+# -- the local journal, by folder ----------------------------------------------
+
+
+def open_journal(folder: Path, *, create: bool, auto_compact: int | None = None) -> Store:
+    """The journal store of the local queue in ``folder`` (QueueNotFound
+    unless ``create``; DamagedState for damage it cannot repair on open)."""
+    from statequeue.store.journal.store import JournalStore  # lazy: start-up time
+
+    return JournalStore(folder, create=create, auto_compact=auto_compact)
+
+
+def fsck_folder(folder: Path, *, repair: bool) -> QueueCheck:
+    """Check every record of the local queue in ``folder``, even one too
+    damaged to open, and with ``repair`` salvage it (a ``FsckReport``)."""
+    from statequeue.store.journal.fsck import fsck  # lazy: start-up time
+
+    return fsck(folder, repair=repair)
+
+
+def remove_folder(folder: Path) -> None:
+    """Delete the queue folder ``folder`` and everything in it, never
+    following a link (QueueNotFound when it is not there)."""
+    from statequeue.store.journal.folder import remove_queue_folder  # lazy: start-up time
+
+    remove_queue_folder(folder)
+
+
+def check_nested_folder(home: Path, *names: str) -> None:
+    """UnsafeFolder unless ``home/names...`` passes the checks a queue folder
+    passes (no link, yours, 0700); what is missing is made."""
+    from statequeue.store.journal.folder import QueueFolder  # lazy: start-up time
+
+    QueueFolder.open_nested(home, *names).close()
+
+
+def check_home(home: Path) -> None:
+    """UnsafeFolder (or QueueNotFound when missing) unless the home folder
+    passes the checks made when a queue in it opens."""
+    from statequeue.store.journal.folder import open_home  # lazy: start-up time
+
+    os.close(open_home(home, create=False))
+
+
+def holds_queue(folder: Path) -> bool:
+    """Whether ``folder`` holds a local queue (its journal, or an archive left
+    without one: a damaged queue); UnsafeFolder for a link or another user's."""
+    from statequeue.store.journal.integrity import holds_queue as holds  # lazy: start-up time
+
+    return holds(folder)
+
+
+def runner_locks_held(folder: Path) -> bool:
+    """Whether a runner holds its lock in the local queue ``folder``, read
+    without opening the journal (for a queue too damaged to open)."""
+    from statequeue.store.journal.locks import runner_locks_held as held  # lazy: start-up time
+
+    return held(folder)

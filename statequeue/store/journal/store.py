@@ -108,6 +108,8 @@ FEW_ITEMS = 2_000
 class JournalStore(RecordStore):
     """A queue kept in ``folder`` as a checksummed JSON-lines journal."""
 
+    folder: Path  # always set: the folder holds the queue
+
     def __init__(
         self,
         folder: Path,
@@ -702,6 +704,10 @@ class JournalStore(RecordStore):
             finally:
                 os.close(fd)
         return chain(archive, journal)
+
+    def journal_folder(self) -> Path:
+        """The queue's own folder: its records live there (see ``Store``)."""
+        return self.folder
 
     @property
     def logs_fd(self) -> int:

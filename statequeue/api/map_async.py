@@ -1,0 +1,109 @@
+"""asyncio: ``statequeue.map_async()``, the resumable map for a coroutine
+function (see ``mapping`` for ``map``).
+
+Every store call runs in a worker thread (``asyncio.to_thread``), never on the
+event loop; a Queue is thread-safe. A slot (one of ``concurrency``) claims
+its next item only after the result of its last one is durable, as in ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from statequeue.api.map_run import SETTLE_NAP, MapRun
+from statequeue.api.queue import Queue
+from statequeue.api.work import WorkPolicy
+from statequeue.core.errors import UsageError
+from statequeue.core.models import Claim
+from statequeue.store.base import Store
+
+R = TypeVar("R")
+
+
+async def map_async(
+    fn: Callable[[str], Awaitable[R]],
+    items: Iterable[str],
+    *,
+    queue: str | Queue | None = None,
+    concurrency: int = 16,
+    retries: int = 0,
+    retry_delay: float = 1.0,
+    retry_max_delay: float = 300.0,
+    home: str | os.PathLike[str] | None = None,
+    store: Store | str | None = None,
+) -> list[R]:
+    """``statequeue.map`` for a coroutine function: ``concurrency`` slots await
+    ``fn(item)``; the store is used from worker threads only. Same resuming,
+    ordering, retries and MapFailed as ``map``."""
+    if concurrency < 1:
+        raise UsageError("concurrency must be at least 1")
+    policy = WorkPolicy(retries=retries, retry_delay=retry_delay, retry_max_delay=retry_max_delay)
+    owned = not isinstance(queue, Queue)
+    q = queue if isinstance(queue, Queue) else await _open(queue, home, store)
+    try:
+        run = MapRun(q, items, policy)
+        await asyncio.to_thread(run.plan)
+        await asyncio.to_thread(q.register_runner, run.runner)
+        try:
+            await _run_all(run, fn, concurrency)
+        finally:
+            if not q.closed:
+                await asyncio.shield(asyncio.to_thread(q.unregister_runner, run.runner.runner_id))
+        return run.outcome()
+    finally:
+        if owned:
+            await asyncio.shield(asyncio.to_thread(q.close))
+
+
+async def _open(
+    name: str | None, home: str | os.PathLike[str] | None, store: Store | str | None
+) -> Queue:
+    return await asyncio.to_thread(lambda: Queue(name, home=home, store=store))
+
+
+async def _run_all(run: MapRun, fn: Callable[[str], Awaitable[Any]], concurrency: int) -> None:
+    while not run.finished:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(_slot(run, fn))
+        if not await asyncio.to_thread(run.settle_rest):
+            await asyncio.sleep(SETTLE_NAP)
+
+
+async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]]) -> None:
+    """Take items one at a time; each result is durable before the next claim."""
+    while True:
+        got = await _off_loop_claim(run)
+        if got is None:
+            return
+        if isinstance(got, float):
+            await asyncio.sleep(got)
+            continue
+        try:
+            value = await fn(got.item)
+        except Exception as exc:
+            await asyncio.to_thread(run.record_failure, got, exc)
+            continue
+        except BaseException:
+            run.give_back(got, "interrupted: the map was stopped")
+            raise
+        await asyncio.to_thread(run.record, got, value)
+
+
+async def _off_loop_claim(run: MapRun) -> Claim | float | None:
+    """``run.take_once()`` off the loop; a claim made after this slot was
+    cancelled is given back before the cancellation goes on."""
+    future = asyncio.ensure_future(asyncio.to_thread(run.take_once))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        got = await future
+        if isinstance(got, Claim):
+            run.give_back(got, "interrupted: the map was stopped")
+        raise
+
+
+__all__ = ["map_async"]
