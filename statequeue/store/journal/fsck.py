@@ -25,6 +25,7 @@ from statequeue.core.exported import out_of_reach
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.records import Record
 from statequeue.store.journal import checkpoint
+from statequeue.store.journal.cache_file import Found
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE, JOURNAL, queue_history
 from statequeue.store.journal.journal_file import (
@@ -258,7 +259,7 @@ def _checkpoint_ahead(qdir: QueueFolder) -> str | None:
         found = checkpoint.restore(qdir, journal, QueueState())
     finally:
         journal.close()
-    if found.found is not checkpoint.Found.AHEAD:
+    if found.found is not Found.AHEAD:
         return None
     return (
         f"{checkpoint.NAME} saw {found.lines} fsynced record(s) ({found.offset} bytes) "
