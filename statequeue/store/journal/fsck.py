@@ -35,6 +35,7 @@ from statequeue.store.journal.journal_file import (
     looks_like_record,
 )
 from statequeue.store.journal.locks import lock_timeout, wait_for_lock
+from statequeue.store.journal.online_compaction import compaction_lock
 from statequeue.store.records.state import QueueState, id_runs
 
 
@@ -187,8 +188,6 @@ def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckRepor
 def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
     if not repair:
         return _check_locked(qdir, repair=False, ops=ops)
-    from statequeue.store.journal.online_compaction import compaction_lock
-
     # A compaction writes the archive and its new journal holding only
     # compact.lock: a repair waits for it (lock order: compact.lock, then lock).
     with compaction_lock(qdir, wait=lock_timeout()):
