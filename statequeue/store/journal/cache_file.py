@@ -122,7 +122,8 @@ def journal_position(journal: JournalFile) -> dict[str, Any] | None:
 
 
 class Found(Enum):
-    """What ``restore`` made of the state checkpoint."""
+    """What ``checkpoint.restore`` made of the state checkpoint (and
+    ``compare_position`` of the position a cache names)."""
 
     NONE = "none"  # there is none
     RESTORED = "restored"  # it matched: the state and read position are its

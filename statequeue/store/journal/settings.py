@@ -1,9 +1,10 @@
 """The journal store's tunables: how often it checkpoints, when it compacts on
 its own and how long it waits for the queue lock.
 
-Read from the environment once, when a store opens; tests and benchmarks
-change them on the open store (``JournalStore.checkpoint_every`` and friends
-read and write these), so every part of the store that asks sees one value.
+Read from the environment once, when a store opens. The store and the
+objects it holds (replay, dedupe keys, stats summary, compaction) share one
+``JournalSettings``, so a test that changes one on an open store
+(``store.settings.checkpoint_every = 1``) changes it for every part.
 """
 
 from __future__ import annotations
