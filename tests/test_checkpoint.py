@@ -14,8 +14,7 @@ import pytest
 from statequeue.core.errors import CorruptJournal, DamagedState
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
-from statequeue.store.journal import checkpoint, stats_cache
-from statequeue.store.journal import store as journal_store
+from statequeue.store.journal import cache_file, checkpoint, dedupe_keys, key_index, stats_cache
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.store import JOURNAL, JournalStore
 from tests.faults.helpers import fingerprint
@@ -23,7 +22,7 @@ from tests.faults.helpers import fingerprint
 
 def _open(folder: Path, *, every: int = 1) -> JournalStore:
     store = JournalStore(folder, create=True)
-    store.checkpoint_every = store.checkpoint_on_close = every
+    store.settings.checkpoint_every = store.settings.checkpoint_on_close = every
     return store
 
 
@@ -47,7 +46,7 @@ def _busy_queue(folder: Path) -> None:
     store.cancel([20, 21])
     store.set_paused(True)
     store.set_paused(False)
-    store.checkpoint_every = store.checkpoint_on_close = 10**9  # a tail to replay
+    store.settings.checkpoint_every = store.settings.checkpoint_on_close = 10**9  # a tail to replay
     store.enqueue(["late-1", "late-2", "item-3"])
     store.claim(runner)  # left running: its runner is this process, still alive
     store.journal.sync()
@@ -71,7 +70,7 @@ def _fresh_replay(folder: Path, tmp_path: Path) -> tuple[object, ...]:
     with _opened(copy) as qdir:
         checkpoint.discard(qdir)
     store = JournalStore(copy, create=False)
-    store.checkpoint_every = 0
+    store.settings.checkpoint_every = 0
     try:
         return fingerprint(store)
     finally:
@@ -84,8 +83,8 @@ def test_opening_from_a_checkpoint_equals_a_full_replay(tmp_path: Path) -> None:
     assert (folder / checkpoint.NAME).exists()
     store = JournalStore(folder, create=False)
     try:
-        assert store.restored_from_checkpoint
-        assert 0 < store.replayed_on_open < store.journal.lines  # only the tail
+        assert store.replay.restored_from_checkpoint
+        assert 0 < store.replay.replayed_on_open < store.journal.lines  # only the tail
         assert fingerprint(store) == _fresh_replay(folder, tmp_path)
         # And it goes on the same way: the next claims come in the same order.
         runner = new_runner()
@@ -142,7 +141,7 @@ def _empty_checkpoint(folder: Path) -> None:
 
 def _compact_elsewhere(folder: Path) -> None:
     store = JournalStore(folder, create=False)
-    store.checkpoint_every = 0
+    store.settings.checkpoint_every = 0
     store.compact()
     store.close()
     os.utime(folder / JOURNAL)
@@ -173,9 +172,9 @@ def test_a_checkpoint_that_no_longer_matches_is_ignored(
     _busy_queue(folder)
     damage(folder)
     store = JournalStore(folder, create=False)
-    store.checkpoint_every = 0
+    store.settings.checkpoint_every = 0
     try:
-        assert not store.restored_from_checkpoint
+        assert not store.replay.restored_from_checkpoint
         assert fingerprint(store) == _fresh_replay(folder, tmp_path)
     finally:
         store.close()
@@ -189,13 +188,13 @@ def test_a_checkpoint_follows_a_compaction(tmp_path: Path) -> None:
     store.close()
     reopened = JournalStore(folder, create=False)
     try:
-        assert reopened.restored_from_checkpoint
+        assert reopened.replay.restored_from_checkpoint
         assert fingerprint(reopened) == _fresh_replay(folder, tmp_path)
     finally:
         reopened.close()
 
 
-@pytest.mark.parametrize("name", [checkpoint.NAME, checkpoint.KEYS_NAME, stats_cache.NAME])
+@pytest.mark.parametrize("name", [checkpoint.NAME, key_index.KEYS_NAME, stats_cache.NAME])
 def test_stale_cache_temp_files_are_removed(tmp_path: Path, name: str) -> None:
     folder = tmp_path / "q"
     _open(folder).close()
@@ -210,7 +209,7 @@ def test_checkpoints_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.Mon
     _busy_queue(folder)  # leaves a checkpoint
     monkeypatch.setenv("STATEQUEUE_CHECKPOINT_EVERY", "off")
     store = JournalStore(folder, create=False)
-    assert not store.restored_from_checkpoint  # not used...
+    assert not store.replay.restored_from_checkpoint  # not used...
     store.enqueue([str(i) for i in range(3000)])
     store.close()
     off = tmp_path / "off"
@@ -223,7 +222,7 @@ def test_checkpoints_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.Mon
 def _keys_queue(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A queue whose dedupe keys span the archive and the journal, with a
     keys checkpoint saved by a re-enqueue that had to build them the slow way."""
-    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 1)
+    monkeypatch.setattr(dedupe_keys, "KEYS_CACHE_AFTER", 1)
     store = _open(folder)
     store.enqueue([f"old-{i}" for i in range(30)])
     runner = new_runner()
@@ -235,10 +234,10 @@ def _keys_queue(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store.enqueue([f"mid-{i}" for i in range(5)])
     store.close()
     store = JournalStore(folder, create=False)
-    assert not store.keys_from_cache
+    assert not store.dedupe.from_cache
     assert store.enqueue([f"old-{i}" for i in range(30)]).added == 0
     store.close()
-    assert (folder / checkpoint.KEYS_NAME).exists()
+    assert (folder / key_index.KEYS_NAME).exists()
 
 
 def test_dedupe_keys_come_from_their_checkpoint_plus_the_journal_after_it(
@@ -253,7 +252,7 @@ def test_dedupe_keys_come_from_their_checkpoint_plus_the_journal_after_it(
     try:
         wanted = ["old-3", "old-25", "mid-4", "late", "new-1", "new-1", "new-2"]
         result = store.enqueue(wanted)
-        assert store.keys_from_cache
+        assert store.dedupe.from_cache
         assert (result.added, result.skipped) == (2, 5)
         assert [v.item for v in store.items()][-2:] == ["new-1", "new-2"]
     finally:
@@ -266,13 +265,13 @@ def test_a_keys_checkpoint_that_no_longer_matches_is_rebuilt(
     folder = tmp_path / "q"
     _keys_queue(folder, monkeypatch)
     store = JournalStore(folder, create=False)
-    store.checkpoint_every = 0  # so the compaction does not carry the keys over
+    store.settings.checkpoint_every = 0  # so the compaction does not carry the keys over
     store.compact()  # a new journal file: the keys checkpoint names the old one
     store.close()
     store = JournalStore(folder, create=False)
     try:
         result = store.enqueue(["old-1", "old-29", "mid-0", "brand-new"])
-        assert not store.keys_from_cache
+        assert not store.dedupe.from_cache
         assert (result.added, result.skipped) == (1, 3)
     finally:
         store.close()
@@ -293,7 +292,7 @@ def test_a_damaged_record_after_the_keys_checkpoint_is_reported(
     path.write_bytes(bytes(data))
     store = JournalStore(folder, create=False)
     try:
-        assert store.restored_from_checkpoint  # ...so opening does not read it...
+        assert store.replay.restored_from_checkpoint  # ...so opening does not read it...
         with pytest.raises(CorruptJournal):  # ...but dedupe does, and says so
             store.enqueue(["late-1"])
     finally:
@@ -303,22 +302,22 @@ def test_a_damaged_record_after_the_keys_checkpoint_is_reported(
 def test_filling_a_new_queue_leaves_a_keys_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 5)
+    monkeypatch.setattr(dedupe_keys, "KEYS_CACHE_AFTER", 5)
     folder = tmp_path / "q"
     store = JournalStore(folder, create=True)
     store.enqueue(["a", "b", "a"])  # too few to be worth a file
     store.enqueue([f"x{i}" for i in range(10)])  # not a new queue any more
     store.close()
-    assert not (folder / checkpoint.KEYS_NAME).exists()
+    assert not (folder / key_index.KEYS_NAME).exists()
     fresh = tmp_path / "fresh"
     store = JournalStore(fresh, create=True)
     store.enqueue([f"f{i}" for i in range(12)] + ["f3"])
     store.close()
-    assert (fresh / checkpoint.KEYS_NAME).exists()
+    assert (fresh / key_index.KEYS_NAME).exists()
     store = JournalStore(fresh, create=False)
     try:
         result = store.enqueue(["f0", "f11", "f12"])
-        assert store.keys_from_cache  # the first re-enqueue reads no journal
+        assert store.dedupe.from_cache  # the first re-enqueue reads no journal
         assert (result.added, result.skipped) == (1, 2)
     finally:
         store.close()
@@ -337,11 +336,11 @@ def test_records_that_do_not_follow_on_from_a_checkpoint_mean_a_full_replay(
         assert parsed is not None
         header, codes, locs = parsed
         header["journal"]["last_seq"] -= 1
-        checkpoint._write(qdir, checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
+        cache_file.write_framed(qdir, checkpoint.NAME, checkpoint.MAGIC, header, (codes, locs))
     before = (folder / JOURNAL).read_bytes()
     store = JournalStore(folder, create=False)
     try:
-        assert not store.restored_from_checkpoint
+        assert not store.replay.restored_from_checkpoint
         assert store.notices() == []  # nothing was cut
         assert fingerprint(store) == _fresh_replay(folder, tmp_path)
     finally:
@@ -366,7 +365,7 @@ def test_the_keys_checkpoint_survives_compaction(
     store = JournalStore(folder, create=False)
     try:
         result = store.enqueue(["old-0", "old-12", "mid-1", "after-cache", "newer"])
-        assert store.keys_from_cache  # neither the archive nor the journal was read
+        assert store.dedupe.from_cache  # neither the archive nor the journal was read
         assert (result.added, result.skipped) == (1, 4)
     finally:
         store.close()

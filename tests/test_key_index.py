@@ -13,9 +13,8 @@ import pytest
 
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
-from statequeue.store.journal import checkpoint, key_index
-from statequeue.store.journal import store as journal_store
-from statequeue.store.journal.checkpoint import KEYS_NAME
+from statequeue.store.journal import cache_file, checkpoint, dedupe_keys, key_index
+from statequeue.store.journal.key_index import KEYS_NAME
 from statequeue.store.journal.store import JournalStore
 
 ITEMS = [f"item-{i}" for i in range(1, 3001)]  # three chunks of ids
@@ -25,7 +24,7 @@ TWINS = ("c699378", "c18020006")
 
 @pytest.fixture(autouse=True)
 def small_cache_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_store, "KEYS_CACHE_AFTER", 100)
+    monkeypatch.setattr(dedupe_keys, "KEYS_CACHE_AFTER", 100)
 
 
 def indexed_queue(folder: Path, items: list[str] = ITEMS) -> None:
@@ -49,7 +48,7 @@ def test_a_small_enqueue_probes_the_index(tmp_path: Path) -> None:
     try:
         result = store.enqueue(["item-1", "item-2999", "brand-new", "item-3000"])
         assert (result.added, result.skipped) == (1, 3)
-        assert store._index is not None and store.keys_from_cache
+        assert store.dedupe.index is not None and store.dedupe.from_cache
         assert "item-1" not in (store.state.keys or {})  # probed, never loaded
         assert store.find_ids(["item-1500", "brand-new", "nope"]) == {
             "item-1500": 1500,
@@ -80,7 +79,7 @@ def test_items_with_the_same_digest_are_told_apart(tmp_path: Path) -> None:
     store = probing(folder)
     try:
         assert store.enqueue([TWINS[0]]).added == 1  # the digest matches; the bytes do not
-        assert store._index is not None
+        assert store.dedupe.index is not None
         assert store.find_ids([TWINS[1]]) == {TWINS[1]: 201}
     finally:
         store.close()
@@ -105,7 +104,7 @@ def test_item_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     store = probing(folder)
     try:
         assert store.enqueue([odd, os.fsdecode(b"caf\xe8.txt")]).added == 1
-        assert store._index is not None
+        assert store.dedupe.index is not None
     finally:
         store.close()
 
@@ -149,7 +148,7 @@ def test_a_damaged_index_never_breaks_dedupe(tmp_path: Path, section: str) -> No
     store = probing(folder)
     try:
         assert store.enqueue([*ITEMS[::7], "new"]).added == 0
-        assert store._index is not None  # rebuilt, and sound
+        assert store.dedupe.index is not None  # rebuilt, and sound
     finally:
         store.close()
 
@@ -184,9 +183,9 @@ def test_compaction_leaves_an_index_of_the_new_journal(tmp_path: Path) -> None:
     store.close()
     store = probing(folder)
     try:
-        assert store.restored_from_checkpoint
+        assert store.replay.restored_from_checkpoint
         assert store.enqueue(["item-5", "item-2500", "fresh"]).added == 1
-        assert store._index is not None and store._archived == {}
+        assert store.dedupe.index is not None and store.dedupe.archived == {}
     finally:
         store.close()
 
@@ -207,8 +206,8 @@ def test_a_long_tail_is_merged_into_a_fresh_index(tmp_path: Path) -> None:
     store = probing(folder)
     try:
         assert store.enqueue([*ITEMS[:500], TWINS[0], *late, "one-more", "last"]).added == 1
-        assert store._index is not None
-        assert store._index.index is not None and store._index.index.count == 653
+        assert store.dedupe.index is not None
+        assert store.dedupe.index.index is not None and store.dedupe.index.index.count == 653
         assert store.find_ids(list(TWINS)) == {TWINS[0]: 501, TWINS[1]: 652}
     finally:
         store.close()
@@ -220,7 +219,7 @@ def test_find_ids_of_a_few_items_probes_the_index(tmp_path: Path) -> None:
     store = probing(folder)
     try:
         assert store.find_ids(["item-42", "absent"]) == {"item-42": 42}
-        assert store._index is not None
+        assert store.dedupe.index is not None
     finally:
         store.close()
 
@@ -233,7 +232,7 @@ def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) 
     store = probing(folder)
     try:
         header = {"journal": {}, "count": 77}
-        assert checkpoint._write(store.dir, KEYS_NAME, b"SQKEYS1\n", header, (b"a\0b",))
+        assert cache_file.write_framed(store.dir, KEYS_NAME, b"SQKEYS1\n", header, (b"a\0b",))
         assert checkpoint.known_ids(store.dir) == 77
         assert store.enqueue(["item-1", "new"]).added == 1  # and it is not used for dedupe
     finally:

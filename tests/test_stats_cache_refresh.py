@@ -150,7 +150,7 @@ def test_the_end_of_a_run_leaves_both_checkpoints_at_the_journal_end(
     assert _cached_offset(folder) == (folder / "journal.jsonl").stat().st_size
     store = JournalStore(folder, create=False)
     try:
-        assert store.restored_from_checkpoint and store.replayed_on_open == 0
+        assert store.replay.restored_from_checkpoint and store.replay.replayed_on_open == 0
     finally:
         store.close()
 

@@ -22,9 +22,9 @@ from statequeue.core.fileio import FileOps
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
 from statequeue.store.journal import key_index
-from statequeue.store.journal.checkpoint import KEYS_NAME
 from statequeue.store.journal.compaction import _RESULT_KEYS
 from statequeue.store.journal.fsck import fsck
+from statequeue.store.journal.key_index import KEYS_NAME
 from statequeue.store.journal.online_compaction import NEW_JOURNAL, NEW_KEYS
 from statequeue.store.journal.store import ARCHIVE, JournalStore
 from tests.faults.test_compaction_online import (
@@ -109,7 +109,7 @@ def test_a_damaged_line_is_refused_not_spliced(
     journal.write_bytes(data.replace(b'"item":"b"', b'"item":"B"'))
     store = JournalStore(folder, create=False, auto_compact=0)
     try:
-        assert store.restored_from_checkpoint  # line 3 is not read on open
+        assert store.replay.restored_from_checkpoint  # line 3 is not read on open
         with pytest.raises(CorruptJournal, match=r"line 3: bad checksum"):
             store.compact()
     finally:
@@ -168,7 +168,7 @@ def test_a_staged_index_without_its_journal_is_never_used(tmp_path: Path) -> Non
     store = JournalStore(folder, create=False, auto_compact=0)
     try:
         assert store.enqueue(["item-1", "item-12", "new"]).added == 1
-        assert store._index is None  # the index was not of this journal
+        assert store.dedupe.index is None  # the index was not of this journal
     finally:
         store.close()
 
@@ -276,8 +276,8 @@ def test_records_appended_during_compaction_are_copied_ahead(tmp_path: Path) -> 
     assert ops.new_syncs == 3  # body, copy ahead, swap
     store = JournalStore(folder, create=False, auto_compact=0)
     try:
-        assert store.restored_from_checkpoint
-        assert store.replayed_on_open == 1  # "late" only
+        assert store.replay.restored_from_checkpoint
+        assert store.replay.replayed_on_open == 1  # "late" only
         assert store.enqueue([*FIRST_ITEMS, *early, "late"]).added == 0
         assert dict(store.status().counts)["pending"] == 4 + 51
     finally:

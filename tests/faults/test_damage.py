@@ -229,7 +229,7 @@ def test_a_journal_cut_after_compaction_is_damage(tmp_path: Path, keep: str) -> 
 def test_a_journal_shorter_than_its_checkpoint_is_damage(tmp_path: Path) -> None:
     folder = tmp_path / "q"
     store = JournalStore(folder, create=True)
-    store.checkpoint_every = store.checkpoint_on_close = 1
+    store.settings.checkpoint_every = store.settings.checkpoint_on_close = 1
     store.enqueue([f"item-{i}" for i in range(1, 21)])
     runner = new_runner()
     for _ in range(5):
@@ -341,7 +341,7 @@ def _flip_first_line(journal: Path) -> None:
 def test_repair_never_reuses_ids_only_a_checkpoint_remembers(tmp_path: Path) -> None:
     folder = tmp_path / "q"
     store = JournalStore(folder, create=True)
-    store.checkpoint_every = store.checkpoint_on_close = 1
+    store.settings.checkpoint_every = store.settings.checkpoint_on_close = 1
     store.enqueue([f"item-{i}" for i in range(1, 6)])
     store.close()
     journal = (folder / JOURNAL).read_bytes()

@@ -141,7 +141,7 @@ class CheckpointingMachine(QueueMachine):
 
     def open_store(self) -> JournalStore:
         store = JournalStore(self.folder, create=False, ops=self.ops)
-        store.checkpoint_every = store.checkpoint_on_close = 1
+        store.settings.checkpoint_every = store.settings.checkpoint_on_close = 1
         return store
 
 

@@ -54,7 +54,7 @@ def test_records_longer_than_the_chunk_replay_whole(
     store = JournalStore(folder, create=False)
     try:
         assert store.status().counts["done"] == 6
-        assert store.replayed_on_open > 0 and not store.notices()
+        assert store.replay.replayed_on_open > 0 and not store.notices()
     finally:
         store.close()
     assert reads and max(reads) < 4 * CHUNK  # each long record alone, never the rest

@@ -1,15 +1,17 @@
-"""The archive as compaction opens it: checked against the snapshot header
-before anything is cut or appended (see ``compaction.py``)."""
+"""The archive file: read up to the size the snapshot vouches for, and opened
+by compaction, checked against the snapshot header before anything is cut or
+appended (see ``compaction.py``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from statequeue.core.errors import DamagedState
 from statequeue.core.fileio import FileOps
 from statequeue.core.records import Record
-from statequeue.store.journal.journal_file import JournalFile
+from statequeue.store.journal.journal_file import JournalFile, parse, read_from
 from statequeue.store.records.state import QueueState
 
 if TYPE_CHECKING:
@@ -78,3 +80,26 @@ def open_archive(folder: QueueFolder, name: str, state: QueueState, *, ops: File
         archive.close()
         raise
     return archive
+
+
+def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
+    """The archived item records, up to ``size`` bytes (what the snapshot vouches for)."""
+    if size == 0:
+        return
+    path = folder.path / name
+    try:
+        fd = folder.open_file(name, os.O_RDONLY)
+    except FileNotFoundError:
+        raise DamagedState(f"{path} is missing but the journal refers to it") from None
+    try:
+        # Only the first ``size`` bytes count: a compaction that died after
+        # appending here but before its journal took effect left the rest.
+        data = read_from(fd, 0)[:size]
+    finally:
+        os.close(fd)
+    found, used, _ = parse(data, path=str(path), first_line=1, last_seq=None)
+    if used < size:
+        raise DamagedState(f"{path}: damaged or shorter than the journal says ({used} < {size})")
+    for record in found:
+        if record.get("t") == "arch":
+            yield record

@@ -1,7 +1,7 @@
 """Automatic compaction in a child process, so that no runner waits for it.
 
 A runner notices that dead records piled up while it records a result (under
-the queue lock) and starts ``python -m statequeue.store.journal.background_compaction
+the queue lock) and starts ``python -m statequeue.store.journal.compaction_child
 FOLDER``; the child compacts online (``online_compaction``), holding the queue
 lock only at the two ends. A separate process rather than a thread: a thread
 would share the runner's interpreter lock and stall its loop for the whole
@@ -11,18 +11,18 @@ moment leaves the old files or the new ones.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import StateQueueError
 from statequeue.store.journal.online_compaction import compaction_lock
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
+    from statequeue.store.records.state import QueueState
+
+CHILD = "statequeue.store.journal.compaction_child"  # the module the child runs
 
 
 class BackgroundCompaction:
@@ -32,6 +32,30 @@ class BackgroundCompaction:
         self.child: subprocess.Popen[bytes] | None = None
         self.gave_up = False  # a child failed: not started again by this store
         self.started = 0  # for tests and the benchmark
+
+    def start_if_due(
+        self,
+        folder: QueueFolder,
+        state: QueueState,
+        *,
+        lines: int,
+        limit: int,
+        before: Callable[[], None],
+    ) -> str | None:
+        """``start``, if dead records in the journal (``lines`` long, of
+        ``state``) reach ``limit`` (0: never) and outnumber the live ones."""
+        # Dead records: everything in the journal beyond one record per live
+        # item and runner. Compacting once they outnumber the live ones (and a
+        # floor) keeps replay and appends cheap however long the history grows.
+        # It runs in a child process that holds the queue lock only briefly,
+        # so the runners carry on meanwhile (``online_compaction``).
+        if limit <= 0:
+            return None
+        live = state.live_count()
+        dead = lines - live - len(state.runners) - 1
+        if dead >= limit and dead > live:
+            return self.start(folder, before=before)
+        return None
 
     def start(self, folder: QueueFolder, *, before: Callable[[], None]) -> str | None:
         """Start a compaction child unless one runs (ours, or any process's:
@@ -48,7 +72,7 @@ class BackgroundCompaction:
                 return None
         before()
         self.child = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(folder.path)],
+            [sys.executable, "-m", CHILD, str(folder.path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -73,26 +97,3 @@ class BackgroundCompaction:
             f"automatic compaction failed (exit {child.returncode}); the queue is unchanged: "
             "run `statequeue compact` to see why"
         )
-
-
-def main(argv: list[str]) -> int:
-    """Compact the queue in folder ``argv[1]`` unless a compaction runs."""
-    from statequeue.store.journal.store import JournalStore
-
-    # Housekeeping the user did not ask for: a Ctrl-C meant for the runner
-    # should not cut it short (it would be safe, only wasted).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        store = JournalStore(Path(argv[1]), create=False, auto_compact=0)
-        try:
-            store.compact_if_free()
-        finally:
-            store.close()
-    except StateQueueError as exc:
-        print(f"statequeue: {exc.message}", file=sys.stderr)
-        return int(exc.exit_code)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -22,17 +22,18 @@ locators, CRC32 of everything before it.
 from __future__ import annotations
 
 import contextlib
-import os
-import zlib
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from statequeue.core.errors import StateQueueError
-from statequeue.store.journal.cache_file import write_cache
-from statequeue.store.journal.journal_file import JournalFile, read_line
+from statequeue.store.journal.cache_file import (
+    Found,
+    compare_position,
+    journal_position,
+    read_framed,
+    write_framed,
+)
+from statequeue.store.journal.journal_file import JournalFile
+from statequeue.store.journal.key_index import KEYS_NAME, known_count
 from statequeue.store.records.state import QueueState
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 NAME = "state.ckpt"
 MAGIC = b"SQCKPT1\n"
-KEYS_NAME = "keys.ckpt"  # the dedupe keys index (``key_index``)
-_TAIL = 32  # bytes of the journal just before the position (ends with the last crc)
 
 
 def save(
@@ -54,12 +53,12 @@ def save(
     ``staged``: write it to that temp name instead and leave it there, for a
     compaction to rename into place with the journal it names (``journal`` is
     then the new journal's temp file, which no lock covers yet)."""
-    where = _position(journal)
+    where = journal_position(journal)
     if where is None:
         return False
     meta, codes, locs = state.export()
     header = {"journal": where, "codes": len(codes), "locs": len(locs), "state": meta}
-    return _write(folder, NAME, MAGIC, header, (codes, locs), staged=staged)
+    return write_framed(folder, NAME, MAGIC, header, (codes, locs), staged=staged)
 
 
 def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
@@ -69,73 +68,6 @@ def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
         if 0 < item_id < next_id:
             texts[item_id - 1] = text
     return texts
-
-
-def _position(journal: JournalFile) -> dict[str, Any] | None:
-    """What identifies ``journal`` and its read position, for ``_matches``."""
-    try:
-        head = _first_line_crc(journal.fd)
-        tail = os.pread(journal.fd, _TAIL, max(0, journal.offset - _TAIL))
-    except OSError:
-        return None
-    if head is None or not tail:
-        return None
-    return {
-        "inode": journal.inode,
-        "offset": journal.offset,
-        "lines": journal.lines,
-        "last_seq": journal.last_seq,
-        "head": head,
-        "tail": tail.hex(),
-    }
-
-
-def _write(
-    folder: QueueFolder,
-    name: str,
-    magic: bytes,
-    header: dict[str, Any],
-    parts: tuple[bytes, ...],
-    *,
-    staged: str | None = None,
-) -> bool:
-    encoded = orjson.dumps(header)
-    body = b"".join((magic, len(encoded).to_bytes(8, "little"), encoded, *parts))
-    payload = body + zlib.crc32(body).to_bytes(4, "little")
-    return write_cache(folder, name, (payload,), staged=staged)
-
-
-def _read(folder: QueueFolder, name: str, magic: bytes) -> tuple[dict[str, Any], memoryview] | None:
-    """The header and (a view of) the bytes after it, if the file is intact.
-    Views, not slices: a 1M-item state is 9 MB, and each copy of it costs
-    every `status` a few milliseconds."""
-    try:
-        data = folder.read_bytes(name)
-    except (OSError, StateQueueError):
-        return None
-    if len(data) < len(magic) + 12 or not data.startswith(magic):
-        return None
-    body = memoryview(data)[:-4]
-    if zlib.crc32(body) != int.from_bytes(data[-4:], "little"):
-        return None
-    start = len(magic) + 8
-    size = int.from_bytes(data[len(magic) : start], "little")
-    try:
-        header = orjson.loads(body[start : start + size])
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(header, dict):
-        return None
-    return header, body[start + size :]
-
-
-class Found(Enum):
-    """What ``restore`` made of the state checkpoint."""
-
-    NONE = "none"  # there is none
-    RESTORED = "restored"  # it matched: the state and read position are its
-    STALE = "stale"  # damaged, or of another journal: remove it once the journal opened
-    AHEAD = "ahead"  # of this journal, at a position it no longer has: records were lost
 
 
 @dataclass(frozen=True)
@@ -161,7 +93,7 @@ def restore(folder: QueueFolder, journal: JournalFile, state: QueueState) -> Res
         header, codes, locs = parsed
         where = header["journal"]
         offset, lines, last_seq = int(where["offset"]), int(where["lines"]), where["last_seq"]
-        found = _compare(journal, where)
+        found = compare_position(journal, where)
         if found is not Found.RESTORED or not isinstance(last_seq, int):
             return Restore(found if found is Found.AHEAD else Found.STALE, offset, lines)
         state.restore(header["state"], codes, locs)
@@ -184,11 +116,9 @@ def known_ids(folder: QueueFolder) -> int:
     """The highest item id either checkpoint knows of, matching or not (0 if
     none can be read): a repair must never hand such an id out again."""
     best = 0
-    parsed = _read(folder, NAME, MAGIC)
+    parsed = read_framed(folder, NAME, MAGIC)
     with contextlib.suppress(KeyError, TypeError, ValueError):
         best = int(parsed[0]["state"]["next_id"]) - 1 if parsed else 0
-    from statequeue.store.journal.key_index import known_count  # it builds on this module
-
     return max(best, known_count(folder))
 
 
@@ -202,7 +132,7 @@ def discard(folder: QueueFolder) -> None:
 
 
 def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], memoryview, memoryview] | None:
-    parsed = _read(folder, name, MAGIC)
+    parsed = read_framed(folder, name, MAGIC)
     if parsed is None:
         return None
     header, arrays = parsed
@@ -213,31 +143,3 @@ def _parse(folder: QueueFolder, name: str) -> tuple[dict[str, Any], memoryview, 
     if len(arrays) != ncodes + nlocs:
         return None
     return header, arrays[:ncodes], arrays[ncodes:]
-
-
-def _matches(journal: JournalFile, where: dict[str, Any]) -> bool:
-    return _compare(journal, where) is Found.RESTORED
-
-
-def _compare(journal: JournalFile, where: dict[str, Any]) -> Found:
-    """RESTORED if ``where`` names ``journal`` at a position it still has,
-    AHEAD if it names this journal (inode and first record) at a position it
-    no longer has, else STALE."""
-    offset = int(where["offset"])
-    if where["inode"] != journal.inode or offset <= 0:
-        return Found.STALE
-    if _first_line_crc(journal.fd) != where["head"]:
-        return Found.STALE
-    if os.fstat(journal.fd).st_size < offset:
-        return Found.AHEAD
-    tail = os.pread(journal.fd, _TAIL, max(0, offset - _TAIL))
-    return Found.RESTORED if tail.hex() == where["tail"] else Found.AHEAD
-
-
-def _first_line_crc(fd: int) -> str | None:
-    """The checksum field of the journal's first record (its snapshot header,
-    which may be long: it carries the last commands run)."""
-    line = read_line(fd, 0)
-    if len(line) < 11 or not line.endswith(b"\n"):
-        return None
-    return line[-11:-3].decode("ascii", "replace")

@@ -381,3 +381,23 @@ def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]
     if done:
         rec["tries"] = done[-_TRIES_KEPT:]
     return rec
+
+
+def unseen_after_compaction(found: list[Record], inode: object, seen: object) -> list[Record]:
+    """A compacted journal's records for a follower of the journal it replaced
+    (``inode``, read up to seq ``seen``): its snapshot, then the records copied
+    after it that the follower has not read there (copied in order, renumbered
+    from the snapshot's end: old seq = new seq - follow - 1)."""
+    header = found[0]
+    source = header.get("from")
+    if (
+        header.get("t") != "snap"
+        or not isinstance(source, dict)
+        or source.get("inode") != inode
+        or not isinstance(seen, int)
+        or header["seq"] != source.get("seq", -1) + 1
+    ):
+        return found
+    follow = header.get("follow", 0)
+    body_end = header["seq"] + follow
+    return [r for r in found if r["seq"] <= body_end or r["seq"] - follow - 1 > seen]

@@ -238,7 +238,7 @@ def remove_queue_folder(path: Path) -> None:
             raise QueueNotFound(f"no queue named {path.name!r} in {path.parent}") from None
         if not stat.S_ISDIR(st.st_mode):
             raise _not_a_folder(OSError(errno.ENOTDIR, ""), path, link=stat.S_ISLNK(st.st_mode))
-        import shutil
+        import shutil  # lazy: start-up time (only removing a queue needs it)
 
         # rmtree with dir_fd walks by fds (O_NOFOLLOW): nothing outside is touched.
         shutil.rmtree(path.name, dir_fd=home_fd)

@@ -25,6 +25,7 @@ from statequeue.core.exported import out_of_reach
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.records import Record
 from statequeue.store.journal import checkpoint
+from statequeue.store.journal.cache_file import Found
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE, JOURNAL, queue_history
 from statequeue.store.journal.journal_file import (
@@ -34,6 +35,7 @@ from statequeue.store.journal.journal_file import (
     looks_like_record,
 )
 from statequeue.store.journal.locks import lock_timeout, wait_for_lock
+from statequeue.store.journal.online_compaction import compaction_lock
 from statequeue.store.records.state import QueueState, id_runs
 
 
@@ -186,8 +188,6 @@ def fsck(folder: Path, *, repair: bool, ops: FileOps = DEFAULT_OPS) -> FsckRepor
 def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
     if not repair:
         return _check_locked(qdir, repair=False, ops=ops)
-    from statequeue.store.journal.online_compaction import compaction_lock
-
     # A compaction writes the archive and its new journal holding only
     # compact.lock: a repair waits for it (lock order: compact.lock, then lock).
     with compaction_lock(qdir, wait=lock_timeout()):
@@ -258,7 +258,7 @@ def _checkpoint_ahead(qdir: QueueFolder) -> str | None:
         found = checkpoint.restore(qdir, journal, QueueState())
     finally:
         journal.close()
-    if found.found is not checkpoint.Found.AHEAD:
+    if found.found is not Found.AHEAD:
         return None
     return (
         f"{checkpoint.NAME} saw {found.lines} fsynced record(s) ({found.offset} bytes) "

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from statequeue.core.errors import DamagedState, NoAccess, UsageError
 from statequeue.core.records import decode
-from statequeue.store.journal import checkpoint
+from statequeue.store.journal import checkpoint, key_index
+from statequeue.store.journal.cache_file import Found
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.journal_file import JournalFile, read_line
 from statequeue.store.records.state import QueueState
@@ -30,7 +31,7 @@ ARCHIVE_INDEX = "archive.ckpt"  # archive_index.NAME: that module loads only whe
 _HISTORY = (
     ARCHIVE,
     checkpoint.NAME,
-    checkpoint.KEYS_NAME,
+    key_index.KEYS_NAME,
     STATS_CACHE,
     ARCHIVE_INDEX,
     "claims.lock",
@@ -100,7 +101,7 @@ def refuse_if_incomplete(
             f"{path}: ends {missing} record(s) short of what its snapshot header says "
             f"follows it (cut after a compaction); refusing to open {_REPAIR}"
         )
-    if found.found is checkpoint.Found.AHEAD:
+    if found.found is Found.AHEAD:
         raise DamagedState(
             f"{path}: {path.parent / checkpoint.NAME} saw {found.lines} fsynced record(s) "
             f"({found.offset} bytes) but the journal has {journal.lines} that follow on: "

@@ -3,7 +3,7 @@ binary search, so that enqueueing a few items into a million-item queue reads
 a few pages instead of building a million-entry dict.
 
 Like ``state.ckpt`` it is a cache, never the truth: it names the journal
-position it covers (``checkpoint._position``) and is used only while that
+position it covers (``cache_file.journal_position``) and is used only while that
 position still matches; the records after it (the journal tail) are scanned.
 Stale, torn or damaged: ignored, and rebuilt the slow way.
 
@@ -39,13 +39,18 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from statequeue.core.errors import StateQueueError
-from statequeue.store.journal.cache_file import write_cache
-from statequeue.store.journal.checkpoint import KEYS_NAME, _matches, _position
+from statequeue.store.journal.cache_file import (
+    journal_position,
+    position_matches,
+    read_framed,
+    write_cache,
+)
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
     from statequeue.store.journal.journal_file import JournalFile
 
+KEYS_NAME = "keys.ckpt"
 MAGIC = b"SQKEYS2\n"
 _OLD_MAGIC = b"SQKEYS1\n"  # every text NUL-separated, one CRC32 (read only by ``known_count``)
 CHUNK = 1024  # ids (or table entries) per checksummed chunk
@@ -68,7 +73,7 @@ def save(
     an id without one) as of ``journal.offset``. False if it could not be
     written (the queue works without it). ``staged``: write it to that temp
     name and leave it there, for a compaction to rename into place."""
-    where = _position(journal)
+    where = journal_position(journal)
     if where is None or len(texts) > _ID_MASK:
         return False
     return _write(folder, where, [_encode(t) for t in texts], staged=staged)
@@ -97,7 +102,7 @@ def save_extended(
     items after it) as of ``journal.offset``, reusing its sorted table (a
     merge, not a sort of every item). None if ``keys`` changes an item the
     index holds (the caller then writes a whole new one)."""
-    where = _position(journal)
+    where = journal_position(journal)
     if where is None or next_id - 1 > _ID_MASK:
         return False
     count = index.count
@@ -300,7 +305,7 @@ def open_index(folder: QueueFolder, journal: JournalFile) -> KeyIndex | None:
     os.close(fd)
     try:
         header, start = _read_head(data)
-        if not _matches(journal, header["journal"]):
+        if not position_matches(journal, header["journal"]):
             raise IndexDamaged("stale")
         return KeyIndex(data, header, start)
     except (IndexDamaged, KeyError, TypeError, ValueError, OSError):
@@ -362,9 +367,7 @@ def known_count(folder: QueueFolder) -> int:
         finally:
             os.close(fd)
         if head.startswith(_OLD_MAGIC):  # written before the index: a plain list
-            from statequeue.store.journal.checkpoint import _read
-
-            old = _read(folder, KEYS_NAME, _OLD_MAGIC)
+            old = read_framed(folder, KEYS_NAME, _OLD_MAGIC)
             return int(old[0]["count"]) if old else 0
         header, _ = _read_head(head)
         return int(header["count"])

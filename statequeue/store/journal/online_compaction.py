@@ -15,6 +15,9 @@ lock only ever tries ``compact.lock`` without waiting, so they cannot deadlock.
 
 The temp files of a compaction (``COMPACTING``) are written without the queue
 lock, so an opener removes stale ones only while it can take ``compact.lock``.
+
+The store hands compaction a ``CompactionSite``: its files, its settings and
+the few of its steps compaction takes part in, and nothing else of it.
 """
 
 from __future__ import annotations
@@ -23,31 +26,31 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statequeue.core.errors import CorruptJournal, DamagedState, LockTimeout, StateQueueError
-from statequeue.core.fileio import durability_error
+from statequeue.core.fileio import FileOps, durability_error
 from statequeue.core.records import decode, item_text
 from statequeue.core.views import CompactResult
-from statequeue.store.journal import checkpoint, stats_cache
+from statequeue.store.journal import checkpoint, key_index, stats_cache
 from statequeue.store.journal.compaction import Built, Position, build
-from statequeue.store.journal.integrity import ARCHIVE, JOURNAL
+from statequeue.store.journal.integrity import ARCHIVE, ARCHIVE_INDEX, JOURNAL, STATS_CACHE
 from statequeue.store.journal.journal_file import JournalFile, parse, read_from, read_line
 from statequeue.store.journal.locks import wait_for_lock
 from statequeue.store.records.state import QueueState, TextLoader
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
-    from statequeue.store.journal.store import JournalStore
+    from statequeue.store.journal.settings import JournalSettings
 
 COMPACT_LOCK = "compact.lock"
 MARK = ".compacting."
 NEW_JOURNAL = f".{JOURNAL}{MARK}tmp"
 NEW_STATE = f".{checkpoint.NAME}{MARK}tmp"
-NEW_KEYS = f".{checkpoint.KEYS_NAME}{MARK}tmp"
+NEW_KEYS = f".{key_index.KEYS_NAME}{MARK}tmp"
 COMPACTING = (NEW_JOURNAL, NEW_STATE, NEW_KEYS, stats_cache.STAGED)
 
 
@@ -56,6 +59,28 @@ ATTEMPTS = 3  # a repair that replaced the journal meanwhile: start again from i
 
 class _Superseded(Exception):
     """The journal or the archive was replaced while compacting (a repair)."""
+
+
+@dataclass(frozen=True)
+class CompactionSite:
+    """What compaction needs of the store whose journal it compacts."""
+
+    folder: QueueFolder
+    ops: FileOps
+    journal: JournalFile  # the store's open journal
+    settings: JournalSettings  # caches on: stage the state, keys and stats caches too
+    lock_fd: int  # the queue lock's descriptor (-1: a read-only queue without one)
+    locked: Callable[[], AbstractContextManager[QueueState]]
+    """The store's read-modify-write section, dead runners pruned: the queue
+    lock held, the state brought up to date (reloaded if the journal was replaced)."""
+    flock: Callable[[], AbstractContextManager[None]]
+    """The queue lock alone: the journal as the store last read it."""
+    catch_up: Callable[[], None]
+    """Under ``flock``: apply the records appended since the store last read
+    (validating them; a torn tail is cut)."""
+    stage_keys: Callable[[JournalFile, str], None]
+    """Write the dedupe keys index of the new journal to a staged name, if
+    the keys are known without reading the files (``DedupeKeys.stage``)."""
 
 
 @contextmanager
@@ -88,45 +113,71 @@ def remove_stale_compaction(folder: QueueFolder) -> None:
             _remove(folder)
 
 
+def remove_stale_temp_files(folder: QueueFolder) -> None:
+    """Remove the temp files of rewrites that died (caller holds the queue
+    lock, and may write the queue)."""
+    # Temp files are written only under the queue lock, which the caller
+    # holds: any found now was left by a process that died mid-rewrite.
+    # A compaction's are written without it (under compact.lock): those
+    # only while no compaction runs.
+    # stats.ckpt's are written without the queue lock: removing one being
+    # written costs that `stats` its cache save, nothing more.
+    kinds = (
+        JOURNAL,
+        ARCHIVE,
+        checkpoint.NAME,
+        key_index.KEYS_NAME,
+        STATS_CACHE,
+        ARCHIVE_INDEX,
+    )
+    prefixes = tuple(f".{name}." for name in kinds)
+    for tmp in folder.names():
+        if tmp.startswith(prefixes) and tmp.endswith(".tmp") and MARK not in tmp:
+            with contextlib.suppress(FileNotFoundError):
+                folder.unlink(tmp)
+    remove_stale_compaction(folder)
+
+
 def _remove(folder: QueueFolder) -> None:
     for name in COMPACTING:
         with contextlib.suppress(FileNotFoundError):
             folder.unlink(name)
 
 
-def compact_online(store: JournalStore, *, wait: float | None) -> CompactResult | None:
-    """Compact ``store``'s journal, holding the queue lock only at the ends.
-    None if another compaction runs and ``wait`` is None (else wait for it)."""
-    with compaction_lock(store.dir, wait=wait) as held:
+def compact_online(site: CompactionSite, *, wait: float | None) -> CompactResult | None:
+    """Compact the journal of the store that handed over ``site``, holding
+    the queue lock only at the ends. None if another compaction runs and
+    ``wait`` is None (else wait for it)."""
+    with compaction_lock(site.folder, wait=wait) as held:
         if not held:
             return None
         for _ in range(ATTEMPTS):
             with contextlib.suppress(_Superseded):
-                return _compact(store)
+                return _compact(site)
     raise LockTimeout(
-        f"{store.folder}: its journal was replaced {ATTEMPTS} times while compacting "
+        f"{site.folder.path}: its journal was replaced {ATTEMPTS} times while compacting "
         "(`fsck --repair`?); nothing was changed, try again"
     )
 
 
-def _compact(store: JournalStore) -> CompactResult:
+def _compact(site: CompactionSite) -> CompactResult:
     """One compaction, holding ``compact.lock``; _Superseded if another
     process replaced the journal or the archive meanwhile (nothing changed)."""
-    _remove(store.dir)  # a crashed compaction's (we hold compact.lock)
-    pos, snapshot = _note_position(store)
-    new = JournalFile(store.dir, NEW_JOURNAL, ops=store.ops)
+    _remove(site.folder)  # a crashed compaction's (we hold compact.lock)
+    pos, snapshot = _note_position(site)
+    new = JournalFile(site.folder, NEW_JOURNAL, ops=site.ops)
     try:
-        built, copied = _build(store, pos, snapshot, new)
-        return _swap(store, pos, built, copied, new)
+        built, copied = _build(site, pos, snapshot, new)
+        return _swap(site, pos, built, copied, new)
     except OSError as exc:
-        raise durability_error("compacting", str(store.folder), exc) from None
+        raise durability_error("compacting", str(site.folder.path), exc) from None
     finally:
         new.close()
         os.close(pos.fd)
-        _remove(store.dir)  # left only if the swap did not happen
+        _remove(site.folder)  # left only if the swap did not happen
 
 
-def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
+def _note_position(site: CompactionSite) -> tuple[Position, QueueState]:
     """Step 1, under the queue lock: the journal's position, fsynced (a
     checkpoint must cover only durable records), and a copy of the state as of
     it."""
@@ -134,13 +185,12 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
         # Most of the journal made durable before the lock is taken (a runner
         # leaves its start records unsynced): the fsync under it then writes
         # only what came since, instead of stalling every process meanwhile.
-        store.ops.fsync(store.journal.fd)
+        site.ops.fsync(site.journal.fd)
     except OSError as exc:
-        raise durability_error("fsync of", str(store.journal.path), exc) from None
-    _queue_lock_soon(store)
-    with store._locked() as state:
-        store._prune_dead_runners(state)
-        journal = store.journal
+        raise durability_error("fsync of", str(site.journal.path), exc) from None
+    _queue_lock_soon(site)
+    with site.locked() as state:
+        journal = site.journal
         journal.sync()
         pos = Position(
             fd=os.dup(journal.fd),
@@ -160,15 +210,15 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
         raise
 
 
-def _queue_lock_soon(store: JournalStore) -> None:
+def _queue_lock_soon(site: CompactionSite) -> None:
     """Take the queue lock, trying every millisecond (up to the lock timeout):
     the usual wait's backoff would starve compaction of a lock that busy
-    processes take and give back every few milliseconds. The ``_locked`` or
-    ``_flock`` that follows takes it again on the same descriptor at once."""
-    fd = store._lock_fd
+    processes take and give back every few milliseconds. The ``locked`` or
+    ``flock`` that follows takes it again on the same descriptor at once."""
+    fd = site.lock_fd
     if fd < 0:
         return
-    deadline = time.monotonic() + store._lock_limit
+    deadline = time.monotonic() + site.settings.lock_limit
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -176,8 +226,8 @@ def _queue_lock_soon(store: JournalStore) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise LockTimeout(
-                    f"{store.folder / 'lock'} is held by another process (waited "
-                    f"{store._lock_limit:g}s; set STATEQUEUE_LOCK_TIMEOUT to wait longer)"
+                    f"{site.folder.path / 'lock'} is held by another process (waited "
+                    f"{site.settings.lock_limit:g}s; set STATEQUEUE_LOCK_TIMEOUT to wait longer)"
                 ) from None
             time.sleep(_POLL)
 
@@ -210,7 +260,7 @@ class _Copied:
 
 
 def _build(
-    store: JournalStore,
+    site: CompactionSite,
     pos: Position,
     snapshot: QueueState,
     new: JournalFile,
@@ -221,20 +271,20 @@ def _build(
     is still at), copy the records appended since, and stage the state
     checkpoint after them, so the swap copies, and every process that
     reopens replays, only what came after that."""
-    fd = store.dir.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    fd = site.folder.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     os.close(fd)
     new.open()
-    built = build(pos=pos, folder=store.dir, state=snapshot, new=new, ops=store.ops)
-    if store.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
+    built = build(pos=pos, folder=site.folder, state=snapshot, new=new, ops=site.ops)
+    if site.settings.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
         archived = (snapshot.archive_size, built.archive_size)
-        stats_cache.stage(store.dir, old=pos, new=new, archived=archived)
-    if store.checkpoint_every > 0:
-        store._stage_keys(new, NEW_KEYS)
+        stats_cache.stage(site.folder, old=pos, new=new, archived=archived)
+    if site.settings.checkpoint_every > 0:
+        site.stage_keys(new, NEW_KEYS)
     copied = _copy_ahead(pos, new)
-    if store.checkpoint_every > 0:
+    if site.settings.checkpoint_every > 0:
         fresh = QueueState()
         _replay_written(new, fresh)
-        checkpoint.save(store.dir, new, fresh, staged=NEW_STATE)
+        checkpoint.save(site.folder, new, fresh, staged=NEW_STATE)
     return built, copied
 
 
@@ -265,20 +315,20 @@ def _replay_written(new: JournalFile, state: QueueState) -> None:
 
 
 def _swap(
-    store: JournalStore, pos: Position, built: Built, copied: _Copied, new: JournalFile
+    site: CompactionSite, pos: Position, built: Built, copied: _Copied, new: JournalFile
 ) -> CompactResult:
     """Step 3, under the queue lock: copy the records appended since those
     copied ahead, fsync, rename over the journal, fsync the folder, put the
     staged checkpoints in place."""
-    folder = store.dir
-    _queue_lock_soon(store)
-    with store._flock():
-        if store.journal.replaced() or folder.stat(ARCHIVE).st_ino != built.archive_inode:
+    folder = site.folder
+    _queue_lock_soon(site)
+    with site.flock():
+        if site.journal.replaced() or folder.stat(ARCHIVE).st_ino != built.archive_inode:
             raise _Superseded()
-        store._catch_up()  # validates the records since (cuts a torn tail)
+        site.catch_up()  # validates the records since (cuts a torn tail)
         if os.pread(pos.fd, len(copied.data), pos.offset) != copied.data:
             raise _Superseded()  # a writer cut records copied ahead (its fsync failed)
-        end = store.journal.offset
+        end = site.journal.offset
         tail = read_from(pos.fd, copied.end)[: end - copied.end]
         records, used, _ = parse(
             tail, path=str(pos.path), first_line=copied.lines + 1, last_seq=copied.last_seq
@@ -286,11 +336,11 @@ def _swap(
         if used != len(tail):
             raise StateQueueError(f"{pos.path}: changed while compacting")
         new.append(records, sync=True)  # renumbered after the new body
-        store.ops.replace(folder.entry(NEW_JOURNAL), folder.entry(JOURNAL))
-        store.ops.fsync_dir(folder.itself())
+        site.ops.replace(folder.entry(NEW_JOURNAL), folder.entry(JOURNAL))
+        site.ops.fsync_dir(folder.itself())
         for staged, name in (
             (NEW_STATE, checkpoint.NAME),
-            (NEW_KEYS, checkpoint.KEYS_NAME),
+            (NEW_KEYS, key_index.KEYS_NAME),
             (stats_cache.STAGED, stats_cache.NAME),
         ):
             # Caches: no fsync. A stale one never matches the new journal.

@@ -131,7 +131,7 @@ def summarise(folder: QueueFolder, archive: File | None, journal: File, *, save:
     """The summary of every attempt in ``archive`` then ``journal`` (each up
     to its ``end``): from the cache where it still matches, plus a scan of
     what came after it; saved back (when ``save``) if anything was scanned."""
-    from statequeue.stats.figures import StatsBuilder
+    from statequeue.stats.figures import StatsBuilder  # lazy: start-up time
 
     cached = load(folder)
     total = cached.get("total")
@@ -153,7 +153,7 @@ def summarise(folder: QueueFolder, archive: File | None, journal: File, *, save:
 def _archive_part(cached: Summary | None, archive: File | None) -> Summary:
     """The archive's summary: the cached one extended by what was appended
     since, if it is a prefix of the archive; else the whole archive's."""
-    from statequeue.stats.figures import StatsBuilder
+    from statequeue.stats.figures import StatsBuilder  # lazy: start-up time
 
     start = None if cached is None or archive is None else covers(archive, cached.archive)
     part = cached if cached is not None and start is not None else None
@@ -287,7 +287,7 @@ def export(b: StatsBuilder) -> tuple[dict[str, Any], bytes]:
 def restore(meta: dict[str, Any], retried: bytes) -> StatsBuilder:
     """A builder holding what ``export`` gave (ValueError, KeyError or
     TypeError if ``meta`` is not such)."""
-    from statequeue.stats.figures import StatsBuilder
+    from statequeue.stats.figures import StatsBuilder  # lazy: start-up time
 
     b = StatsBuilder(now=0.0)
     b.attempts, b.failed = int(meta["attempts"]), int(meta["failed"])
