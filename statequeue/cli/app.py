@@ -204,3 +204,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 __all__ = ["ExitCode", "app", "err", "fail", "main"]
 from statequeue.cli import transfer_cmds  # noqa: E402, F401  (registers export and import)
+from statequeue.cli import help_cmd  # noqa: E402, F401  (registers `help`)
