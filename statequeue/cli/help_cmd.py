@@ -46,8 +46,13 @@ def command_help(command: click.Command, path: list[str]) -> str:
     The same click formatting `--help` uses, without the rich panels, so that the
     page reads the same on a terminal, in a pipe and in a diff.
     """
-    parent = click.Context(click.Group("statequeue"), info_name="statequeue")
-    ctx = click.Context(command, parent=parent, info_name=" ".join(path))
+    top = typer.main.get_command(app)
+    # The chain of contexts --help would have: settings such as -h pass down from the top.
+    ctx = top.context_class(top, info_name="statequeue", **top.context_settings)
+    for name in path:
+        parent = ctx.command
+        sub = parent.commands[name] if isinstance(parent, click.Group) else command
+        ctx = sub.context_class(sub, parent=ctx, info_name=name, **sub.context_settings)
     formatter = click.HelpFormatter(width=HELP_WIDTH, max_width=HELP_WIDTH)
     # click.Command's own format_help: typer's override would print rich panels instead.
     click.Command.format_help(command, ctx, formatter)
