@@ -11,7 +11,6 @@ gets the Markdown source as it is.
 from __future__ import annotations
 
 import sys
-from importlib.resources import files
 from typing import Annotated
 
 import click
@@ -98,6 +97,8 @@ def page_source(topic: str) -> str:
     """The Markdown of ``topic``, with its generated parts filled in."""
     if topic not in TOPICS:
         raise UsageError(f"no help topic {topic!r}; the topics are: {', '.join(TOPICS)}")
+    from importlib.resources import files  # lazy: start-up time (~3 ms, for every command)
+
     text = files("statequeue.cli").joinpath("topics", f"{topic}.md").read_text(encoding="utf-8")
     for name, generate in _GENERATORS.items():
         mark = GENERATED_MARK.format(name)
