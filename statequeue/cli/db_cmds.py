@@ -10,7 +10,7 @@ from statequeue.cli.render import emit_json
 
 db_app = typer.Typer(
     help=(
-        "Manage the PostgreSQL store's database (see README, Many machines).\n\n"
+        "Manage the PostgreSQL store's database (statequeue help postgres).\n\n"
         "Example: statequeue db migrate --store postgresql://sq@db.example/queues"
     ),
     no_args_is_help=True,

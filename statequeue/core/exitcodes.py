@@ -1,4 +1,8 @@
-"""Named exit codes. The README's table is generated from the same names."""
+"""Named exit codes, and what each means: the one source of truth.
+
+`statequeue help exit-codes` generates its table from these names and meanings
+(a test checks that it lists every code), so the page cannot drift from the code.
+"""
 
 from __future__ import annotations
 
@@ -6,41 +10,81 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Every exit code the CLI uses, in one place."""
+    """Every exit code the CLI uses, in one place; `.meaning` says what each means."""
 
     OK = 0
-    """Success: every item this run took succeeded."""
     FAILED = 1
-    """At least one item failed (after its attempts)."""
     USAGE = 2
-    """Bad invocation or bad input; nothing was changed."""
     NOTHING_TO_DO = 3
-    """`run --exit-empty 3` found no pending item (by default, nothing to do exits 0)."""
     RUNNER_ACTIVE = 4
-    """`run --single` and another runner is active on the queue."""
     DAMAGED = 5
-    """The queue's files are damaged; run `statequeue fsck`."""
     IO_ERROR = 6
-    """A write or fsync failed (disk full, I/O error); the queue is left recoverable."""
     NOT_FOUND = 7
-    """The named queue, item or attempt does not exist."""
     LOCKED = 8
-    """The queue stayed locked by another process for longer than the lock timeout."""
     UNSAFE_FOLDER = 9
-    """The home or queue folder (or a PostgreSQL queue's scratch folder) is owned by another
-    user, writable by group or others, or a link; or the PostgreSQL statequeue schema, or
-    something in it, belongs to a role the user is not a member of, or has a trigger."""
     RESOURCES = 10
-    """`run` ran short of open files, processes or memory before it could start
-    a single child (opening the queue, its own pipes, a spawn); the items it
-    took were given back, pending."""
     STORE_UNREACHABLE = 11
-    """The PostgreSQL store could not be reached: a refused connection, a failed
-    login, a missing database, the server went away (for `run`: for longer than
-    --give-up-after), or it denied a privilege (permission denied); nothing more was changed."""
     SCHEMA_TOO_NEW = 12
-    """The database's statequeue schema is newer than this statequeue; upgrade it."""
     INTERRUPTED_INT = 130
-    """Stopped by SIGINT (Ctrl-C); unfinished items run again next time."""
     INTERRUPTED_TERM = 143
-    """Stopped by SIGTERM; unfinished items run again next time."""
+
+    @property
+    def meaning(self) -> str:
+        """What this exit code tells the caller, in one sentence (Markdown)."""
+        return MEANINGS[self]
+
+
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: (
+        "success: every item this run took succeeded, or there was nothing to do; "
+        "`run --follow` stopped by SIGTERM with every child stopped within `--grace`"
+    ),
+    ExitCode.FAILED: "at least one item failed (after its retries)",
+    ExitCode.USAGE: (
+        "usage error or bad input, a command that is not found, a `--verify` script that "
+        "cannot run, an unknown help topic; nothing was changed"
+    ),
+    ExitCode.NOTHING_TO_DO: (
+        "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"
+    ),
+    ExitCode.RUNNER_ACTIVE: "`run --single`: another runner is active on the queue",
+    ExitCode.DAMAGED: (
+        "the queue's files are damaged (the message names file and line); run `fsck`. "
+        "`queues` still lists the others, each damaged one on its own line"
+    ),
+    ExitCode.IO_ERROR: (
+        "a write or fsync failed (disk full, I/O error); the queue stays recoverable"
+    ),
+    ExitCode.NOT_FOUND: (
+        "no such queue or item, (`logs --attempt N`) no such attempt, or no such file or "
+        "folder: `import FILE`, `export -o FILE` into a missing folder"
+    ),
+    ExitCode.LOCKED: (
+        "the queue stayed locked by another process for `STATEQUEUE_LOCK_TIMEOUT` seconds "
+        "(default 60)"
+    ),
+    ExitCode.UNSAFE_FOLDER: (
+        "the home or queue folder (or a PostgreSQL queue's scratch folder) is not safe: "
+        "another user owns it, group or others can write it, or it is a symbolic link "
+        "(`statequeue help internals`); or the PostgreSQL `statequeue` schema or something "
+        "in it belongs to a role the user is not a member of, or has a trigger "
+        "(`statequeue help postgres`)"
+    ),
+    ExitCode.RESOURCES: (
+        "`run` ran short of file descriptors, processes or memory before it could start a "
+        "single child (opening the queue, its own pipes, a spawn); the items it took were "
+        "given back, pending"
+    ),
+    ExitCode.STORE_UNREACHABLE: (
+        "the PostgreSQL store (`--store`) could not be reached: connection refused, login "
+        "failed, no such database, or the server went away (`run`: for longer than "
+        "`--give-up-after`); or it denied a privilege (permission denied); the message "
+        "masks any password"
+    ),
+    ExitCode.SCHEMA_TOO_NEW: (
+        "the database's statequeue schema is newer than this statequeue; upgrade statequeue"
+    ),
+    ExitCode.INTERRUPTED_INT: "stopped by SIGINT (Ctrl-C); unfinished items run again next time",
+    ExitCode.INTERRUPTED_TERM: "stopped by SIGTERM; unfinished items run again next time",
+}
+"""What each exit code means, as `statequeue help exit-codes` shows it."""

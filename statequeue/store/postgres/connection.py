@@ -96,7 +96,7 @@ def guarded(url: str) -> Iterator[None]:
         reason = " ".join(mask(str(exc), url).split())
         raise StoreDenied(
             f"the PostgreSQL store {mask(url)} refused: {reason} (a grant this role lacks; "
-            'see "Sharing a database between roles" in the README)'
+            'see "Sharing a database between roles" in `statequeue help postgres`)'
         ) from None
     except psycopg.Error as exc:
         reason = " ".join(mask(str(exc), url).split())

@@ -70,7 +70,7 @@ FROM found f WHERE f.rank = 5 OR NOT pg_catalog.pg_has_role(f.owner, 'MEMBER')
 ORDER BY 1, 3 LIMIT 1
 """
 
-HOW_TO_SHARE = 'see "Sharing a database between roles" in the README'
+HOW_TO_SHARE = 'see "Sharing a database between roles" in `statequeue help postgres`'
 
 
 def check_owners(conn: Connection) -> None:
