@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from statequeue.core.errors import QueueNotFound, UsageError
 from statequeue.core.views import Status
-from statequeue.store.postgres import reads
+from statequeue.store.postgres import queries
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
 
@@ -37,7 +37,7 @@ def statuses(url: str) -> list[Status]:
             rows = conn.execute(
                 "SELECT name, paused FROM statequeue.queues WHERE NOT dropping ORDER BY name"
             ).fetchall()
-            return [reads.status(conn, str(name), bool(paused)) for name, paused in rows]
+            return [queries.status(conn, str(name), bool(paused)) for name, paused in rows]
     finally:
         conn.close()
 
@@ -69,7 +69,7 @@ def _mark_dropping(conn: Connection, queue: str) -> None:
         ).fetchone()
         if row is None:
             raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
-        runners = reads.active_runners(conn, queue)
+        runners = queries.active_runners(conn, queue)
         if runners:
             r = runners[0]
             raise UsageError(
