@@ -1,5 +1,6 @@
 """Operations on a whole PostgreSQL database of queues: `queues` lists them,
-`drop` deletes one. Neither opens a queue (which would create it)."""
+`drop` deletes one, `db migrate` brings the schema up to date. None opens a
+queue (which would create it)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ QUEUE_TABLES = (
     "counts",
     "count_deltas",
 )
+
+
+def migrate_schema(url: str) -> tuple[int, int]:
+    """Create or upgrade the schema in the database at ``url``; returns the
+    versions before and after (schema.py)."""
+    conn = connect(url)
+    try:
+        with guarded(url):
+            return migrate(conn)
+    finally:
+        conn.close()
 
 
 def statuses(url: str) -> list[Status]:
