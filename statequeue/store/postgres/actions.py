@@ -1,7 +1,10 @@
 """The PostgreSQL store's enqueue and user actions (retry, cancel, pause,
-compact, import), its attempts' logs and the follower's wake-ups: what
-``PostgresStore`` does outside the claim, finish and lease paths (kept apart
-so that store.py holds those, as reading.py holds the reads).
+compact, import) and its attempts' logs: what ``PostgresStore`` writes outside
+the claim, finish and lease paths (claims.py). The store holds an ``Actions``
+and hands these calls to it.
+
+A write that may give runners work sends a notify in its transaction
+(notify.py), so ``Actions`` holds the queue's ``Notifier``.
 """
 
 from __future__ import annotations
@@ -9,26 +12,30 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Collection, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
+from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, EnqueueResult, ItemState
+from statequeue.core.views import CompactResult
 from statequeue.store.base import RETRYABLE
-from statequeue.store.postgres import archive, logs, reads, sql, transfer, writes
-from statequeue.store.postgres.notify import Listener, Notifier
-from statequeue.store.postgres.reading import PostgresReading
+from statequeue.store.postgres import archive, logs, queries, sql, transfer, writes
+from statequeue.store.postgres.notify import Notifier
+from statequeue.store.postgres.session import Session
 
 if TYPE_CHECKING:
     from statequeue.core.exported import ExportedItem
-    from statequeue.core.views import CompactResult
 
 ENQUEUE_BATCH = 20_000
 
 
-class PostgresActions(PostgresReading):
-    """Enqueue and the user's actions on one queue (see the module docstring)."""
+class Actions:
+    """Enqueue and the user's actions on queue ``name`` (see the module docstring)."""
 
-    _notifier: Notifier
-    _listener: Listener | None
+    def __init__(self, session: Session, name: str) -> None:
+        self._session = session
+        self.name = name
+        self._notifier = Notifier(name)
 
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
         unique = list(dict.fromkeys(items))
@@ -36,7 +43,7 @@ class PostgresActions(PostgresReading):
         for start in range(0, len(unique), ENQUEUE_BATCH):
             batch = [os.fsencode(t) for t in unique[start : start + ENQUEUE_BATCH]]
             keys = [hashlib.sha256(b).digest() for b in batch]
-            with self._tx() as conn:
+            with self._session.transaction() as conn:
                 # The row lock serialises enqueuers of this queue: ids follow
                 # input order, and two enqueuers cannot deadlock on the index.
                 first, _ = writes.lock_queue(conn, self.name)
@@ -63,7 +70,7 @@ class PostgresActions(PostgresReading):
         self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
     ) -> list[int]:
         allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
-        with self._tx() as conn:
+        with self._session.transaction() as conn:
             changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
             if changed:
                 self._notifier.notify(conn)
@@ -71,11 +78,11 @@ class PostgresActions(PostgresReading):
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
-        with self._tx() as conn:
+        with self._session.transaction() as conn:
             return writes.set_state(conn, self.name, ids, ItemState.CANCELLED, allowed, "cancel")
 
     def set_paused(self, paused: bool) -> None:
-        with self._tx() as conn:
+        with self._session.transaction() as conn:
             conn.execute(
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
@@ -87,11 +94,9 @@ class PostgresActions(PostgresReading):
         """Folds the count deltas into the counters, then moves done and
         cancelled items' results and events to the archive tables, in batches
         (see archive.py). There is no journal: the byte sizes are 0."""
-        from statequeue.core.views import CompactResult
-
-        with self._guard():
-            reads.roll_up_counts(self._conn, self.name)
-            moved = archive.archive_finished(self._conn, self.name)
+        with self._session.guard():
+            queries.roll_up_counts(self._session.conn, self.name)
+            moved = archive.archive_finished(self._session.conn, self.name)
         return CompactResult(
             bytes_before=0,
             bytes_after=0,
@@ -103,20 +108,19 @@ class PostgresActions(PostgresReading):
     def save_log(self, claim: Claim, data: bytes) -> bool:
         # Asynchronous commit: the finish that follows commits synchronously,
         # which flushes the WAL past this log too. Lost only with its attempt.
-        with self._guard():
-            return logs.save(self._conn, self.name, claim, data)
+        with self._session.guard():
+            return logs.save(self._session.conn, self.name, claim, data)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        result = transfer.import_items(self._tx, self.name, entries)
+        result = transfer.import_items(self._session.transaction, self.name, entries)
         if result.added:
-            with self._tx() as conn:
+            with self._session.transaction() as conn:
                 self._notifier.notify(conn)
         return result
 
-    def wake_fd(self) -> int | None:
-        if self._listener is None:
-            self._listener = Listener(self.url, self.name)
-        return self._listener.fileno()
-
-    def drain_wake(self) -> bool:
-        return self._listener is not None and self._listener.drain()
+    def send_owed_notify(self) -> None:
+        """The notify the throttle held back, if any, sent now (the store is
+        closing); a failure to send it is ignored."""
+        if self._notifier.owed and not self._session.conn.closed:
+            with suppress(StateQueueError), self._session.transaction() as conn:
+                self._notifier.notify(conn, force=True)

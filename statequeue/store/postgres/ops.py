@@ -1,11 +1,12 @@
 """Operations on a whole PostgreSQL database of queues: `queues` lists them,
-`drop` deletes one. Neither opens a queue (which would create it)."""
+`drop` deletes one, `db migrate` brings the schema up to date. None opens a
+queue (which would create it)."""
 
 from __future__ import annotations
 
 from statequeue.core.errors import QueueNotFound, UsageError
 from statequeue.core.views import Status
-from statequeue.store.postgres import reads
+from statequeue.store.postgres import queries
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
 
@@ -28,6 +29,17 @@ QUEUE_TABLES = (
 )
 
 
+def migrate_schema(url: str) -> tuple[int, int]:
+    """Create or upgrade the schema in the database at ``url``; returns the
+    versions before and after (schema.py)."""
+    conn = connect(url)
+    try:
+        with guarded(url):
+            return migrate(conn)
+    finally:
+        conn.close()
+
+
 def statuses(url: str) -> list[Status]:
     """The status of every queue in the database, by name."""
     conn = connect(url)
@@ -37,7 +49,7 @@ def statuses(url: str) -> list[Status]:
             rows = conn.execute(
                 "SELECT name, paused FROM statequeue.queues WHERE NOT dropping ORDER BY name"
             ).fetchall()
-            return [reads.status(conn, str(name), bool(paused)) for name, paused in rows]
+            return [queries.status(conn, str(name), bool(paused)) for name, paused in rows]
     finally:
         conn.close()
 
@@ -69,7 +81,7 @@ def _mark_dropping(conn: Connection, queue: str) -> None:
         ).fetchone()
         if row is None:
             raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
-        runners = reads.active_runners(conn, queue)
+        runners = queries.active_runners(conn, queue)
         if runners:
             r = runners[0]
             raise UsageError(

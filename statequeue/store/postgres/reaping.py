@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from statequeue.core.models import OnInterrupted
-from statequeue.store.postgres import reads, sql, writes
+from statequeue.store.postgres import queries, sql, writes
 from statequeue.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def reap_expired(
         locks.let_go(token, remove=True)
     # The reaper's turn also folds the count deltas (every claim and finish
     # adds some): otherwise the first `status` after a long run pays for all.
-    reads.roll_up_counts(conn, queue)
+    queries.roll_up_counts(conn, queue)
 
 
 def recover_row(

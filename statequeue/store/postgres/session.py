@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from statequeue.core import lease_clock
@@ -37,7 +38,11 @@ PATIENCE = 60.0
 
 
 class Session:
-    """The connection of one store; ``conn`` changes when it is reopened."""
+    """The connection of one store; ``conn`` changes when it is reopened.
+
+    Every part of the store (reads, actions, claims) goes through it:
+    ``guard`` or ``transaction`` where a call fails at once, ``patiently``
+    where a runner must survive a restart of the server."""
 
     def __init__(self, url: str, fence_at: Callable[[], float | None]) -> None:
         self.url = url
@@ -96,6 +101,20 @@ class Session:
                 until = start + self.patience
                 fence = self.fence_at()
                 self.conn = self._open(until if fence is None else min(until, fence))
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Database errors inside become StoreUnreachable or StateQueueError
+        (connection.py), with the password masked."""
+        with guarded(self.url):
+            yield
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One guarded transaction on the current connection (committed
+        synchronously: the session's setting)."""
+        with guarded(self.url), self.conn.transaction():
+            yield self.conn
 
     def close(self) -> None:
         self.conn.close()

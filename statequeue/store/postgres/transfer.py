@@ -22,7 +22,7 @@ from statequeue.core.models import EnqueueResult, ItemState
 from statequeue.core.records import Record
 from statequeue.store.postgres import writes
 from statequeue.store.postgres.connection import Connection
-from statequeue.store.postgres.reads import text_of
+from statequeue.store.postgres.queries import text_of
 from statequeue.store.records.transfer import INTERRUPTED_REASON
 
 PAGE = 5_000
