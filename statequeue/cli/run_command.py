@@ -197,7 +197,9 @@ def run(
     from statequeue.cli.progress import LiveSink, make_view
     from statequeue.core.errors import UsageError
     from statequeue.core.models import OnInterrupted
-    from statequeue.run.runner import Runner, RunOptions, parse_verify, stop_when_short_of_resources
+    from statequeue.run.options import RunOptions, parse_verify
+    from statequeue.run.resources import stop_when_short_of_resources
+    from statequeue.run.runner import Runner
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
