@@ -127,7 +127,7 @@ def status(
     """
     q = open_queue(ctx, home, queue, create=False)
     if watch:
-        from statequeue.cli.render import watch_status
+        from statequeue.cli.watch import watch_status
 
         watch_status(q, interval=interval, json=json)
         return
