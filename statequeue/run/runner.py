@@ -1,9 +1,10 @@
 """The runner: claim items, run the command for each, record every result.
 
-One loop, no threads: it waits on the keeper's socket (which reports the
-children's exits), the children's pipes, a wakeup pipe for signals, and the
-nearest deadline (a timeout, a kill after the grace period, a retry coming
-due, a poll for new items with ``follow``).
+One loop, no threads, asleep in one selector (output_watch.py) until a child
+exits, a pipe fills, a signal comes or the nearest deadline (a timeout, a kill
+after the grace, a retry due, a poll with ``follow``). The runner decides; the
+result recorder (recorder.py), fencing (fencing.py) and the --verify step
+(verify_step.py) do the rest.
 """
 
 from __future__ import annotations
