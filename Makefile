@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check statequeue tests scripts
 	$(BIN)/ruff format --check statequeue tests scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_layers.py  # core <- stats <- store <- api <- run <- cli
 
 # The demo needs the package only, not the dev tools (`make test` adds those).
 DEMO_STAMP := $(VENV)/.installed-package

@@ -20,8 +20,8 @@ from statequeue.core.models import Claim, ItemState, Outcome
 from statequeue.run.checks import check_verify_script
 from statequeue.run.events import RunSummary
 from statequeue.run.jobs import LOG_LIMIT_MARK, Job, JobSpec, build_argv
+from statequeue.run.options import RunOptions
 from statequeue.run.replacements import JobItem
-from statequeue.run.runner import RunOptions
 from statequeue.run.verify import verify_argv, verify_script
 from statequeue.store.records.state import QueueState
 

@@ -20,7 +20,8 @@ from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, Outcome
 from statequeue.run.events import ItemFinished, RunEvent
 from statequeue.run.keeper_process import KeeperProcess, find_program
-from statequeue.run.runner import Runner, RunOptions
+from statequeue.run.options import RunOptions
+from statequeue.run.runner import Runner
 from statequeue.store.journal.store import JournalStore
 from tests.faults.powerloss import PowerCut, PowerLossOps, Variant, apply_cut
 from tests.faults.test_crash_points import sq, sweep

@@ -15,8 +15,9 @@ from statequeue.api.queue import Queue
 from statequeue.run import keeper_process as kp
 from statequeue.run.jobs import Job
 from statequeue.run.keeper import Keeper
+from statequeue.run.options import RunOptions
 from statequeue.run.poller import Poller
-from statequeue.run.runner import Runner, RunOptions
+from statequeue.run.runner import Runner
 
 
 def _run(queue: Queue, *command: str, **options: Any) -> Runner:
@@ -196,7 +197,7 @@ def test_a_short_items_pipes_are_read_at_its_exit_without_watching_them(
     monkeypatch.setattr(Poller, "watch", spy)
     # Longer than the delay, never: a watch on a pipe costs a syscall, and its
     # end of file a wakeup of the runner, per item.
-    monkeypatch.setattr("statequeue.run.runner.OUTPUT_WATCH_DELAY", 3600.0)
+    monkeypatch.setattr("statequeue.run.output_watch.OUTPUT_WATCH_DELAY", 3600.0)
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b", "c"])
         _run(q, "sh", "-c", 'echo "out $1"; echo "err $1" >&2', "sh")
@@ -210,7 +211,7 @@ def test_a_short_items_pipes_are_read_at_its_exit_without_watching_them(
 def test_a_child_that_fills_its_pipe_before_it_is_watched_goes_on(
     monkeypatch: pytest.MonkeyPatch, sq_home: Path
 ) -> None:
-    monkeypatch.setattr("statequeue.run.runner.OUTPUT_WATCH_DELAY", 0.2)
+    monkeypatch.setattr("statequeue.run.output_watch.OUTPUT_WATCH_DELAY", 0.2)
     big = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo tail-of-stderr >&2"
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a"])

@@ -37,7 +37,7 @@ def test_the_watch_screen_shows_one_rate_line(
     sq_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """status's own one-minute rate is left out of the watch screen: one rate, one ETA."""
-    from statequeue.cli import render
+    from statequeue.cli import render, watch
 
     q = Queue("w1")
     try:
@@ -51,8 +51,8 @@ def test_the_watch_screen_shows_one_rate_line(
         def stop(seconds: float) -> None:
             raise KeyboardInterrupt  # after the first screen
 
-        monkeypatch.setattr(render.time, "sleep", stop)
-        render.watch_status(q, interval=1.0, json=False)
+        monkeypatch.setattr(watch.time, "sleep", stop)
+        watch.watch_status(q, interval=1.0, json=False)
     finally:
         q.close()
     screen = capsys.readouterr().out
@@ -63,7 +63,7 @@ def test_the_watch_screen_shows_one_rate_line(
 def test_the_watch_says_the_eta_is_paused_while_the_queue_is(
     sq_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from statequeue.cli import render
+    from statequeue.cli import watch
 
     q = Queue("w2")
     try:
@@ -74,8 +74,8 @@ def test_the_watch_says_the_eta_is_paused_while_the_queue_is(
         def stop(seconds: float) -> None:
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(render.time, "sleep", stop)
-        render.watch_status(q, interval=1.0, json=False)
+        monkeypatch.setattr(watch.time, "sleep", stop)
+        watch.watch_status(q, interval=1.0, json=False)
     finally:
         q.close()
     screen = capsys.readouterr().out

@@ -16,8 +16,10 @@ import typer
 from typer.core import TyperGroup
 
 from statequeue.cli.errors import ReaderGone, fail, run_guarded
+from statequeue.cli.input import read_input
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
+from statequeue.core.errors import InvalidItem
 from statequeue.core.exitcodes import ExitCode
 
 
@@ -48,7 +50,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: start-up time (only --version)
 
         print(f"statequeue {version('statequeue')}")
         raise typer.Exit()
@@ -94,9 +96,6 @@ def enqueue(
 
     Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
     """
-    from statequeue.cli.input import read_input
-    from statequeue.core.errors import InvalidItem
-
     texts, positions = read_input(items or [], file=file, null=null)
     q = open_queue(ctx, home, queue, create=True)
     try:
@@ -127,7 +126,7 @@ def status(
     """
     q = open_queue(ctx, home, queue, create=False)
     if watch:
-        from statequeue.cli.render import watch_status
+        from statequeue.cli.watch import watch_status  # lazy: start-up time (stats, rich)
 
         watch_status(q, interval=interval, json=json)
         return

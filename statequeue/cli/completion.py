@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from statequeue.core.errors import StateQueueError
+from statequeue.core.location import resolve_home
 from statequeue.core.models import ItemState
 
 
@@ -14,8 +15,6 @@ def complete_state(incomplete: str) -> list[str]:
 
 def complete_queue(ctx: Any, incomplete: str) -> list[str]:
     """Queues under the home named on the command line (or the default home)."""
-    from statequeue.core.location import resolve_home
-
     home = None
     while ctx is not None and home is None:  # a command's --home wins over the global one
         home = ctx.params.get("home")

@@ -7,6 +7,7 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import JsonOpt, StoreOpt, store_url
 from statequeue.cli.render import emit_json
+from statequeue.core.errors import UsageError
 
 db_app = typer.Typer(
     help=(
@@ -24,20 +25,12 @@ def migrate(ctx: typer.Context, json: JsonOpt = False, store: StoreOpt = None) -
 
     Example: statequeue db migrate --store postgresql://sq@db.example/queues
     """
-    from statequeue.core.errors import UsageError
-
     url = store_url(ctx)
     if url is None:
         raise UsageError("`db migrate` needs --store URL or STATEQUEUE_STORE")
-    from statequeue.store.postgres.connection import connect, guarded
-    from statequeue.store.postgres.schema import migrate as run_migrate
+    from statequeue.store.opening import migrate_postgres  # lazy: start-up time
 
-    conn = connect(url)
-    try:
-        with guarded(url):
-            before, after = run_migrate(conn)
-    finally:
-        conn.close()
+    before, after = migrate_postgres(url)
     if json:
         emit_json({"schema": 1, "version_before": before, "version": after})
     elif before == after:

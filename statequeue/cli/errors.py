@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -24,7 +25,7 @@ def fail(message: str, code: int) -> int:
 
 def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> int:
     """Run the CLI; every expected failure becomes one line and an exit code."""
-    import click
+    import click  # lazy: start-up time (main.py's fast path imports this module)
 
     _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
     try:
@@ -68,8 +69,6 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
 
 def silence_stdout() -> None:
     """Point stdout at /dev/null, so that nothing more fails on the closed pipe."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
+import orjson
 import typer
 
 from statequeue.cli.app import app
@@ -66,8 +67,6 @@ def list_items(
 
     Example: statequeue list --state failed --json | jq -r .item
     """
-    import orjson
-
     wanted = parse_state(state)
     q = open_queue(ctx, home, queue, create=False)
     out = sys.stdout.buffer
@@ -118,8 +117,6 @@ def show(
             _write(f" episode {episode}:")
         _write(f"  {line}")
     if h.result is not None:
-        import orjson
-
         _write("result: " + orjson.dumps(h.result).decode())
     if h.stderr_tail:
         _write("stderr (tail):")
@@ -217,8 +214,6 @@ def results(
 
     Example: statequeue results --state failed --json | jq -r .item
     """
-    import orjson
-
     if json and csv:
         raise UsageError("choose one of --json and --csv")
     wanted = parse_state(state)
@@ -227,7 +222,7 @@ def results(
     out = sys.stdout.buffer
     writer: Any = None
     if csv:
-        import csv as csvmod
+        import csv as csvmod  # lazy: start-up time (only --csv)
 
         writer = csvmod.writer(_BytesOut(out))
         writer.writerow(["id", "item", "state", "attempt", "exit", "duration", "reason", "result"])
@@ -266,7 +261,7 @@ def queues(
 
     Example: statequeue queues --json
     """
-    from statequeue.api.maintenance import list_queues, queues_place
+    from statequeue.api.maintenance import list_queues, queues_place  # lazy: start-up time
 
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))
@@ -332,7 +327,7 @@ def path(
     q = open_queue(ctx, home, queue, create=False)
     url = store_url(ctx)
     if url is not None:
-        from statequeue.store.urls import mask
+        from statequeue.store.urls import mask  # lazy: start-up time (the store package)
 
         _write(f"{mask(url)}\t{q.name}")
         return
@@ -369,8 +364,6 @@ def _print_events(
     out: Any, records: list[dict[str, Any]], json: bool, last: float | None
 ) -> float | None:
     """Write ``records``; returns the last known time (see ``describe_events``)."""
-    import orjson
-
     if json:
         for rec in records:
             out.write(orjson.dumps({"schema": 1, **record_json(rec)}) + b"\n")

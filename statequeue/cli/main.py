@@ -65,6 +65,7 @@ def _parse_fast(args: Sequence[str]) -> _Fast | None:
 
 
 def _fast_status(opts: _Fast) -> int:
+    # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.api.queue import Queue
     from statequeue.cli.render import emit_json, print_notices, status_text
 
@@ -80,6 +81,7 @@ def _fast_status(opts: _Fast) -> int:
 
 
 def _fast_enqueue(opts: _Fast) -> int:
+    # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.api.queue import Queue
     from statequeue.cli.input import read_input
     from statequeue.core.errors import InvalidItem
@@ -116,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         opts = _parse_fast(args)
         if opts is None:
+            # lazy: start-up time (typer, only off the fast path; SIGINT at its default)
             from statequeue.cli.app import main as full_main
         else:
             _import_fast_path()
@@ -129,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _import_fast_path() -> None:
-    import orjson  # noqa: F401  (imported here, under _ctrl_c_ends_at_once)
+    # lazy: start-up time (imported here, with SIGINT at its default: see main)
+    import orjson  # noqa: F401
 
 
 def _run_fast(opts: _Fast) -> int:
     """Run a fast-path command; its exit code."""
+    # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.cli.errors import fail, silence_stdout
     from statequeue.core.errors import StateQueueError
 

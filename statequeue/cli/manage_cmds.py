@@ -13,6 +13,7 @@ from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_qu
 from statequeue.cli.render import emit_json, plural
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
+from statequeue.core.models import ItemState
 
 IdsArg = Annotated[list[int] | None, typer.Argument(help="Item ids.", show_default=False)]
 
@@ -32,8 +33,6 @@ def retry(
 
     Example: statequeue retry --failed
     """
-    from statequeue.core.models import ItemState
-
     if not ids and not (failed or held):
         raise UsageError("give item ids, --failed or --held")
     if ids and (failed or held):
@@ -121,7 +120,7 @@ def fsck(
 
     Example: statequeue fsck || statequeue fsck --repair
     """
-    from statequeue.api.maintenance import fsck_queue
+    from statequeue.api.maintenance import fsck_queue  # lazy: start-up time
 
     glob = ctx.obj or {}
     report = fsck_queue(
@@ -162,7 +161,7 @@ def drop(
 
     Example: statequeue drop old-crawl --yes
     """
-    from statequeue.api.maintenance import drop_queue
+    from statequeue.api.maintenance import drop_queue  # lazy: start-up time
 
     def confirm(place: str) -> None:
         if not yes:

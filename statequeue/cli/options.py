@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from statequeue.cli.completion import complete_queue
+from statequeue.cli.render import print_notices
 
 HomeOpt = Annotated[
     str | None,
@@ -63,7 +64,7 @@ def open_queue(
     auto_compact: int | None = None,
 ) -> Any:
     """Open the queue named on the command line (command options win over global ones)."""
-    from statequeue.api.queue import Queue
+    from statequeue.api.queue import Queue  # lazy: start-up time (the library)
 
     glob = ctx.obj or {}
     q = Queue(
@@ -74,15 +75,13 @@ def open_queue(
         store=store_url(ctx),
     )
     ctx.call_on_close(q.close)
-    from statequeue.cli.render import print_notices
-
     print_notices(q.notices())
     return q
 
 
 def store_url(ctx: typer.Context) -> str | None:
     """The PostgreSQL store chosen by --store or $STATEQUEUE_STORE, or None."""
-    from statequeue.store.opening import chosen_url
+    from statequeue.store.opening import chosen_url  # lazy: start-up time (the store)
 
     given = ctx.meta.get(STORE_KEY)
     return chosen_url(given if isinstance(given, str) else None)

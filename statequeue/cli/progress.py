@@ -102,6 +102,7 @@ class RichView:
     """A progress bar on a terminal; failures and notices printed above it."""
 
     def __init__(self, total: int) -> None:
+        # lazy: start-up time (rich, only on a terminal)
         from rich.console import Console
         from rich.progress import (
             BarColumn,

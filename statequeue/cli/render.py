@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -123,46 +121,6 @@ def _next_steps(status: Status) -> list[str]:
 def _command(status: Status, args: str) -> str:
     queue = "" if status.queue == "default" else f" -q {status.queue}"
     return f"statequeue{queue} {args}"
-
-
-def watch_status(queue: Any, *, interval: float, json: bool) -> None:
-    """Redraw the status until Ctrl-C: in place on a terminal, appended otherwise."""
-    live = None
-    if use_color(sys.stdout) and not json:
-        from rich.console import Console
-        from rich.live import Live
-        from rich.text import Text
-
-        live = Live(Text(""), console=Console(), auto_refresh=False)
-        live.start()
-    from statequeue.cli.stats_view import watch_lines
-    from statequeue.stats.rates import LiveRate
-
-    rate = LiveRate(queue.store)  # `stats`'s rate and ETA
-    try:
-        while True:
-            st = queue.status()
-            if json:
-                emit_json(st.to_json())
-            else:
-                left = st.counts.get("pending", 0) + st.counts.get("running", 0)
-                # One rate and ETA on the screen, the one `stats` gives (its
-                # window stated), not also status's own one-minute figure.
-                one_rate = dataclasses.replace(st, rate=None)
-                lines = watch_lines(rate, left, paused=st.paused)
-                text = "\n".join([status_text(one_rate), *lines])
-                if live is not None:
-                    from rich.text import Text
-
-                    live.update(Text(text), refresh=True)
-                else:
-                    print(text + "\n", flush=True)
-            time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if live is not None:
-            live.stop()
 
 
 def human_bytes(n: int) -> str:

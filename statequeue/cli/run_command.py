@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +12,10 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json
+from statequeue.core.durations import parse_duration
+from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
+from statequeue.core.models import OnInterrupted
 
 if TYPE_CHECKING:
     from statequeue.run.events import RunSummary
@@ -38,8 +42,6 @@ Replacement strings (as in GNU parallel): {} item, {.} without extension,
 
 
 def _duration(value: str | None) -> float | None:
-    from statequeue.core.durations import parse_duration
-
     return None if value is None else parse_duration(value)
 
 
@@ -194,10 +196,11 @@ def run(
 
     Example (many hosts): statequeue run --store postgresql://db/jobs --lease 1m -- ./crawl {}
     """
+    # lazy: start-up time (the runner and its view, only for `run`)
     from statequeue.cli.progress import LiveSink, make_view
-    from statequeue.core.errors import UsageError
-    from statequeue.core.models import OnInterrupted
-    from statequeue.run.runner import Runner, RunOptions, parse_verify, stop_when_short_of_resources
+    from statequeue.run.options import RunOptions, parse_verify
+    from statequeue.run.resources import stop_when_short_of_resources
+    from statequeue.run.runner import Runner
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
@@ -266,8 +269,6 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
 
 def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
     """The run's exit code (README "Exit codes")."""
-    import signal
-
     if follow and summary.stopped_by == signal.SIGTERM and summary.clean_stop:
         return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
     if summary.stopped_by == signal.SIGINT:

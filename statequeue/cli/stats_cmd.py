@@ -11,6 +11,8 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, use_color
+from statequeue.cli.stats_view import plain_text, print_rich
+from statequeue.core.durations import parse_duration
 
 
 @app.command()
@@ -42,8 +44,6 @@ def stats(
 
     Example: statequeue stats --since 2h
     """
-    from statequeue.core.durations import parse_duration
-
     window = None if since is None else parse_duration(since)
     if window is not None and window >= time.time():
         window = None  # reaches back before 1970: every attempt, said as such
@@ -52,8 +52,6 @@ def stats(
     if json:
         emit_json(figures.to_json())
         return
-    from statequeue.cli.stats_view import plain_text, print_rich
-
     if use_color(sys.stdout):
         print_rich(figures)
     else:

@@ -3,6 +3,7 @@ a rich bar chart and a sparkline on a terminal. Both take a ``Stats``."""
 
 from __future__ import annotations
 
+import time as clock
 from typing import TYPE_CHECKING
 
 from statequeue.cli.clock import local_time
@@ -79,8 +80,6 @@ def rate_text(
 
 def watch_lines(live: LiveRate, left: int, *, paused: bool = False) -> list[str]:
     """What `status --watch` adds on each refresh (brought up to date first)."""
-    import time as clock
-
     live.update()
     now = clock.time()
     count = live.recent.count(now)
@@ -174,6 +173,7 @@ def sparkline(values: list[float]) -> str:
 
 def print_rich(s: Stats) -> None:
     """The same figures on a terminal: a bar chart and a sparkline."""
+    # lazy: start-up time (rich, only on a terminal)
     from rich.console import Console
     from rich.table import Table
 

@@ -58,7 +58,7 @@ def import_(
 
     Example: statequeue export -q crawl | statequeue --store postgresql:///jobs import -q crawl
     """
-    from statequeue.api.transfer import read_export
+    from statequeue.api.transfer import read_export  # lazy: start-up time (the library)
 
     # Checked whole before the queue is opened: bad input creates nothing.
     checked = read_export(_open_input(file))

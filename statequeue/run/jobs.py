@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -401,8 +402,6 @@ def _memfd(data: bytes) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("statequeue-stdin", os.MFD_CLOEXEC)
     else:  # no memfd here: an unlinked temp file does the same
-        import tempfile
-
         fd, path = tempfile.mkstemp(prefix="statequeue-stdin-")
         os.unlink(path)
     view = memoryview(data)

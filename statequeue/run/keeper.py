@@ -15,6 +15,7 @@ normal end (``close``) it lets detached leftovers finish, holding their claims.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import marshal
 import os
@@ -155,6 +156,4 @@ class Keeper:
 
 
 def _ints(fds: Sequence[int]) -> bytes:
-    import array
-
     return array.array("i", fds).tobytes()

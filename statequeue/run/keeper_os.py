@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 
 CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
 
@@ -16,8 +17,6 @@ CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lo
 def claim_target(index: int) -> int:
     """The fd number a child gets its ``index``-th claim fd at: high, so the
     ``exec 9>lockfile`` idiom in a worker never replaces it."""
-    import resource
-
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = CLAIM_FD + 1
@@ -65,7 +64,7 @@ def become_subreaper() -> None:
     """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
     pr_set_child_subreaper = 36
     with contextlib.suppress(ImportError, OSError, AttributeError):
-        import ctypes
+        import ctypes  # lazy: start-up time of the keeper, and ctypes may be missing
 
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
@@ -74,8 +73,6 @@ def report_cpu(path: str) -> None:
     """Write this process's own user+sys CPU seconds to ``path`` (if set)."""
     if not path:
         return
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
         f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")

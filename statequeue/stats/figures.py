@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from statequeue.stats.attempts import Attempt, AttemptBatch, batches_of, within_limits
 from statequeue.stats.histogram import histogram
+from statequeue.stats.json_schema import STATS_SCHEMA, stats_json
 from statequeue.stats.rates import (
     RATE_WINDOW_SECONDS,
     RecentRate,
@@ -41,7 +42,6 @@ from statequeue.stats.rates import (
 )
 from statequeue.stats.sketch import ALPHA, QuantileSketch
 
-STATS_SCHEMA = "statequeue.stats/1"
 SLOWEST = 5
 MAX_GROUPS = 1000
 """Distinct failure reasons, runners or hosts kept; more are counted as "(other)"."""
@@ -128,8 +128,6 @@ class Stats:
         return self.left / self.rate
 
     def to_json(self) -> dict[str, Any]:
-        from statequeue.stats.json_schema import stats_json
-
         return stats_json(self)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: figures.py imports this module to serialise its Stats
     from statequeue.stats.figures import Group, Stats
+
+STATS_SCHEMA = "statequeue.stats/1"
 
 
 def stats_json(s: Stats) -> dict[str, Any]:
-    from statequeue.stats.figures import STATS_SCHEMA
-
+    """``s`` as the ``stats --json`` document (schema ``STATS_SCHEMA``)."""
     d = s.durations
     return {
         "schema": STATS_SCHEMA,

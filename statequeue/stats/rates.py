@@ -14,12 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import truediv
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
+from statequeue.core.records import Record
 from statequeue.stats.attempts import AttemptBatch, attempts_of, batches_of
-
-if TYPE_CHECKING:
-    from statequeue.store.base import Store
 
 MAX_BUCKETS = 120
 """At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
@@ -197,6 +195,15 @@ def finish_times(b: AttemptBatch) -> list[float]:
     return [at for at, state in pairs if at is not None and state != "pending"]
 
 
+class EventSource(Protocol):
+    """What ``LiveRate`` reads from a store. Declared here, not taken from
+    ``store.base.Store`` (which has it): stats/ sits below store/."""
+
+    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
+        """Records written since ``cursor`` (None: from the start) and the new cursor."""
+        ...
+
+
 class LiveRate:
     """The recent rate of a queue that is running: what `status --watch` shows,
     the same figure `stats` gives at that moment.
@@ -210,7 +217,7 @@ class LiveRate:
 
     MAX_PAGES = 50  # per update: a long backlog is caught up over several
 
-    def __init__(self, store: Store, window: float = RATE_WINDOW_SECONDS) -> None:
+    def __init__(self, store: EventSource, window: float = RATE_WINDOW_SECONDS) -> None:
         self.store = store
         self.recent = RecentRate(window)
         self.cursor: object | None = None

@@ -60,6 +60,21 @@ def drop_postgres_queue(url: str, name: str) -> None:
     drop(url, name)
 
 
+def migrate_postgres(url: str) -> tuple[int, int]:
+    """Create or upgrade the schema in the PostgreSQL database at ``url``
+    (`statequeue db migrate`); returns (version before, version after)."""
+    # lazy: optional dependency psycopg (imported by these modules)
+    from statequeue.store.postgres.connection import connect, guarded
+    from statequeue.store.postgres.schema import migrate
+
+    conn = connect(url)
+    try:
+        with guarded(url):
+            return migrate(conn)
+    finally:
+        conn.close()
+
+
 def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
     """The PostgreSQL store at ``url`` for queue ``name`` (psycopg is imported only here)."""
     _check_driver(url)

@@ -28,7 +28,8 @@ from statequeue import Queue
 from statequeue.core.errors import ResourcesExhausted
 from statequeue.core.models import ItemState
 from statequeue.run.keeper_process import LOST, KeeperProcess, Leader
-from statequeue.run.runner import Runner, RunOptions
+from statequeue.run.options import RunOptions
+from statequeue.run.runner import Runner
 from tests.acceptance.test_runner import (
     Procs,
     alive,

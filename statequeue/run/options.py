@@ -1,0 +1,71 @@
+"""What ``statequeue run`` can be told, checked once before a run starts.
+
+Kept apart from the runner so that the CLI and the tests can build and check
+options without the loop that uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from statequeue.core.errors import UsageError
+from statequeue.core.models import OnInterrupted
+from statequeue.run.checks import check_verify_script
+from statequeue.store.base import MIN_LEASE
+
+__all__ = ["RunOptions", "parse_verify"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything ``statequeue run`` can be told. Durations are in seconds."""
+
+    command: tuple[str, ...]
+    jobs: int = 1
+    timeout: float | None = None
+    grace: float = 5.0
+    retries: int = 0
+    retry_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    on_interrupted: OnInterrupted = OnInterrupted.RETRY
+    max_crashes: int = 3
+    verify: str = ""
+    """A shell script (see verify.py); "" for none. Checked before an
+    interrupted item runs again, and with ``verify_first`` before every first run."""
+    verify_first: bool = False
+    limit: int | None = None
+    max_time: float | None = None
+    follow: bool = False
+    halt_on_failure: bool = False
+    single: bool = False
+    item_on_stdin: bool = False
+    log_limit: int = 1 << 20
+    lease: float | None = None
+    """Seconds each claim's lease lasts, for stores with leases (None: the store's default)."""
+    give_up_after: float | None = None
+    """Seconds the store may stay unreachable before the run stops (StoreUnreachable);
+    None: the default (never with ``follow``, 10 minutes without); 0: never (run_outage.py)."""
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise UsageError("no command given: use `statequeue run -- COMMAND [ARG]...`")
+        if self.jobs < 1:
+            raise UsageError("--jobs must be at least 1")
+        if self.retries < 0 or self.max_crashes < 1:
+            raise UsageError("--retries must be >= 0 and --max-crashes >= 1")
+        if self.limit is not None and self.limit < 0:
+            raise UsageError("--limit must be >= 0")
+        if self.log_limit < 0:
+            raise UsageError(f"--log-limit must be >= 0 bytes, not {self.log_limit}")
+        if self.lease is not None and not self.lease >= MIN_LEASE:
+            raise UsageError(f"--lease must be at least {MIN_LEASE:g}s, not {self.lease:g}s")
+        if self.give_up_after is not None and not self.give_up_after >= 0:
+            raise UsageError(f"--give-up-after must be >= 0, not {self.give_up_after:g}s")
+        if self.verify_first and not self.verify:
+            raise UsageError("--verify-first needs --verify SCRIPT")
+
+
+def parse_verify(script: str) -> str:
+    """The ``--verify`` script as ``sh -c`` will run it (see verify.py); a
+    UsageError if it is empty or not valid shell."""
+    return check_verify_script(script)

@@ -1,0 +1,83 @@
+"""The --verify step of a run: ask the user's script before an item runs again.
+
+An item whose runner died mid-attempt (and, with --verify-first, every item's
+first run) is checked first; on exit 0 it is recorded done without running
+(promise 3: none of the in-flight items re-run where a verify hook says they
+finished). Apart from the runner, which only asks whether a claim was settled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from statequeue.api.queue import Queue
+from statequeue.core.models import Claim, Outcome
+from statequeue.run.checks import Verifier
+from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
+from statequeue.run.jobs import JobSpec
+from statequeue.run.options import RunOptions
+
+__all__ = ["VERIFY_TIMEOUT", "VerifyStep"]
+
+VERIFY_TIMEOUT = 600.0
+
+
+class VerifyStep:
+    """Runs --verify for the claims that want it, and records those it finds done."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        options: RunOptions,
+        spec: JobSpec,
+        summary: RunSummary,
+        on_event: Callable[[RunEvent], None],
+        *,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.queue = queue
+        self.options = options
+        self.summary = summary
+        self.on_event = on_event
+        self.verifier: Verifier | None = None
+        if options.verify:
+            self.verifier = Verifier(
+                script=options.verify,
+                queue=queue.name,
+                result_dir=str(spec.log_dir),
+                base_env=spec.base_env,
+                timeout=options.timeout or VERIFY_TIMEOUT,
+                stopping=stopping,
+                log_dir_fd=spec.log_dir_fd,
+            )
+
+    def wanted(self, claim: Claim) -> bool:
+        """Check --verify first for an item whose runner died mid-attempt, and
+        with --verify-first for an item's very first run."""
+        if self.verifier is None:
+            return False
+        return claim.interrupted or (self.options.verify_first and claim.attempt == 1)
+
+    def verified(self, claim: Claim, slot: int) -> bool:
+        """Run --verify for ``claim`` (in job slot ``slot``); on exit 0 record it
+        done without running it. A broken script (exit 126/127) gives the item
+        back and stops the run."""
+        assert self.verifier is not None
+        try:
+            verdict, notes = self.verifier.check(claim, slot)
+        except BaseException:
+            self.queue.store.release(claim, "interrupted: the --verify script is broken")
+            raise
+        for text in notes:
+            self.on_event(Notice(text, warning=True))
+        if not verdict.done:
+            return False
+        if claim.interrupted:
+            outcome = Outcome(ok=True, reason="verified: finished before its runner died")
+        else:
+            outcome = Outcome(ok=True, reason="verified before run")
+        state = self.queue.finish(claim, outcome)
+        self.summary.record(claim.item_id, state)
+        self.summary.verified_ids.add(claim.item_id)
+        self.on_event(ItemFinished(claim, outcome, state, verified=True))
+        return True
