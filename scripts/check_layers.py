@@ -39,6 +39,7 @@ LONG_ALLOWED = {"run.keeper_process"}  # runs alone under `python -I -S` (issue 
 # The issue allows exactly this circle; every other cycle is an offence.
 _REGISTERING = (
     "db_cmds",
+    "help_cmd",
     "inspect_cmds",
     "manage_cmds",
     "run_command",

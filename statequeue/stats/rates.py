@@ -14,10 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import truediv
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from statequeue.core.records import Record
 from statequeue.stats.attempts import AttemptBatch, attempts_of, batches_of
+
+if TYPE_CHECKING:
+    from statequeue.stats.figures import StatsBuilder
 
 MAX_BUCKETS = 120
 """At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
@@ -201,6 +204,10 @@ class EventSource(Protocol):
 
     def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
         """Records written since ``cursor`` (None: from the start) and the new cursor."""
+        ...
+
+    def stats_summary(self) -> StatsBuilder | None:
+        """The store's `stats` summary, when it keeps one (else None)."""
         ...
 
 
