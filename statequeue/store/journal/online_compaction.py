@@ -139,7 +139,7 @@ def _note_position(store: JournalStore) -> tuple[Position, QueueState]:
         raise durability_error("fsync of", str(store.journal.path), exc) from None
     _queue_lock_soon(store)
     with store._locked() as state:
-        store._prune_dead_runners(state)
+        store.prune_dead_runners(state)
         journal = store.journal
         journal.sync()
         pos = Position(

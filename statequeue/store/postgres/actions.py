@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from statequeue.core.models import Claim, EnqueueResult, ItemState
-from statequeue.store.base import RETRYABLE
+from statequeue.store import transitions
 from statequeue.store.postgres import archive, logs, reads, sql, transfer, writes
 from statequeue.store.postgres.notify import Listener, Notifier
 from statequeue.store.postgres.reading import PostgresReading
@@ -60,9 +60,9 @@ class PostgresActions(PostgresReading):
         return EnqueueResult(added=added, skipped=len(items) - added)
 
     def retry(
-        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
+        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = transitions.RETRYABLE
     ) -> list[int]:
-        allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
+        allowed = transitions.retry_allowed(ids, states)
         with self._tx() as conn:
             changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
             if changed:
@@ -70,7 +70,7 @@ class PostgresActions(PostgresReading):
             return changed
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
-        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
+        allowed = transitions.CANCELLABLE
         with self._tx() as conn:
             return writes.set_state(conn, self.name, ids, ItemState.CANCELLED, allowed, "cancel")
 

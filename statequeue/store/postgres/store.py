@@ -43,6 +43,7 @@ from statequeue.core.errors import (
 )
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE
 from statequeue.store.postgres import (
     functions,
@@ -423,6 +424,4 @@ class PostgresStore(PostgresActions):
 
 def _target(outcome: Outcome, retry_at: float | None) -> ItemState:
     """The state an attempt's outcome moves its item to."""
-    if outcome.ok:
-        return ItemState.DONE
-    return ItemState.PENDING if retry_at is not None else ItemState.FAILED
+    return transitions.outcome_state(outcome, retry_at)

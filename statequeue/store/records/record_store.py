@@ -5,23 +5,15 @@ into the ``Store`` contract."""
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from statequeue.core.errors import (
-    DamagedState,
-    ItemNotFound,
-    RunnerActive,
-    StateQueueError,
-    UsageError,
-)
-from statequeue.core.exported import out_of_reach
+from statequeue.core.errors import DamagedState, StateQueueError
 from statequeue.core.gcpause import gc_paused
 from statequeue.core.models import (
     Claim,
@@ -32,8 +24,14 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record, item_fields, item_text
-from statequeue.store.base import RETRYABLE, Store, attempts_since
+from statequeue.store import transitions
+from statequeue.store.base import Store, attempts_since
+from statequeue.store.records.backend import record_time
+from statequeue.store.records.recovery import Recovery
+from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
+from statequeue.store.records.user_actions import UserActions
+from statequeue.store.transitions import RETRYABLE
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.core.exported import ExportedItem
@@ -48,7 +46,6 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.stats.attempts import Attempt
 
 ENQUEUE_BATCH = 20_000
-IMPORT_BATCH = 1_000
 RECENT_FAILURES = 5
 
 
@@ -60,6 +57,11 @@ class RecordStore(Store):
         self.name = name
         self.state = QueueState(self._load_text)
         self._notices: list[str] = []
+        # The store's jobs beside claims and reads, each an object it holds.
+        backend = _Backend(self)
+        self.runners = RunnerRegistry(backend)
+        self._recovery = Recovery(backend, self.runners)
+        self.actions = UserActions(backend)
 
     # -- what a backend provides ---------------------------------------------
 
@@ -92,16 +94,6 @@ class RecordStore(Store):
     @abstractmethod
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
-
-    def _prune_dead_runners(self, state: QueueState) -> None:
-        """Record that runners which died without unregistering are gone, so
-        their records are not carried forever (nor probed on every claim)."""
-        for rid in [r for r in state.runners if not self._runner_alive(r)]:
-            # "by": the process that noticed (`events` shows the runner as lost).
-            lost: Record = {"t": "stop", "runner": rid, "reason": "died", "at": _now()}
-            lost["by"] = os.getpid()
-            self._write([lost], sync=False)
-            self._forget_runner(rid)
 
     def _maybe_compact(self, state: QueueState) -> None:
         """Compact when enough dead records piled up (stores with a journal)."""
@@ -242,36 +234,7 @@ class RecordStore(Store):
     def _recover(
         self, state: QueueState, policy: OnInterrupted, max_crashes: int
     ) -> RecoveryReport:
-        from statequeue.core.views import RecoveryReport
-
-        report = RecoveryReport()
-        # Hosts of the runners, taken before the dead ones are forgotten: an
-        # attempt that died with its runner names both (for `stats`). Copied
-        # as they are (this runs with every claim); read only for a recovery.
-        hosts = dict(state.runners)
-        self._prune_dead_runners(state)
-        for item in state.running():
-            if not self._claim_free(item):
-                continue
-            crashes = item.crashes + 1
-            if policy is OnInterrupted.FAIL:
-                target, bucket = ItemState.FAILED, report.failed
-            elif policy is OnInterrupted.HOLD or crashes >= max_crashes:
-                target, bucket = ItemState.HELD, report.held
-            else:
-                target, bucket = ItemState.PENDING, report.retried
-            reason = f"interrupted: its runner died during attempt {item.attempts}"
-            if target is ItemState.HELD and policy is OnInterrupted.RETRY:
-                reason = f"poison: in flight during {crashes} runner crashes; held"
-            rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
-            rec["crashes"] = crashes
-            rec["runner"] = item.runner  # the runner that died (for `stats`)
-            host = str(hosts.get(item.runner, {}).get("host", ""))
-            if host:
-                rec["host"] = host
-            self._write([rec], sync=False)
-            bucket.append(item.id)
-        return report
+        return self._recovery.recover(state, policy, max_crashes)
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -318,11 +281,8 @@ class RecordStore(Store):
         sync: bool,
     ) -> ItemState:
         self._claimed_item(state, claim)
-        if outcome.ok:
-            target = ItemState.DONE
-        else:
-            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
-        rec = _end_record(claim, outcome, target)
+        target = transitions.outcome_state(outcome, retry_at)
+        rec = transitions.end_record(claim, outcome, target, at=record_time())
         # Who ran it, for `stats` per runner and host: the runner's own
         # record does not survive compaction, this one's summary does.
         rec["runner"] = claim.runner_id
@@ -344,7 +304,14 @@ class RecordStore(Store):
             item = self._claimed_item(state, claim)
             # An item claimed after a crash keeps that mark (a --verify stopped
             # by a signal, or that could not run, must be able to settle it later).
-            rec = _recovered(item, ItemState.PENDING, reason, crashed=claim.interrupted)
+            rec = transitions.interrupted_record(
+                item.id,
+                item.attempts,
+                ItemState.PENDING,
+                reason,
+                crashed=claim.interrupted,
+                at=record_time(),
+            )
             if uncounted:
                 rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
             self._write([rec], sync=True)
@@ -358,47 +325,23 @@ class RecordStore(Store):
             or item.runner != claim.runner_id
             or item.attempts != claim.attempt
         ):
-            raise StateQueueError(
-                f"item {claim.item_id} is no longer claimed by runner {claim.runner_id}"
-            )
+            raise StateQueueError(transitions.lost_claim_text(claim))
         return item
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        with self._locked() as state:
-            others = [r for r in self._active_runners(state) if r.runner_id != runner.runner_id]
-            if exclusive and others:
-                r = others[0]
-                raise RunnerActive(
-                    f"another runner is active on queue {self.name!r} "
-                    f"(pid {r.pid} on {r.host}); not starting"
-                )
-            self._write([_runner_record(runner)], sync=False)
+        self.runners.register(runner, exclusive=exclusive)
 
     def unregister_runner(self, runner_id: str) -> None:
-        with self._locked():
-            self._write([{"t": "stop", "runner": runner_id, "at": _now()}], sync=True)
+        self.runners.unregister(runner_id)
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._locked() as state:
-            return self._active_runners(state)
+            return self.runners.active(state)
 
-    def _active_runners(self, state: QueueState) -> list[ActiveRunner]:
-        from statequeue.core.views import ActiveRunner
-
-        running: dict[str, list[int]] = {}
-        for item in state.running():
-            running.setdefault(item.runner, []).append(item.id)
-        return [
-            ActiveRunner(
-                runner_id=rid,
-                pid=rec.get("pid", 0),
-                host=rec.get("host", ""),
-                started_at=rec.get("since", 0.0),
-                running=tuple(sorted(running.get(rid, ()))),
-            )
-            for rid, rec in state.runners.items()
-            if self._runner_alive(rid)
-        ]
+    def prune_dead_runners(self, state: QueueState) -> None:
+        """Record that runners which died without unregistering are gone
+        (the caller holds the lock: compaction does it before a snapshot)."""
+        self.runners.prune_dead(state)
 
     def status(self) -> Status:
         from statequeue.core.views import Failure, Status
@@ -408,7 +351,7 @@ class RecordStore(Store):
             return Status(
                 queue=self.name,
                 counts={s.value: n for s, n in state.counts.items()},
-                runners=tuple(self._active_runners(state)),
+                runners=tuple(self.runners.active(state)),
                 recent_failures=tuple(
                     Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
                     for i in failed[:RECENT_FAILURES]
@@ -431,54 +374,13 @@ class RecordStore(Store):
     def retry(
         self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
     ) -> list[int]:
-        if ids is None:
-            chosen = tuple(s for s in RETRYABLE if s in states)
-            return self._set_state(None, ItemState.PENDING, chosen, "retry")
-        return self._set_state(ids, ItemState.PENDING, RETRYABLE, "retry")
+        return self.actions.retry(ids, states)
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
-        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
-        return self._set_state(ids, ItemState.CANCELLED, allowed, "cancel")
-
-    def _set_state(
-        self,
-        ids: Sequence[int] | None,
-        target: ItemState,
-        allowed: tuple[ItemState, ...],
-        verb: str,
-    ) -> list[int]:
-        with self._locked() as state:
-            if ids is None:
-                chosen = [i for i in state.live_ids() if state.state_of(i) in allowed]
-            else:
-                chosen = list(dict.fromkeys(ids))
-                for item_id in chosen:
-                    self._check_state(state, item_id, allowed, verb)
-            at = _now()
-            records: list[Record] = [
-                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user", "at": at}
-                for i in chosen
-            ]
-            self._write(records, sync=True)
-            return chosen
-
-    def _check_state(
-        self, state: QueueState, item_id: int, allowed: tuple[ItemState, ...], verb: str
-    ) -> None:
-        item = state.get(item_id)
-        if item is None:
-            if 0 < item_id < state.next_id:
-                raise UsageError(f"cannot {verb} item {item_id}: it is done")
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-        if item.state not in allowed:
-            names = ", ".join(s.value for s in allowed)
-            raise UsageError(
-                f"cannot {verb} item {item_id}: it is {item.state.value} (must be {names})"
-            )
+        return self.actions.cancel(ids)
 
     def set_paused(self, paused: bool) -> None:
-        with self._locked():
-            self._write([{"t": "pause", "paused": paused, "at": _now()}], sync=True)
+        self.actions.set_paused(paused)
 
     def is_paused(self) -> bool:
         return self.state.paused
@@ -549,7 +451,7 @@ class RecordStore(Store):
                 self._log_paths(item_id),
             )
         if found is None:
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            raise transitions.unknown_item(item_id, self.name)
         return found
 
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
@@ -567,7 +469,7 @@ class RecordStore(Store):
         with self._locked() as state:
             current = state.state_of(item_id)
             if current is None:
-                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+                raise transitions.unknown_item(item_id, self.name)
             if current not in (ItemState.DONE, ItemState.FAILED):
                 return None
             loc = state.result_loc(item_id)
@@ -602,29 +504,9 @@ class RecordStore(Store):
         yield from found
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        from statequeue.store.records.transfer import item_record
+        from statequeue.store.records.transfer import import_items  # lazy: start-up time
 
-        added = 0
-        seen: set[str] = set()
-        for start in range(0, len(entries), IMPORT_BATCH):
-            with self._locked() as state:
-                keys = self._known_keys(state)
-                next_id = state.next_id
-                batch: list[Record] = []
-                for entry in entries[start : start + IMPORT_BATCH]:
-                    if entry.item in keys or entry.item in seen:
-                        continue
-                    seen.add(entry.item)
-                    # Its own id when free (always, into an empty queue), unless
-                    # items skipped as already here leave it out of replay's reach.
-                    if not out_of_reach(entry.item_id, next_id):
-                        next_id = max(entry.item_id, next_id)
-                    batch.append(item_record(entry, next_id))
-                    next_id += 1
-                # One durable append per batch; a crash keeps whole records only.
-                self._write(batch, sync=True)
-                added += len(batch)
-        return EnqueueResult(added=added, skipped=len(entries) - added)
+        return import_items(_Backend(self), entries)
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._locked() as state:
@@ -653,54 +535,31 @@ class RecordStore(Store):
         return attempts_since(chain(archived, attempts_of(journal)), since)
 
 
-def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool) -> Record:
-    rec: Record = {
-        "t": "intr",
-        "id": item.id,
-        "attempt": item.attempts,
-        "state": target.value,
-        "reason": reason,
-        "at": _now(),
-    }
-    if crashed:
-        rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
-    return rec
+class _Backend:
+    """The store's hooks under the names its parts use (``RecordBackend``),
+    looked up on each call so that a backend's overrides apply."""
 
+    def __init__(self, store: RecordStore) -> None:
+        self._store = store
 
-def _now() -> float:
-    """A record's time, for people reading `events` (never for ordering: seq does that)."""
-    return round(time.time(), 3)
+    @property
+    def name(self) -> str:
+        return self._store.name
 
+    def locked(self) -> AbstractContextManager[QueueState]:
+        return self._store._locked()
 
-def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:
-    rec: Record = {
-        "t": "end",
-        "id": claim.item_id,
-        "attempt": claim.attempt,
-        "state": target.value,
-        "ok": outcome.ok,
-        "at": round(time.time(), 3),
-        "dur": round(outcome.duration, 6),
-    }
-    optional: dict[str, Any] = {
-        "exit": outcome.exit_code,
-        "sig": outcome.signal,
-        "err": outcome.stderr_tail,
-        "reason": outcome.reason,
-        "result": outcome.result,
-        "timeout": outcome.timed_out or None,
-    }
-    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
-    return rec
+    def write(self, batch: list[Record], *, sync: bool) -> None:
+        self._store._write(batch, sync=sync)
 
+    def claim_free(self, item: LiveItem) -> bool:
+        return self._store._claim_free(item)
 
-def _runner_record(runner: RunnerInfo) -> Record:
-    return {
-        "t": "run",
-        "runner": runner.runner_id,
-        "pid": runner.pid,
-        "host": runner.host,
-        "boot": runner.boot_id,
-        "since": runner.started_at,
-        "cmd": list(runner.command),
-    }
+    def runner_alive(self, runner_id: str) -> bool:
+        return self._store._runner_alive(runner_id)
+
+    def forget_runner(self, runner_id: str) -> None:
+        self._store._forget_runner(runner_id)
+
+    def known_keys(self, state: QueueState) -> Container[str]:
+        return self._store._known_keys(state)
