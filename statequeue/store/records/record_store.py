@@ -9,7 +9,6 @@ import time
 from abc import abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -46,7 +45,6 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.stats.attempts import Attempt
 
 ENQUEUE_BATCH = 20_000
-RECENT_FAILURES = 5
 
 
 class RecordStore(Store):
@@ -172,10 +170,10 @@ class RecordStore(Store):
         max_crashes: int,
         among: Collection[int] | None,
     ) -> Claim | None:
-        self._recover(state, on_interrupted, max_crashes)
+        self._recovery.recover(state, on_interrupted, max_crashes)
         if state.paused:
             return None
-        found = self._first_claimable(state, among)
+        found = state.order.first_claimable(time.time(), among, self._take_claim)
         if found is None:
             return None
         item, fds = found
@@ -199,42 +197,12 @@ class RecordStore(Store):
             failures=item.failures,
         )
 
-    def _first_claimable(
-        self, state: QueueState, among: Collection[int] | None
-    ) -> tuple[LiveItem, tuple[int, ...]] | None:
-        """The first due pending item whose claim this process could take."""
-        now = time.time()
-        if among is not None:
-            candidates = sorted(i for i in among if (it := state.get(i)) and state.is_due(it, now))
-            for item_id in candidates:
-                fds = self._take_claim(item_id)
-                if fds is not None:
-                    return state.get(item_id), fds  # type: ignore[return-value]
-            return None
-        skipped: list[int] = []
-        try:
-            while (item := state.next_pending(now)) is not None:
-                fds = self._take_claim(item.id)
-                if fds is not None:
-                    return item, fds
-                # A process from an earlier attempt still holds the claim:
-                # leave the item pending until it is gone (promise 4).
-                skipped.append(state.pop_pending())
-            return None
-        finally:
-            state.restore_pending(skipped)
-
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
     ) -> RecoveryReport:
         """Apply the policy to items whose runner (and its children) are gone."""
         with self._locked() as state:
-            return self._recover(state, on_interrupted, max_crashes)
-
-    def _recover(
-        self, state: QueueState, policy: OnInterrupted, max_crashes: int
-    ) -> RecoveryReport:
-        return self._recovery.recover(state, policy, max_crashes)
+            return self._recovery.recover(state, on_interrupted, max_crashes)
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -344,23 +312,11 @@ class RecordStore(Store):
         self.runners.prune_dead(state)
 
     def status(self) -> Status:
-        from statequeue.core.views import Failure, Status
+        from statequeue.store.records.listing import status_view  # lazy: start-up time
 
         with self._locked() as state:
-            failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
-            return Status(
-                queue=self.name,
-                counts={s.value: n for s, n in state.counts.items()},
-                runners=tuple(self.runners.active(state)),
-                recent_failures=tuple(
-                    Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
-                    for i in failed[:RECENT_FAILURES]
-                ),
-                held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
-                interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
-                paused=state.paused,
-                rate=state.rate(time.time()),
-            )
+            interrupted = [i.id for i in state.running() if self._claim_free(i)]
+            return status_view(self.name, state, self.runners.active(state), interrupted)
 
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
@@ -388,41 +344,14 @@ class RecordStore(Store):
     def next_due(self, among: Collection[int] | None = None) -> float | None:
         # Read without the lock, as the runner always did: a hint for how long
         # to sleep, refreshed by every claim.
-        state = self.state
-        if among is None:
-            return state.next_due()
-        waits = [
-            item.not_before
-            for i in among
-            if (item := state.items.get(i)) is not None and item.state is ItemState.PENDING
-        ]
-        return min(waits) if waits else None
+        order = self.state.order
+        return order.next_due() if among is None else order.due_among(among)
 
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
-        from statequeue.core.views import ItemView
+        from statequeue.store.records.listing import item_views  # lazy: start-up time
 
         with self._locked() as st:
-            merged: list[ItemView] = []
-            started: dict[int, int] = {}  # a done item's attempts: from its last start
-            for r in self._journal_records():
-                kind = r.get("t")
-                if kind == "start":
-                    started[r["id"]] = r["attempt"]
-                if kind not in ("enq", "item"):
-                    continue
-                item_id = r["id"]
-                current = st.state_of(item_id) or ItemState.DONE
-                if state is not None and current is not state:
-                    continue
-                live = st.items.get(item_id)
-                attempts, reason = (live.attempts, live.reason) if live else (0, "")
-                merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
-                if kind == "item":
-                    started[item_id] = r.get("attempts", 0)
-        merged = [
-            replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
-        ]
-        merged.sort(key=lambda v: v.item_id)
+            merged = item_views(st, self._journal_records(), state)
         # The archive is in completion order, and an item retried after a
         # compaction can finish with a lower id than archived ones: merge by id.
         yield from heapq.merge(self._archived_views(state), merged, key=lambda v: v.item_id)
@@ -440,7 +369,7 @@ class RecordStore(Store):
         return ()
 
     def history(self, item_id: int) -> ItemHistory:
-        from statequeue.store.records.history import item_history
+        from statequeue.store.records.history import item_history  # lazy: start-up time
 
         with self._locked() as state:
             found = item_history(
@@ -455,7 +384,7 @@ class RecordStore(Store):
         return found
 
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        from statequeue.store.records.history import iter_results
+        from statequeue.store.records.history import iter_results  # lazy: start-up time
 
         with self._locked() as st:
             journal = self._journal_records()
@@ -464,7 +393,7 @@ class RecordStore(Store):
     def result(self, item_id: int) -> ItemResult | None:
         """From the record the state locates (``QueueState.result_loc``) and
         the item's own (its text), or the archive's: a few records read."""
-        from statequeue.store.records.history import result_from
+        from statequeue.store.records.history import located_result  # lazy: start-up time
 
         with self._locked() as state:
             current = state.state_of(item_id)
@@ -479,12 +408,9 @@ class RecordStore(Store):
             rec = self._record_at(loc)
             if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
                 raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
-            if rec["t"] == "item":  # a result carried over by compaction (or imported)
-                return result_from(
-                    {"id": item_id, **rec["last"]}, item_text(rec), current, archived=False
-                )
-            text = self._load_text(item_id, state.locs[item_id])
-            return result_from(rec, text, current, archived=False)
+            return located_result(
+                rec, current, lambda: self._load_text(item_id, state.locs[item_id])
+            )
 
     def _record_at(self, loc: int) -> Record:
         """The live journal's record at locator ``loc`` (caller holds the lock)."""
@@ -496,7 +422,7 @@ class RecordStore(Store):
         return None
 
     def export_items(self) -> Iterator[ExportedItem]:
-        from statequeue.store.records.transfer import export_items
+        from statequeue.store.records.transfer import export_items  # lazy: start-up time
 
         with self._locked() as state:
             # Taken whole under the lock: one consistent moment of the queue.
@@ -527,7 +453,7 @@ class RecordStore(Store):
         return iter(())
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        from statequeue.stats.attempts import attempts_of
+        from statequeue.stats.attempts import attempts_of  # lazy: start-up time
 
         with self._locked():
             journal = self._journal_records()
