@@ -1,6 +1,5 @@
-"""The views a record-based store lists from its replayed state: every live
-item (``list``) and the queue's status. Imported where used, so that
-``enqueue`` never loads the view classes."""
+"""The views a record-based store lists from its replayed state: every item
+of the live journal (``list``) and the queue's status."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from abc import abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from itertools import chain
-from typing import TYPE_CHECKING
 
 from statequeue.core.errors import DamagedState, StateQueueError
+from statequeue.core.exported import ExportedItem
 from statequeue.core.gcpause import gc_paused
 from statequeue.core.models import (
     Claim,
@@ -23,26 +23,24 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record, item_fields, item_text
+from statequeue.core.views import (
+    ActiveRunner,
+    ItemHistory,
+    ItemResult,
+    ItemView,
+    RecoveryReport,
+    Status,
+)
+from statequeue.stats.attempts import Attempt, attempts_of
 from statequeue.store import transitions
 from statequeue.store.base import Store, attempts_since
 from statequeue.store.records.backend import record_time
+from statequeue.store.records.history import item_history, iter_results, located_result
 from statequeue.store.records.recovery import Recovery
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
 from statequeue.store.records.user_actions import UserActions
 from statequeue.store.transitions import RETRYABLE
-
-if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.core.exported import ExportedItem
-    from statequeue.core.views import (
-        ActiveRunner,
-        ItemHistory,
-        ItemResult,
-        ItemView,
-        RecoveryReport,
-        Status,
-    )
-    from statequeue.stats.attempts import Attempt
 
 ENQUEUE_BATCH = 20_000
 
@@ -369,8 +367,6 @@ class RecordStore(Store):
         return ()
 
     def history(self, item_id: int) -> ItemHistory:
-        from statequeue.store.records.history import item_history  # lazy: start-up time
-
         with self._locked() as state:
             found = item_history(
                 item_id,
@@ -384,8 +380,6 @@ class RecordStore(Store):
         return found
 
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        from statequeue.store.records.history import iter_results  # lazy: start-up time
-
         with self._locked() as st:
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)
@@ -393,8 +387,6 @@ class RecordStore(Store):
     def result(self, item_id: int) -> ItemResult | None:
         """From the record the state locates (``QueueState.result_loc``) and
         the item's own (its text), or the archive's: a few records read."""
-        from statequeue.store.records.history import located_result  # lazy: start-up time
-
         with self._locked() as state:
             current = state.state_of(item_id)
             if current is None:
@@ -422,17 +414,19 @@ class RecordStore(Store):
         return None
 
     def export_items(self) -> Iterator[ExportedItem]:
-        from statequeue.store.records.transfer import export_items  # lazy: start-up time
+        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
 
         with self._locked() as state:
             # Taken whole under the lock: one consistent moment of the queue.
-            found = list(export_items(state, self._journal_records(), self._archive_records()))
+            found = list(
+                transfer.export_items(state, self._journal_records(), self._archive_records())
+            )
         yield from found
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        from statequeue.store.records.transfer import import_items  # lazy: start-up time
+        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
 
-        return import_items(_Backend(self), entries)
+        return transfer.import_items(_Backend(self), entries)
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._locked() as state:
@@ -453,8 +447,6 @@ class RecordStore(Store):
         return iter(())
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        from statequeue.stats.attempts import attempts_of  # lazy: start-up time
-
         with self._locked():
             journal = self._journal_records()
         archived = attempts_of(self._archive_records())

@@ -3,16 +3,12 @@ children) are gone are settled by the policy (store/transitions.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from statequeue.core.models import OnInterrupted
+from statequeue.core.views import RecoveryReport
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import QueueState
-
-if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.core.views import RecoveryReport
 
 
 class Recovery:
@@ -26,8 +22,6 @@ class Recovery:
         """Settle every running item whose claim no live process holds (the
         caller holds the lock); runs with every claim, so it is cheap when
         nothing died."""
-        from statequeue.core.views import RecoveryReport  # lazy: start-up time (enqueue)
-
         report = RecoveryReport()
         # Hosts of the runners, taken before the dead ones are forgotten: an
         # attempt that died with its runner names both (for `stats`). Copied

@@ -4,16 +4,13 @@ ones, and recording that dead ones are gone."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from statequeue.core.errors import RunnerActive
 from statequeue.core.models import RunnerInfo
+from statequeue.core.views import ActiveRunner
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
 from statequeue.store.records.state import QueueState
-
-if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.core.views import ActiveRunner
 
 
 class RunnerRegistry:
@@ -42,8 +39,6 @@ class RunnerRegistry:
 
     def active(self, state: QueueState) -> list[ActiveRunner]:
         """The live runners, with the items each is running (caller holds the lock)."""
-        from statequeue.core.views import ActiveRunner  # lazy: start-up time (enqueue)
-
         running: dict[str, list[int]] = {}
         for item in state.running():
             running.setdefault(item.runner, []).append(item.id)
