@@ -55,9 +55,9 @@ class RecordStore(Store):
         self._notices: list[str] = []
         # The store's jobs beside claims and reads, each an object it holds.
         backend = _Backend(self)
-        self.runners = RunnerRegistry(backend)
-        self._recovery = Recovery(backend, self.runners)
-        self.actions = UserActions(backend)
+        self._registry = RunnerRegistry(backend)
+        self._recovery = Recovery(backend, self._registry)
+        self._actions = UserActions(backend)
 
     # -- what a backend provides ---------------------------------------------
 
@@ -295,26 +295,26 @@ class RecordStore(Store):
         return item
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        self.runners.register(runner, exclusive=exclusive)
+        self._registry.register(runner, exclusive=exclusive)
 
     def unregister_runner(self, runner_id: str) -> None:
-        self.runners.unregister(runner_id)
+        self._registry.unregister(runner_id)
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._locked() as state:
-            return self.runners.active(state)
+            return self._registry.active(state)
 
     def prune_dead_runners(self, state: QueueState) -> None:
         """Record that runners which died without unregistering are gone
         (the caller holds the lock: compaction does it before a snapshot)."""
-        self.runners.prune_dead(state)
+        self._registry.prune_dead(state)
 
     def status(self) -> Status:
         from statequeue.store.records.listing import status_view  # lazy: start-up time
 
         with self._locked() as state:
             interrupted = [i.id for i in state.running() if self._claim_free(i)]
-            return status_view(self.name, state, self.runners.active(state), interrupted)
+            return status_view(self.name, state, self._registry.active(state), interrupted)
 
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
@@ -328,13 +328,13 @@ class RecordStore(Store):
     def retry(
         self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
     ) -> list[int]:
-        return self.actions.retry(ids, states)
+        return self._actions.retry(ids, states)
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
-        return self.actions.cancel(ids)
+        return self._actions.cancel(ids)
 
     def set_paused(self, paused: bool) -> None:
-        self.actions.set_paused(paused)
+        self._actions.set_paused(paused)
 
     def is_paused(self) -> bool:
         return self.state.paused
