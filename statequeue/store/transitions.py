@@ -154,7 +154,13 @@ def starts_episode(rec: Record) -> bool:
     return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
 
 
-# -- the user's retry and cancel ---------------------------------------------
+def last_line(text: str, width: int = 200) -> str:
+    """The line of a failed attempt's stderr tail that ``status`` shows: the
+    last non-empty one, cut to ``width``."""
+    return text.rstrip().rpartition("\n")[2][-width:]
+
+
+# -- the user's retry, cancel and pause ---------------------------------------
 
 
 def retry_allowed(
@@ -175,6 +181,11 @@ def user_reason(verb: str) -> str:
 def user_record(item_id: int, target: ItemState, verb: str, *, at: float) -> Record:
     """The ``set`` record of a user's state change."""
     return {"t": "set", "id": item_id, "state": target.value, "reason": user_reason(verb), "at": at}
+
+
+def pause_record(paused: bool, *, at: float) -> Record:
+    """The ``pause`` record of a user's pause or resume."""
+    return {"t": "pause", "paused": paused, "at": at}
 
 
 def check_allowed(verb: str, item_id: int, state: str, allowed: tuple[ItemState, ...]) -> None:
@@ -208,6 +219,11 @@ def runner_record(runner: RunnerInfo) -> Record:
         "since": runner.started_at,
         "cmd": list(runner.command),
     }
+
+
+def runner_stopped_record(runner_id: str, *, at: float) -> Record:
+    """The ``stop`` record of a runner that ends."""
+    return {"t": "stop", "runner": runner_id, "at": at}
 
 
 def runner_lost_record(runner_id: str, *, at: float, by: int) -> Record:

@@ -79,7 +79,7 @@ class PostgresActions(PostgresReading):
             conn.execute(
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
-            writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
+            writes.event(conn, self.name, transitions.pause_record(paused, at=writes.now()))
             if not paused:
                 self._notifier.notify(conn)
 

@@ -403,7 +403,7 @@ class PostgresStore(PostgresActions):
                     " WHERE queue = %s AND runner_id = %s",
                     (time.time(), self.name, runner_id),
                 )
-                rec = {"t": "stop", "runner": runner_id, "at": writes.now()}
+                rec = transitions.runner_stopped_record(runner_id, at=writes.now())
                 writes.event(conn, self.name, rec)
 
         self._patiently(attempt)

@@ -75,8 +75,3 @@ class LiveItem:
         if self._text is None:
             self._text = self._load(self.id, self.loc)
         return self._text
-
-
-def last_line(text: str, width: int = 200) -> str:
-    """The last non-empty line of ``text`` (a stderr tail), cut to ``width``."""
-    return text.rstrip().rpartition("\n")[2][-width:]

@@ -35,7 +35,8 @@ class RunnerRegistry:
     def unregister(self, runner_id: str) -> None:
         """Record that the runner stopped."""
         with self.backend.locked():
-            self.backend.write([{"t": "stop", "runner": runner_id, "at": record_time()}], sync=True)
+            stopped = transitions.runner_stopped_record(runner_id, at=record_time())
+            self.backend.write([stopped], sync=True)
 
     def active(self, state: QueueState) -> list[ActiveRunner]:
         """The live runners, with the items each is running (caller holds the lock)."""

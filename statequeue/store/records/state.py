@@ -38,9 +38,8 @@ from statequeue.store.records.items import (
 from statequeue.store.records.items import CODE as CODE
 from statequeue.store.records.items import LiveItem as LiveItem
 from statequeue.store.records.items import TextLoader as TextLoader
-from statequeue.store.records.items import last_line as last_line
 from statequeue.store.records.pending import PendingOrder
-from statequeue.store.transitions import starts_episode
+from statequeue.store.transitions import last_line, starts_episode
 
 RATE_WINDOW_ITEMS = 2000
 

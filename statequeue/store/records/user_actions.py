@@ -28,7 +28,7 @@ class UserActions:
 
     def set_paused(self, paused: bool) -> None:
         with self.backend.locked():
-            self.backend.write([{"t": "pause", "paused": paused, "at": record_time()}], sync=True)
+            self.backend.write([transitions.pause_record(paused, at=record_time())], sync=True)
 
     def set_state(
         self,
