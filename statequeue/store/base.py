@@ -25,6 +25,9 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record
+from statequeue.store.transitions import (
+    RETRYABLE as RETRYABLE,  # re-exported: the contract's default
+)
 
 if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.core.exported import ExportedItem
@@ -41,7 +44,6 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
 
-RETRYABLE = (ItemState.FAILED, ItemState.HELD)
 DEFAULT_LEASE = 30.0
 """Seconds a claim's lease lasts, for stores with leases (``run --lease``)."""
 MIN_LEASE = 0.5

@@ -443,7 +443,7 @@ class JournalStore(RecordStore):
     def _locked_pruned(self) -> Iterator[QueueState]:
         """``_locked``, with the records of runners that died pruned first."""
         with self._locked() as state:
-            self._prune_dead_runners(state)
+            self.prune_dead_runners(state)
             yield state
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, EnqueueResult, ItemState
 from statequeue.core.views import CompactResult
-from statequeue.store.base import RETRYABLE
+from statequeue.store import transitions
 from statequeue.store.postgres import archive, logs, queries, sql, transfer, writes
 from statequeue.store.postgres.notify import Notifier
 from statequeue.store.postgres.session import Session
@@ -67,9 +67,9 @@ class Actions:
         return EnqueueResult(added=added, skipped=len(items) - added)
 
     def retry(
-        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
+        self, ids: Sequence[int] | None, *, states: Collection[ItemState] = transitions.RETRYABLE
     ) -> list[int]:
-        allowed = tuple(s for s in RETRYABLE if s in states) if ids is None else RETRYABLE
+        allowed = transitions.retry_allowed(ids, states)
         with self._session.transaction() as conn:
             changed = writes.set_state(conn, self.name, ids, ItemState.PENDING, allowed, "retry")
             if changed:
@@ -77,7 +77,7 @@ class Actions:
             return changed
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
-        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
+        allowed = transitions.CANCELLABLE
         with self._session.transaction() as conn:
             return writes.set_state(conn, self.name, ids, ItemState.CANCELLED, allowed, "cancel")
 
@@ -86,7 +86,7 @@ class Actions:
             conn.execute(
                 "UPDATE statequeue.queues SET paused = %s WHERE name = %s", (paused, self.name)
             )
-            writes.event(conn, self.name, {"t": "pause", "paused": paused, "at": writes.now()})
+            writes.event(conn, self.name, transitions.pause_record(paused, at=writes.now()))
             if not paused:
                 self._notifier.notify(conn)
 

@@ -36,6 +36,7 @@ from statequeue.core.errors import ClaimLost
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.views import RecoveryReport
+from statequeue.store import transitions
 from statequeue.store.postgres import functions, queries, reaping, writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.leases import Leases
@@ -268,6 +269,4 @@ class Claims:
 
 def _target(outcome: Outcome, retry_at: float | None) -> ItemState:
     """The state an attempt's outcome moves its item to."""
-    if outcome.ok:
-        return ItemState.DONE
-    return ItemState.PENDING if retry_at is not None else ItemState.FAILED
+    return transitions.outcome_state(outcome, retry_at)

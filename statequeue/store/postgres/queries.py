@@ -18,7 +18,7 @@ from statequeue.core.records import item_fields
 from statequeue.core.views import ActiveRunner, Failure, ItemHistory, ItemResult, ItemView, Status
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
-from statequeue.store.records.state import last_line
+from statequeue.store.transitions import last_line
 
 PAGE = 5_000
 RECENT_FAILURES = 5

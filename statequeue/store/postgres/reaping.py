@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from statequeue.core.models import OnInterrupted
+from statequeue.store import transitions
 from statequeue.store.postgres import queries, sql, writes
 from statequeue.store.postgres.connection import Connection
 
@@ -160,8 +161,8 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
                     " AND runner_id = %s AND stopped_at IS NULL",
                     (time.time(), queue, rid),
                 )
-                lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
-                writes.event(conn, queue, {**lost, "by": os.getpid()})
+                lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid())
+                writes.event(conn, queue, lost)
 
 
 def reap_expired(
@@ -179,8 +180,8 @@ def reap_expired(
         if turn is None:
             return  # another reaper did it within REAP_EVERY
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
-            lost = {"t": "stop", "runner": rid, "reason": "died", "at": writes.now()}
-            writes.event(conn, queue, {**lost, "by": os.getpid()})
+            lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid())
+            writes.event(conn, queue, lost)
         for *row, token in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
             if not locks.is_held(int(token)):
                 recover_row(conn, queue, tuple(row), rule, report)

@@ -35,6 +35,7 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record
+from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
 from statequeue.store.postgres import logs, queries, reaping, writes
 from statequeue.store.postgres.actions import Actions
@@ -205,7 +206,7 @@ class PostgresStore(Store):
                     " WHERE queue = %s AND runner_id = %s",
                     (time.time(), self.name, runner_id),
                 )
-                rec = {"t": "stop", "runner": runner_id, "at": writes.now()}
+                rec = transitions.runner_stopped_record(runner_id, at=writes.now())
                 writes.event(conn, self.name, rec)
 
         self._session.patiently(attempt)

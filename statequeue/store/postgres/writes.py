@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from statequeue.core.errors import ClaimLost, ItemNotFound, QueueNotFound, UsageError
+from statequeue.core.errors import ClaimLost, QueueNotFound
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.records import Record
+from statequeue.store import transitions
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
 
@@ -114,8 +115,7 @@ def finish_params(
 
 def stale(claim: Claim) -> ClaimLost:
     return ClaimLost(
-        f"item {claim.item_id} is no longer claimed by runner {claim.runner_id} "
-        f"(token {claim.token} is stale); nothing was recorded"
+        f"{transitions.lost_claim_text(claim)} (token {claim.token} is stale); nothing was recorded"
     )
 
 
@@ -135,8 +135,12 @@ def give_back(conn: Connection, queue: str, claim: Claim, reason: str, attempts:
         },
     )
     count(conn, queue, {"running": -1, "pending": 1})
-    rec: Record = {"t": "intr", "id": claim.item_id, "attempt": claim.attempt}
-    event(conn, queue, {**rec, "state": "pending", "reason": reason, "at": now()})
+    # Unlike the journal's, this event has never carried ``crashed`` nor the
+    # uncounted ``attempts`` (the item's row holds both).
+    rec = transitions.interrupted_record(
+        claim.item_id, claim.attempt, ItemState.PENDING, reason, crashed=False, at=now()
+    )
+    event(conn, queue, rec)
 
 
 def add_runner(conn: Connection, queue: str, runner: RunnerInfo, lease: float) -> None:
@@ -158,9 +162,7 @@ def add_runner(conn: Connection, queue: str, runner: RunnerInfo, lease: float) -
             lease,
         ),
     )
-    rec: Record = {"t": "run", "runner": runner.runner_id, "pid": runner.pid}
-    rec.update(host=runner.host, boot=runner.boot_id, since=runner.started_at)
-    event(conn, queue, {**rec, "cmd": list(runner.command)})
+    event(conn, queue, transitions.runner_record(runner))
 
 
 def recover_one(
@@ -172,10 +174,13 @@ def recover_one(
     target: ItemState,
     policy: OnInterrupted,
 ) -> None:
-    reason = f"interrupted: its runner died or lost its lease during attempt {attempt}"
-    if target is ItemState.HELD and policy is OnInterrupted.RETRY:
-        reason = f"poison: in flight during {crashes} runner crashes; held"
-    crashed = target is ItemState.PENDING
+    reason = transitions.recovery_reason(
+        target,
+        policy,
+        crashes,
+        interrupted=f"interrupted: its runner died or lost its lease during attempt {attempt}",
+    )
+    crashed = transitions.recovered_crashed(target)
     conn.execute(
         "UPDATE statequeue.live SET state = %(s)s, crashes = %(c)s, interrupted = %(i)s,"
         " token = NULL, runner = NULL, holder = NULL, lease_until = NULL, reason = %(r)s,"
@@ -192,10 +197,10 @@ def recover_one(
         },
     )
     count(conn, queue, {"running": -1, target.value: 1})
-    rec: Record = {"t": "intr", "id": item_id, "attempt": attempt, "state": target.value}
-    rec.update(reason=reason, at=now(), crashes=crashes)
-    if crashed:
-        rec["crashed"] = True
+    rec = transitions.interrupted_record(
+        item_id, attempt, target, reason, crashed=crashed, at=now()
+    )
+    rec["crashes"] = crashes
     event(conn, queue, rec)
 
 
@@ -219,12 +224,11 @@ def set_state(
         chosen = [(int(i), str(s)) for i, s in rows]
     else:
         chosen = [(i, check_state(conn, queue, i, allowed, verb)) for i in dict.fromkeys(ids)]
-    reason = f"{verb} by user"
+    reason = transitions.user_reason(verb)
     for item_id, old in chosen:
         move(conn, queue, item_id, target, reason)
         count(conn, queue, {old: -1, target.value: 1})
-        rec: Record = {"t": "set", "id": item_id, "state": target.value}
-        event(conn, queue, {**rec, "reason": reason, "at": now()})
+        event(conn, queue, transitions.user_record(item_id, target, verb, at=now()))
     return [i for i, _ in chosen]
 
 
@@ -262,23 +266,20 @@ def check_state(
             "SELECT state FROM statequeue.items WHERE queue = %(q)s AND id = %(id)s", key
         ).fetchone()
         if row is None:
-            raise ItemNotFound(f"no item {item_id} in queue {queue!r}")
-        raise UsageError(f"cannot {verb} item {item_id}: it is {row[0]}")
+            raise transitions.unknown_item(item_id, queue)
+        raise transitions.refusal(verb, item_id, str(row[0]))
     state = str(row[0])
-    if state not in allowed:
-        names = ", ".join(s.value for s in allowed)
-        raise UsageError(f"cannot {verb} item {item_id}: it is {state} (must be {names})")
+    transitions.check_allowed(verb, item_id, state, allowed)
     return state
 
 
 def policy(
     policy: OnInterrupted, crashes: int, max_crashes: int, report: RecoveryReport
 ) -> tuple[ItemState, list[int]]:
-    if policy is OnInterrupted.FAIL:
-        return ItemState.FAILED, report.failed
-    if policy is OnInterrupted.HOLD or crashes >= max_crashes:
-        return ItemState.HELD, report.held
-    return ItemState.PENDING, report.retried
+    """The state recovery moves an item to (store/transitions.py), and the
+    list of ``report`` it is counted in."""
+    target = transitions.recovery_state(policy, crashes, max_crashes)
+    return target, transitions.recovery_bucket(report, target)
 
 
 def safe(text: str) -> str:
@@ -293,17 +294,10 @@ def now() -> float:
 
 
 def end_record(claim: Claim, outcome: Outcome, target: ItemState, retry_at: float | None) -> Record:
-    rec: Record = {"t": "end", "id": claim.item_id, "attempt": claim.attempt}
-    rec.update(state=target.value, ok=outcome.ok, at=now(), dur=round(outcome.duration, 6))
-    optional: dict[str, Any] = {
-        "exit": outcome.exit_code,
-        "sig": outcome.signal,
-        "err": safe(outcome.stderr_tail),
-        "reason": safe(outcome.reason),
-        "result": outcome.result,
-        "timeout": outcome.timed_out or None,
-        "retry_at": retry_at if not outcome.ok else None,
-        "token": claim.token,
-    }
-    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    """The attempt's ``end`` event (store/transitions.py), with its fencing token."""
+    rec = transitions.end_record(claim, outcome, target, at=now(), text=safe)
+    if retry_at is not None and not outcome.ok:
+        rec["retry_at"] = retry_at
+    if claim.token is not None:
+        rec["token"] = claim.token
     return rec

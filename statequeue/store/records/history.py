@@ -6,13 +6,14 @@ archive's), so every record-based store shares them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, item_text
 from statequeue.core.views import ItemHistory, ItemResult
-from statequeue.store.records.state import QueueState, starts_episode
+from statequeue.store.records.state import QueueState
+from statequeue.store.transitions import starts_episode
 
 _ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "set", "arch"})
 
@@ -74,6 +75,15 @@ def iter_results(
             continue
         if wanted is None or current is wanted:
             yield result_from(ends[item_id], texts.get(item_id, ""), current, archived=False)
+
+
+def located_result(rec: Record, state: ItemState, text: Callable[[], str]) -> ItemResult:
+    """The ItemResult of the live journal's result record ``rec`` (an ``end``,
+    whose item's text ``text`` reads back, or an ``item`` carrying ``last``:
+    a result carried over by compaction, or imported)."""
+    if rec["t"] == "item":
+        return result_from({"id": rec["id"], **rec["last"]}, item_text(rec), state, archived=False)
+    return result_from(rec, text(), state, archived=False)
 
 
 def result_from(r: Record, text: str, state: ItemState, *, archived: bool) -> ItemResult:

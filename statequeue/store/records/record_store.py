@@ -5,23 +5,14 @@ into the ``Store`` contract."""
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from abc import abstractmethod
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from itertools import chain
-from typing import TYPE_CHECKING, Any
 
-from statequeue.core.errors import (
-    DamagedState,
-    ItemNotFound,
-    RunnerActive,
-    StateQueueError,
-    UsageError,
-)
-from statequeue.core.exported import out_of_reach
+from statequeue.core.errors import DamagedState, StateQueueError
+from statequeue.core.exported import ExportedItem
 from statequeue.core.gcpause import gc_paused
 from statequeue.core.models import (
     Claim,
@@ -32,24 +23,26 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record, item_fields, item_text
-from statequeue.store.base import RETRYABLE, Store, attempts_since
+from statequeue.core.views import (
+    ActiveRunner,
+    ItemHistory,
+    ItemResult,
+    ItemView,
+    RecoveryReport,
+    Status,
+)
+from statequeue.stats.attempts import Attempt, attempts_of
+from statequeue.store import transitions
+from statequeue.store.base import Store, attempts_since
+from statequeue.store.records.backend import record_time
+from statequeue.store.records.history import item_history, iter_results, located_result
+from statequeue.store.records.recovery import Recovery
+from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
-
-if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
-    from statequeue.core.exported import ExportedItem
-    from statequeue.core.views import (
-        ActiveRunner,
-        ItemHistory,
-        ItemResult,
-        ItemView,
-        RecoveryReport,
-        Status,
-    )
-    from statequeue.stats.attempts import Attempt
+from statequeue.store.records.user_actions import UserActions
+from statequeue.store.transitions import RETRYABLE
 
 ENQUEUE_BATCH = 20_000
-IMPORT_BATCH = 1_000
-RECENT_FAILURES = 5
 
 
 class RecordStore(Store):
@@ -60,6 +53,11 @@ class RecordStore(Store):
         self.name = name
         self.state = QueueState(self._load_text)
         self._notices: list[str] = []
+        # The store's jobs beside claims and reads, each an object it holds.
+        backend = _Backend(self)
+        self._registry = RunnerRegistry(backend)
+        self._recovery = Recovery(backend, self._registry)
+        self._actions = UserActions(backend)
 
     # -- what a backend provides ---------------------------------------------
 
@@ -92,16 +90,6 @@ class RecordStore(Store):
     @abstractmethod
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
-
-    def _prune_dead_runners(self, state: QueueState) -> None:
-        """Record that runners which died without unregistering are gone, so
-        their records are not carried forever (nor probed on every claim)."""
-        for rid in [r for r in state.runners if not self._runner_alive(r)]:
-            # "by": the process that noticed (`events` shows the runner as lost).
-            lost: Record = {"t": "stop", "runner": rid, "reason": "died", "at": _now()}
-            lost["by"] = os.getpid()
-            self._write([lost], sync=False)
-            self._forget_runner(rid)
 
     def _maybe_compact(self, state: QueueState) -> None:
         """Compact when enough dead records piled up (stores with a journal)."""
@@ -180,10 +168,10 @@ class RecordStore(Store):
         max_crashes: int,
         among: Collection[int] | None,
     ) -> Claim | None:
-        self._recover(state, on_interrupted, max_crashes)
+        self._recovery.recover(state, on_interrupted, max_crashes)
         if state.paused:
             return None
-        found = self._first_claimable(state, among)
+        found = state.order.first_claimable(time.time(), among, self._take_claim)
         if found is None:
             return None
         item, fds = found
@@ -207,71 +195,12 @@ class RecordStore(Store):
             failures=item.failures,
         )
 
-    def _first_claimable(
-        self, state: QueueState, among: Collection[int] | None
-    ) -> tuple[LiveItem, tuple[int, ...]] | None:
-        """The first due pending item whose claim this process could take."""
-        now = time.time()
-        if among is not None:
-            candidates = sorted(i for i in among if (it := state.get(i)) and state.is_due(it, now))
-            for item_id in candidates:
-                fds = self._take_claim(item_id)
-                if fds is not None:
-                    return state.get(item_id), fds  # type: ignore[return-value]
-            return None
-        skipped: list[int] = []
-        try:
-            while (item := state.next_pending(now)) is not None:
-                fds = self._take_claim(item.id)
-                if fds is not None:
-                    return item, fds
-                # A process from an earlier attempt still holds the claim:
-                # leave the item pending until it is gone (promise 4).
-                skipped.append(state.pop_pending())
-            return None
-        finally:
-            state.restore_pending(skipped)
-
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
     ) -> RecoveryReport:
         """Apply the policy to items whose runner (and its children) are gone."""
         with self._locked() as state:
-            return self._recover(state, on_interrupted, max_crashes)
-
-    def _recover(
-        self, state: QueueState, policy: OnInterrupted, max_crashes: int
-    ) -> RecoveryReport:
-        from statequeue.core.views import RecoveryReport
-
-        report = RecoveryReport()
-        # Hosts of the runners, taken before the dead ones are forgotten: an
-        # attempt that died with its runner names both (for `stats`). Copied
-        # as they are (this runs with every claim); read only for a recovery.
-        hosts = dict(state.runners)
-        self._prune_dead_runners(state)
-        for item in state.running():
-            if not self._claim_free(item):
-                continue
-            crashes = item.crashes + 1
-            if policy is OnInterrupted.FAIL:
-                target, bucket = ItemState.FAILED, report.failed
-            elif policy is OnInterrupted.HOLD or crashes >= max_crashes:
-                target, bucket = ItemState.HELD, report.held
-            else:
-                target, bucket = ItemState.PENDING, report.retried
-            reason = f"interrupted: its runner died during attempt {item.attempts}"
-            if target is ItemState.HELD and policy is OnInterrupted.RETRY:
-                reason = f"poison: in flight during {crashes} runner crashes; held"
-            rec = _recovered(item, target, reason, crashed=target is ItemState.PENDING)
-            rec["crashes"] = crashes
-            rec["runner"] = item.runner  # the runner that died (for `stats`)
-            host = str(hosts.get(item.runner, {}).get("host", ""))
-            if host:
-                rec["host"] = host
-            self._write([rec], sync=False)
-            bucket.append(item.id)
-        return report
+            return self._recovery.recover(state, on_interrupted, max_crashes)
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -318,11 +247,8 @@ class RecordStore(Store):
         sync: bool,
     ) -> ItemState:
         self._claimed_item(state, claim)
-        if outcome.ok:
-            target = ItemState.DONE
-        else:
-            target = ItemState.PENDING if retry_at is not None else ItemState.FAILED
-        rec = _end_record(claim, outcome, target)
+        target = transitions.outcome_state(outcome, retry_at)
+        rec = transitions.end_record(claim, outcome, target, at=record_time())
         # Who ran it, for `stats` per runner and host: the runner's own
         # record does not survive compaction, this one's summary does.
         rec["runner"] = claim.runner_id
@@ -344,7 +270,14 @@ class RecordStore(Store):
             item = self._claimed_item(state, claim)
             # An item claimed after a crash keeps that mark (a --verify stopped
             # by a signal, or that could not run, must be able to settle it later).
-            rec = _recovered(item, ItemState.PENDING, reason, crashed=claim.interrupted)
+            rec = transitions.interrupted_record(
+                item.id,
+                item.attempts,
+                ItemState.PENDING,
+                reason,
+                crashed=claim.interrupted,
+                at=record_time(),
+            )
             if uncounted:
                 rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
             self._write([rec], sync=True)
@@ -358,66 +291,30 @@ class RecordStore(Store):
             or item.runner != claim.runner_id
             or item.attempts != claim.attempt
         ):
-            raise StateQueueError(
-                f"item {claim.item_id} is no longer claimed by runner {claim.runner_id}"
-            )
+            raise StateQueueError(transitions.lost_claim_text(claim))
         return item
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        with self._locked() as state:
-            others = [r for r in self._active_runners(state) if r.runner_id != runner.runner_id]
-            if exclusive and others:
-                r = others[0]
-                raise RunnerActive(
-                    f"another runner is active on queue {self.name!r} "
-                    f"(pid {r.pid} on {r.host}); not starting"
-                )
-            self._write([_runner_record(runner)], sync=False)
+        self._registry.register(runner, exclusive=exclusive)
 
     def unregister_runner(self, runner_id: str) -> None:
-        with self._locked():
-            self._write([{"t": "stop", "runner": runner_id, "at": _now()}], sync=True)
+        self._registry.unregister(runner_id)
 
     def active_runners(self) -> list[ActiveRunner]:
         with self._locked() as state:
-            return self._active_runners(state)
+            return self._registry.active(state)
 
-    def _active_runners(self, state: QueueState) -> list[ActiveRunner]:
-        from statequeue.core.views import ActiveRunner
-
-        running: dict[str, list[int]] = {}
-        for item in state.running():
-            running.setdefault(item.runner, []).append(item.id)
-        return [
-            ActiveRunner(
-                runner_id=rid,
-                pid=rec.get("pid", 0),
-                host=rec.get("host", ""),
-                started_at=rec.get("since", 0.0),
-                running=tuple(sorted(running.get(rid, ()))),
-            )
-            for rid, rec in state.runners.items()
-            if self._runner_alive(rid)
-        ]
+    def prune_dead_runners(self, state: QueueState) -> None:
+        """Record that runners which died without unregistering are gone
+        (the caller holds the lock: compaction does it before a snapshot)."""
+        self._registry.prune_dead(state)
 
     def status(self) -> Status:
-        from statequeue.core.views import Failure, Status
+        from statequeue.store.records.listing import status_view  # lazy: start-up time
 
         with self._locked() as state:
-            failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
-            return Status(
-                queue=self.name,
-                counts={s.value: n for s, n in state.counts.items()},
-                runners=tuple(self._active_runners(state)),
-                recent_failures=tuple(
-                    Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
-                    for i in failed[:RECENT_FAILURES]
-                ),
-                held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
-                interrupted=tuple(sorted(i.id for i in state.running() if self._claim_free(i))),
-                paused=state.paused,
-                rate=state.rate(time.time()),
-            )
+            interrupted = [i.id for i in state.running() if self._claim_free(i)]
+            return status_view(self.name, state, self._registry.active(state), interrupted)
 
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
@@ -431,54 +328,13 @@ class RecordStore(Store):
     def retry(
         self, ids: Sequence[int] | None, *, states: Collection[ItemState] = RETRYABLE
     ) -> list[int]:
-        if ids is None:
-            chosen = tuple(s for s in RETRYABLE if s in states)
-            return self._set_state(None, ItemState.PENDING, chosen, "retry")
-        return self._set_state(ids, ItemState.PENDING, RETRYABLE, "retry")
+        return self._actions.retry(ids, states)
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
-        allowed = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
-        return self._set_state(ids, ItemState.CANCELLED, allowed, "cancel")
-
-    def _set_state(
-        self,
-        ids: Sequence[int] | None,
-        target: ItemState,
-        allowed: tuple[ItemState, ...],
-        verb: str,
-    ) -> list[int]:
-        with self._locked() as state:
-            if ids is None:
-                chosen = [i for i in state.live_ids() if state.state_of(i) in allowed]
-            else:
-                chosen = list(dict.fromkeys(ids))
-                for item_id in chosen:
-                    self._check_state(state, item_id, allowed, verb)
-            at = _now()
-            records: list[Record] = [
-                {"t": "set", "id": i, "state": target.value, "reason": f"{verb} by user", "at": at}
-                for i in chosen
-            ]
-            self._write(records, sync=True)
-            return chosen
-
-    def _check_state(
-        self, state: QueueState, item_id: int, allowed: tuple[ItemState, ...], verb: str
-    ) -> None:
-        item = state.get(item_id)
-        if item is None:
-            if 0 < item_id < state.next_id:
-                raise UsageError(f"cannot {verb} item {item_id}: it is done")
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
-        if item.state not in allowed:
-            names = ", ".join(s.value for s in allowed)
-            raise UsageError(
-                f"cannot {verb} item {item_id}: it is {item.state.value} (must be {names})"
-            )
+        return self._actions.cancel(ids)
 
     def set_paused(self, paused: bool) -> None:
-        with self._locked():
-            self._write([{"t": "pause", "paused": paused, "at": _now()}], sync=True)
+        self._actions.set_paused(paused)
 
     def is_paused(self) -> bool:
         return self.state.paused
@@ -486,41 +342,14 @@ class RecordStore(Store):
     def next_due(self, among: Collection[int] | None = None) -> float | None:
         # Read without the lock, as the runner always did: a hint for how long
         # to sleep, refreshed by every claim.
-        state = self.state
-        if among is None:
-            return state.next_due()
-        waits = [
-            item.not_before
-            for i in among
-            if (item := state.items.get(i)) is not None and item.state is ItemState.PENDING
-        ]
-        return min(waits) if waits else None
+        order = self.state.order
+        return order.next_due() if among is None else order.due_among(among)
 
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
-        from statequeue.core.views import ItemView
+        from statequeue.store.records.listing import item_views  # lazy: start-up time
 
         with self._locked() as st:
-            merged: list[ItemView] = []
-            started: dict[int, int] = {}  # a done item's attempts: from its last start
-            for r in self._journal_records():
-                kind = r.get("t")
-                if kind == "start":
-                    started[r["id"]] = r["attempt"]
-                if kind not in ("enq", "item"):
-                    continue
-                item_id = r["id"]
-                current = st.state_of(item_id) or ItemState.DONE
-                if state is not None and current is not state:
-                    continue
-                live = st.items.get(item_id)
-                attempts, reason = (live.attempts, live.reason) if live else (0, "")
-                merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
-                if kind == "item":
-                    started[item_id] = r.get("attempts", 0)
-        merged = [
-            replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
-        ]
-        merged.sort(key=lambda v: v.item_id)
+            merged = item_views(st, self._journal_records(), state)
         # The archive is in completion order, and an item retried after a
         # compaction can finish with a lower id than archived ones: merge by id.
         yield from heapq.merge(self._archived_views(state), merged, key=lambda v: v.item_id)
@@ -538,8 +367,6 @@ class RecordStore(Store):
         return ()
 
     def history(self, item_id: int) -> ItemHistory:
-        from statequeue.store.records.history import item_history
-
         with self._locked() as state:
             found = item_history(
                 item_id,
@@ -549,12 +376,10 @@ class RecordStore(Store):
                 self._log_paths(item_id),
             )
         if found is None:
-            raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+            raise transitions.unknown_item(item_id, self.name)
         return found
 
     def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        from statequeue.store.records.history import iter_results
-
         with self._locked() as st:
             journal = self._journal_records()
         yield from iter_results(st, journal, self._archive_records(), state)
@@ -562,12 +387,10 @@ class RecordStore(Store):
     def result(self, item_id: int) -> ItemResult | None:
         """From the record the state locates (``QueueState.result_loc``) and
         the item's own (its text), or the archive's: a few records read."""
-        from statequeue.store.records.history import result_from
-
         with self._locked() as state:
             current = state.state_of(item_id)
             if current is None:
-                raise ItemNotFound(f"no item {item_id} in queue {self.name!r}")
+                raise transitions.unknown_item(item_id, self.name)
             if current not in (ItemState.DONE, ItemState.FAILED):
                 return None
             loc = state.result_loc(item_id)
@@ -577,12 +400,9 @@ class RecordStore(Store):
             rec = self._record_at(loc)
             if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
                 raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
-            if rec["t"] == "item":  # a result carried over by compaction (or imported)
-                return result_from(
-                    {"id": item_id, **rec["last"]}, item_text(rec), current, archived=False
-                )
-            text = self._load_text(item_id, state.locs[item_id])
-            return result_from(rec, text, current, archived=False)
+            return located_result(
+                rec, current, lambda: self._load_text(item_id, state.locs[item_id])
+            )
 
     def _record_at(self, loc: int) -> Record:
         """The live journal's record at locator ``loc`` (caller holds the lock)."""
@@ -594,37 +414,19 @@ class RecordStore(Store):
         return None
 
     def export_items(self) -> Iterator[ExportedItem]:
-        from statequeue.store.records.transfer import export_items
+        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
 
         with self._locked() as state:
             # Taken whole under the lock: one consistent moment of the queue.
-            found = list(export_items(state, self._journal_records(), self._archive_records()))
+            found = list(
+                transfer.export_items(state, self._journal_records(), self._archive_records())
+            )
         yield from found
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        from statequeue.store.records.transfer import item_record
+        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
 
-        added = 0
-        seen: set[str] = set()
-        for start in range(0, len(entries), IMPORT_BATCH):
-            with self._locked() as state:
-                keys = self._known_keys(state)
-                next_id = state.next_id
-                batch: list[Record] = []
-                for entry in entries[start : start + IMPORT_BATCH]:
-                    if entry.item in keys or entry.item in seen:
-                        continue
-                    seen.add(entry.item)
-                    # Its own id when free (always, into an empty queue), unless
-                    # items skipped as already here leave it out of replay's reach.
-                    if not out_of_reach(entry.item_id, next_id):
-                        next_id = max(entry.item_id, next_id)
-                    batch.append(item_record(entry, next_id))
-                    next_id += 1
-                # One durable append per batch; a crash keeps whole records only.
-                self._write(batch, sync=True)
-                added += len(batch)
-        return EnqueueResult(added=added, skipped=len(entries) - added)
+        return transfer.import_items(_Backend(self), entries)
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._locked() as state:
@@ -645,62 +447,37 @@ class RecordStore(Store):
         return iter(())
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        from statequeue.stats.attempts import attempts_of
-
         with self._locked():
             journal = self._journal_records()
         archived = attempts_of(self._archive_records())
         return attempts_since(chain(archived, attempts_of(journal)), since)
 
 
-def _recovered(item: LiveItem, target: ItemState, reason: str, *, crashed: bool) -> Record:
-    rec: Record = {
-        "t": "intr",
-        "id": item.id,
-        "attempt": item.attempts,
-        "state": target.value,
-        "reason": reason,
-        "at": _now(),
-    }
-    if crashed:
-        rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
-    return rec
+class _Backend:
+    """The store's hooks under the names its parts use (``RecordBackend``),
+    looked up on each call so that a backend's overrides apply."""
 
+    def __init__(self, store: RecordStore) -> None:
+        self._store = store
 
-def _now() -> float:
-    """A record's time, for people reading `events` (never for ordering: seq does that)."""
-    return round(time.time(), 3)
+    @property
+    def name(self) -> str:
+        return self._store.name
 
+    def locked(self) -> AbstractContextManager[QueueState]:
+        return self._store._locked()
 
-def _end_record(claim: Claim, outcome: Outcome, target: ItemState) -> Record:
-    rec: Record = {
-        "t": "end",
-        "id": claim.item_id,
-        "attempt": claim.attempt,
-        "state": target.value,
-        "ok": outcome.ok,
-        "at": round(time.time(), 3),
-        "dur": round(outcome.duration, 6),
-    }
-    optional: dict[str, Any] = {
-        "exit": outcome.exit_code,
-        "sig": outcome.signal,
-        "err": outcome.stderr_tail,
-        "reason": outcome.reason,
-        "result": outcome.result,
-        "timeout": outcome.timed_out or None,
-    }
-    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
-    return rec
+    def write(self, batch: list[Record], *, sync: bool) -> None:
+        self._store._write(batch, sync=sync)
 
+    def claim_free(self, item: LiveItem) -> bool:
+        return self._store._claim_free(item)
 
-def _runner_record(runner: RunnerInfo) -> Record:
-    return {
-        "t": "run",
-        "runner": runner.runner_id,
-        "pid": runner.pid,
-        "host": runner.host,
-        "boot": runner.boot_id,
-        "since": runner.started_at,
-        "cmd": list(runner.command),
-    }
+    def runner_alive(self, runner_id: str) -> bool:
+        return self._store._runner_alive(runner_id)
+
+    def forget_runner(self, runner_id: str) -> None:
+        self._store._forget_runner(runner_id)
+
+    def known_keys(self, state: QueueState) -> Container[str]:
+        return self._store._known_keys(state)

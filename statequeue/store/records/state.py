@@ -13,7 +13,6 @@ knows what each record type means, so replay and live updates cannot differ.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -22,74 +21,27 @@ from typing import Any
 from statequeue.core.exported import MAX_ID_GAP, out_of_reach
 from statequeue.core.models import ItemState
 from statequeue.core.records import OutOfReach, Record, item_text
+from statequeue.store.records.items import (
+    CANCELLED,
+    D_CODE,
+    DONE,
+    FAILED,
+    HELD,
+    P_CODE,
+    PENDING,
+    RUNNING,
+    STATE_OF,
+    no_text_loader,
+)
+
+# Re-exported: the stores, compaction, fsck and the PostgreSQL reads take them from here.
+from statequeue.store.records.items import CODE as CODE
+from statequeue.store.records.items import LiveItem as LiveItem
+from statequeue.store.records.items import TextLoader as TextLoader
+from statequeue.store.records.pending import PendingOrder
+from statequeue.store.transitions import last_line, starts_episode
 
 RATE_WINDOW_ITEMS = 2000
-PENDING = ItemState.PENDING
-RUNNING = ItemState.RUNNING
-DONE = ItemState.DONE
-FAILED = ItemState.FAILED
-CANCELLED = ItemState.CANCELLED
-HELD = ItemState.HELD
-
-# One byte per item id; 0 means no such item.
-CODE = {PENDING: 1, RUNNING: 2, DONE: 3, FAILED: 4, CANCELLED: 5, HELD: 6}
-STATE_OF: tuple[ItemState | None, ...] = (None, PENDING, RUNNING, DONE, FAILED, CANCELLED, HELD)
-P_CODE = CODE[PENDING]
-D_CODE = CODE[DONE]
-
-TextLoader = Callable[[int, int], str]
-"""Reads item ``id``'s text back from the store, given its record's locator."""
-
-
-def _no_loader(item_id: int, loc: int) -> str:
-    raise LookupError(f"no text loader for record {loc}")
-
-
-class LiveItem:
-    """An item that is not done yet, with its details. Its text is read back
-    from the store on first use (``loc`` locates the record that holds it)."""
-
-    __slots__ = (
-        "_load",
-        "_text",
-        "attempts",
-        "crashes",
-        "failures",
-        "id",
-        "interrupted",
-        "last_err",
-        "last_seq",
-        "loc",
-        "not_before",
-        "reason",
-        "runner",
-        "state",
-    )
-
-    def __init__(self, item_id: int, loc: int, load: TextLoader, text: str | None = None) -> None:
-        self.id = item_id
-        self.loc = loc
-        self._load = load
-        self._text = text
-        self.state = PENDING
-        self.attempts = 0
-        self.crashes = 0
-        # Failed attempts in the current episode, for `run --retries`. An
-        # episode starts at enqueue, at a user's `retry`, and when a stopped
-        # runner hands the item back; runner crashes (``crashes``) do not end one.
-        self.failures = 0
-        self.runner = ""
-        self.reason = ""
-        self.last_seq = 0
-        self.interrupted = False  # its last attempt died with its runner
-        self.last_err = ""  # the last stderr line of its last unsuccessful attempt
-        self.not_before = 0.0  # wall-clock time before which a retry must wait
-
-    @property
-    def text(self) -> str:
-        if self._text is None:
-            self._text = self._load(self.id, self.loc)
-        return self._text
 
 
 def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
@@ -106,23 +58,10 @@ def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
     return out
 
 
-def starts_episode(rec: Record) -> bool:
-    """True for a record that starts a new episode of an item's life (what
-    ``run --retries`` counts failures within): a user's ``retry`` (a ``set``
-    back to pending), or a runner stopped by a signal handing the item back
-    (``release``: an ``intr`` that counts no crash). Not crash recovery (it
-    counts ``crashes``), and not an attempt given back uncounted because the
-    runner was short of resources (it restores ``attempts``)."""
-    if rec.get("state") != PENDING.value:
-        return False
-    kind = rec.get("t")
-    return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
-
-
 class QueueState:
     """Counts, live items, the pending order and the dedupe keys of one queue."""
 
-    def __init__(self, loader: TextLoader = _no_loader) -> None:
+    def __init__(self, loader: TextLoader = no_text_loader) -> None:
         self.loader = loader
         self.reset()
 
@@ -162,13 +101,8 @@ class QueueState:
         self.orphans = 0
         self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
         self.commands: list[list[str]] = []
-        # Pending order: fresh items are taken by a cursor that only moves
-        # forward (O(1) amortised per claim); items that come back to pending
-        # (retries, recoveries) go through a heap.
-        self._cursor = 1
-        self._from_cursor = False
-        self._pending: list[int] = []
-        self._deferred: list[tuple[float, int]] = []
+        # Which pending item a claim takes next (see pending.py).
+        self.order = PendingOrder(self)
 
     # -- queries -------------------------------------------------------------
 
@@ -178,7 +112,7 @@ class QueueState:
         if item is not None:
             return item
         if 0 < item_id < len(self.codes) and self.codes[item_id] == P_CODE:
-            return self._materialize(item_id)
+            return self.materialize(item_id)
         return None
 
     def result_loc(self, item_id: int) -> int:
@@ -204,76 +138,11 @@ class QueueState:
             yield found
             found = mask.find(1, found + 1)
 
-    def _materialize(self, item_id: int, text: str | None = None) -> LiveItem:
+    def materialize(self, item_id: int, text: str | None = None) -> LiveItem:
+        """The ``LiveItem`` of pending item ``item_id``, made now (it had none)."""
         item = LiveItem(item_id, self.locs[item_id], self.loader, text)
         self.items[item_id] = item
         return item
-
-    def next_pending(self, now: float) -> LiveItem | None:
-        """The pending item with the lowest id (enqueue order) that is due at ``now``."""
-        deferred = self._deferred
-        while deferred and deferred[0][0] <= now:
-            heapq.heappush(self._pending, heapq.heappop(deferred)[1])
-        heap = self._pending
-        while heap:
-            item = self.get(heap[0])
-            if item is not None and item.state is PENDING and item.not_before <= now:
-                break
-            heapq.heappop(heap)  # stale entry, or a retry that waits in _deferred
-        fresh = self._fresh_head()
-        if heap and (fresh is None or heap[0] < fresh.id):
-            self._from_cursor = False
-            return self.items[heap[0]]
-        self._from_cursor = fresh is not None
-        return fresh
-
-    def _fresh_head(self) -> LiveItem | None:
-        codes = self.codes
-        limit = len(codes)
-        while self._cursor < limit:
-            cursor = self._cursor
-            if codes[cursor] == P_CODE:
-                item = self.items.get(cursor)
-                if item is None:
-                    return self._materialize(cursor)
-                if not item.not_before:
-                    return item
-            else:
-                found = codes.find(P_CODE, cursor + 1)  # skip done items in C
-                self._cursor = found if found > 0 else limit
-                continue
-            self._cursor += 1
-        return None
-
-    def is_due(self, item: LiveItem, now: float) -> bool:
-        return item.state is PENDING and item.not_before <= now
-
-    def pop_pending(self) -> int:
-        """Take the head of the pending order out (after ``next_pending`` returned it)."""
-        if self._from_cursor:
-            self._cursor += 1
-            return self._cursor - 1
-        return heapq.heappop(self._pending)
-
-    def restore_pending(self, ids: list[int]) -> None:
-        """Put back ids taken out by ``pop_pending`` whose claim a live process
-        still holds. They wait among the deferred retries, at their due time
-        (0.0: due now): so ``next_due`` still names them, and a runner polls for
-        the claim rather than ending with the item pending (issue 21, point 8)."""
-        for item_id in ids:
-            item = self.items.get(item_id)  # next_pending materialized it
-            due = item.not_before if item is not None else 0.0
-            heapq.heappush(self._deferred, (due, item_id))
-
-    def next_due(self) -> float | None:
-        """When the earliest deferred retry becomes due, or None if none waits."""
-        deferred = self._deferred
-        while deferred:
-            item = self.items.get(deferred[0][1])
-            if item is not None and item.state is PENDING:
-                return deferred[0][0]
-            heapq.heappop(deferred)
-        return None
 
     def running(self) -> list[LiveItem]:
         return self.in_state(RUNNING)
@@ -315,10 +184,7 @@ class QueueState:
         item.state = state
         self.codes[item.id] = CODE[state]
         if state is PENDING:
-            if item.not_before:
-                heapq.heappush(self._deferred, (item.not_before, item.id))
-            else:
-                heapq.heappush(self._pending, item.id)
+            self.order.push(item.id, item.not_before)
         elif state is DONE:
             del self.items[item.id]
 
@@ -353,8 +219,8 @@ class QueueState:
         if item_id >= self.next_id:
             self.next_id = item_id + 1
         self.counts[state] += 1
-        if state is PENDING and item_id < self._cursor:
-            heapq.heappush(self._pending, item_id)  # behind the cursor: use the heap
+        if state is PENDING:
+            self.order.push_behind(item_id)
 
     def _on_snap(self, rec: Record, loc: int) -> None:
         self.reset()
@@ -375,7 +241,7 @@ class QueueState:
         self.snap_end = rec["seq"] + rec.get("follow", 0)
         # The cursor, not the heap, finds the snapshot's pending items (the
         # cursor skips done codes in C): the heap would cost ~36 bytes each.
-        self._cursor = min(self.watermark + 1, self.next_id)
+        self.order.cursor = min(self.watermark + 1, self.next_id)
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
 
@@ -402,7 +268,7 @@ class QueueState:
         """Apply ``enq`` records for new ids ``first_id``, ``first_id + 1``, ...
         (at ``locs``) in one step: what ``_on_enq`` does for each, in bulk."""
         n = len(texts)
-        if first_id != len(self.codes) or first_id < self._cursor:
+        if first_id != len(self.codes) or first_id < self.order.cursor:
             for i, (loc, text) in enumerate(zip(locs, texts, strict=True)):
                 self._on_enq({"id": first_id + i, "item": text}, loc)
             return
@@ -448,7 +314,7 @@ class QueueState:
         details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
         if state is PENDING and not any(rec.get(k) for k in details):
             return  # a fresh pending item: nothing beyond its state byte
-        item = self._materialize(item_id, item_text(rec))
+        item = self.materialize(item_id, item_text(rec))
         item.state = state
         item.attempts = rec.get("attempts", 0)
         item.crashes = rec.get("crashes", 0)
@@ -462,7 +328,7 @@ class QueueState:
         if state in self.ids_in:
             self.ids_in[state].add(item_id)
         if state is PENDING and item.not_before:
-            heapq.heappush(self._deferred, (item.not_before, item.id))
+            self.order.push(item.id, item.not_before)
 
     def _on_start(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
@@ -555,9 +421,7 @@ class QueueState:
             "runners": list(self.runners.values()),
             "recent_ends": list(self.recent_ends),
             "counts": {s.value: n for s, n in self.counts.items()},
-            "cursor": self._cursor,
-            "pending": self._pending,
-            "deferred": self._deferred,
+            **self.order.export(),
             "items": items,
         }
         return meta, bytes(self.codes), self.locs.tobytes() + self.ends.tobytes()
@@ -578,9 +442,7 @@ class QueueState:
         self.runners = {r["runner"]: r for r in meta["runners"]}
         self.recent_ends.extend(meta["recent_ends"])
         self.counts = {s: int(meta["counts"][s.value]) for s in ItemState}
-        self._cursor = meta["cursor"]
-        self._pending = [int(i) for i in meta["pending"]]
-        self._deferred = [(float(t), int(i)) for t, i in meta["deferred"]]
+        self.order.restore_export(meta)
         self.codes = bytearray(codes)
         half = len(codes) * self.locs.itemsize
         if len(locs) != 2 * half or len(self.codes) < self.next_id:
@@ -612,11 +474,6 @@ class QueueState:
             return None
         span = max(now - recent[0], 1e-3)
         return len(recent) / span
-
-
-def last_line(text: str, width: int = 200) -> str:
-    """The last non-empty line of ``text`` (a stderr tail), cut to ``width``."""
-    return text.rstrip().rpartition("\n")[2][-width:]
 
 
 # Maps a state code to 1 for a live (not done) item, else 0.

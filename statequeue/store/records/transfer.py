@@ -9,14 +9,16 @@ that an item arrives whole in one record or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from statequeue.core.exported import RESULT_KEYS, ExportedItem, history_record
-from statequeue.core.models import ItemState
+from statequeue.core.exported import RESULT_KEYS, ExportedItem, history_record, out_of_reach
+from statequeue.core.models import EnqueueResult, ItemState
 from statequeue.core.records import Record, item_fields, item_text
+from statequeue.store.records.backend import RecordBackend
 from statequeue.store.records.state import QueueState
 
+IMPORT_BATCH = 1_000
 INTERRUPTED_REASON = "interrupted: it was running when the queue was exported"
 
 
@@ -132,3 +134,29 @@ def item_record(entry: ExportedItem, item_id: int) -> Record:
         # compaction carries them on into the archive.
         rec["tries"] = list(entry.history)
     return rec
+
+
+def import_items(backend: RecordBackend, entries: Sequence[ExportedItem]) -> EnqueueResult:
+    """Add the entries whose text the queue does not have yet, in batches of
+    ``IMPORT_BATCH`` items, each one durable append under the lock."""
+    added = 0
+    seen: set[str] = set()
+    for start in range(0, len(entries), IMPORT_BATCH):
+        with backend.locked() as state:
+            keys = backend.known_keys(state)
+            next_id = state.next_id
+            batch: list[Record] = []
+            for entry in entries[start : start + IMPORT_BATCH]:
+                if entry.item in keys or entry.item in seen:
+                    continue
+                seen.add(entry.item)
+                # Its own id when free (always, into an empty queue), unless
+                # items skipped as already here leave it out of replay's reach.
+                if not out_of_reach(entry.item_id, next_id):
+                    next_id = max(entry.item_id, next_id)
+                batch.append(item_record(entry, next_id))
+                next_id += 1
+            # One durable append per batch; a crash keeps whole records only.
+            backend.write(batch, sync=True)
+            added += len(batch)
+    return EnqueueResult(added=added, skipped=len(entries) - added)

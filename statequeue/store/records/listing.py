@@ -1,0 +1,64 @@
+"""The views a record-based store lists from its replayed state: every item
+of the live journal (``list``) and the queue's status."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+
+from statequeue.core.models import ItemState
+from statequeue.core.records import Record, item_text
+from statequeue.core.views import ActiveRunner, Failure, ItemView, Status
+from statequeue.store.records.state import QueueState
+
+RECENT_FAILURES = 5
+
+
+def item_views(
+    state: QueueState, journal: Iterable[Record], wanted: ItemState | None
+) -> list[ItemView]:
+    """The items of the live journal (in ``wanted`` state, if given), by id."""
+    merged: list[ItemView] = []
+    started: dict[int, int] = {}  # a done item's attempts: from its last start
+    for r in journal:
+        kind = r.get("t")
+        if kind == "start":
+            started[r["id"]] = r["attempt"]
+        if kind not in ("enq", "item"):
+            continue
+        item_id = r["id"]
+        current = state.state_of(item_id) or ItemState.DONE
+        if wanted is not None and current is not wanted:
+            continue
+        live = state.items.get(item_id)
+        attempts, reason = (live.attempts, live.reason) if live else (0, "")
+        merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
+        if kind == "item":
+            started[item_id] = r.get("attempts", 0)
+    merged = [
+        replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
+    ]
+    merged.sort(key=lambda v: v.item_id)
+    return merged
+
+
+def status_view(
+    name: str, state: QueueState, runners: list[ActiveRunner], interrupted: Iterable[int]
+) -> Status:
+    """The queue's status: ``runners`` alive, ``interrupted`` the running
+    items whose claim no live process holds."""
+    failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
+    return Status(
+        queue=name,
+        counts={s.value: n for s, n in state.counts.items()},
+        runners=tuple(runners),
+        recent_failures=tuple(
+            Failure(i.id, i.text, i.attempts, i.reason, i.last_err)
+            for i in failed[:RECENT_FAILURES]
+        ),
+        held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
+        interrupted=tuple(sorted(interrupted)),
+        paused=state.paused,
+        rate=state.rate(time.time()),
+    )

@@ -1,0 +1,53 @@
+"""Crash recovery for the record-based stores: items whose runner (and its
+children) are gone are settled by the policy (store/transitions.py)."""
+
+from __future__ import annotations
+
+from statequeue.core.models import OnInterrupted
+from statequeue.core.views import RecoveryReport
+from statequeue.store import transitions
+from statequeue.store.records.backend import RecordBackend, record_time
+from statequeue.store.records.runners import RunnerRegistry
+from statequeue.store.records.state import QueueState
+
+
+class Recovery:
+    """Applies the crash-recovery policy to one queue's interrupted items."""
+
+    def __init__(self, backend: RecordBackend, runners: RunnerRegistry) -> None:
+        self.backend = backend
+        self.runners = runners
+
+    def recover(self, state: QueueState, policy: OnInterrupted, max_crashes: int) -> RecoveryReport:
+        """Settle every running item whose claim no live process holds (the
+        caller holds the lock); runs with every claim, so it is cheap when
+        nothing died."""
+        report = RecoveryReport()
+        # Hosts of the runners, taken before the dead ones are forgotten: an
+        # attempt that died with its runner names both (for `stats`). Copied
+        # as they are (this runs with every claim); read only for a recovery.
+        hosts = dict(state.runners)
+        self.runners.prune_dead(state)
+        for item in state.running():
+            if not self.backend.claim_free(item):
+                continue
+            crashes = item.crashes + 1
+            target = transitions.recovery_state(policy, crashes, max_crashes)
+            reason = transitions.recovery_reason(
+                target,
+                policy,
+                crashes,
+                interrupted=f"interrupted: its runner died during attempt {item.attempts}",
+            )
+            crashed = transitions.recovered_crashed(target)
+            rec = transitions.interrupted_record(
+                item.id, item.attempts, target, reason, crashed=crashed, at=record_time()
+            )
+            rec["crashes"] = crashes
+            rec["runner"] = item.runner  # the runner that died (for `stats`)
+            host = str(hosts.get(item.runner, {}).get("host", ""))
+            if host:
+                rec["host"] = host
+            self.backend.write([rec], sync=False)
+            transitions.recovery_bucket(report, target).append(item.id)
+        return report

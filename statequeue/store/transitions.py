@@ -1,0 +1,232 @@
+"""The rules about item states that every store follows, written once.
+
+The journal and memory stores (store/records/) and the PostgreSQL store
+(store/postgres/) each persist state their own way, but which state an outcome
+leads to, what crash recovery does, which states a user's ``retry`` or
+``cancel`` accepts, and the records that tell ``events`` and ``stats`` about
+it must not differ between them: a copy per store drifts. So they live here,
+as pure functions (no I/O, no clock: callers pass the time in).
+
+Where the stores' user-visible wording differs today (the PostgreSQL store
+also speaks of leases), the caller passes its own text in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from statequeue.core.errors import ItemNotFound, UsageError
+from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.core.records import Record
+
+if TYPE_CHECKING:  # views are built by the stores; this only files ids into one
+    from statequeue.core.views import RecoveryReport
+
+RETRYABLE = (ItemState.FAILED, ItemState.HELD)
+"""The states a user's ``retry`` moves back to pending."""
+CANCELLABLE = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
+"""The states a user's ``cancel`` accepts (never a running or finished item)."""
+
+
+# -- an attempt's outcome ----------------------------------------------------
+
+
+def outcome_state(outcome: Outcome, retry_at: float | None) -> ItemState:
+    """The state an attempt's outcome moves its item to: done when it
+    succeeded, pending again when the runner asked for a retry at
+    ``retry_at``, else failed."""
+    if outcome.ok:
+        return ItemState.DONE
+    return ItemState.PENDING if retry_at is not None else ItemState.FAILED
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+def end_record(
+    claim: Claim,
+    outcome: Outcome,
+    target: ItemState,
+    *,
+    at: float,
+    text: Callable[[str], str] = _as_is,
+) -> Record:
+    """The ``end`` record of one attempt (what ``events``, ``history`` and
+    ``stats`` read); empty fields are left out. ``text`` cleans the free-text
+    fields for stores that cannot hold every string (PostgreSQL: no NUL)."""
+    rec: Record = {
+        "t": "end",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "state": target.value,
+        "ok": outcome.ok,
+        "at": at,
+        "dur": round(outcome.duration, 6),
+    }
+    optional: dict[str, Any] = {
+        "exit": outcome.exit_code,
+        "sig": outcome.signal,
+        "err": text(outcome.stderr_tail),
+        "reason": text(outcome.reason),
+        "result": outcome.result,
+        "timeout": outcome.timed_out or None,
+    }
+    rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    return rec
+
+
+def lost_claim_text(claim: Claim) -> str:
+    """Why a write about ``claim`` was refused: the item is no longer the
+    runner's (recovered, or claimed again elsewhere)."""
+    return f"item {claim.item_id} is no longer claimed by runner {claim.runner_id}"
+
+
+# -- crash recovery ----------------------------------------------------------
+
+
+def recovery_state(policy: OnInterrupted, crashes: int, max_crashes: int) -> ItemState:
+    """The state recovery moves an interrupted item to, once its runner (or
+    its lease) is gone: ``crashes`` counts this crash. Under the retry policy
+    an item in flight during ``max_crashes`` crashes is held as poison."""
+    if policy is OnInterrupted.FAIL:
+        return ItemState.FAILED
+    if policy is OnInterrupted.HOLD or crashes >= max_crashes:
+        return ItemState.HELD
+    return ItemState.PENDING
+
+
+def recovery_bucket(report: RecoveryReport, target: ItemState) -> list[int]:
+    """The list of ``report`` that an item recovered to ``target`` is counted in."""
+    if target is ItemState.FAILED:
+        return report.failed
+    if target is ItemState.HELD:
+        return report.held
+    return report.retried
+
+
+def recovery_reason(
+    target: ItemState, policy: OnInterrupted, crashes: int, *, interrupted: str
+) -> str:
+    """The reason recorded for a recovered item: the poison message when the
+    retry policy held it after ``crashes`` crashes, else the store's own
+    ``interrupted`` text."""
+    if target is ItemState.HELD and policy is OnInterrupted.RETRY:
+        return f"poison: in flight during {crashes} runner crashes; held"
+    return interrupted
+
+
+def recovered_crashed(target: ItemState) -> bool:
+    """Whether a recovered item keeps the mark that its runner died mid-attempt
+    (so ``--verify`` may settle it): only when it goes back to pending."""
+    return target is ItemState.PENDING
+
+
+def interrupted_record(
+    item_id: int, attempt: int, target: ItemState, reason: str, *, crashed: bool, at: float
+) -> Record:
+    """The ``intr`` record of an item taken from its runner: by recovery, or
+    handed back by a runner that stops (``crashed``: the mark above)."""
+    rec: Record = {
+        "t": "intr",
+        "id": item_id,
+        "attempt": attempt,
+        "state": target.value,
+        "reason": reason,
+        "at": at,
+    }
+    if crashed:
+        rec["crashed"] = True  # its runner died mid-attempt: --verify may settle it
+    return rec
+
+
+def starts_episode(rec: Record) -> bool:
+    """True for a record that starts a new episode of an item's life (what
+    ``run --retries`` counts failures within): a user's ``retry`` (a ``set``
+    back to pending), or a runner stopped by a signal handing the item back
+    (``release``: an ``intr`` that counts no crash). Not crash recovery (it
+    counts ``crashes``), and not an attempt given back uncounted because the
+    runner was short of resources (it restores ``attempts``)."""
+    if rec.get("state") != ItemState.PENDING.value:
+        return False
+    kind = rec.get("t")
+    return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
+
+
+def last_line(text: str, width: int = 200) -> str:
+    """The line of a failed attempt's stderr tail that ``status`` shows: the
+    last non-empty one, cut to ``width``."""
+    return text.rstrip().rpartition("\n")[2][-width:]
+
+
+# -- the user's retry, cancel and pause ---------------------------------------
+
+
+def retry_allowed(
+    ids: Sequence[int] | None, states: Collection[ItemState]
+) -> tuple[ItemState, ...]:
+    """The states ``retry`` accepts: every retryable one for items named by
+    id; for a retry of every item (``ids`` None), those of them in ``states``."""
+    if ids is None:
+        return tuple(s for s in RETRYABLE if s in states)
+    return RETRYABLE
+
+
+def user_reason(verb: str) -> str:
+    """The reason recorded for a user's ``verb`` (retry, cancel)."""
+    return f"{verb} by user"
+
+
+def user_record(item_id: int, target: ItemState, verb: str, *, at: float) -> Record:
+    """The ``set`` record of a user's state change."""
+    return {"t": "set", "id": item_id, "state": target.value, "reason": user_reason(verb), "at": at}
+
+
+def pause_record(paused: bool, *, at: float) -> Record:
+    """The ``pause`` record of a user's pause or resume."""
+    return {"t": "pause", "paused": paused, "at": at}
+
+
+def check_allowed(verb: str, item_id: int, state: str, allowed: tuple[ItemState, ...]) -> None:
+    """UsageError unless an item in ``state`` may be ``verb``-ed."""
+    if state not in allowed:
+        names = ", ".join(s.value for s in allowed)
+        raise refusal(verb, item_id, f"{state} (must be {names})")
+
+
+def refusal(verb: str, item_id: int, state: str) -> UsageError:
+    """The error for a ``verb`` on an item in a state it does not accept."""
+    return UsageError(f"cannot {verb} item {item_id}: it is {state}")
+
+
+def unknown_item(item_id: int, queue: str) -> ItemNotFound:
+    """The error for an item id the queue has never had."""
+    return ItemNotFound(f"no item {item_id} in queue {queue!r}")
+
+
+# -- runners -----------------------------------------------------------------
+
+
+def runner_record(runner: RunnerInfo) -> Record:
+    """The ``run`` record of a runner that starts (never its environment)."""
+    return {
+        "t": "run",
+        "runner": runner.runner_id,
+        "pid": runner.pid,
+        "host": runner.host,
+        "boot": runner.boot_id,
+        "since": runner.started_at,
+        "cmd": list(runner.command),
+    }
+
+
+def runner_stopped_record(runner_id: str, *, at: float) -> Record:
+    """The ``stop`` record of a runner that ends."""
+    return {"t": "stop", "runner": runner_id, "at": at}
+
+
+def runner_lost_record(runner_id: str, *, at: float, by: int) -> Record:
+    """The ``stop`` record of a runner found dead; ``by``: the process that
+    noticed (``events`` shows the runner as lost)."""
+    return {"t": "stop", "runner": runner_id, "reason": "died", "at": at, "by": by}
