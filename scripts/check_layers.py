@@ -10,7 +10,9 @@ and prints one line per offence, exiting 1 if there is any:
 - a runtime import cycle: at import time (module-level imports), or closed by
   a function-local import that only dodges it (TYPE_CHECKING imports never
   run and do not count); Typer's registration circle in cli/ is allowed (ALLOW);
-- ``from M import _private`` (or ``M._private``) across modules.
+- ``from M import _private`` (or ``M._private``) across modules;
+- a function-local import with no ``# lazy: REASON`` comment on its line or
+  just above (a reader must tell start-up time from a dodged cycle).
 
 The top-level ``__init__.py`` (the lazy public names), ``__main__.py`` and the
 ``maintenance.py`` shim may import any layer. With ``--counts`` it also prints
@@ -74,6 +76,8 @@ class Module:
     local_imports: int = 0
     local_with_reason: int = 0
     local_for_startup: int = 0
+    local_unexplained: list[int] = field(default_factory=list)
+    """Lines of function-local imports with no ``# lazy:`` reason."""
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -162,6 +166,8 @@ def read_module(name: str, path: Path, package: str, known: dict[str, Path]) -> 
                 module.local_with_reason += 1
                 if "start-up" in reason or "startup" in reason:
                     module.local_for_startup += 1
+            else:
+                module.local_unexplained.append(stmt.lineno)
         for target, names, bound in _targets(stmt, name, is_package, package, known):
             edge = Import(name, target, stmt.lineno, names, runtime, local, type_only)
             module.imports.append(edge)
@@ -263,6 +269,11 @@ def offences(modules: dict[str, Module], package: str) -> list[str]:
             for name in imp.names:
                 if _private(name):
                     lines.append(f"{said} (private name {name} taken from another module)")
+        for line in module.local_unexplained:
+            lines.append(
+                f"{where}:{line}: a function-local import with no `# lazy: ...` reason"
+                " (say why it is not at the top, or move it there)"
+            )
         for line, target, name in module.private_uses:
             full = f"{package}.{target}" if target else package
             lines.append(

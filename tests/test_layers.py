@@ -52,3 +52,19 @@ def test_a_new_cycle_and_a_private_name_fail(tmp_path: Path) -> None:
         for line in done.stdout.splitlines()
     ), done.stdout
     assert any("private name _secret" in line for line in done.stdout.splitlines()), done.stdout
+
+
+def test_a_local_import_without_a_reason_fails(tmp_path: Path) -> None:
+    copy = tmp_path / "statequeue"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "core" / "late.py").write_text(
+        "def why() -> None:\n    import json\n\n\ndef because() -> None:\n"
+        "    import csv  # lazy: start-up time\n"
+    )
+    done = _check(copy)
+    assert done.returncode == 1
+    flagged = [line for line in done.stdout.splitlines() if "no `# lazy: ...` reason" in line]
+    assert flagged == [
+        "statequeue/core/late.py:2: a function-local import with no `# lazy: ...` reason"
+        " (say why it is not at the top, or move it there)"
+    ], done.stdout

@@ -20,14 +20,14 @@ def boot_id() -> str:
 def host_name() -> str:
     """$STATEQUEUE_HOST, else the machine's host name. The override is for
     containers that share a host name, and tests that play several hosts."""
-    import socket  # here, not at the top: enqueue never needs it
+    import socket  # lazy: start-up time (enqueue never needs it)
 
     return os.environ.get("STATEQUEUE_HOST") or socket.gethostname()
 
 
 def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
     """A fresh identity for a runner starting now in this process."""
-    import uuid  # here, not at the top: enqueue never needs it
+    import uuid  # lazy: start-up time (enqueue never needs it)
 
     return RunnerInfo(
         runner_id=uuid.uuid4().hex[:16],

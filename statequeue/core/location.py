@@ -36,7 +36,7 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     # Set but empty is refused as `--home ""` is, not taken for unset.
     chosen = home if home is not None else os.environ.get(HOME_ENV)
     if chosen is None:
-        # Imported here: platformdirs is only needed when no home is given.
+        # lazy: start-up time (platformdirs is only needed when no home is given)
         from platformdirs import user_data_dir
 
         return Path(user_data_dir("statequeue", appauthor=False))
