@@ -9,9 +9,8 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
 from tests.pg_proxy import proxy_for  # noqa: E402
+from tests.waiting import gone as _gone  # noqa: E402
+from tests.waiting import until as _until  # noqa: E402
 
 DEADLINE = 60.0  # generous: the machine is shared
 # $0 is the item. One O_APPEND write per line; the pid file names the child.
@@ -32,25 +33,6 @@ WORK = (
     'sleep "$WORK_SECONDS"; '
     'echo "end $0 $STATEQUEUE_ATTEMPT $$ $STATEQUEUE_HOST" >> "$WORK_LOG"'
 )
-
-
-def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    end = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.02)
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has ended (a zombie, not ours to reap, counts)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(") ", 1)[-1].startswith("Z")
 
 
 class Fleet:

@@ -12,8 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,8 @@ from tests.pg import sql as _sql
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
+from tests.waiting import gone as _gone  # noqa: E402
+from tests.waiting import until as _until  # noqa: E402
 
 DEADLINE = 60.0  # generous: the machine is shared
 
@@ -37,25 +38,6 @@ DETACHING = textwrap.dedent(
     while [ ! -e "$GO" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done
     """
 )
-
-
-def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    end = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.02)
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has ended (a zombie, not ours to reap, counts)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(") ", 1)[-1].startswith("Z")
 
 
 def _lease_over(url: str, item_id: int) -> bool:

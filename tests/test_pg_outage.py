@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ from statequeue.run.outage import DEFAULT_GIVE_UP, Outage, outage_limit
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster, throwaway_cluster
 from tests.pg import sql as _sql
+from tests.waiting import gone as _gone
+from tests.waiting import until as _until
 
 DEADLINE = 60.0  # generous: the machine is shared
 LEASE = 3.0
@@ -35,25 +37,6 @@ WORK = (
     "do sleep 0.05; n=$((n+1)); done; "
     "fi"
 )
-
-
-def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    end = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.02)
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has ended (a zombie, not ours to reap, counts)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(") ", 1)[-1].startswith("Z")
 
 
 @pytest.fixture
