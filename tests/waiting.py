@@ -10,7 +10,7 @@ DEADLINE = 60.0  # generous: the machine is shared
 
 
 def until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    """``check()``'s first true value, polled every 20 ms; fails naming ``what`` past ``timeout``."""
+    """``check()``'s first true value, polled every 20 ms; fails naming ``what`` late."""
     end = time.monotonic() + timeout
     while True:
         found = check()
