@@ -76,31 +76,25 @@ class ClaimLocks:
 
     def is_free(self, token: int) -> bool:
         """True when the file exists and no process holds it (a missing file proves nothing)."""
-        if self._folder is None:
-            return False
-        try:
-            fd = os.open(f"{token}.lock", _LOCK_FLAGS, dir_fd=self._claims())
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
-        return True
+        return self._held(token) is False
 
     def is_held(self, token: int) -> bool:
         """True when ``token``'s file is here and some process holds its lock."""
+        return self._held(token) is True
+
+    def _held(self, token: int) -> bool | None:
+        """Whether a process holds ``token``'s lock; None when there is no file
+        (the claim was not taken on this host). A lock that cannot be tested
+        counts as held: never reap what might still run."""
         if self._folder is None:
-            return False
+            return None
         try:
             fd = os.open(f"{token}.lock", _LOCK_FLAGS, dir_fd=self._claims())
         except OSError:
-            return False  # no such file: the claim was not taken on this host
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except OSError:
             return True
         finally:
             os.close(fd)
