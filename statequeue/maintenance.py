@@ -1,6 +1,7 @@
 """Whole-queue operations by name: ``fsck_queue``, ``drop_queue``, ``list_queues``.
 
-Kept at this path because the README documents ``statequeue.maintenance.fsck_queue``;
+Kept at this path, which users call (the `python` help page documents
+``statequeue.maintenance.fsck_queue``);
 the code lives in ``statequeue.api.maintenance``.
 """
 

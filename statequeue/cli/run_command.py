@@ -268,7 +268,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
 
 
 def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
-    """The run's exit code (README "Exit codes")."""
+    """The run's exit code (`statequeue help exit-codes`)."""
     if follow and summary.stopped_by == signal.SIGTERM and summary.clean_stop:
         return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
     if summary.stopped_by == signal.SIGINT:

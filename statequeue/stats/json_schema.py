@@ -2,7 +2,7 @@
 
 The schema is named by ``"schema": "statequeue.stats/1"``; a change that
 removes or renames a key, or changes its meaning, gets a new number (keys
-may be added within a version). The README documents every key.
+may be added within a version). The `commands` help page documents every key.
 """
 
 from __future__ import annotations
