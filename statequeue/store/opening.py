@@ -63,16 +63,10 @@ def drop_postgres_queue(url: str, name: str) -> None:
 def migrate_postgres(url: str) -> tuple[int, int]:
     """Create or upgrade the schema in the PostgreSQL database at ``url``
     (`statequeue db migrate`); returns (version before, version after)."""
-    # lazy: optional dependency psycopg (imported by these modules)
-    from statequeue.store.postgres.connection import connect, guarded
-    from statequeue.store.postgres.schema import migrate
+    _check_driver(url)
+    from statequeue.store.postgres.ops import migrate_schema  # lazy: optional dependency psycopg
 
-    conn = connect(url)
-    try:
-        with guarded(url):
-            return migrate(conn)
-    finally:
-        conn.close()
+    return migrate_schema(url)
 
 
 def open_postgres(url: str, name: str, *, create: bool, scratch: Path) -> Store:
