@@ -110,6 +110,7 @@ def process_pool(jobs: int) -> Iterator[ProcessPool]:
                 initializer=guard_worker,
                 initargs=(os.getpid(),),
             )
+        _start_workers(executor)
         try:
             yield ProcessPool(executor, lender)
         finally:
@@ -117,6 +118,22 @@ def process_pool(jobs: int) -> Iterator[ProcessPool]:
     finally:
         if lender is not None:
             lender.close()
+
+
+def _start_workers(executor: ProcessPoolExecutor) -> None:
+    """Start every worker now, before the executor's manager thread.
+
+    Under forkserver or spawn, ``submit`` wakes the manager thread before it
+    starts the worker for the task, so the thread may take its list of
+    worker sentinels without the newest worker and never look again (no
+    later wakeup comes while every slot waits on its task): that worker's
+    death then goes unnoticed and the map hangs instead of stopping with
+    PoolBroken. Started up front, as the executor does itself under fork,
+    every worker is in the thread's first list. Python has no public call
+    for this; where the private one is missing, workers start on demand."""
+    launch = getattr(executor, "_launch_processes", None)
+    if callable(launch):
+        launch()
 
 
 class ClaimLender:

@@ -165,7 +165,9 @@ def killed_mid_map(
             if victim == "program":
                 proc.send_signal(signal.SIGKILL)
             else:
-                worker = int(next(w for w in started if w[0] == "start")[3])
+                # The newest worker: the one a manager thread that took its
+                # list of workers too early would not watch (see _start_workers).
+                worker = max(int(w[3]) for w in started if w[0] == "start")
                 signal.pidfd_send_signal(fds[worker], signal.SIGKILL)
             _, err = proc.communicate(timeout=60)
             if victim == "program":
