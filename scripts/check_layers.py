@@ -44,6 +44,7 @@ _REGISTERING = (
     "help_cmd",
     "inspect_cmds",
     "manage_cmds",
+    "report_cmd",
     "run_command",
     "stats_cmd",
     "transfer_cmds",

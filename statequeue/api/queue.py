@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         Status,
     )
     from statequeue.stats.figures import Stats
+    from statequeue.stats.report_model import Report
 
 
 def refuse_single_text(items: object, what: str) -> None:
@@ -333,6 +334,16 @@ class Queue:
         streaming pass over every finished attempt (archive included). With
         ``since`` (seconds), only attempts that ended in that last stretch."""
         return reading.queue_stats(self._shared, since, now)
+
+    def report(self, since: float | None = None, *, now: float | None = None) -> Report:
+        """What `statequeue report` draws: counts, throughput, a timeline of
+        attempts, durations, failures grouped by reason, the slowest, most
+        retried and interrupted items (``statequeue.stats.report_model``).
+        With ``since`` (seconds), only attempts that ended in that stretch."""
+        # lazy: start-up time (the report's modules; only `report` needs them)
+        from statequeue.api.report_data import gather_report
+
+        return gather_report(self._shared, since, now)
 
     def heartbeat(self, claim: Claim) -> None:
         """Tell the store ``claim`` is still held (a no-op for stores without leases)."""

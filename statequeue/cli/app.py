@@ -178,9 +178,16 @@ def compact(
 
 
 # Importing these registers their commands on `app`.
-from statequeue.cli import db_cmds, help_cmd, inspect_cmds, manage_cmds, run_command  # noqa: E402
+from statequeue.cli import (  # noqa: E402
+    db_cmds,
+    help_cmd,
+    inspect_cmds,
+    manage_cmds,
+    report_cmd,
+    run_command,
+)
 
-_ = (db_cmds, help_cmd, inspect_cmds, manage_cmds, run_command)
+_ = (db_cmds, help_cmd, inspect_cmds, manage_cmds, report_cmd, run_command)
 from statequeue.cli import stats_cmd  # noqa: E402, F401  (registers `stats`)
 
 

@@ -1,0 +1,111 @@
+"""``Queue.report``: the HTML report's data, gathered from any store.
+
+The attempt-derived figures come from one streaming pass over the store's
+attempt batches (``stats/report_fold``); this adds what only the store knows:
+the counts now, the commands run, the live runners, and the texts of the few
+items the report names (failure examples, slowest, most retried,
+interrupted), looked up by id through the store's indexed ``result`` where the
+item has one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import replace
+
+from statequeue.api.shared_store import SharedStore
+from statequeue.core.errors import ItemNotFound
+from statequeue.core.models import ItemState
+from statequeue.stats.report_fold import ReportFold
+from statequeue.stats.report_model import AttemptFigures, ItemRow, Report
+from statequeue.store.base import Store
+
+HISTORY_LOOKUPS = 5
+"""Items without a result (pending, held...) whose text is read from their
+history, at most: on a journal a history is a scan of the queue."""
+TEXT_WIDTH = 300
+"""The report shows at most this many characters of an item's text."""
+
+
+def gather_report(shared: SharedStore, since: float | None, now: float | None = None) -> Report:
+    """The report of the queue ``shared`` holds, over attempts that ended in
+    the last ``since`` seconds (all of them when None)."""
+    now = time.time() if now is None else now
+    cutoff = None if since is None else now - since
+    fold = ReportFold(cutoff=cutoff)
+    with shared.using() as store:
+        status = store.status()
+        commands = tuple(" ".join(c) for c in store.commands())
+        fold.add_all(store.iter_attempt_batches(cutoff))
+    figures = fold.build()
+    with shared.using() as store:
+        figures = _with_texts(store, figures)
+    hosts = sorted({h for _, h, _ in figures.runners if h} | {r.host for r in status.runners})
+    return Report(
+        queue=status.queue,
+        store=store_kind(store),
+        now=now,
+        since=since,
+        counts=dict(status.counts),
+        commands=commands,
+        active_runners=len(status.runners),
+        figures=figures,
+        hosts=tuple(hosts),
+    )
+
+
+def store_kind(store: Store) -> str:
+    """ "postgres", "journal" or "memory": what the report's header names."""
+    if store.url is not None:
+        return "postgres"
+    return "journal" if store.journal_folder() is not None else "memory"
+
+
+def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:
+    f = figures
+    wanted = {i for g in f.failures for i in g.example_ids}
+    wanted |= {r.item_id for rows in (f.slowest, f.most_retried, f.interrupted) for r in rows}
+    texts, states = _texts(store, wanted)
+
+    def filled(rows: tuple[ItemRow, ...], with_state: bool) -> tuple[ItemRow, ...]:
+        return tuple(
+            replace(
+                r,
+                text=texts.get(r.item_id, ""),
+                state=states.get(r.item_id, "") if with_state else r.state,
+            )
+            for r in rows
+        )
+
+    failures = tuple(
+        replace(g, examples=tuple(texts.get(i, f"#{i}") for i in g.example_ids)) for g in f.failures
+    )
+    return replace(
+        f,
+        failures=failures,
+        slowest=filled(f.slowest, False),
+        most_retried=filled(f.most_retried, True),
+        interrupted=filled(f.interrupted, True),
+    )
+
+
+def _texts(store: Store, ids: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
+    """The text and state now of each of ``ids`` (missing when unknown)."""
+    states = store.states(ids) if ids else {}
+    texts: dict[int, str] = {}
+    lookups = HISTORY_LOOKUPS
+    for item_id in sorted(ids):
+        state = states.get(item_id)
+        try:
+            if state in (ItemState.DONE, ItemState.FAILED):
+                found = store.result(item_id)
+                if found is not None:
+                    texts[item_id] = found.item[:TEXT_WIDTH]
+                    continue
+            if lookups > 0 and state is not None:
+                lookups -= 1
+                texts[item_id] = store.history(item_id).item[:TEXT_WIDTH]
+        except ItemNotFound:  # dropped meanwhile (a running queue): shown by id
+            continue
+    return texts, {i: s.value for i, s in states.items()}

@@ -1,0 +1,144 @@
+"""The HTML report's data (`statequeue report`): plain frozen dataclasses.
+
+``report_fold`` builds the attempt-derived parts from a stream of finished
+attempts; the library (``api/report_data``) adds what only the store knows
+(counts, commands, item texts); the CLI renders it. Keeping the model plain
+lets it be tested on every store without a browser, and rendered without a
+store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DONE = 0
+"""Attempt kinds, as the ``Bar.kind`` and chart series use them."""
+FAILED = 1
+"""The item failed for good after it."""
+RETRIED = 2
+"""It failed and the item went back as pending (a retry follows)."""
+INTERRUPTED = 3
+"""Its runner died during it (crash recovery ended it)."""
+HELD = 4
+"""It ended with the item held (deferred to a person)."""
+KIND_NAMES = ("done", "failed", "retried", "interrupted", "held")
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt in the timeline: a lane (runner slot), start and end."""
+
+    lane: int
+    start: float
+    end: float
+    item_id: int
+    attempt: int
+    kind: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Attempts as bars, one lane per runner slot. ``shown`` < ``total`` when
+    downsampled: the slowest and the unsuccessful attempts are always kept."""
+
+    lanes: tuple[str, ...]
+    bars: tuple[Bar, ...]
+    total: int
+    shown: int
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Attempts ended per bucket, by kind (``KIND_NAMES``), from ``start``."""
+
+    start: float
+    bucket_seconds: float
+    counts: tuple[tuple[int, ...], ...]
+    """One row per kind, one count per bucket."""
+
+
+@dataclass(frozen=True)
+class DurationHistogram:
+    """Attempt durations in log-spaced bins, done against not done."""
+
+    edges: tuple[float, ...]
+    done: tuple[int, ...]
+    failed: tuple[int, ...]
+    quantiles: dict[str, float | None]
+    """"p50", "p90", "p99" of the done attempts (exact, nearest rank)."""
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """Unsuccessful attempts that share a reason."""
+
+    reason: str
+    count: int
+    example_ids: tuple[int, ...]
+    first_seen: float | None
+    last_seen: float | None
+    examples: tuple[str, ...] = ()
+    """The example items' texts (filled by the library)."""
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """An item in one of the report's tables."""
+
+    item_id: int
+    attempt: int
+    value: float
+    """Its duration (slowest), attempts (most retried) or end time (interrupted)."""
+    text: str = ""
+    state: str = ""
+    """The item's state now (for interrupted items: recovered or not)."""
+
+
+@dataclass(frozen=True)
+class AttemptFigures:
+    """What a stream of finished attempts shows (``report_fold.ReportFold.build``)."""
+
+    attempts: int
+    first_start: float | None
+    last_end: float | None
+    kinds: tuple[int, ...]
+    """Attempts per kind (``KIND_NAMES``)."""
+    runners: tuple[tuple[str, str, int], ...]
+    """(runner, host, attempts), most attempts first."""
+    throughput: Throughput | None
+    timeline: Timeline
+    histogram: DurationHistogram
+    failures: tuple[FailureGroup, ...]
+    slowest: tuple[ItemRow, ...]
+    most_retried: tuple[ItemRow, ...]
+    interrupted: tuple[ItemRow, ...]
+    interrupted_total: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the HTML report shows, as of ``now``."""
+
+    queue: str
+    store: str
+    now: float
+    since: float | None
+    counts: dict[str, int]
+    commands: tuple[str, ...]
+    active_runners: int
+    figures: AttemptFigures
+    hosts: tuple[str, ...] = field(default=())
+
+    @property
+    def success_rate(self) -> float | None:
+        """Done items among the finished ones (done or failed)."""
+        done, failed = self.counts.get("done", 0), self.counts.get("failed", 0)
+        return done / (done + failed) if done + failed else None
+
+    @property
+    def wall_seconds(self) -> float | None:
+        """From the first attempt's start to the last one's end."""
+        f = self.figures
+        if f.first_start is None or f.last_end is None:
+            return None
+        return max(f.last_end - f.first_start, 0.0)
