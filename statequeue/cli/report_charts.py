@@ -31,6 +31,8 @@ def clock(at: float) -> str:
 
 def span(seconds: float) -> str:
     """A duration for people: 850ms, 12.3s, 4m05s, 2h03m, 3d04h."""
+    if seconds == 0:
+        return "0s"
     if seconds < 1:
         return f"{seconds * 1000:.3g}ms"
     if seconds < 60:
@@ -212,5 +214,9 @@ def histogram_svg(h: DurationHistogram) -> str:
                 y2=bottom,
             )
         )
-        body.append(f'<text class="tick" x="{x + 3:.1f}" y="{top - 6 + 10 * n}">{name}</text>')
+        right = x > LEFT + PLOT - 40  # near the right edge: the label goes left of its line
+        body.append(
+            f'<text class="tick" x="{x - 3 if right else x + 3:.1f}" y="{top - 6 + 10 * n}" '
+            f'text-anchor="{"end" if right else "start"}">{name}</text>'
+        )
     return _svg(height, body, "duration histogram")

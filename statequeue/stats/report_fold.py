@@ -271,7 +271,7 @@ def _sampled(dur: array[float], kind: array[int]) -> Iterable[int]:
     keep.update(unsuccessful[::step][:TIMELINE_UNSUCCESSFUL])
     rest = TIMELINE_LIMIT - len(keep)
     if rest > 0:
-        keep.update(range(0, n, max(1, n // rest)))
+        keep.update(range(0, n, math.ceil(n / rest)))
     return keep
 
 
