@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ def test_downsampled_timeline_keeps_the_slowest_and_the_failed_attempts() -> Non
         lanes.setdefault(b.lane, []).append((b.start, b.end))
     for spans in lanes.values():
         spans.sort()
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] for a, b in pairwise(spans))
     assert [s.item_id for s in f.slowest[:3]] == [4321, 9000, 17_777]
     assert sum(sum(row) for row in f.throughput.counts) == n
 

@@ -1,0 +1,152 @@
+"""The HTML report in a real headless Chromium (issue 25): made by the real
+`statequeue report`, opened from disk, it throws no JavaScript error, draws
+its charts (SVG marks in the rendered DOM), shows details on hover, follows
+the browser's dark mode, prints, fetches nothing, and its screenshot is not
+blank. Chromium comes from Debian's package (tests/browser.py installs it);
+under STATEQUEUE_REQUIRE_BROWSER=1 (.ci/run) a missing browser fails."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statequeue.api.queue import Queue
+from tests import browser
+from tests.browser import Browser, png_colours
+from tests.conftest import STATEQUEUE
+from tests.test_stats import fill
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The browser's path, installed once per session when absent."""
+    return browser.need_chromium()
+
+
+@pytest.fixture
+def page(chromium: str, tmp_path: Path) -> Iterator[Browser]:
+    b = Browser(chromium, tmp_path / "profile")
+    try:
+        b.page("Network.enable")
+        b.page(
+            "Emulation.setDeviceMetricsOverride",
+            width=1100,
+            height=900,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        yield b
+    finally:
+        b.close()
+
+
+def _report(sq_env: dict[str, str], out: Path) -> Path:
+    fill(lambda: Queue("shown"))
+    done = subprocess.run(
+        [STATEQUEUE, "-q", "shown", "report", "-o", str(out)],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out.chmod(0o644)
+    return out
+
+
+def _open(b: Browser, path: Path) -> None:
+    b.page("Page.navigate", url=path.as_uri())
+    b.wait_event("Page.loadEventFired")
+
+
+def _eval(b: Browser, expression: str) -> Any:
+    found = b.page("Runtime.evaluate", expression=expression, returnByValue=True)
+    assert "exceptionDetails" not in found, found
+    return found["result"].get("value")
+
+
+def _screenshot(b: Browser) -> bytes:
+    shot = b.page("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    return base64.b64decode(shot["data"])
+
+
+def test_report_renders_in_chromium(page: Browser, sq_env: dict[str, str], tmp_path: Path) -> None:
+    path = _report(sq_env, tmp_path / "report.html")
+    _open(page, path)
+    assert _eval(page, "document.documentElement.getAttribute('data-ready')") == "1"
+    assert _eval(page, "document.querySelectorAll('svg.chart').length") == 3
+    marks = _eval(
+        page,
+        "Array.from(document.querySelectorAll('svg.chart')).map("
+        "s => s.querySelectorAll('.mark').length)",
+    )
+    assert marks[0] >= 2 and marks[1] == 40 and marks[2] >= 5, marks  # 40 attempts
+    box = _eval(
+        page,
+        "(() => { const r = document.querySelectorAll('svg.chart')[1]"
+        ".getBoundingClientRect(); return [r.width, r.height]; })()",
+    )
+    assert box[0] > 500 and box[1] > 100, box  # laid out, not collapsed
+    assert _eval(page, "document.querySelectorAll('table tr').length") > 10
+    assert png_colours(_screenshot(page)) > 20  # text, charts in several colours
+
+    # Details on hover: the pointer over a timeline bar shows its attempt.
+    x, y = _eval(
+        page,
+        "(() => { const r = document.querySelectorAll('svg.chart')[1]"
+        ".querySelector('.mark').getBoundingClientRect();"
+        " r.top < 0 || r.bottom > innerHeight ? scrollTo(0, scrollY + r.top - 100) : 0;"
+        " const s = document.querySelectorAll('svg.chart')[1].querySelector('.mark')"
+        ".getBoundingClientRect(); return [s.left + 2, s.top + s.height / 2]; })()",
+    )
+    page.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+    tip = _eval(
+        page,
+        "(() => { const t = document.getElementById('tip');"
+        " return [getComputedStyle(t).display, t.textContent]; })()",
+    )
+    assert tip[0] == "block" and tip[1].startswith("item "), tip
+
+    # Nothing but the file itself was requested.
+    requested = [
+        e["params"]["request"]["url"]
+        for e in page.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
+    assert requested and all(url.startswith("file://") for url in requested), requested
+    assert page.errors() == []
+
+
+def test_dark_mode_and_print(page: Browser, sq_env: dict[str, str], tmp_path: Path) -> None:
+    path = _report(sq_env, tmp_path / "report.html")
+    background = "getComputedStyle(document.body).backgroundColor"
+    _open(page, path)
+    light = _eval(page, background)
+    page.page(
+        "Emulation.setEmulatedMedia",
+        features=[{"name": "prefers-color-scheme", "value": "dark"}],
+    )
+    dark = _eval(page, background)
+    assert light == "rgb(255, 255, 255)" and dark != light, (light, dark)
+    assert png_colours(_screenshot(page)) > 20
+    page.page("Emulation.setEmulatedMedia", media="print")
+    assert _eval(page, "getComputedStyle(document.getElementById('tip')).display") == "none"
+    pdf = base64.b64decode(page.page("Page.printToPDF")["data"])
+    assert pdf.startswith(b"%PDF") and len(pdf) > 10_000
+    assert page.errors() == []
+
+
+def test_require_browser_turns_a_skip_into_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(browser, "chromium_path", lambda: None)
+    monkeypatch.delenv("STATEQUEUE_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        browser.need_chromium()
+    monkeypatch.setenv("STATEQUEUE_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="STATEQUEUE_REQUIRE_BROWSER=1"):
+        browser.need_chromium()
