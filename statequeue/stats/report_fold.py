@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import compress
-from typing import Any
+from itertools import compress, pairwise
+from typing import Any, cast
 
 from statequeue.stats.attempts import Attempt, AttemptBatch, within_limits
-from statequeue.stats.figures import MAX_GROUPS, OTHER, normalise_reason
+from statequeue.stats.figures import MAX_GROUPS, OTHER, QUANTILES, normalise_reason
 from statequeue.stats.report_model import (
     DONE,
     FAILED,
@@ -36,6 +38,7 @@ from statequeue.stats.report_model import (
     Throughput,
     Timeline,
 )
+from statequeue.stats.sketch import QuantileSketch
 
 TIMELINE_LIMIT = 3000
 """Past this many attempts the timeline is downsampled."""
@@ -74,6 +77,9 @@ class ReportFold:
         self.interrupted: list[tuple[float, int, int]] = []
         self.interrupted_total = 0
         self.undated = 0
+        self.done_sketch = QuantileSketch()
+        self.other_sketch = QuantileSketch()
+        """Durations of done and of other attempts, as `stats` sketches them."""
 
     def add_all(self, batches: Iterable[AttemptBatch]) -> None:
         for batch in batches:
@@ -85,22 +91,31 @@ class ReportFold:
             b = _ended_since(b, self.cutoff)
         if not b.item_id:
             return
-        crashed = {(a.item_id, a.attempt) for a in b.failures if a.interrupted}
-        kinds = [
-            DONE if ok else _kind_of(state, (i, n), crashed)
-            for ok, state, i, n in zip(b.ok, b.state, b.item_id, b.attempt, strict=True)
-        ]
-        for k, count in Counter(kinds).items():
-            self.kinds[k] += count
+        kinds = self._kinds(b)
         for a in b.failures:
             self._add_failure(a)
         if max(b.attempt) >= 2:
-            for i, n in zip(b.item_id, b.attempt, strict=True):
-                if n >= 2 and n > self.retried.get(i, 0):
-                    self.retried[i] = n
+            retried = self.retried
+            for i, n in [(i, n) for i, n in zip(b.item_id, b.attempt, strict=True) if n >= 2]:
+                if n > retried.get(i, 0):
+                    retried[i] = n
         self._add_rows(b, kinds)
 
-    def _add_rows(self, b: AttemptBatch, kinds: list[int]) -> None:
+    def _kinds(self, b: AttemptBatch) -> bytearray:
+        """Each attempt's kind: done unless not ok (few: a Python step each)."""
+        kinds = bytearray(len(b.ok))  # DONE is 0
+        crashed = {(a.item_id, a.attempt) for a in b.failures if a.interrupted}
+        unsuccessful = 0
+        for pos in compress(range(len(b.ok)), map(operator.not_, b.ok)):
+            unsuccessful += 1
+            key = (b.item_id[pos], b.attempt[pos])
+            kind = INTERRUPTED if key in crashed else _STATE_KIND.get(b.state[pos], FAILED)
+            kinds[pos] = kind
+            self.kinds[kind] += 1
+        self.kinds[DONE] += len(kinds) - unsuccessful
+        return kinds
+
+    def _add_rows(self, b: AttemptBatch, kinds: bytearray) -> None:
         ends, keep = b.ended_at, None
         if None in ends:  # an attempt with no end time has no place in time
             keep = [e is not None for e in ends]
@@ -109,15 +124,25 @@ class ReportFold:
         def column(values: Sequence[Any]) -> Iterable[Any]:
             return values if keep is None else compress(values, keep)
 
-        ids = self.runner_ids
-        for runner, host in zip(b.runner, b.host, strict=True):
+        for runner, host in set(zip(b.runner, b.host, strict=True)):
             if host and runner and runner not in self.hosts:
                 self.hosts[runner] = host
+        ids = self.runner_ids
+        runners = [r or "" for r in b.runner] if None in b.runner else b.runner
+        for runner in set(runners):
+            ids.setdefault(runner or "", len(ids))
+        durations = cast(Sequence[float], b.duration)  # no None: checked in C
+        if None in b.duration:
+            durations = [_UNKNOWN if d is None else d for d in b.duration]
+        done = list(compress(durations, map(operator.not_, kinds)))
+        other = list(compress(durations, kinds))
+        for sketch, values in ((self.done_sketch, done), (self.other_sketch, other)):
+            sketch.add_many(values if _UNKNOWN not in values else [d for d in values if d >= 0])
         self.end.extend(column(ends))
-        self.dur.extend(_UNKNOWN if d is None else d for d in column(b.duration))
+        self.dur.extend(column(durations))
         self.item.extend(column(b.item_id))
         self.attempt.extend(column(b.attempt))
-        self.runner.extend(ids.setdefault(r or "", len(ids)) for r in column(b.runner))
+        self.runner.extend(map(ids.__getitem__, column(runners)))
         self.kind.extend(column(kinds))
 
     def _add_failure(self, a: Attempt) -> None:
@@ -147,25 +172,27 @@ class ReportFold:
 
     def build(self) -> AttemptFigures:
         n = len(self.end)
-        starts = array(
-            "d", (e - d if d > 0 else e for e, d in zip(self.end, self.dur, strict=True))
-        )
-        first = min(starts) if n else None
-        last = max(self.end) if n else None
+        first = last = None
+        if n:
+            # An unknown duration (-1) gives a start after its end: never the
+            # minimum once the ends themselves are counted.
+            first = min(min(map(operator.sub, self.end, self.dur)), min(self.end))
+            last = max(self.end)
         names = {i: r for r, i in self.runner_ids.items()}
         per_runner = Counter(self.runner)
         runners = tuple(
             (names[i], self.hosts.get(names[i], ""), count)
             for i, count in sorted(per_runner.items(), key=lambda kv: (-kv[1], names[kv[0]]))
         )
+        unsuccessful = list(compress(range(n), self.kind))  # few: kind 0 is done
         return AttemptFigures(
             attempts=sum(self.kinds),
             first_start=first,
             last_end=last,
             kinds=tuple(self.kinds),
             runners=runners,
-            throughput=self._throughput(first, last),
-            timeline=self._timeline(starts, names),
+            throughput=self._throughput(first, last, unsuccessful),
+            timeline=self._timeline(names, unsuccessful),
             histogram=self._histogram(),
             failures=self._failures(),
             slowest=self._slowest(),
@@ -181,40 +208,47 @@ class ReportFold:
             interrupted_total=self.interrupted_total,
         )
 
-    def _throughput(self, first: float | None, last: float | None) -> Throughput | None:
+    def _throughput(
+        self, first: float | None, last: float | None, unsuccessful: list[int]
+    ) -> Throughput | None:
+        """Ends per bucket and kind, counted by bisecting each kind's sorted
+        end times at the bucket edges (runs end nearly in order: cheap sorts)."""
         if first is None or last is None:
             return None
         lo = math.floor(first)
         width = float(_nice_width((last - lo) / THROUGHPUT_BUCKETS))
         buckets = int((last - lo) // width) + 1
-        found = Counter(
-            int((e - lo) // width) * 8 + k for e, k in zip(self.end, self.kind, strict=True)
-        )
-        rows = [[0] * buckets for _ in KIND_NAMES]
-        for key, count in found.items():
-            rows[key % 8][min(key // 8, buckets - 1)] += count
-        return Throughput(float(lo), width, tuple(tuple(r) for r in rows))
+        ends: list[list[float]] = [[] for _ in KIND_NAMES]
+        ends[DONE] = sorted(compress(self.end, map(operator.not_, self.kind)))
+        for i in unsuccessful:
+            ends[self.kind[i]].append(self.end[i])
+        edges = [lo + j * width for j in range(1, buckets)]
+        rows = []
+        for times in ends:
+            times.sort()
+            cuts = [0, *(bisect_left(times, edge) for edge in edges), len(times)]
+            rows.append(tuple(b - a for a, b in pairwise(cuts)))
+        return Throughput(float(lo), width, tuple(rows))
 
     def _histogram(self) -> DurationHistogram:
-        done = sorted(compress(self.dur, (k == DONE for k in self.kind)))
-        done = done[_first_known(done) :]
-        known = [d for d in self.dur if d > 0]
-        if not known:
-            return DurationHistogram((), (), (), _quantiles(done))
-        low = math.floor(math.log10(min(known)))
-        high = max(math.ceil(math.log10(max(known))), low + 1)
+        """The two sketches' buckets in log-spaced bins with round edges."""
+        done, other = self.done_sketch, self.other_sketch
+        sketches = [x for x in (done, other) if x.count]
+        quantiles = {f"p{round(q * 100)}": done.quantile(q) for q in QUANTILES}
+        tops = [top for x in sketches for _, top, _ in x.iter_bucket_ranges() if top > 0]
+        if not tops:
+            return DurationHistogram((), (), (), quantiles)
+        low = math.floor(math.log10(min(tops) / done.gamma))
+        high = max(math.ceil(math.log10(max(x.max for x in sketches))), low + 1)
         steps = max(1, min(10, 40 // (high - low)))
         edges = tuple(10.0 ** (low + j / steps) for j in range((high - low) * steps + 1))
-        bins = len(edges) - 1
-        found = Counter(
-            _bin_of(d, low, steps, bins) * 2 + (k != DONE)
-            for d, k in zip(self.dur, self.kind, strict=True)
-            if d >= 0
-        )
-        counts = [[0] * bins, [0] * bins]
-        for key, count in found.items():
-            counts[key % 2][key // 2] += count
-        return DurationHistogram(edges, tuple(counts[0]), tuple(counts[1]), _quantiles(done))
+        counts = []
+        for sketch in (done, other):
+            bins = [0] * (len(edges) - 1)
+            for value, _, n in sketch.iter_bucket_ranges():
+                bins[min(max(bisect_right(edges, value) - 1, 0), len(bins) - 1)] += n
+            counts.append(tuple(bins))
+        return DurationHistogram(edges, counts[0], counts[1], quantiles)
 
     def _failures(self) -> tuple[FailureGroup, ...]:
         groups = (
@@ -224,16 +258,17 @@ class ReportFold:
         return tuple(sorted(groups, key=lambda g: (-g.count, g.reason)))
 
     def _slowest(self) -> tuple[ItemRow, ...]:
-        top = heapq.nlargest(TOP_ROWS, range(len(self.dur)), key=self.dur.__getitem__)
+        top = sorted(_longest(self.dur, TOP_ROWS), key=lambda i: (-self.dur[i], self.item[i]))
         return tuple(
             ItemRow(self.item[i], self.attempt[i], self.dur[i], state=KIND_NAMES[self.kind[i]])
-            for i in top
-            if self.dur[i] >= 0
+            for i in top[:TOP_ROWS]
         )
 
-    def _timeline(self, starts: array[float], names: dict[int, str]) -> Timeline:
+    def _timeline(self, names: dict[int, str], unsuccessful: list[int]) -> Timeline:
         n = len(self.end)
-        shown = sorted(_sampled(self.dur, self.kind), key=starts.__getitem__)
+        end, dur = self.end, self.dur
+        starts = {i: end[i] - max(dur[i], 0.0) for i in _sampled(dur, unsuccessful)}
+        shown = sorted(starts, key=starts.__getitem__)
         lanes: list[str] = []
         free: dict[int, list[tuple[float, int]]] = {}  # runner -> heap of (free at, lane)
         bars = []
@@ -252,21 +287,14 @@ class ReportFold:
         return Timeline(tuple(lanes), tuple(bars), n, len(bars))
 
 
-def _kind_of(state: str, key: tuple[int, int], crashed: set[tuple[int, int]]) -> int:
-    if key in crashed:
-        return INTERRUPTED
-    return _STATE_KIND.get(state, FAILED)
-
-
-def _sampled(dur: array[float], kind: array[int]) -> Iterable[int]:
+def _sampled(dur: array[float], unsuccessful: list[int]) -> Iterable[int]:
     """Indices of the attempts the timeline shows: all of them up to
     ``TIMELINE_LIMIT``; past it the slowest, the unsuccessful ones (up to a
     cap) and an even stride through the rest."""
     n = len(dur)
     if n <= TIMELINE_LIMIT:
         return range(n)
-    keep = set(heapq.nlargest(TIMELINE_OUTLIERS, range(n), key=dur.__getitem__))
-    unsuccessful = list(compress(range(n), kind))
+    keep = set(_longest(dur, TIMELINE_OUTLIERS))
     step = max(1, len(unsuccessful) // TIMELINE_UNSUCCESSFUL)
     keep.update(unsuccessful[::step][:TIMELINE_UNSUCCESSFUL])
     rest = TIMELINE_LIMIT - len(keep)
@@ -275,33 +303,30 @@ def _sampled(dur: array[float], kind: array[int]) -> Iterable[int]:
     return keep
 
 
+def _longest(dur: array[float], count: int) -> list[int]:
+    """Indices of the ``count`` longest known durations (ties: the first
+    ones), found by C-level passes: the threshold from the values, the
+    indices above it by one scan, those at it by ``index``."""
+    top = [d for d in heapq.nlargest(count, dur) if d >= 0]
+    if not top:
+        return []
+    threshold = top[-1]
+    found = list(compress(range(len(dur)), map(threshold.__lt__, dur)))
+    start = 0
+    while len(found) < count:
+        try:
+            start = dur.index(threshold, start) + 1
+        except ValueError:
+            break
+        found.append(start - 1)
+    return found
+
+
 def _nice_width(seconds: float) -> int:
     for width in _NICE_SECONDS:
         if width >= seconds:
             return width
     return math.ceil(seconds / 86400) * 86400
-
-
-def _bin_of(d: float, low: int, steps: int, bins: int) -> int:
-    if d <= 0:
-        return 0
-    return min(max(int((math.log10(d) - low) * steps), 0), bins - 1)
-
-
-def _first_known(values: list[float]) -> int:
-    """The index of the first value that is not ``_UNKNOWN`` in sorted ``values``."""
-    for i, d in enumerate(values):
-        if d >= 0:
-            return i
-    return len(values)
-
-
-def _quantiles(ordered: list[float]) -> dict[str, float | None]:
-    """Nearest-rank p50, p90, p99 of sorted ``ordered``."""
-    n = len(ordered)
-    return {
-        f"p{p}": ordered[max(1, math.ceil(p / 100 * n)) - 1] if n else None for p in (50, 90, 99)
-    }
 
 
 def _ended_since(b: AttemptBatch, cutoff: float) -> AttemptBatch:

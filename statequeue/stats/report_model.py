@@ -65,7 +65,8 @@ class DurationHistogram:
     done: tuple[int, ...]
     failed: tuple[int, ...]
     quantiles: dict[str, float | None]
-    """"p50", "p90", "p99" of the done attempts (exact, nearest rank)."""
+    """"p50", "p90", "p99" of the done attempts: nearest rank, within 1% as
+    `stats` gives them (the same quantile sketch)."""
 
 
 @dataclass(frozen=True)
