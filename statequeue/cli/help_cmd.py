@@ -25,6 +25,7 @@ TOPICS: dict[str, str] = {
     "python": "the library: Queue, work(), map, resumable, asyncio, errors",
     "guarantees": "the six promises: what is covered, what is not, which tests",
     "exit-codes": "every exit code and what it means",
+    "report": "the HTML report: what each chart answers, offline, dark mode, print",
     "postgres": "runners on many machines: the PostgreSQL store, leases, fencing",
     "internals": "where data lives, the journal format, locks, compaction",
     "performance": "today's benchmark figures and the machine they came from",
