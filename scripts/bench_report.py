@@ -148,6 +148,8 @@ def run(exe: str, workdir: Path, n: int, rounds: int) -> None:
                      peak_mb(stats, env, workdir), None))  # fmt: skip
     figures = json.loads(subprocess.run(stats, env=env, capture_output=True, check=True).stdout)
     print(f"queue: {figures['counts']}, {figures['attempts']} attempts")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average at the end: {load} ({os.cpu_count()} cores): compare with the baseline")
     print(f"{'case':<26}{'median s':>10}{'spread s':>18}{'peak MB':>9}{'page MB':>9}  goal")
     for label, walls, rss, size in rows:
         spread = f"{min(walls):.2f}-{max(walls):.2f}"

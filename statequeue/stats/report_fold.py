@@ -124,9 +124,13 @@ class ReportFold:
         def column(values: Sequence[Any]) -> Iterable[Any]:
             return values if keep is None else compress(values, keep)
 
-        for runner, host in set(zip(b.runner, b.host, strict=True)):
-            if host and runner and runner not in self.hosts:
-                self.hosts[runner] = host
+        named = set(compress(b.runner, b.host)) - self.hosts.keys()  # runners new here
+        for runner in named:
+            if runner:  # its first row that names a host (C-level searches)
+                at = b.runner.index(runner)
+                while not b.host[at]:
+                    at = b.runner.index(runner, at + 1)
+                self.hosts[runner] = str(b.host[at])
         ids = self.runner_ids
         runners = [r or "" for r in b.runner] if None in b.runner else b.runner
         for runner in set(runners):
