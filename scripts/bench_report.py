@@ -116,6 +116,8 @@ def main() -> None:
         build(args.build, args.items)
         return
     exe = find_statequeue()
+    if exe is None:
+        raise SystemExit("bench_report: no statequeue command (make install first)")
     workdir = Path(tempfile.mkdtemp(prefix="sq-bench-report-", dir=args.workdir or "/var/tmp"))
     try:
         run(exe, workdir, args.items, args.rounds)
@@ -135,6 +137,7 @@ def run(exe: str, workdir: Path, n: int, rounds: int) -> None:
     report = [exe, "-q", QUEUE, "report", "-o", str(page)]
     stats = [exe, "-q", QUEUE, "stats", "--json"]
     rows: list[tuple[str, list[float], float, float | None]] = []
+    size: float | None
     for label, compact in (("report", False), ("report compacted", True)):
         if compact:
             subprocess.run([exe, "-q", QUEUE, "compact"], env=env, check=True, capture_output=True)
