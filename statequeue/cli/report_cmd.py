@@ -28,7 +28,7 @@ def report(
             "--output",
             "-o",
             metavar="FILE",
-            help="Write the page to FILE ('-': stdout) [default: QUEUE-report.html here].",
+            help="Write the page to FILE ('-': stdout) \\[default: QUEUE-report.html here].",
             show_default=False,
         ),
     ] = None,
