@@ -100,7 +100,7 @@ def test_memory_store_report() -> None:
     check_report(r, want)
 
 
-def test_postgres_report(pg_url: str) -> None:
+def test_postgres_report(pg_url: str, sq_env: dict[str, str]) -> None:
     pytest.importorskip("psycopg")
     queues: list[Queue] = []
 
@@ -112,6 +112,9 @@ def test_postgres_report(pg_url: str) -> None:
     r = queues[0].report()
     assert r.store == "postgres"
     check_report(r, want)
+    done = _sq(sq_env, "--store", pg_url, "-q", "pgreport", "report", "-o", "-")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("<svg") == 3 and "item-38" in done.stdout
 
 
 def _attempt(
