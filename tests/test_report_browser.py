@@ -142,6 +142,41 @@ def test_dark_mode_and_print(page: Browser, sq_env: dict[str, str], tmp_path: Pa
     assert page.errors() == []
 
 
+def test_a_downsampled_report_renders(page: Browser, tmp_path: Path) -> None:
+    """20,000 synthetic attempts on 8 runners (page rendered without a store):
+    the timeline draws the sample it was given, and the page stays small."""
+    from statequeue.cli.report_page import render_report
+    from statequeue.stats.attempts import Attempt, batches_of
+    from statequeue.stats.report_fold import TIMELINE_LIMIT, ReportFold
+    from statequeue.stats.report_model import Report
+
+    def attempt(i: int) -> Attempt:
+        ok = i % 97 != 0
+        duration = 30.0 if i % 1000 == 0 else 0.2 + (i % 13) / 10
+        return Attempt(
+            i, 1, "done" if ok else "failed", ok, duration, "" if ok else "exit code 2",
+            0 if ok else 2, None, False, f"runner-{i % 8}", f"host-{i % 2}", 1e9 + i / 4,
+        )  # fmt: skip
+
+    fold = ReportFold()
+    fold.add_all(batches_of(attempt(i) for i in range(1, 20_001)))
+    figures = fold.build()
+    assert figures.timeline.shown <= TIMELINE_LIMIT < figures.timeline.total
+    report = Report("big", "memory", 1e9 + 6000, None, {"done": 19_794}, (), 0, figures)
+    path = tmp_path / "big.html"
+    path.write_text(render_report(report))
+    assert path.stat().st_size < 2_000_000
+    _open(page, path)
+    marks = _eval(
+        page,
+        "Array.from(document.querySelectorAll('svg.chart')).map("
+        "s => s.querySelectorAll('.mark').length)",
+    )
+    assert marks[1] == figures.timeline.shown, marks
+    assert png_colours(_screenshot(page)) > 20
+    assert page.errors() == []
+
+
 def test_require_browser_turns_a_skip_into_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(browser, "chromium_path", lambda: None)
     monkeypatch.delenv("STATEQUEUE_REQUIRE_BROWSER", raising=False)
