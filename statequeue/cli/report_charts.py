@@ -47,6 +47,14 @@ def span(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
+def amount(value: float) -> str:
+    """A count or rate for an axis: 950, 12.5k, 1.2M."""
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.3g}"
+
+
 def _mark(tag: str, tip: str, **attrs: object) -> str:
     """An SVG element with its hover text (``data-tip`` and ``<title>``)."""
     fields = " ".join(f'{k.rstrip("_").replace("_", "-")}="{v}"' for k, v in attrs.items())
@@ -102,7 +110,7 @@ def throughput_svg(t: Throughput | None) -> str:
             h = row[j] * scale / peak * (bottom - top)
             base -= h
             tip = (
-                f"{clock(at)} +{span(t.bucket_seconds)}: {totals[j] * scale:.4g}/min "
+                f"{clock(at)} +{span(t.bucket_seconds)}: {amount(totals[j] * scale)}/min "
                 f"({', '.join(parts)})"
             )
             body.append(
@@ -192,7 +200,8 @@ def histogram_svg(h: DurationHistogram) -> str:
                     height=f"{bar:.2f}",
                 )
             )
-    for j in range(0, len(h.edges), max(1, len(h.edges) // 8)):
+    per_decade = round((len(h.edges) - 1) / (high - low))
+    for j in range(0, len(h.edges), per_decade):  # a label at each power of ten
         x = LEFT + j * width
         body.append(
             f'<text class="tick" x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">'

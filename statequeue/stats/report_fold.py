@@ -308,21 +308,18 @@ def _sampled(dur: array[float], unsuccessful: list[int]) -> Iterable[int]:
 
 
 def _longest(dur: array[float], count: int) -> list[int]:
-    """Indices of the ``count`` longest known durations (ties: the first
-    ones), found by C-level passes: the threshold from the values, the
-    indices above it by one scan, those at it by ``index``."""
+    """Indices of the ``count`` longest known durations, found by C-level
+    passes: the threshold from the values, then the indices above it and
+    those at it (when many tie, e.g. timeouts, an even spread of them)."""
     top = [d for d in heapq.nlargest(count, dur) if d >= 0]
     if not top:
         return []
     threshold = top[-1]
     found = list(compress(range(len(dur)), map(threshold.__lt__, dur)))
-    start = 0
-    while len(found) < count:
-        try:
-            start = dur.index(threshold, start) + 1
-        except ValueError:
-            break
-        found.append(start - 1)
+    tied = list(compress(range(len(dur)), map(threshold.__eq__, dur)))
+    room = count - len(found)
+    if room > 0:
+        found += tied[:: math.ceil(len(tied) / room)]
     return found
 
 
