@@ -168,7 +168,9 @@ def test_downsampled_timeline_keeps_the_slowest_and_the_failed_attempts() -> Non
     # Past the outliers kept, the rest is sampled through the whole run.
     assert len(shown) > TIMELINE_OUTLIERS + TIMELINE_UNSUCCESSFUL
     assert min(shown) < n / 10 and max(shown) > n * 0.9
-    # Lanes belong to runners; no two bars in one lane overlap.
+    # Lanes belong to runners, a runner's lanes together; no two bars in one lane overlap.
+    slots = [(name.split(" #")[0], int(name.split(" #")[1])) for name in t.lanes]
+    assert slots == sorted(slots)
     lanes: dict[int, list[tuple[float, float]]] = {}
     for b in t.bars:
         assert t.lanes[b.lane].startswith(f"r{b.item_id % 3} ")

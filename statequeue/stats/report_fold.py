@@ -273,9 +273,9 @@ class ReportFold:
         end, dur = self.end, self.dur
         starts = {i: end[i] - max(dur[i], 0.0) for i in _sampled(dur, unsuccessful)}
         shown = sorted(starts, key=starts.__getitem__)
-        lanes: list[str] = []
+        lanes: list[tuple[str, int]] = []  # (runner, slot) of each lane, as first used
         free: dict[int, list[tuple[float, int]]] = {}  # runner -> heap of (free at, lane)
-        bars = []
+        placed = []
         for i in shown:
             runner = self.runner[i]
             heap = free.setdefault(runner, [])
@@ -283,12 +283,17 @@ class ReportFold:
                 lane = heapq.heappop(heap)[1]
             else:
                 lane = len(lanes)
-                lanes.append(f"{names[runner] or '?'} #{len(heap) + 1}")
+                lanes.append((names[runner] or "?", len(heap) + 1))
             heapq.heappush(heap, (self.end[i], lane))
-            bars.append(
-                Bar(lane, starts[i], self.end[i], self.item[i], self.attempt[i], self.kind[i])
-            )
-        return Timeline(tuple(lanes), tuple(bars), n, len(bars))
+            placed.append((lane, i))
+        order = sorted(range(len(lanes)), key=lanes.__getitem__)  # a runner's lanes together
+        row = {lane: n for n, lane in enumerate(order)}
+        bars = tuple(
+            Bar(row[lane], starts[i], end[i], self.item[i], self.attempt[i], self.kind[i])
+            for lane, i in placed
+        )
+        names_shown = tuple(f"{lanes[lane][0]} #{lanes[lane][1]}" for lane in order)
+        return Timeline(names_shown, bars, n, len(bars))
 
 
 def _sampled(dur: array[float], unsuccessful: list[int]) -> Iterable[int]:
