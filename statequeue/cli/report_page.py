@@ -10,7 +10,15 @@ from collections.abc import Callable
 from html import escape
 
 from statequeue.cli.report_charts import clock, histogram_svg, span, throughput_svg, timeline_svg
-from statequeue.stats.report_model import KIND_NAMES, FailureGroup, ItemRow, Report
+from statequeue.stats.report_model import (
+    HELD,
+    INTERRUPTED,
+    KIND_NAMES,
+    RETRIED,
+    FailureGroup,
+    ItemRow,
+    Report,
+)
 
 STYLE = """
 :root{--bg:#fff;--fg:#1d2430;--muted:#5c6675;--line:#d5dae1;--card:#f5f7fa;
@@ -77,7 +85,9 @@ def render_report(report: Report) -> str:
         _header(report),
         _section(
             "Throughput over time",
-            "When did throughput drop? Attempts ended per minute, stacked by outcome.",
+            "When did throughput drop? Attempts ended per minute, stacked by outcome: "
+            f"{f.kinds[RETRIED]} retries (failed, then put back), "
+            f"{f.kinds[HELD]} deferred to a person (held), {f.kinds[INTERRUPTED]} interrupted.",
             _legend() + throughput_svg(f.throughput),
         ),
         _section(
