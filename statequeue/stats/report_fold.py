@@ -66,8 +66,8 @@ class ReportFold:
         self.end = array("d")
         self.dur = array("d")
         self.item = array("q")
-        self.attempt = array("l")
-        self.runner = array("l")
+        self.attempt = array("i")
+        self.runner = array("i")
         self.kind = array("b")
         self.kinds = [0] * len(KIND_NAMES)
         self.runner_ids: dict[str, int] = {}
