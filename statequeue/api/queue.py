@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -177,6 +178,17 @@ class Queue:
         with self._shared.using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        """The attempt asks to be tried later: the item is pending again, due in
+        ``delay`` seconds, without spending a retry; past ``max_deferrals``
+        deferrals it fails (``Store.defer``). Durable before it returns."""
+        check_json(outcome.result, "result")
+        check_reason(outcome.reason)
+        with self._shared.using() as store:
+            return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
+
     def finish_and_claim(
         self,
         claim: Claim,
@@ -207,7 +219,9 @@ class Queue:
     def status(self) -> Status:
         """Counts per state, live runners, recent failures, held items."""
         with self._shared.using() as store:
-            return store.status()
+            status = store.status()
+            pace = store.pace()  # the shared start rate lives beside the records
+        return status if pace is None else replace(status, pace=pace)
 
     def compact(self) -> CompactResult:
         """Rewrite the journal as a snapshot; finished results move to the archive."""

@@ -154,6 +154,8 @@ def _item_record(
         rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
         if item.failures:
             rec["failures"] = item.failures  # --retries counts the episode on
+        if item.deferrals:
+            rec["deferrals"] = item.deferrals  # --max-deferrals counts them on
         extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
         rec.update((k, v) for k, v in extra.items() if v)
         if item.interrupted:

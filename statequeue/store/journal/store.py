@@ -67,9 +67,11 @@ from statequeue.store.journal.online_compaction import (
     compact_online,
     remove_stale_temp_files,
 )
+from statequeue.store.journal.rate_file import RateFile
 from statequeue.store.journal.replay import Replay
 from statequeue.store.journal.settings import JournalSettings
 from statequeue.store.journal.stats_summary import StatsSummary
+from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.record_store import RecordStore
 from statequeue.store.records.state import LiveItem, QueueState
 
@@ -107,6 +109,7 @@ class JournalStore(RecordStore):
         self.read_only = False  # the user may read the queue but not write it
         self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self.claims = ClaimLocks(self.dir)
+        self.rate = RateFile(self.dir)  # the shared start rate (run --rate)
         self._archive_index: ArchiveIndex | None = None  # where archived results are
         self._broken: DurabilityError | None = None
         self.settings = JournalSettings.from_environment(auto_compact=auto_compact)
@@ -281,6 +284,9 @@ class JournalStore(RecordStore):
 
     def _sync_written(self) -> None:
         self.journal.sync()
+
+    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
+        return self.rate.update(change, create=create)
 
     def _claim_free(self, item: LiveItem) -> bool:
         return self.claims.free(item.id)
@@ -467,6 +473,7 @@ class JournalStore(RecordStore):
 
     def _close_files(self) -> None:
         self.summary.wait()
+        self.rate.close()
         self.claims.close()
         self.journal.close()
         if self._lock_fd >= 0:
