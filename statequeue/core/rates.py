@@ -70,3 +70,15 @@ class Pace:
     current: float
     limit: float
     burst: int
+
+
+def as_rate(value: RateLimit | str | float | None) -> RateLimit | None:
+    """The library's ``rate=``: a RateLimit, text as ``run --rate`` takes it
+    (``"20/s"``), or a number of starts per second; None for no limit."""
+    if value is None or isinstance(value, RateLimit):
+        return value
+    if isinstance(value, str):
+        return parse_rate(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"rate must be like '20/s' or a number per second, not {value!r}")
+    return RateLimit(float(value), 1, rate_text(float(value)))
