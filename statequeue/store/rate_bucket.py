@@ -28,6 +28,7 @@ FLOOR_SHARE = 1 / 64
 """The current rate never drops below this share of the limit."""
 RECOVER_SHARE = 1 / 8
 """Below 90% of the rate of the last cut, each success recovers this share of the gap."""
+_EPSILON = 1e-9
 PROBE_STEPS = 60
 """Above it, successes add ``limit / PROBE_STEPS`` per second of successes."""
 
@@ -87,8 +88,8 @@ def take(bucket: Bucket, now: float) -> float:
     """Take one start: 0.0 when taken, else the seconds until a token will be
     there (nothing taken)."""
     refill(bucket, now)
-    if bucket.tokens >= 1.0:
-        bucket.tokens -= 1.0
+    if bucket.tokens >= 1.0 - _EPSILON:  # a runner woken on time is not sent back for 1e-15 s
+        bucket.tokens = max(0.0, bucket.tokens - 1.0)
         return 0.0
     return (1.0 - bucket.tokens) / bucket.current
 

@@ -13,6 +13,7 @@ also speaks of leases), the caller passes its own text in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -103,17 +104,18 @@ def defer_record(
     claim: Claim, outcome: Outcome, *, delay: float, deferrals: int, at: float
 ) -> Record:
     """The ``defer`` record: the attempt asked to be tried later, and the item
-    is pending again, due at ``retry_at`` (``delay`` seconds on). Not a
-    failure (``run --retries`` and the episode ignore it), not a crash."""
+    is pending again, due at ``retry_at`` (``delay`` seconds after ``at``,
+    rounded down to the millisecond: never later than asked). Not a failure
+    (``run --retries`` and the episode ignore it), not a crash."""
     rec: Record = {
         "t": "defer",
         "id": claim.item_id,
         "attempt": claim.attempt,
         "state": ItemState.PENDING.value,
         "delay": round(delay, 3),
-        "retry_at": round(at + delay, 3),
+        "retry_at": math.floor((at + delay) * 1000) / 1000,
         "deferrals": deferrals,
-        "at": at,
+        "at": round(at, 3),
         "dur": round(outcome.duration, 6),
     }
     if outcome.exit_code is not None:

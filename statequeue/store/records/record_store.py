@@ -269,7 +269,7 @@ class RecordStore(Store):
             if transitions.deferral_state(count, max_deferrals) is ItemState.FAILED:
                 failed = transitions.deferral_outcome(outcome, count, max_deferrals)
                 return self._finish_locked(state, claim, failed, None, sync=True)
-            at = record_time()
+            at = time.time()  # unrounded: the record rounds its retry time down
             rec = transitions.defer_record(claim, outcome, delay=delay, deferrals=count, at=at)
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)

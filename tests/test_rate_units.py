@@ -1,0 +1,278 @@
+"""Rate limits and "try later", in process: the parser and its bad input, the
+token bucket and its AIMD control, the deferral in every record store (replay,
+checkpoint, compaction), and the library's TryLater, later() and rate=."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import statequeue
+from statequeue import Queue, TryLater
+from statequeue.cli.app import _invoke
+from statequeue.cli.errors import run_guarded
+from statequeue.core.errors import UsageError
+from statequeue.core.identity import new_runner
+from statequeue.core.models import ItemState, Outcome
+from statequeue.core.rates import RateLimit, as_rate, parse_rate
+from statequeue.store import rate_bucket
+from statequeue.store.base import Store
+from statequeue.store.journal.store import JournalStore
+from statequeue.store.memory import MemoryStore
+from statequeue.store.rate_bucket import Bucket
+
+# -- parsing, and bad input at the CLI -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "per_second"),
+    [("20/s", 20.0), ("90/m", 1.5), ("1800/h", 0.5), (" 2.5 / s ", 2.5), ("0.5/s", 0.5)],
+)
+def test_rates_parse_per_second_minute_and_hour(text: str, per_second: float) -> None:
+    assert parse_rate(text).per_second == pytest.approx(per_second)
+
+
+@pytest.mark.parametrize("text", ["0", "0/s", "-1/s", "5/parsec", "5", "", "/s", "inf/s", "1e3/s"])
+def test_a_bad_rate_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_rate(text)
+
+
+def test_the_library_takes_text_a_number_or_a_rate_limit() -> None:
+    assert as_rate("20/s") == parse_rate("20/s")
+    assert as_rate(5).per_second == 5.0  # type: ignore[union-attr]
+    assert as_rate(None) is None
+    for bad in (0, -1, "5/parsec", True):
+        with pytest.raises(UsageError):
+            as_rate(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--rate", "0"],
+        ["--rate", "-1/s"],
+        ["--rate", "5/parsec"],
+        ["--rate", "5/s", "--burst", "0"],
+        ["--burst", "3"],
+        ["--max-deferrals", "-1"],
+    ],
+)
+def test_bad_rate_options_exit_2_in_one_line_and_leave_the_queue_alone(
+    sq_home: Path, capfd: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    with Queue("default", create=True) as q:
+        q.enqueue(["a", "b"])
+        before = q.store.read_events(None)[0]
+    capfd.readouterr()
+    code = run_guarded(_invoke, ["run", *args, "--", "true"])
+    sys.stdout.flush()
+    _, err = capfd.readouterr()
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("statequeue: "), err
+    assert "Traceback" not in err
+    with Queue("default") as q:
+        assert q.store.read_events(None)[0] == before  # not even a runner record
+        assert not (sq_home / "default" / "rate").exists()
+
+
+# -- the bucket --------------------------------------------------------------------------
+
+
+def test_the_bucket_gives_one_start_per_interval_after_its_burst() -> None:
+    limit = RateLimit(10.0, burst=3)
+    bucket = rate_bucket.configured(None, limit, now=100.0)
+    assert [rate_bucket.take(bucket, 100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert rate_bucket.take(bucket, 100.0) == pytest.approx(0.1)  # nothing taken
+    assert rate_bucket.take(bucket, 100.05) == pytest.approx(0.05)
+    assert rate_bucket.take(bucket, 100.1) == 0.0
+    assert rate_bucket.take(bucket, 200.0) == 0.0  # a pause refills at most the burst
+    assert bucket.tokens == pytest.approx(2.0)
+
+
+def test_a_deferral_halves_the_rate_once_per_hold_and_successes_raise_it_to_the_limit() -> None:
+    limit = RateLimit(20.0)
+    bucket = rate_bucket.configured(None, limit, now=0.0)
+    rate_bucket.on_deferral(bucket, 1.0)
+    assert bucket.current == 10.0
+    rate_bucket.on_deferral(bucket, 1.0 + rate_bucket.CUT_HOLD / 2)  # the same congestion
+    assert bucket.current == 10.0
+    rate_bucket.on_deferral(bucket, 1.0 + rate_bucket.CUT_HOLD)
+    assert bucket.current == 5.0
+    seen = []
+    for n in range(2000):
+        rate_bucket.on_success(bucket, 10.0 + n / 100)
+        seen.append(bucket.current)
+    assert seen == sorted(seen)  # step by step, never down
+    assert seen[0] < 10.0 and seen[-1] == 20.0 and max(seen) == 20.0  # never above the limit
+    for _ in range(40):
+        rate_bucket.on_deferral(bucket, bucket.cut_at + rate_bucket.CUT_HOLD)
+    assert bucket.current == pytest.approx(20.0 * rate_bucket.FLOOR_SHARE)  # a floor, not 0
+
+
+def test_a_runner_with_another_limit_sets_the_queues_and_a_torn_bucket_starts_afresh() -> None:
+    bucket = rate_bucket.configured(None, RateLimit(20.0), now=0.0)
+    rate_bucket.configured(bucket, RateLimit(5.0), now=1.0)
+    assert (bucket.limit, bucket.current) == (5.0, 5.0)
+    assert rate_bucket.bucket_from({"limit": 1}) is None
+    assert rate_bucket.bucket_from(bucket.as_dict()) == bucket
+
+
+def test_two_stores_of_one_folder_share_the_bucket(sq_home: Path) -> None:
+    Queue("shared", create=True).close()
+    one, two = (JournalStore(sq_home / "shared", create=False) for _ in range(2))
+    limit = RateLimit(1.0, burst=2)
+    try:
+        assert one.take_start(limit)[0] == 0.0
+        assert two.take_start(limit)[0] == 0.0
+        assert one.take_start(limit)[0] > 0.5  # the burst is spent, for both
+        two.rate_feedback(limit, deferred=True)
+        pace = one.pace()
+        assert pace is not None and (pace.current, pace.limit) == (0.5, 1.0)
+    finally:
+        one.close()
+        two.close()
+
+
+# -- the deferral in each record store -----------------------------------------------------
+
+
+def _stores(home: Path) -> list[Store]:
+    Queue("j", create=True).close()
+    return [MemoryStore(), JournalStore(home / "j", create=False)]
+
+
+def _claim_and_defer(store: Store, *, delay: float, max_deferrals: int = 100) -> ItemState:
+    runner = new_runner()
+    store.register_runner(runner)
+    claim = store.claim(runner)
+    assert claim is not None
+    outcome = Outcome(ok=False, exit_code=75, reason="exit code 75")
+    return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
+
+
+@pytest.mark.parametrize("kind", ["memory", "journal"])
+def test_a_deferral_is_pending_again_without_a_failure(sq_home: Path, kind: str) -> None:
+    store = _stores(sq_home)[kind == "journal"]
+    store.enqueue(["a"])
+    assert _claim_and_defer(store, delay=0.0) is ItemState.PENDING
+    claim = store.claim(new_runner())
+    assert claim is not None and claim.attempt == 2
+    assert claim.failures == 0  # --retries is not spent
+    events = [r for r in store.read_events(None)[0] if r["t"] == "defer"]
+    assert [(r["delay"], r["deferrals"], r["state"]) for r in events] == [(0.0, 1, "pending")]
+    assert store.deferrals() == 1
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "journal"])
+def test_a_deferral_waits_for_its_delay(sq_home: Path, kind: str) -> None:
+    store = _stores(sq_home)[kind == "journal"]
+    store.enqueue(["a"])
+    _claim_and_defer(store, delay=3600.0)
+    assert store.claim(new_runner()) is None
+    due = store.next_due()
+    assert due is not None and due > 3000 + (store.read_events(None)[0][-1]["at"])
+    assert store.status().deferred == 1
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "journal"])
+def test_past_max_deferrals_the_item_fails_saying_so(sq_home: Path, kind: str) -> None:
+    store = _stores(sq_home)[kind == "journal"]
+    store.enqueue(["a"])
+    states = [_claim_and_defer(store, delay=0.0, max_deferrals=2) for _ in range(3)]
+    assert states == [ItemState.PENDING, ItemState.PENDING, ItemState.FAILED]
+    (found,) = store.results(ItemState.FAILED)
+    assert found.reason == "deferred 3 times, more than --max-deferrals 2"
+    store.close()
+
+
+def test_the_journal_keeps_the_count_across_reopen_checkpoint_and_compaction(
+    sq_home: Path,
+) -> None:
+    Queue("j", create=True).close()
+    store = JournalStore(sq_home / "j", create=False)
+    store.enqueue(["a"])
+    _claim_and_defer(store, delay=0.0)
+    store.close()
+    for step in ("reopen", "compact"):
+        store = JournalStore(sq_home / "j", create=False)
+        if step == "compact":
+            store.compact()
+            store.close()
+            store = JournalStore(sq_home / "j", create=False)
+        live = store.state.get(1)
+        assert live is not None and live.deferrals == 1, step
+        store.close()
+    store = JournalStore(sq_home / "j", create=False)
+    assert _claim_and_defer(store, delay=0.0, max_deferrals=1) is ItemState.FAILED
+    store.close()
+
+
+def test_a_users_retry_starts_a_new_count(sq_home: Path) -> None:
+    store = MemoryStore()
+    store.enqueue(["a"])
+    _claim_and_defer(store, delay=0.0, max_deferrals=0)
+    store.retry([1])
+    assert _claim_and_defer(store, delay=0.0, max_deferrals=1) is ItemState.PENDING
+
+
+# -- the library -----------------------------------------------------------------------------
+
+
+def test_try_later_and_later_put_the_item_back_without_spending_a_retry(sq_home: Path) -> None:
+    with Queue("lib", create=True) as q:
+        q.enqueue(["a", "b", "c"])
+        seen = []
+        for item in q.work(retries=0, max_deferrals=5):
+            with item:
+                seen.append((item.item, item.attempt))
+                if item.attempt == 1 and item.item == "a":
+                    raise TryLater(0.05)
+                if item.attempt == 1 and item.item == "b":
+                    assert item.later(0.0) is ItemState.PENDING
+        assert sorted(seen) == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1)]
+        assert {v.item: v.state for v in q.items()} == dict.fromkeys("abc", ItemState.DONE)
+        defers = [r for r in q.store.read_events(None)[0] if r["t"] == "defer"]
+        assert sorted(r["delay"] for r in defers) == [0.0, 0.05]
+        assert q.stats().deferred == 2
+
+
+def test_the_library_fails_an_item_past_max_deferrals(sq_home: Path) -> None:
+    with Queue("lib", create=True) as q:
+        q.enqueue(["a"])
+        for item in q.work(max_deferrals=1):
+            with item:
+                raise TryLater(0)
+        (view,) = q.items()
+        assert view.state is ItemState.FAILED
+        assert "more than --max-deferrals 1" in view.reason
+
+
+def test_rate_is_taken_from_the_queues_bucket_by_work_and_map(sq_home: Path) -> None:
+    with Queue("lib", create=True) as q:
+        q.enqueue(["a"])
+        for item in q.work(rate="7/s"):
+            item.done()
+        assert q.status().pace is not None
+        assert q.status().pace.limit == 7.0  # type: ignore[union-attr]
+    assert statequeue.map(str.upper, ["x", "y"], queue="m", rate="600/m") is not None
+    with Queue("m") as q:
+        assert q.status().pace.limit == pytest.approx(10.0)  # type: ignore[union-attr]
+
+
+def test_map_defers_an_item_whose_function_raises_try_later(sq_home: Path) -> None:
+    calls: dict[str, int] = {}
+
+    def fn(text: str) -> str:
+        calls[text] = calls.get(text, 0) + 1
+        if calls[text] == 1:
+            raise TryLater(0.01)
+        return text * 2
+
+    assert statequeue.map(fn, ["a", "b"], queue="m", jobs=2, retries=0) == ["aa", "bb"]
+    assert calls == {"a": 2, "b": 2}
