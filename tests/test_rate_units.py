@@ -21,7 +21,6 @@ from statequeue.store import rate_bucket
 from statequeue.store.base import Store
 from statequeue.store.journal.store import JournalStore
 from statequeue.store.memory import MemoryStore
-from statequeue.store.rate_bucket import Bucket
 
 # -- parsing, and bad input at the CLI -------------------------------------------------
 

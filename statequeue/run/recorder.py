@@ -23,6 +23,7 @@ from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
 from statequeue.run.jobs import Job
 from statequeue.run.options import RunOptions
 from statequeue.run.pacing import Pacing, asks_later
+from statequeue.store import transitions
 
 __all__ = ["FuseScope", "ResultRecorder"]
 
@@ -182,6 +183,9 @@ class ResultRecorder:
             return Notice(text, warning=True)
         self.summary.record(claim.item_id, state)
         self.pacing.ended(outcome, deferred=delay is not None)
+        if delay is not None and state is ItemState.FAILED:  # past --max-deferrals
+            most = self.options.max_deferrals
+            outcome = transitions.deferral_outcome(outcome, most + 1, most)
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._on_halt()
         log = job.log_path if job is not None else None
