@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import SchemaTooNew
 from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
 from statequeue.store.postgres.owners import check_owners
+from statequeue.store.postgres.rate_rows import V7_RATES
 
 if TYPE_CHECKING:
     from statequeue.store.postgres.connection import Connection
@@ -203,6 +204,7 @@ _V6_PINNED_PATH = V6_PINNED_PATH
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
     _V6_PINNED_PATH,
+    V7_RATES,  # run --rate's buckets and the items' deferrals (rate_rows.py)
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
