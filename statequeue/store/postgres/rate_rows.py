@@ -1,5 +1,5 @@
 """The PostgreSQL store's rows for ``run --rate`` and for deferrals (schema
-version 7, ``V7_RATES``): one bucket row per queue, shared by the runners of
+version 7, ``schema._V7_RATES``): one bucket row per queue, shared by the runners of
 every host, and each item's count of deferrals.
 
 Taking a start is one ``UPDATE ... RETURNING`` on the queue's row, timed by
@@ -22,28 +22,6 @@ from statequeue.store import transitions
 from statequeue.store.postgres import writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.rate_bucket import Bucket, BucketChange
-
-V7_RATES = """
--- run --rate: one token bucket per queue (store/rate_bucket.py), taken from
--- by every runner of the queue on every host.
-CREATE TABLE statequeue.rate_buckets (
-    queue text PRIMARY KEY,
-    lim double precision NOT NULL,
-    burst double precision NOT NULL,
-    rate_now double precision NOT NULL,
-    tokens double precision NOT NULL,
-    stamp double precision NOT NULL,
-    peak double precision NOT NULL DEFAULT 0,
-    cut_at double precision NOT NULL DEFAULT 0
-);
--- Exit 75 (try later): how often each item asked, for --max-deferrals.
-CREATE TABLE statequeue.deferrals (
-    queue text NOT NULL,
-    id bigint NOT NULL,
-    count integer NOT NULL,
-    PRIMARY KEY (queue, id)
-);
-"""
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
