@@ -59,6 +59,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench_compaction.py $(filter --quick,$(BENCH_ARGS))
 	$(BENCH_VENV)/bin/python scripts/bench_stats.py --json bench-results-stats.json
 	$(BENCH_VENV)/bin/python scripts/bench_pg.py $(filter --quick,$(BENCH_ARGS))
+	$(BENCH_VENV)/bin/python scripts/bench_rate.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache
