@@ -4,6 +4,7 @@ checkpoint, compaction), and the library's TryLater, later() and rate=."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -262,6 +263,19 @@ def test_rate_is_taken_from_the_queues_bucket_by_work_and_map(sq_home: Path) -> 
     assert statequeue.map(str.upper, ["x", "y"], queue="m", rate="600/m") is not None
     with Queue("m") as q:
         assert q.status().pace.limit == pytest.approx(10.0)  # type: ignore[union-attr]
+
+
+def test_work_and_map_start_no_faster_than_their_rate(sq_home: Path) -> None:
+    with Queue("paced", create=True) as q:
+        q.enqueue(["a", "b", "c", "d"])
+        for item in q.work(rate="20/s"):
+            item.done()
+    statequeue.map(str.upper, ["e", "f", "g", "h"], queue="paced", jobs=4, rate=20)
+    with Queue("paced") as q:
+        starts = [r["at"] for r in q.store.read_events(None)[0] if r["t"] == "start"]
+    assert len(starts) == 8
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 1 / 20 - 0.002, gaps  # records keep milliseconds
 
 
 def test_map_defers_an_item_whose_function_raises_try_later(sq_home: Path) -> None:
