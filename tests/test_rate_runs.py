@@ -230,3 +230,19 @@ def test_deferrals_halve_the_queues_rate_against_an_api_that_answers_429(
     starts = sorted(r["at"] for r in records if r["t"] == "start")
     last = starts[-11:]
     assert 10 / (last[-1] - last[0]) <= 10.0  # the last starts came at half the limit or less
+
+
+def test_a_deferral_is_durable_before_the_runner_goes_on(sq_env: Env, tmp_path: Path) -> None:
+    """The runner is killed (-9) right after the deferral is recorded: the next
+    run finds the item pending after its delay, deferred once, no crash counted."""
+    enqueue(sq_env, 1)
+    worker = script(tmp_path, TRY_LATER_ONCE)
+    crash = dict(sq_env, STATEQUEUE_TEST_CRASH="recorded:1")
+    killed = sq(crash, "run", "--", worker, "0.5")
+    assert killed.returncode == -9, killed.stderr
+    assert [r["t"] for r in events(sq_env) if r.get("id") == 1][-1] == "defer"
+    done = sq(sq_env, "run", "--", worker, "0.5")
+    assert done.returncode == 0, done.stderr
+    assert "recovered" not in done.stderr  # it was not in flight: nothing to recover
+    kinds = [r["t"] for r in events(sq_env) if r.get("id") == 1]
+    assert kinds == ["enq", "start", "defer", "start", "end"]

@@ -22,6 +22,7 @@ from statequeue.store import rate_bucket
 from statequeue.store.base import Store
 from statequeue.store.journal.store import JournalStore
 from statequeue.store.memory import MemoryStore
+from statequeue.store.records.state import QueueState
 
 # -- parsing, and bad input at the CLI -------------------------------------------------
 
@@ -211,6 +212,16 @@ def test_the_journal_keeps_the_count_across_reopen_checkpoint_and_compaction(
     store = JournalStore(sq_home / "j", create=False)
     assert _claim_and_defer(store, delay=0.0, max_deferrals=1) is ItemState.FAILED
     store.close()
+
+
+def test_a_checkpoint_keeps_the_count() -> None:
+    store = MemoryStore()
+    store.enqueue(["a"])
+    _claim_and_defer(store, delay=0.0)
+    restored = QueueState()
+    restored.restore(*store.state.export())
+    live = restored.get(1)
+    assert live is not None and live.deferrals == 1
 
 
 def test_a_users_retry_starts_a_new_count(sq_home: Path) -> None:
