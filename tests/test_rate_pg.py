@@ -89,3 +89,9 @@ def test_deferrals_and_max_deferrals_on_postgres(sq_env: Env, tmp_path: Path, pg
     assert failure["reason"] == "deferred 3 times, more than --max-deferrals 2"
     figures = json.loads(sq(env, "stats", "--json").stdout)
     assert figures["deferred"] == 3
+    # A user's retry of the item that failed so gives it a new count.
+    assert sq(env, "retry", "2").returncode == 0
+    again = sq(env, *args, "--", str(worker), "{}")
+    assert again.returncode == 1, again.stderr
+    kinds = [r["t"] for r in events(env) if r.get("id") == 2 and r["t"] in ("defer", "end")]
+    assert kinds == ["defer", "defer", "end"] * 2

@@ -210,8 +210,22 @@ def test_the_journal_keeps_the_count_across_reopen_checkpoint_and_compaction(
         assert live is not None and live.deferrals == 1, step
         store.close()
     store = JournalStore(sq_home / "j", create=False)
+    assert store.deferrals() == 1  # kept in the item's record by compaction
     assert _claim_and_defer(store, delay=0.0, max_deferrals=1) is ItemState.FAILED
     store.close()
+
+
+def test_stats_count_the_deferrals_of_archived_items(sq_home: Path) -> None:
+    with Queue("arch", create=True) as q:
+        q.enqueue(["a"])
+        for item in q.work():
+            with item:
+                if item.attempt == 1:
+                    raise TryLater(0)
+        assert q.stats().deferred == 1
+        q.compact()  # the done item moves to the archive
+        assert q.stats().deferred == 1
+        assert q.stats(since=3600).deferred == 1
 
 
 def test_a_checkpoint_keeps_the_count() -> None:

@@ -11,7 +11,7 @@ contract, never the object's type or attributes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -161,13 +161,8 @@ class Store(ABC):
     def deferrals(self, since: float | None = None) -> int:
         """How many deferrals the store still records (those at ``since`` or
         later, when given): what ``stats`` counts under ``deferred``. This
-        default counts the ``defer`` records ``read_events`` gives (a journal
-        forgets them at compaction)."""
-        return sum(
-            1
-            for r in self._all_events()
-            if r.get("t") == "defer" and (since is None or r.get("at", 0.0) >= since)
-        )
+        default counts those ``read_events`` gives (``deferrals_in``)."""
+        return deferrals_in(self._all_events(), since)
 
     def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
         """Apply ``change`` to the queue's start-rate bucket, atomically with
@@ -452,6 +447,16 @@ class Store(ABC):
             if not batch:
                 return
             yield from batch
+
+
+def deferrals_in(records: Iterable[Record], since: float | None) -> int:
+    """The deferrals among ``records`` (at ``since`` or later, when given):
+    ``defer`` records, and those that compaction kept in a record's ``tries``."""
+    found = 0
+    for r in records:
+        for d in (r, *r.get("tries", ())) if "tries" in r else (r,):
+            found += d.get("t") == "defer" and (since is None or d.get("at", 0.0) >= since)
+    return found
 
 
 def attempts_since(attempts: Iterator[Attempt], since: float | None) -> Iterator[Attempt]:

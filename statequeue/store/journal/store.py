@@ -25,7 +25,7 @@ import fcntl
 import os
 from collections.abc import Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
 from statequeue.core.views import ItemView
-from statequeue.store.base import attempts_since
+from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
 from statequeue.store.journal.attempt_scan import scan_attempt_batches, scan_attempts
@@ -343,6 +343,11 @@ class JournalStore(RecordStore):
 
     def _archive_records(self) -> Iterator[Record]:
         return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    def deferrals(self, since: float | None = None) -> int:
+        with self._locked():
+            journal = self._journal_records()
+        return deferrals_in(chain(self._archive_records(), journal), since)
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
         return attempts_since(self.summary.scan(scan_attempts), since)

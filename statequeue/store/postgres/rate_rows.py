@@ -89,8 +89,8 @@ def defer_once(
     """Count a deferral of ``claim``'s item and, within ``most``, put it back
     as pending due in ``delay`` seconds with its ``defer`` event, in one
     transaction; ClaimLost for a stale token (nothing written). Returns the
-    item's deferrals: past ``most``, nothing but the count was written (the
-    caller records the failure as an attempt's end)."""
+    item's deferrals: past ``most``, the count is cleared and nothing else
+    written (the caller records the failure as an attempt's end)."""
     outcome = replace(outcome, reason=writes.safe(outcome.reason))  # no NUL in a jsonb
     with conn.transaction():
         writes.held(conn, queue, claim)
@@ -102,6 +102,12 @@ def defer_once(
         ).fetchone()
         count = int(row[0]) if row else 1
         if transitions.deferral_state(count, most) is not ItemState.PENDING:
+            # It fails now: a user's `retry` of it starts a new count, as in the
+            # journal (where any new episode does; here only this one).
+            conn.execute(
+                "DELETE FROM statequeue.deferrals WHERE queue = %s AND id = %s",
+                (queue, claim.item_id),
+            )
             return count
         rec = transitions.defer_record(claim, outcome, delay=delay, deferrals=count, at=time.time())
         rec["token"] = claim.token
