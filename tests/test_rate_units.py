@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -122,9 +123,11 @@ def test_a_runner_with_another_limit_sets_the_queues_and_a_torn_bucket_starts_af
     assert rate_bucket.bucket_from(bucket.as_dict()) == bucket
 
 
-def test_two_stores_of_one_folder_share_the_bucket(sq_home: Path) -> None:
-    Queue("shared", create=True).close()
-    one, two = (JournalStore(sq_home / "shared", create=False) for _ in range(2))
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_two_opens_of_one_queue_share_the_bucket(
+    sq_home: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    one, two = (_open_again(kind, sq_home, request) for _ in range(2))
     limit = RateLimit(1.0, burst=2)
     try:
         assert one.take_start(limit)[0] == 0.0
@@ -138,12 +141,33 @@ def test_two_stores_of_one_folder_share_the_bucket(sq_home: Path) -> None:
         two.close()
 
 
-# -- the deferral in each record store -----------------------------------------------------
+def _open_again(kind: str, home: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "postgres":
+        from statequeue.store.postgres import PostgresStore  # lazy: psycopg
+
+        return PostgresStore(request.getfixturevalue("pg_url"), "shared")
+    Queue("shared", create=True).close()
+    return JournalStore(home / "shared", create=False)
 
 
-def _stores(home: Path) -> list[Store]:
-    Queue("j", create=True).close()
-    return [MemoryStore(), JournalStore(home / "j", create=False)]
+# -- the deferral in each store -----------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "journal", "postgres"])
+def store(request: pytest.FixtureRequest, sq_home: Path) -> Iterator[Store]:
+    """One store of each kind: the deferral is the same transition in each."""
+    opened: Store
+    if request.param == "postgres":
+        from statequeue.store.postgres import PostgresStore  # lazy: psycopg
+
+        opened = PostgresStore(request.getfixturevalue("pg_url"), "j")
+    elif request.param == "journal":
+        Queue("j", create=True).close()
+        opened = JournalStore(sq_home / "j", create=False)
+    else:
+        opened = MemoryStore()
+    yield opened
+    opened.close()
 
 
 def _claim_and_defer(store: Store, *, delay: float, max_deferrals: int = 100) -> ItemState:
@@ -155,9 +179,7 @@ def _claim_and_defer(store: Store, *, delay: float, max_deferrals: int = 100) ->
     return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
 
 
-@pytest.mark.parametrize("kind", ["memory", "journal"])
-def test_a_deferral_is_pending_again_without_a_failure(sq_home: Path, kind: str) -> None:
-    store = _stores(sq_home)[kind == "journal"]
+def test_a_deferral_is_pending_again_without_a_failure(store: Store) -> None:
     store.enqueue(["a"])
     assert _claim_and_defer(store, delay=0.0) is ItemState.PENDING
     claim = store.claim(new_runner())
@@ -166,30 +188,23 @@ def test_a_deferral_is_pending_again_without_a_failure(sq_home: Path, kind: str)
     events = [r for r in store.read_events(None)[0] if r["t"] == "defer"]
     assert [(r["delay"], r["deferrals"], r["state"]) for r in events] == [(0.0, 1, "pending")]
     assert store.deferrals() == 1
-    store.close()
 
 
-@pytest.mark.parametrize("kind", ["memory", "journal"])
-def test_a_deferral_waits_for_its_delay(sq_home: Path, kind: str) -> None:
-    store = _stores(sq_home)[kind == "journal"]
+def test_a_deferral_waits_for_its_delay(store: Store) -> None:
     store.enqueue(["a"])
     _claim_and_defer(store, delay=3600.0)
     assert store.claim(new_runner()) is None
     due = store.next_due()
     assert due is not None and due > 3000 + (store.read_events(None)[0][-1]["at"])
     assert store.status().deferred == 1
-    store.close()
 
 
-@pytest.mark.parametrize("kind", ["memory", "journal"])
-def test_past_max_deferrals_the_item_fails_saying_so(sq_home: Path, kind: str) -> None:
-    store = _stores(sq_home)[kind == "journal"]
+def test_past_max_deferrals_the_item_fails_saying_so(store: Store) -> None:
     store.enqueue(["a"])
     states = [_claim_and_defer(store, delay=0.0, max_deferrals=2) for _ in range(3)]
     assert states == [ItemState.PENDING, ItemState.PENDING, ItemState.FAILED]
     (found,) = store.results(ItemState.FAILED)
     assert found.reason == "deferred 3 times, more than --max-deferrals 2"
-    store.close()
 
 
 def test_the_journal_keeps_the_count_across_reopen_checkpoint_and_compaction(
