@@ -39,17 +39,17 @@ def events(env: Env) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_runners_on_two_hosts_share_one_rate(sq_env: Env, tmp_path: Path, pg_url: str) -> None:
     one, two = (host_env(sq_env, tmp_path, pg_url, h) for h in ("host-a", "host-b"))
-    assert sq(one, "enqueue", stdin="".join(f"i{n}\n" for n in range(61))).returncode == 0
-    args = [STATEQUEUE, "run", "-j4", "--rate", "10/s", "--quiet", "--", "true"]
+    assert sq(one, "enqueue", stdin="".join(f"i{n}\n" for n in range(41))).returncode == 0
+    args = [STATEQUEUE, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true"]
     procs = [subprocess.Popen(args, env=env, stderr=subprocess.PIPE) for env in (one, two)]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     records = events(one)
     starts = sorted(r["at"] for r in records if r["t"] == "start")
-    assert len(starts) == 61
+    assert len(starts) == 41
     rate = (len(starts) - 1) / (starts[-1] - starts[0])
-    assert 9.0 <= rate <= 11.0, rate  # 10/s between the two hosts, not 10/s each
+    assert 18.0 <= rate <= 22.0, rate  # 20/s between the two hosts, not 20/s each
     hosts = {r["host"] for r in records if r["t"] == "run"}
     runners = {r["runner"] for r in records if r["t"] == "start"}
     assert hosts == {"host-a", "host-b"} and len(runners) == 2

@@ -29,6 +29,10 @@ FLOOR_SHARE = 1 / 64
 RECOVER_SHARE = 1 / 8
 """Below 90% of the rate of the last cut, each success recovers this share of the gap."""
 _EPSILON = 1e-9
+LATE_SLACK = 0.5
+"""Tokens kept beyond the burst: a runner that comes for its start late (a
+wakeup, a database round trip) keeps what it earned meanwhile, up to half a
+start, so lateness does not lower the rate; never a whole extra start."""
 PROBE_STEPS = 60
 """Above it, successes add ``limit / PROBE_STEPS`` per second of successes."""
 
@@ -78,9 +82,10 @@ def configured(bucket: Bucket | None, limit: RateLimit, now: float) -> Bucket:
 
 
 def refill(bucket: Bucket, now: float) -> None:
-    """Add the tokens earned since ``stamp`` at the current rate, up to ``burst``."""
+    """Add the tokens earned since ``stamp`` at the current rate, up to
+    ``burst`` (and ``LATE_SLACK``)."""
     earned = max(0.0, now - bucket.stamp) * bucket.current  # a clock step back earns none
-    bucket.tokens = min(bucket.burst, bucket.tokens + earned)
+    bucket.tokens = min(bucket.burst + LATE_SLACK, bucket.tokens + earned)
     bucket.stamp = now
 
 
