@@ -104,10 +104,14 @@ def test_a_deferral_halves_the_rate_once_per_hold_and_successes_raise_it_to_the_
     bucket = rate_bucket.configured(None, limit, now=0.0)
     rate_bucket.on_deferral(bucket, 1.0)
     assert bucket.current == 10.0
-    rate_bucket.on_deferral(bucket, 1.0 + rate_bucket.CUT_HOLD / 2)  # the same congestion
+    hold = rate_bucket.cut_hold(bucket)
+    assert hold == pytest.approx(rate_bucket.HOLD_STARTS / 10.0)  # 4 starts at 10/s
+    rate_bucket.on_deferral(bucket, 1.0 + hold / 2)  # the same congestion
     assert bucket.current == 10.0
-    rate_bucket.on_deferral(bucket, 1.0 + rate_bucket.CUT_HOLD)
+    rate_bucket.on_deferral(bucket, 1.0 + hold + 1e-9)
     assert bucket.current == 5.0
+    slow = rate_bucket.configured(None, RateLimit(1.0), now=0.0)
+    assert rate_bucket.cut_hold(slow) == rate_bucket.CUT_HOLD  # at most a second
     seen = []
     for n in range(2000):
         rate_bucket.on_success(bucket, 10.0 + n / 100)

@@ -7,8 +7,8 @@ before it reached the disk) lets at most ``burst`` extra items start, and
 breaks no promise. Stores keep it beside the queue, never in its records.
 
 AIMD (``run --rate`` with commands that ask to be tried later): a deferral
-halves the current rate, once per ``CUT_HOLD`` seconds (the attempts started
-before the cut come back deferred too, and must not halve it again); each
+halves the current rate, but not again within ``cut_hold`` (the attempts
+started before the cut come back deferred too, and must not halve it again); each
 success raises it, quickly back towards the rate of the last cut, then by
 ``PROBE_STEPS`` steps per second of successes up to the limit.
 """
@@ -23,7 +23,10 @@ from statequeue.core.errors import NotSupported, StateQueueError
 from statequeue.core.rates import Pace, RateLimit
 
 CUT_HOLD = 1.0
-"""Seconds after a cut during which further deferrals do not cut again."""
+"""At most this many seconds after a cut, further deferrals do not cut again."""
+HOLD_STARTS = 4
+"""...nor for as long as this many starts take at the current rate, if shorter:
+the attempts started before a cut come back deferred soon after it."""
 FLOOR_SHARE = 1 / 64
 """The current rate never drops below this share of the limit."""
 RECOVER_SHARE = 1 / 8
@@ -100,13 +103,19 @@ def take(bucket: Bucket, now: float) -> float:
 
 
 def on_deferral(bucket: Bucket, now: float) -> None:
-    """A command asked to be tried later: halve the current rate (once per ``CUT_HOLD``)."""
+    """A command asked to be tried later: halve the current rate (not again
+    within ``cut_hold``)."""
     refill(bucket, now)  # tokens earned so far were earned at the old rate
-    if now - bucket.cut_at < CUT_HOLD and bucket.cut_at <= now:
+    if now - bucket.cut_at < cut_hold(bucket) and bucket.cut_at <= now:
         return
     bucket.peak = bucket.current
     bucket.current = max(bucket.current / 2, bucket.limit * FLOOR_SHARE)
     bucket.cut_at = now
+
+
+def cut_hold(bucket: Bucket) -> float:
+    """Seconds after a cut during which deferrals do not cut again."""
+    return min(CUT_HOLD, HOLD_STARTS / bucket.current)
 
 
 def on_success(bucket: Bucket, now: float) -> None:
