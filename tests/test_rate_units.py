@@ -341,3 +341,32 @@ def test_map_defers_an_item_whose_function_raises_try_later(sq_home: Path) -> No
 
     assert statequeue.map(fn, ["a", "b"], queue="m", jobs=2, retries=0) == ["aa", "bb"]
     assert calls == {"a": 2, "b": 2}
+
+
+def test_work_async_and_map_async_defer_on_try_later(sq_home: Path) -> None:
+    import asyncio  # lazy: only this test needs an event loop
+
+    async def main() -> list[str]:
+        with Queue("aw", create=True) as q:
+            q.enqueue(["a", "b"])
+            async for item in q.work_async(concurrency=2):
+                async with item:
+                    if item.attempt == 1 and item.item == "a":
+                        raise TryLater(0)
+                    if item.attempt == 1:
+                        await item.later(0)
+                    else:
+                        await item.done()
+            assert {v.state for v in q.items()} == {ItemState.DONE}
+            assert q.stats().deferred == 2
+
+        async def fn(text: str) -> str:
+            if text not in seen:
+                seen.add(text)
+                raise TryLater(0)
+            return text
+
+        seen: set[str] = set()
+        return await statequeue.map_async(fn, ["x", "y"], queue="am", rate="100/s")
+
+    assert asyncio.run(main()) == ["x", "y"]
