@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import STATEQUEUE
+from tests.waiting import until
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -39,15 +40,18 @@ def events(env: Env) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_runners_on_two_hosts_share_one_rate(sq_env: Env, tmp_path: Path, pg_url: str) -> None:
     one, two = (host_env(sq_env, tmp_path, pg_url, h) for h in ("host-a", "host-b"))
-    assert sq(one, "enqueue", stdin="".join(f"i{n}\n" for n in range(41))).returncode == 0
+    assert sq(one, "enqueue", stdin="".join(f"i{n}\n" for n in range(61))).returncode == 0
+    assert sq(one, "pause").returncode == 0  # both runners are up before work starts
     args = [STATEQUEUE, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true"]
     procs = [subprocess.Popen(args, env=env, stderr=subprocess.PIPE) for env in (one, two)]
+    until(lambda: len(json.loads(sq(one, "status", "--json").stdout)["runners"]) == 2, "2 runners")
+    assert sq(one, "resume").returncode == 0
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     records = events(one)
     starts = sorted(r["at"] for r in records if r["t"] == "start")
-    assert len(starts) == 41
+    assert len(starts) == 61
     rate = (len(starts) - 1) / (starts[-1] - starts[0])
     assert 18.0 <= rate <= 22.0, rate  # 20/s between the two hosts, not 20/s each
     hosts = {r["host"] for r in records if r["t"] == "run"}
