@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import STATEQUEUE
+from tests.waiting import until
 
 Env = dict[str, str]
 
@@ -60,8 +61,11 @@ def test_one_runner_holds_its_rate_within_ten_percent_over_ten_seconds(sq_env: E
 @pytest.mark.slow
 def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> None:
     enqueue(sq_env, 201)
+    assert sq(sq_env, "pause").returncode == 0  # both runners are up before work starts
     args = [STATEQUEUE, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true"]
     runners = [subprocess.Popen(args, env=sq_env, stderr=subprocess.PIPE) for _ in range(2)]
+    until(lambda: len(json.loads(sq(sq_env, "status", "--json").stdout)["runners"]) == 2, "2")
+    assert sq(sq_env, "resume").returncode == 0
     for proc in runners:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
