@@ -42,6 +42,20 @@ def test_a_bad_rate_is_a_usage_error(text: str) -> None:
         parse_rate(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("0", "above 0"),
+        ("-1/s", "above 0"),
+        ("0/m", "above 0"),
+        ("5/parsec", "per second, minute or hour"),
+    ],
+)
+def test_a_bad_rate_says_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        parse_rate(text)
+
+
 def test_the_library_takes_text_a_number_or_a_rate_limit() -> None:
     assert as_rate("20/s") == parse_rate("20/s")
     assert as_rate(5).per_second == 5.0  # type: ignore[union-attr]

@@ -42,7 +42,10 @@ class RateLimit:
 def parse_rate(text: str, burst: int = 1) -> RateLimit:
     """The rate in ``text`` (``N/s``, ``N/m`` or ``N/h``); UsageError for
     anything else, for 0 and for a negative rate."""
-    match = _RATE.fullmatch(text.strip().lower())
+    raw = text.strip().lower()
+    if raw.startswith("-") or raw in ("0", "0.0"):
+        raise UsageError(f"invalid rate {text!r}: must be above 0 (e.g. 20/s, 90/m, 1000/h)")
+    match = _RATE.fullmatch(raw)
     if match is None:
         raise UsageError(
             f"invalid rate {text!r}: use a number per second, minute or hour: 20/s, 90/m, 1000/h"
