@@ -60,6 +60,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench_stats.py --json bench-results-stats.json
 	$(BENCH_VENV)/bin/python scripts/bench_report.py $(if $(findstring --quick,$(BENCH_ARGS)),--items 100000 --rounds 1)
 	$(BENCH_VENV)/bin/python scripts/bench_pg.py $(filter --quick,$(BENCH_ARGS))
+	$(BENCH_VENV)/bin/python scripts/bench_rate.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

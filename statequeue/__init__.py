@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         NotSupported,
         QueueClosed,
         StateQueueError,
+        TryLater,
         UnknownState,
         UsageError,
     )
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 # anything heavy is imported, to let Ctrl-C end the process during its imports.
 _ERRORS = (
     *("InvalidResult", "ItemNotFound", "MapFailed", "NotSupported", "QueueClosed"),
+    "TryLater",
     "UnknownState",
 )
 _MODELS = ("Claim", "EnqueueResult", "ItemState", "OnInterrupted", "Outcome")
@@ -76,6 +78,7 @@ __all__ = [
     "QueueClosed",
     "StateQueueError",
     "Status",
+    "TryLater",
     "UnknownState",
     "UsageError",
     "WorkItem",

@@ -269,6 +269,7 @@ def test_json_schema_and_plain_output(sq_env: dict[str, str]) -> None:
         "slowest",
         "runners",
         "hosts",
+        "deferred",
     }
     assert set(figures["durations"]) >= {"count", "p50", "p90", "p99", "max", "relative_error"}
     assert figures["durations"]["relative_error"] == ALPHA

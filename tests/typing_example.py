@@ -24,6 +24,7 @@ from statequeue import (
     QueueClosed,
     StateQueueError,
     Status,
+    TryLater,
     UnknownState,
     UsageError,
     WorkItem,
@@ -60,6 +61,12 @@ def sync_api(q: Queue) -> None:
             item.heartbeat()
             state: ItemState = item.done({"n": item.attempt})
             print(state)
+    for item in q.work(rate="20/s", max_deferrals=5):
+        with item:
+            if item.attempt == 1:
+                raise TryLater(0.5)
+            later: ItemState = item.later(1.0)
+            print(later)
     views: list[ItemView] = q.items(ItemState.DONE)
     results: list[ItemResult] = q.results()
     one: ItemResult | None = q.result("a")

@@ -18,6 +18,7 @@ from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
 from statequeue.core.errors import UsageError
 from statequeue.core.models import Claim
+from statequeue.core.rates import RateLimit, as_rate
 from statequeue.store.base import Store
 
 R = TypeVar("R")
@@ -32,15 +33,21 @@ async def map_async(
     retries: int = 0,
     retry_delay: float = 1.0,
     retry_max_delay: float = 300.0,
+    rate: RateLimit | str | float | None = None,
     home: str | os.PathLike[str] | None = None,
     store: Store | str | None = None,
 ) -> list[R]:
     """``statequeue.map`` for a coroutine function: ``concurrency`` slots await
     ``fn(item)``; the store is used from worker threads only. Same resuming,
-    ordering, retries and MapFailed as ``map``."""
+    ordering, retries, ``rate`` and ``TryLater`` as ``map``."""
     if concurrency < 1:
         raise UsageError("concurrency must be at least 1")
-    policy = WorkPolicy(retries=retries, retry_delay=retry_delay, retry_max_delay=retry_max_delay)
+    policy = WorkPolicy(
+        retries=retries,
+        retry_delay=retry_delay,
+        retry_max_delay=retry_max_delay,
+        rate=as_rate(rate),
+    )
     owned = not isinstance(queue, Queue)
     q = queue if isinstance(queue, Queue) else await _open(queue, home, store)
     try:

@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 
+from statequeue.api import rate_limits
 from statequeue.api.queue import Queue, refuse_single_text
 from statequeue.api.work import WorkPolicy, failure_reason, next_nap, wait_for_due
-from statequeue.core.errors import InvalidResult, MapFailed
+from statequeue.core.errors import InvalidResult, MapFailed, TryLater
 from statequeue.core.identity import new_runner
 from statequeue.core.items import check_items
 from statequeue.core.models import Claim, ItemState, Outcome
@@ -97,6 +98,10 @@ class MapRun:
         """Claim the next item of this run, waiting for retries that come due;
         None when none is left to claim (or ``stopping()``)."""
         while not stopping() and self.error is None:
+            wait = rate_limits.start_wait(self.queue, self.policy.rate)
+            if wait > 0:
+                time.sleep(wait)
+                continue
             claim = self._claim(self._window()) or self._claim(self._unheld())
             if claim is not None:
                 return claim
@@ -107,6 +112,9 @@ class MapRun:
     def take_once(self) -> Claim | float | None:
         """One try of ``take`` that never sleeps: a claim, None (nothing left
         to claim), or the seconds to wait before trying again."""
+        wait = rate_limits.start_wait(self.queue, self.policy.rate)
+        if wait > 0:
+            return wait
         claim = self._claim(self._window()) or self._claim(self._unheld())
         if claim is not None:
             return claim
@@ -154,15 +162,18 @@ class MapRun:
             self.record_failure(claim, exc)
             return
         stored = orjson.loads(orjson.dumps(value))  # what a later call reads back
+        rate_limits.succeeded(self.queue, self.policy.rate)
         self.queue.finish(claim, Outcome(ok=True, result=stored, duration=self._took(claim)))
         self._settled(claim, ItemState.DONE, stored)
 
     def record_failure(self, claim: Claim, exc: BaseException) -> None:
         """Record a failed attempt, durably; the item runs again while the policy allows."""
         reason = failure_reason(exc)
-        retry_at = self.policy.retry_at(claim)
         outcome = Outcome(ok=False, reason=reason, duration=self._took(claim))
-        state = self.queue.finish(claim, outcome, retry_at=retry_at)
+        if isinstance(exc, TryLater):  # not a failure: pending again, no retry spent
+            state = rate_limits.defer(self.queue, claim, self.policy, outcome, exc.seconds)
+        else:
+            state = self.queue.finish(claim, outcome, retry_at=self.policy.retry_at(claim))
         self._settled(claim, state, reason)
 
     def _took(self, claim: Claim) -> float:

@@ -22,6 +22,7 @@ from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
 from statequeue.core.errors import PoolBroken, UsageError
 from statequeue.core.models import Claim
+from statequeue.core.rates import RateLimit, as_rate
 from statequeue.store.base import Store
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     retries: int = 0,
     retry_delay: float = 1.0,
     retry_max_delay: float = 300.0,
+    rate: RateLimit | str | float | None = None,
     home: str | os.PathLike[str] | None = None,
     store: Store | str | None = None,
 ) -> list[R]:
@@ -78,12 +80,21 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     ``.failures`` [(item, reason)] and ``.results`` (None where an item
     failed). A later call gives failed items a new set of attempts.
 
+    ``rate`` (``"20/s"``, or starts per second) paces the calls with every
+    runner of the queue (``run --rate``); ``fn`` raising ``TryLater(seconds)``
+    puts its item back without spending a retry (as ``work()``).
+
     Results are returned as stored (JSON values: a tuple comes back as a
     list); a result that is not JSON fails its item with InvalidResult.
     """
     if jobs < 1:
         raise UsageError("jobs must be at least 1")
-    policy = WorkPolicy(retries=retries, retry_delay=retry_delay, retry_max_delay=retry_max_delay)
+    policy = WorkPolicy(
+        retries=retries,
+        retry_delay=retry_delay,
+        retry_max_delay=retry_max_delay,
+        rate=as_rate(rate),
+    )
     with opened(queue, home, store) as q:
         run = MapRun(q, items, policy)
         run.plan()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -38,6 +39,7 @@ from statequeue.core.models import (
     RunnerInfo,
     item_state,
 )
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, as_rate
 from statequeue.core.records import Record, check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
 
@@ -178,6 +180,27 @@ class Queue:
         with self._shared.using() as store:
             return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
 
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        """The attempt asks to be tried later: the item is pending again, due in
+        ``delay`` seconds, without spending a retry; past ``max_deferrals``
+        deferrals it fails (``Store.defer``). Durable before it returns."""
+        check_json(outcome.result, "result")
+        check_reason(outcome.reason)
+        with self._shared.using() as store:
+            return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
+
+    def take_start(self, limit: RateLimit) -> tuple[float, float]:
+        """Take one start from the queue's shared bucket (``Store.take_start``)."""
+        with self._shared.using() as store:
+            return store.take_start(limit)
+
+    def rate_feedback(self, limit: RateLimit, *, deferred: bool) -> None:
+        """Tune the queue's shared rate after an attempt (``Store.rate_feedback``)."""
+        with self._shared.using() as store:
+            store.rate_feedback(limit, deferred=deferred)
+
     def finish_and_claim(
         self,
         claim: Claim,
@@ -208,7 +231,9 @@ class Queue:
     def status(self) -> Status:
         """Counts per state, live runners, recent failures, held items."""
         with self._shared.using() as store:
-            return store.status()
+            status = store.status()
+            pace = store.pace()  # the shared start rate lives beside the records
+        return status if pace is None else replace(status, pace=pace)
 
     def compact(self) -> CompactResult:
         """Rewrite the journal as a snapshot; finished results move to the archive."""
@@ -256,6 +281,8 @@ class Queue:
         on_interrupted: OnInterrupted = OnInterrupted.RETRY,
         max_crashes: int = 3,
         verify: Callable[[WorkItem], bool] | None = None,
+        rate: RateLimit | str | float | None = None,
+        max_deferrals: int = DEFAULT_MAX_DEFERRALS,
     ) -> Iterator[WorkItem]:
         """Yield pending items one at a time until none is left (waiting for
         items whose retry time has not come yet, and while the queue is paused).
@@ -270,6 +297,11 @@ class Queue:
 
         If the loop is left early (``break``, an exception, a crash), the
         unsettled item is given back and runs again next time.
+
+        ``rate`` (``"20/s"``, or starts per second) paces the claims with
+        every runner of the queue (``run --rate``); ``raise TryLater(seconds)``
+        inside ``with item:``, or ``item.later(seconds)``, puts the item back
+        without spending a retry, up to ``max_deferrals`` times.
         """
         policy = WorkPolicy(
             retries=retries,
@@ -277,6 +309,8 @@ class Queue:
             retry_max_delay=retry_max_delay,
             on_interrupted=on_interrupted,
             max_crashes=max_crashes,
+            rate=as_rate(rate),
+            max_deferrals=max_deferrals,
         )
         return work_loop(self, policy, verify)
 

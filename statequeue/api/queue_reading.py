@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
 
@@ -81,7 +82,8 @@ def event_batches(shared: SharedStore, *, follow: bool, poll: float) -> Iterator
 
 def queue_stats(shared: SharedStore, since: float | None, now: float | None) -> Stats:
     """``Queue.stats``: from the store's summary where it keeps one (and no
-    ``since`` is asked), else folded from every finished attempt."""
+    ``since`` is asked), else folded from every finished attempt; with the
+    deferrals the store records."""
     # lazy: start-up time (the figures' modules; only `stats` needs them)
     from statequeue.stats.figures import stats_of_batches
 
@@ -89,15 +91,18 @@ def queue_stats(shared: SharedStore, since: float | None, now: float | None) -> 
     cutoff = None if since is None else now - since
     with shared.using() as store:
         status = store.status()
+        deferred = store.deferrals(cutoff)
         builder = store.stats_summary() if since is None else None
         if builder is not None:  # cached up to a position
             builder.now = now
-            return builder.build(queue=status.queue, counts=status.counts, held=status.held)
-        return stats_of_batches(
-            store.iter_attempt_batches(cutoff),
-            queue=status.queue,
-            counts=status.counts,
-            held=status.held,
-            now=now,
-            since=since,
-        )
+            found = builder.build(queue=status.queue, counts=status.counts, held=status.held)
+        else:
+            found = stats_of_batches(
+                store.iter_attempt_batches(cutoff),
+                queue=status.queue,
+                counts=status.counts,
+                held=status.held,
+                now=now,
+                since=since,
+            )
+    return replace(found, deferred=deferred)

@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from statequeue.core.errors import ItemNotSettled, UsageError
+from statequeue.api import rate_limits
+from statequeue.core.errors import ItemNotSettled, TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -44,10 +46,14 @@ class WorkPolicy:
     retry_max_delay: float = 300.0
     on_interrupted: OnInterrupted = OnInterrupted.RETRY
     max_crashes: int = 3
+    rate: RateLimit | None = None
+    """Starts per second for the whole queue (``run --rate``); None: no limit."""
+    max_deferrals: int = DEFAULT_MAX_DEFERRALS
+    """Times an item may ask to be tried later (``TryLater``) before it fails."""
 
     def __post_init__(self) -> None:
-        if self.retries < 0 or self.max_crashes < 1:
-            raise UsageError("retries must be >= 0 and max_crashes >= 1")
+        if self.retries < 0 or self.max_crashes < 1 or self.max_deferrals < 0:
+            raise UsageError("retries and max_deferrals must be >= 0 and max_crashes >= 1")
         for name in ("retry_delay", "retry_max_delay"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
@@ -65,6 +71,11 @@ class WorkPolicy:
         if claim.failures >= self.retries:
             return None
         return time.time() + backoff(claim.failures + 1, self.retry_delay, self.retry_max_delay)
+
+    def later_delay(self, claim: Claim) -> float:
+        """The wait of an item that asked to be tried later without saying how
+        long: a backoff that doubles with its attempts, from ``retry_delay``."""
+        return backoff(claim.attempt, self.retry_delay, self.retry_max_delay)
 
 
 def backoff(retry: int, delay: float, max_delay: float) -> float:
@@ -142,6 +153,17 @@ class WorkItem:
         is pending again (due later) while the policy allows a retry."""
         return self._settle(Outcome(ok=False, reason=reason, result=result))
 
+    def later(self, seconds: float | None = None) -> ItemState:
+        """Ask for the item to be tried later, durably: pending again after
+        ``seconds`` (None: a backoff), not counted as a failure; it fails once
+        it asked more than the loop's ``max_deferrals`` times. Slows the
+        queue's shared rate (``rate=``)."""
+        self._check_open()
+        outcome = Outcome(ok=False, reason="try later", duration=self._took())
+        self.state = rate_limits.defer(self.queue, self.claim, self.policy, outcome, seconds)
+        self.settled = True
+        return self.state
+
     def release(self, reason: str = "given back") -> None:
         """Give the item back as pending, not counted as a failure."""
         self._check_open()
@@ -156,7 +178,9 @@ class WorkItem:
     def _settle(self, outcome: Outcome) -> ItemState:
         self._check_open()
         retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
-        outcome = replace(outcome, duration=time.monotonic() - self._claimed_at)
+        outcome = replace(outcome, duration=self._took())
+        if outcome.ok:
+            rate_limits.succeeded(self.queue, self.policy.rate)
         if self._runner is None:
             self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
         else:
@@ -171,6 +195,9 @@ class WorkItem:
             )
         self.settled = True
         return self.state
+
+    def _took(self) -> float:
+        return time.monotonic() - self._claimed_at
 
     def _check_open(self) -> None:
         if self.settled or self.released:
@@ -191,6 +218,9 @@ class WorkItem:
             return False
         if self.settled or self.released:
             return False  # nothing left to record: the caller sees the exception
+        if isinstance(exc, TryLater):
+            self.later(exc.seconds)
+            return True  # not a failure: the item is pending again; the loop goes on
         if isinstance(exc, Exception):
             self.fail(failure_reason(exc))
             return True  # the attempt is recorded as failed; the loop goes on
@@ -208,6 +238,8 @@ def work_loop(
     taken: Claim | None = None  # claimed by the last item's done() or fail()
     try:
         while True:
+            if taken is None:
+                rate_limits.wait_for_start(queue, policy.rate)
             claim = taken or queue.claim(
                 runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
             )
@@ -223,7 +255,8 @@ def work_loop(
                 )
                 if claim is None:
                     return
-            current = WorkItem(queue, claim, policy, runner=runner)
+            # Under a rate, no claim is made with a result: each start is paced first.
+            current = WorkItem(queue, claim, policy, runner=None if policy.rate else runner)
             if not verified(current, verify):
                 yield current
                 if not (current.settled or current.released):

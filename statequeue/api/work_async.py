@@ -21,7 +21,7 @@ from statequeue.api.work import (
     next_nap,
     verified,
 )
-from statequeue.core.errors import UsageError
+from statequeue.core.errors import TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, RunnerInfo
 
@@ -76,6 +76,11 @@ class AsyncWorkItem:
         policy; started now; await to wait for it)."""
         return self._settle(self.sync_item.fail, reason, result)
 
+    def later(self, seconds: float | None = None) -> Awaitable[ItemState]:
+        """Ask for the item to be tried later, not counted as a failure (see
+        WorkItem.later; started now; await to wait for it)."""
+        return self._settle(self.sync_item.later, seconds)
+
     def release(self, reason: str = "given back") -> Awaitable[None]:
         """Give the item back as pending, not counted as a failure (started
         now; await to wait for it)."""
@@ -127,6 +132,9 @@ class AsyncWorkItem:
             return False
         if self.settled:
             return False
+        if isinstance(exc, TryLater):  # not a failure: pending again, no retry spent
+            await self.later(exc.seconds)
+            return True
         if isinstance(exc, Exception):
             await self.fail(failure_reason(exc))
             return True

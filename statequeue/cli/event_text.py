@@ -47,6 +47,10 @@ _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
     "intr": lambda r: (
         f"recovered {_item(r)} -> {r.get('state')}: {shown(str(r.get('reason', '')))}"
     ),
+    "defer": lambda r: (
+        f"deferred {_item(r)} attempt {r.get('attempt')}: asked to be tried later; "
+        f"due again in {r.get('delay')}s (deferral {r.get('deferrals')})"
+    ),
     "set": lambda r: f"{_item(r)} -> {r.get('state')} ({shown(str(r.get('reason', '')))})",
     "run": lambda r: (
         f"runner {_runner(r)} started (pid {r.get('pid')} on {shown(str(r.get('host')))})"

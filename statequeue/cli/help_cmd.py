@@ -27,6 +27,7 @@ TOPICS: dict[str, str] = {
     "exit-codes": "every exit code and what it means",
     "report": "the HTML report: what each chart answers, offline, dark mode, print",
     "postgres": "runners on many machines: the PostgreSQL store, leases, fencing",
+    "rates": "run --rate, exit 75 (try later), AIMD, TryLater in the library",
     "internals": "where data lives, the journal format, locks, compaction",
     "performance": "today's benchmark figures and the machine they came from",
     "architecture": "for the next engineer: the layers, the map of the package, where things go",

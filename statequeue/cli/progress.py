@@ -35,6 +35,8 @@ def _line(event: ItemFinished, width: int = WHOLE) -> str:
     attempt = f"attempt {claim.attempt}"
     if event.state is ItemState.DONE:
         return f"[ok] {what} ({took}{', ' + attempt if claim.attempt > 1 else ''})"
+    if event.deferred is not None:  # exit 75: not a failure, no retry spent
+        return f"[later] {what} {attempt}: try again in {format_duration(event.deferred)}"
     if event.state is ItemState.PENDING:
         retry = f"retry {claim.failures + 1} of {event.retries}"
         return f"[retry] {what} {attempt}: {outcome.reason}; {retry} follows"

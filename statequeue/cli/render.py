@@ -10,6 +10,7 @@ import orjson
 
 from statequeue.cli.clock import local_time
 from statequeue.core.durations import format_duration
+from statequeue.core.rates import rate_text
 from statequeue.core.textsafe import escaped, shown
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ def status_text(status: Status) -> str:
         if status.paused:
             eta = ", ETA paused"  # runners take no new items until `resume`
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
+    if status.pace is not None or status.deferred:
+        lines.append(_pace_line(status))
     lines += _runner_lines(status)
     if status.interrupted:
         ids = ", ".join(str(i) for i in status.interrupted[:20])
@@ -67,6 +70,15 @@ def status_text(status: Status) -> str:
     lines += _failure_lines(status)
     lines += _next_steps(status)
     return "\n".join(lines)
+
+
+def _pace_line(status: Status) -> str:
+    """The shared start rate beside its limit (``run --rate``), and the deferred items."""
+    deferred = f"deferred {status.deferred}"
+    if status.pace is None:
+        return deferred
+    now, limit = rate_text(status.pace.current), rate_text(status.pace.limit)
+    return f"start rate: {now} of at most {limit} (burst {status.pace.burst}); {deferred}"
 
 
 def _status_headline(status: Status) -> str:

@@ -16,6 +16,7 @@ from statequeue.core.durations import parse_duration
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import OnInterrupted
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
 if TYPE_CHECKING:
     from statequeue.run.events import RunSummary
@@ -35,6 +36,8 @@ Examples:
 
   statequeue run --single --quiet --max-time 50m -- ./nightly {}    (from cron)
 
+  statequeue run -j8 --rate 20/s -- python call_api.py {}   (exit 75: try later)
+
 Replacement strings (as in GNU parallel): {} item, {.} without extension,
 {/} basename, {//} dirname, {/.} basename without extension, {#} item id,
 {%} job slot.
@@ -43,6 +46,14 @@ Replacement strings (as in GNU parallel): {} item, {.} without extension,
 
 def _duration(value: str | None) -> float | None:
     return None if value is None else parse_duration(value)
+
+
+def _rate(value: str | None, burst: int) -> RateLimit | None:
+    if value is None:
+        if burst != 1:
+            raise UsageError("--burst needs --rate")
+        return None
+    return parse_rate(value, burst)
 
 
 @app.command(
@@ -178,6 +189,26 @@ def run(
             show_default=False,
         ),
     ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Start at most N items per second (/s), minute (/m) or hour (/h) for the "
+            "whole queue, across all its runners (and hosts, on PostgreSQL); commands that "
+            "exit 75 slow it down (`statequeue help rates`). Example: --rate 20/s",
+            metavar="N/s|N/m|N/h",
+            show_default=False,
+        ),
+    ] = None,
+    burst: Annotated[
+        int, typer.Option(help="With --rate: up to N starts at once after a pause.", metavar="N")
+    ] = 1,
+    max_deferrals: Annotated[
+        int,
+        typer.Option(
+            help="An item whose command exits 75 (try later) more than N times fails.",
+            metavar="N",
+        ),
+    ] = DEFAULT_MAX_DEFERRALS,
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -230,6 +261,8 @@ def run(
         log_limit=log_limit,
         lease=_duration(lease),
         give_up_after=_duration(give_up_after),
+        rate=_rate(rate, burst),
+        max_deferrals=max_deferrals,
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)

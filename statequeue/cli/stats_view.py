@@ -92,6 +92,8 @@ def failure_lines(s: Stats) -> list[str]:
         f"{plural(s.retried_items, 'item')} ran a 2nd attempt or later; "
         f"held: {', '.join(str(i) for i in s.held[:20]) or 'none'}"
     ]
+    if s.deferred:
+        lines.append(f"deferred: {plural(s.deferred, 'attempt')} asked to be tried later")
     top = s.reasons[:SHOWN_GROUPS]  # the most frequent first; --json has them all
     width = max((len(shown(g.reason, 80)) for g in top), default=0)
     for g in top:

@@ -203,3 +203,12 @@ class PoolBroken(StateQueueError):
 
 class UnknownState(UsageError):
     """unknown item state."""
+
+
+class TryLater(StateQueueError):
+    """the item asks to be tried later."""
+
+    def __init__(self, seconds: float | None = None, message: str | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+        """Seconds to wait before the item runs again; None: an adaptive backoff."""

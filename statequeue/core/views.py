@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from statequeue.core.models import STATUS_SCHEMA, ItemState
+from statequeue.core.rates import Pace
 from statequeue.core.textsafe import item_json, record_json
 
 
@@ -50,6 +51,10 @@ class Status:
     paused: bool = False
     rate: float | None = None
     """Items finished per second over the last minute, while there is progress."""
+    deferred: int = 0
+    """Pending items waiting because their last attempt asked to be tried later (exit 75)."""
+    pace: Pace | None = None
+    """The queue's shared start rate (``run --rate``): current and limit; None when unlimited."""
 
     @property
     def eta(self) -> float | None:
@@ -96,6 +101,14 @@ class Status:
             "paused": self.paused,
             "rate": self.rate,
             "eta_seconds": self.eta,
+            "deferred": self.deferred,
+            "rate_limit": None
+            if self.pace is None
+            else {
+                "current_per_second": self.pace.current,
+                "limit_per_second": self.pace.limit,
+                "burst": self.pace.burst,
+            },
         }
 
 

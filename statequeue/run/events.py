@@ -22,6 +22,8 @@ class ItemFinished:
     verified: bool = False
     retries: int = 0
     """The --retries budget: with ``claim.failures`` it tells which retry comes next."""
+    deferred: float | None = None
+    """Seconds until it runs again, when the attempt asked to be tried later (exit 75)."""
 
 
 @dataclass(frozen=True)

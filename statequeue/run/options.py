@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from statequeue.core.errors import UsageError
 from statequeue.core.models import OnInterrupted
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
 from statequeue.run.checks import check_verify_script
 from statequeue.store.base import MIN_LEASE
 
@@ -45,6 +46,10 @@ class RunOptions:
     give_up_after: float | None = None
     """Seconds the store may stay unreachable before the run stops (StoreUnreachable);
     None: the default (never with ``follow``, 10 minutes without); 0: never (run_outage.py)."""
+    rate: RateLimit | None = None
+    """At most this many item starts per second for the whole queue (pacing.py); None: no limit."""
+    max_deferrals: int = DEFAULT_MAX_DEFERRALS
+    """Times an item may ask to be tried later (exit 75) before it fails."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -61,6 +66,8 @@ class RunOptions:
             raise UsageError(f"--lease must be at least {MIN_LEASE:g}s, not {self.lease:g}s")
         if self.give_up_after is not None and not self.give_up_after >= 0:
             raise UsageError(f"--give-up-after must be >= 0, not {self.give_up_after:g}s")
+        if self.max_deferrals < 0:
+            raise UsageError(f"--max-deferrals must be >= 0, not {self.max_deferrals}")
         if self.verify_first and not self.verify:
             raise UsageError("--verify-first needs --verify SCRIPT")
 

@@ -22,6 +22,8 @@ from statequeue.run.attempt_logs import hand_over_log
 from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
 from statequeue.run.jobs import Job
 from statequeue.run.options import RunOptions
+from statequeue.run.pacing import Pacing, asks_later
+from statequeue.store import transitions
 
 __all__ = ["FuseScope", "ResultRecorder"]
 
@@ -59,6 +61,8 @@ class ResultRecorder:
         # outage), and the events of results written but not yet synced.
         self.unrecorded: list[tuple[Job, Outcome]] = []
         self.owed_events: list[RunEvent] = []
+        # Held here, beside the results that tune it; the runner asks it before each claim.
+        self.pacing = Pacing(queue.store, options)
 
     def take_prefetched(self) -> Claim | None:
         """The claim taken along with the last result, now the caller's to start."""
@@ -147,16 +151,22 @@ class ResultRecorder:
         (kept in ``prefetched``). The caller reports the event once the
         record is durable."""
         retry_at = None
+        # Exit 75 asks to be tried later: a deferral, not a failure (pacing.py).
+        delay = self.pacing.delay(outcome) if asks_later(outcome) else None
         # --retries counts failures in this episode of the item's life (since
         # it was enqueued, retried by a user, or handed back on a stop), not
         # its attempts: runner crashes count against --max-crashes instead.
-        if not outcome.ok and claim.failures < self.options.retries:
+        if delay is None and not outcome.ok and claim.failures < self.options.retries:
             retry_at = time.time() + self._backoff(claim.failures + 1)
         if job is not None:  # a store shared by hosts keeps the log (PostgreSQL)
             hand_over_log(self._store, claim, job.log_path)
-        fused, scope = self._fuse_scope() if fuse else (False, None)
+        fused, scope = self._fuse_scope() if fuse and delay is None else (False, None)
         try:
-            if fused:
+            if delay is not None:
+                state = self.queue.defer(
+                    claim, outcome, delay=delay, max_deferrals=self.options.max_deferrals
+                )
+            elif fused:
                 state, self.prefetched = self.queue.finish_and_claim(
                     claim,
                     outcome,
@@ -172,6 +182,10 @@ class ResultRecorder:
             text = f"item {claim.item_id} was taken over by another runner; nothing recorded"
             return Notice(text, warning=True)
         self.summary.record(claim.item_id, state)
+        self.pacing.ended(outcome, deferred=delay is not None)
+        if delay is not None and state is ItemState.FAILED:  # past --max-deferrals
+            most = self.options.max_deferrals
+            outcome = transitions.deferral_outcome(outcome, most + 1, most)
         if state is ItemState.FAILED and self.options.halt_on_failure:
             self._on_halt()
         log = job.log_path if job is not None else None
@@ -179,7 +193,10 @@ class ResultRecorder:
             # Settled for good: a detached leftover of it may go on (keeper_process.py).
             with contextlib.suppress(KeeperLost):
                 job.keeper.deadline(job.token, math.inf)
-        return ItemFinished(claim, outcome, state, log_path=log, retries=self.options.retries)
+        deferred = delay if state is ItemState.PENDING else None
+        return ItemFinished(
+            claim, outcome, state, log_path=log, retries=self.options.retries, deferred=deferred
+        )
 
     def _backoff(self, retry: int) -> float:
         """The wait before the ``retry``-th retry of this episode."""

@@ -250,9 +250,9 @@ class Runner:
         return {job.claim.item_id for job in self.jobs.values()}
 
     def _fill_slots(self) -> None:
-        while len(self.jobs) < self._concurrency and self._taking:
+        while len(self.jobs) < self.recorder.pacing.slots(self._concurrency) and self._taking:
             scope = self._scope()
-            if scope is not None and not scope:
+            if (scope is not None and not scope) or not self.recorder.pacing.may_start():
                 return
             try:
                 claim = self.recorder.take_prefetched() or self.queue.claim(
@@ -284,6 +284,7 @@ class Runner:
             not self._taking
             or self._stop_signal is not None
             or self.options.halt_on_failure  # this very result may stop the run
+            or self.recorder.pacing.limited  # each start is taken from the rate first
             or self.recorder.prefetched is not None
             or len(self.jobs) >= self._concurrency
             or self._out_of_time()  # the loop stops taking items on its next pass
@@ -367,8 +368,9 @@ class Runner:
         return None
 
     def _next_retry(self, scope: set[int] | None) -> float | None:
-        """When the next deferred retry this run may take comes due."""
-        return self._store.next_due(scope)
+        """When the next deferred retry this run may take, or its next start
+        under --rate (pacing.py), comes due."""
+        return self.recorder.pacing.due(self._store.next_due(scope))
 
     def _next_deadline(self) -> float:
         now = time.monotonic()

@@ -115,6 +115,8 @@ class Stats:
     slowest: tuple[Slow, ...]
     runners: tuple[Group, ...]
     hosts: tuple[Group, ...]
+    deferred: int = 0
+    """Deferrals (attempts that asked to be tried later) the store still records."""
 
     @property
     def left(self) -> int:

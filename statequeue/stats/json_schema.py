@@ -46,6 +46,7 @@ def stats_json(s: Stats) -> dict[str, Any]:
             "per_minute": None if s.rate is None else s.rate * 60,
         },
         "eta": {"left": s.left, "seconds": s.eta},
+        "deferred": s.deferred,
         "failures": {
             "attempts": s.failed_attempts,
             "reasons": [

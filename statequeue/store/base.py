@@ -11,7 +11,7 @@ contract, never the object's type or attributes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,10 @@ from statequeue.core.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.core.rates import Pace, RateLimit
 from statequeue.core.records import Record
+from statequeue.store import rate_bucket
+from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.transitions import (
     RETRYABLE as RETRYABLE,  # re-exported: the contract's default
 )
@@ -141,6 +144,54 @@ class Store(ABC):
         runner was stopped by a signal). With ``uncounted`` the attempt never
         began (the runner could not start it): it does not count either, and
         its number is given out again. Releases the claim."""
+
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        """The attempt asked to be tried later (exit 75, ``TryLater``): atomically
+        count a deferral for the item and put it back as pending, due in
+        ``delay`` seconds, without counting a failure, a crash or a retry; or,
+        past ``max_deferrals`` deferrals in its episode, record the attempt as
+        failed with a reason that says so. Durable before it returns (the
+        ``defer`` record names the delay); returns the item's new state.
+        Releases the claim. ClaimLost / StateQueueError for a stale claim, as
+        ``finish``. Default: NotSupported."""
+        raise NotSupported(f"the {type(self).__name__} cannot defer items")
+
+    def deferrals(self, since: float | None = None) -> int:
+        """How many deferrals the store still records (those at ``since`` or
+        later, when given): what ``stats`` counts under ``deferred``. This
+        default counts those ``read_events`` gives (``deferrals_in``)."""
+        return deferrals_in(self._all_events(), since)
+
+    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
+        """Apply ``change`` to the queue's start-rate bucket, atomically with
+        respect to every process using the queue (``rate_bucket.BucketUpdate``):
+        what the rate methods below use. Default: NotSupported (no bucket)."""
+        raise NotSupported(f"the {type(self).__name__} keeps no rate limit")
+
+    def take_start(self, limit: RateLimit) -> tuple[float, float]:
+        """Atomically take one item start from the queue's token bucket, kept
+        in the store and shared by every runner of the queue (on every host):
+        refilled at its current rate (never above ``limit.per_second``) up to
+        ``limit.burst`` tokens. A bucket with another limit is set to this one.
+        Returns (0.0, current rate) when a start was taken, else (seconds
+        until one will be there, current rate) and nothing is taken.
+        This default goes through ``bucket_update``."""
+        return rate_bucket.take_start(self.bucket_update, limit)
+
+    def rate_feedback(self, limit: RateLimit, *, deferred: bool) -> None:
+        """Tell the queue's bucket how an attempt went (AIMD, rate_bucket.py):
+        a deferral halves its current rate, a success raises it a step, never
+        above ``limit``. Atomic, as ``take_start``; not durable (pacing state).
+        This default goes through ``bucket_update``."""
+        rate_bucket.feedback(self.bucket_update, limit, deferred=deferred)
+
+    def pace(self) -> Pace | None:
+        """The queue's shared rate as last set (current and limit), for
+        ``status``; None when no runner has limited it, or the store keeps no
+        bucket. This default reads it through ``bucket_update``."""
+        return rate_bucket.pace_of(self.bucket_update)
 
     @abstractmethod
     def sync(self) -> None:
@@ -396,6 +447,16 @@ class Store(ABC):
             if not batch:
                 return
             yield from batch
+
+
+def deferrals_in(records: Iterable[Record], since: float | None) -> int:
+    """The deferrals among ``records`` (at ``since`` or later, when given):
+    ``defer`` records, and those that compaction kept in a record's ``tries``."""
+    found = 0
+    for r in records:
+        for d in (r, *r.get("tries", ())) if "tries" in r else (r,):
+            found += d.get("t") == "defer" and (since is None or d.get("at", 0.0) >= since)
+    return found
 
 
 def attempts_since(attempts: Iterator[Attempt], since: float | None) -> Iterator[Attempt]:

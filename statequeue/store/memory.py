@@ -8,6 +8,7 @@ are dropped, exactly as the kernel drops flocks.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,6 +16,7 @@ from statequeue.core.errors import DamagedState
 from statequeue.core.models import RunnerInfo
 from statequeue.core.records import Record, item_text
 from statequeue.core.views import CompactResult
+from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.record_store import RecordStore
 from statequeue.store.records.state import LiveItem, QueueState
 
@@ -28,6 +30,7 @@ class MemoryStore(RecordStore):
         self._mutex = threading.RLock()
         self._claims: set[int] = set()
         self._runners: set[str] = set()
+        self._rate: Bucket | None = None  # the shared start rate (rate_bucket.py)
 
     @contextmanager
     def _locked(self) -> Iterator[QueueState]:
@@ -64,6 +67,13 @@ class MemoryStore(RecordStore):
 
     def _drop_claim(self, item_id: int) -> None:
         self._claims.discard(item_id)
+
+    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
+        with self._mutex:
+            found = change(self._rate, time.time())
+            if found is not None:
+                self._rate = found
+            return self._rate
 
     def _runner_alive(self, runner_id: str) -> bool:
         return runner_id in self._runners

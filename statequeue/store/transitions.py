@@ -13,7 +13,9 @@ also speaks of leases), the caller passes its own text in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from statequeue.core.errors import ItemNotFound, UsageError
@@ -74,6 +76,52 @@ def end_record(
         "timeout": outcome.timed_out or None,
     }
     rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
+    return rec
+
+
+# -- try later ----------------------------------------------------------------
+
+
+def deferral_state(deferrals: int, max_deferrals: int) -> ItemState:
+    """The state a deferral moves its item to: ``deferrals`` counts this one
+    (within the item's episode). Pending again, due after its delay, until
+    the item was deferred more than ``max_deferrals`` times: then failed."""
+    return ItemState.FAILED if deferrals > max_deferrals else ItemState.PENDING
+
+
+def deferral_reason(deferrals: int, max_deferrals: int) -> str:
+    """The reason recorded for an item that asked to be tried later too often."""
+    return f"deferred {deferrals} times, more than --max-deferrals {max_deferrals}"
+
+
+def deferral_outcome(outcome: Outcome, deferrals: int, max_deferrals: int) -> Outcome:
+    """The failed outcome recorded (as an ``end``) for a deferral past the ceiling."""
+    reason = deferral_reason(deferrals, max_deferrals)
+    return replace(outcome, ok=False, reason=reason)
+
+
+def defer_record(
+    claim: Claim, outcome: Outcome, *, delay: float, deferrals: int, at: float
+) -> Record:
+    """The ``defer`` record: the attempt asked to be tried later, and the item
+    is pending again, due at ``retry_at`` (``delay`` seconds after ``at``,
+    rounded down to the millisecond: never later than asked). Not a failure
+    (``run --retries`` and the episode ignore it), not a crash."""
+    rec: Record = {
+        "t": "defer",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "state": ItemState.PENDING.value,
+        "delay": round(delay, 3),
+        "retry_at": math.floor((at + delay) * 1000) / 1000,
+        "deferrals": deferrals,
+        "at": round(at, 3),
+        "dur": round(outcome.duration, 6),
+    }
+    if outcome.exit_code is not None:
+        rec["exit"] = outcome.exit_code
+    if outcome.reason:
+        rec["reason"] = outcome.reason
     return rec
 
 

@@ -154,6 +154,8 @@ def _item_record(
         rec.update(state=item.state.value, attempts=item.attempts, crashes=item.crashes)
         if item.failures:
             rec["failures"] = item.failures  # --retries counts the episode on
+        if item.deferrals:
+            rec["deferrals"] = item.deferrals  # --max-deferrals counts them on
         extra = {"runner": item.runner, "reason": item.reason, "retry_at": item.not_before}
         rec.update((k, v) for k, v in extra.items() if v)
         if item.interrupted:
@@ -276,7 +278,7 @@ class _Archiving:
                     self.finished[item_id] = rec["last"]
             if rec.get("tries"):
                 self.tries[item_id] = rec["tries"]
-        elif kind in ("intr", "set") or (
+        elif kind in ("intr", "set", "defer") or (
             kind == "end" and (rec["state"] != _DONE or item_id in self.tries)
         ):
             # An item done at its first attempt needs no summary: its
@@ -364,6 +366,8 @@ _TRY_KEYS = (
     "timeout",
     "runner",
     "host",
+    "delay",  # a deferral's (``defer``): `show` lists it after compaction too
+    "deferrals",
 )
 _TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
 

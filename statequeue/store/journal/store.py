@@ -25,7 +25,7 @@ import fcntl
 import os
 from collections.abc import Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
 from statequeue.core.views import ItemView
-from statequeue.store.base import attempts_since
+from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
 from statequeue.store.journal.attempt_scan import scan_attempt_batches, scan_attempts
@@ -67,9 +67,11 @@ from statequeue.store.journal.online_compaction import (
     compact_online,
     remove_stale_temp_files,
 )
+from statequeue.store.journal.rate_file import RateFile
 from statequeue.store.journal.replay import Replay
 from statequeue.store.journal.settings import JournalSettings
 from statequeue.store.journal.stats_summary import StatsSummary
+from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.record_store import RecordStore
 from statequeue.store.records.state import LiveItem, QueueState
 
@@ -107,6 +109,7 @@ class JournalStore(RecordStore):
         self.read_only = False  # the user may read the queue but not write it
         self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
         self.claims = ClaimLocks(self.dir)
+        self.rate = RateFile(self.dir)  # the shared start rate (run --rate)
         self._archive_index: ArchiveIndex | None = None  # where archived results are
         self._broken: DurabilityError | None = None
         self.settings = JournalSettings.from_environment(auto_compact=auto_compact)
@@ -282,6 +285,9 @@ class JournalStore(RecordStore):
     def _sync_written(self) -> None:
         self.journal.sync()
 
+    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
+        return self.rate.update(change, create=create)
+
     def _claim_free(self, item: LiveItem) -> bool:
         return self.claims.free(item.id)
 
@@ -337,6 +343,11 @@ class JournalStore(RecordStore):
 
     def _archive_records(self) -> Iterator[Record]:
         return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    def deferrals(self, since: float | None = None) -> int:
+        with self._locked():
+            journal = self._journal_records()
+        return deferrals_in(chain(self._archive_records(), journal), since)
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
         return attempts_since(self.summary.scan(scan_attempts), since)
@@ -467,6 +478,7 @@ class JournalStore(RecordStore):
 
     def _close_files(self) -> None:
         self.summary.wait()
+        self.rate.close()
         self.claims.close()
         self.journal.close()
         if self._lock_fd >= 0:

@@ -37,7 +37,7 @@ from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.views import RecoveryReport
 from statequeue.store import transitions
-from statequeue.store.postgres import functions, queries, reaping, writes
+from statequeue.store.postgres import functions, queries, rate_rows, reaping, writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.leases import Leases
 from statequeue.store.postgres.session import Session
@@ -222,6 +222,26 @@ class Claims:
             self._session.patiently(attempt)
         finally:
             self._forget(claim)
+
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        """``Store.defer``: the deferral in one transaction (rate_rows.py);
+        past ``max_deferrals``, the attempt's end as a failure saying so."""
+        try:
+            count = self._session.patiently(
+                lambda conn: rate_rows.defer_once(
+                    conn, self.name, claim, outcome, delay, max_deferrals
+                )
+            )
+        except ClaimLost:
+            self._forget(claim)
+            raise
+        if transitions.deferral_state(count, max_deferrals) is not ItemState.PENDING:
+            failed = transitions.deferral_outcome(outcome, count, max_deferrals)
+            return self.finish(claim, failed)
+        self._forget(claim)
+        return ItemState.PENDING
 
     def sync(self) -> None:
         # A synchronous commit that writes WAL flushes every earlier

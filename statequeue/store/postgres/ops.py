@@ -26,6 +26,8 @@ QUEUE_TABLES = (
     "runners",
     "counts",
     "count_deltas",
+    "rate_buckets",  # run --rate (rate_rows.py)
+    "deferrals",
 )
 
 

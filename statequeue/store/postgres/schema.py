@@ -200,9 +200,34 @@ _V5_FUNCTIONS = V5_FUNCTIONS
 _V6_PINNED_PATH = V6_PINNED_PATH
 # The functions' search_path pinned (functions.py).
 
+# IF NOT EXISTS: a database whose version rows were rolled back (as a test of
+# the v6 upgrade does) runs this again over the tables it made.
+_V7_RATES = """
+-- run --rate: one token bucket per queue (store/rate_bucket.py), taken from
+-- by every runner of the queue on every host.
+CREATE TABLE IF NOT EXISTS statequeue.rate_buckets (
+    queue text PRIMARY KEY,
+    lim double precision NOT NULL,
+    burst double precision NOT NULL,
+    rate_now double precision NOT NULL,
+    tokens double precision NOT NULL,
+    stamp double precision NOT NULL,
+    peak double precision NOT NULL DEFAULT 0,
+    cut_at double precision NOT NULL DEFAULT 0
+);
+-- Exit 75 (try later): how often each item asked, for --max-deferrals.
+CREATE TABLE IF NOT EXISTS statequeue.deferrals (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    count integer NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
     _V6_PINNED_PATH,
+    _V7_RATES,
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,10 +35,11 @@ from statequeue.core.models import (
     Outcome,
     RunnerInfo,
 )
+from statequeue.core.rates import RateLimit
 from statequeue.core.records import Record
 from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
-from statequeue.store.postgres import logs, queries, reaping, writes
+from statequeue.store.postgres import logs, queries, rate_rows, reaping, writes
 from statequeue.store.postgres.actions import Actions
 from statequeue.store.postgres.claims import Claims
 from statequeue.store.postgres.connection import Connection, mask
@@ -47,6 +49,7 @@ from statequeue.store.postgres.reader import Reader
 from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.scratch import open_scratch
 from statequeue.store.postgres.session import PATIENCE, Session
+from statequeue.store.rate_bucket import Bucket, BucketChange
 
 if TYPE_CHECKING:
     from statequeue.core.exported import ExportedItem
@@ -258,6 +261,25 @@ class PostgresStore(Store):
     def sync(self) -> None:
         self._claims.sync()
 
+    # Rates and deferrals (rate_rows.py).
+
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        return self._claims.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
+
+    def take_start(self, limit: RateLimit) -> tuple[float, float]:
+        """One statement when the queue's bucket has this limit (the usual
+        case); else set up through ``bucket_update`` and taken there."""
+        taken = self._session.patiently(lambda conn: rate_rows.take(conn, self.name, limit))
+        return super().take_start(limit) if taken is None else taken
+
+    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
+        return self._session.patiently(lambda conn: rate_rows.update(conn, self.name, change))
+
+    def deferrals(self, since: float | None = None) -> int:
+        return self._session.patiently(lambda conn: rate_rows.deferrals(conn, self.name, since))
+
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
     ) -> RecoveryReport:
@@ -319,7 +341,9 @@ class PostgresStore(Store):
         return self._reader.next_due(among)
 
     def status(self) -> Status:
-        return self._reader.status()
+        found = self._reader.status()
+        waiting = self._session.patiently(lambda c: rate_rows.deferred_waiting(c, self.name))
+        return replace(found, deferred=waiting)
 
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
         return self._reader.items(state)

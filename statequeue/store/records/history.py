@@ -15,7 +15,7 @@ from statequeue.core.views import ItemHistory, ItemResult
 from statequeue.store.records.state import QueueState
 from statequeue.store.transitions import starts_episode
 
-_ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "set", "arch"})
+_ITEM_RECORDS = frozenset({"enq", "item", "start", "end", "intr", "defer", "set", "arch"})
 
 
 def item_history(

@@ -39,6 +39,7 @@ class LiveItem:
         "_text",
         "attempts",
         "crashes",
+        "deferrals",
         "failures",
         "id",
         "interrupted",
@@ -63,6 +64,8 @@ class LiveItem:
         # episode starts at enqueue, at a user's `retry`, and when a stopped
         # runner hands the item back; runner crashes (``crashes``) do not end one.
         self.failures = 0
+        # Times it asked to be tried later in this episode (``--max-deferrals``).
+        self.deferrals = 0
         self.runner = ""
         self.reason = ""
         self.last_seq = 0
@@ -75,3 +78,17 @@ class LiveItem:
         if self._text is None:
             self._text = self._load(self.id, self.loc)
         return self._text
+
+
+def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
+    """[first, last] runs of the ids (indexes from 1 on) whose byte in
+    ``marks`` is ``mark``: found in C, one byte per id."""
+    other = 1 - mark
+    out: list[list[int]] = []
+    found = marks.find(mark, 1)
+    while found >= 0:
+        end = marks.find(other, found)
+        end = len(marks) if end < 0 else end
+        out.append([found, end - 1])
+        found = marks.find(mark, end)
+    return out

@@ -10,6 +10,7 @@ from dataclasses import replace
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, item_text
 from statequeue.core.views import ActiveRunner, Failure, ItemView, Status
+from statequeue.store.records.items import PENDING
 from statequeue.store.records.state import QueueState
 
 RECENT_FAILURES = 5
@@ -61,4 +62,5 @@ def status_view(
         interrupted=tuple(sorted(interrupted)),
         paused=state.paused,
         rate=state.rate(time.time()),
+        deferred=sum(1 for i in state.items.values() if i.deferrals and i.state is PENDING),
     )

@@ -261,6 +261,20 @@ class RecordStore(Store):
         self._drop_claim(claim.item_id)
         return target
 
+    def defer(
+        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
+    ) -> ItemState:
+        with self._locked() as state:
+            count = self._claimed_item(state, claim).deferrals + 1
+            if transitions.deferral_state(count, max_deferrals) is ItemState.FAILED:
+                failed = transitions.deferral_outcome(outcome, count, max_deferrals)
+                return self._finish_locked(state, claim, failed, None, sync=True)
+            at = time.time()  # unrounded: the record rounds its retry time down
+            rec = transitions.defer_record(claim, outcome, delay=delay, deferrals=count, at=at)
+            self._write([rec], sync=True)
+            self._drop_claim(claim.item_id)
+            return ItemState.PENDING
+
     def _sync_written(self) -> None:
         """Make every record written so far durable; the caller holds the lock
         (``sync`` takes it). Stores whose writes are durable at once need nothing."""

@@ -38,24 +38,13 @@ from statequeue.store.records.items import (
 from statequeue.store.records.items import CODE as CODE
 from statequeue.store.records.items import LiveItem as LiveItem
 from statequeue.store.records.items import TextLoader as TextLoader
+from statequeue.store.records.items import id_runs as id_runs
 from statequeue.store.records.pending import PendingOrder
 from statequeue.store.transitions import last_line, starts_episode
 
 RATE_WINDOW_ITEMS = 2000
-
-
-def id_runs(marks: bytes | bytearray, mark: int) -> list[list[int]]:
-    """[first, last] runs of the ids (indexes from 1 on) whose byte in
-    ``marks`` is ``mark``: found in C, one byte per id."""
-    other = 1 - mark
-    out: list[list[int]] = []
-    found = marks.find(mark, 1)
-    while found >= 0:
-        end = marks.find(other, found)
-        end = len(marks) if end < 0 else end
-        out.append([found, end - 1])
-        found = marks.find(mark, end)
-    return out
+# The fields of an ``item`` record that make a pending item more than its state byte.
+_DETAILS = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
 
 
 class QueueState:
@@ -311,14 +300,14 @@ class QueueState:
             self.keys[item_text(rec)] = item_id
         if state is DONE:
             return  # an imported finished item: done items keep only their state byte
-        details = ("attempts", "crashes", "runner", "reason", "interrupted", "retry_at", "failures")
-        if state is PENDING and not any(rec.get(k) for k in details):
+        if state is PENDING and not any(rec.get(k) for k in (*_DETAILS, "deferrals")):
             return  # a fresh pending item: nothing beyond its state byte
         item = self.materialize(item_id, item_text(rec))
         item.state = state
         item.attempts = rec.get("attempts", 0)
         item.crashes = rec.get("crashes", 0)
         item.failures = rec.get("failures", 0)  # absent before episodes: a fresh start
+        item.deferrals = rec.get("deferrals", 0)
         item.runner = rec.get("runner", "")
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
@@ -352,6 +341,17 @@ class QueueState:
             item.failures += 1
         self._move(item, ItemState(rec["state"]))
 
+    def _on_defer(self, rec: Record, loc: int) -> None:
+        # Asked to be tried later: pending again once its delay is over; not
+        # a failure (the episode's count stays), not a crash.
+        item = self._item(rec["id"])
+        item.deferrals = rec.get("deferrals", item.deferrals + 1)
+        item.reason = rec.get("reason", "")
+        item.last_seq = rec["seq"]
+        item.interrupted = False
+        item.not_before = rec.get("retry_at", 0.0)
+        self._move(item, ItemState(rec["state"]))
+
     def _on_intr(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
         item.crashes = rec.get("crashes", item.crashes)
@@ -360,7 +360,7 @@ class QueueState:
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("crashed", False)
         if starts_episode(rec):
-            item.failures = 0
+            item.failures = item.deferrals = 0
         self._move(item, ItemState(rec["state"]))
 
     def _on_set(self, rec: Record, loc: int) -> None:
@@ -370,7 +370,7 @@ class QueueState:
         if rec["state"] == PENDING.value:
             item.crashes = 0
         if starts_episode(rec):
-            item.failures = 0
+            item.failures = item.deferrals = 0
         self._move(item, ItemState(rec["state"]))
 
     def _on_run(self, rec: Record, loc: int) -> None:
@@ -406,6 +406,7 @@ class QueueState:
                 i.not_before,
                 i.failures,
                 i.last_err,
+                i.deferrals,
             ]
             for i in self.items.values()
         ]
@@ -457,6 +458,7 @@ class QueueState:
             item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row[:11]
             item = LiveItem(item_id, loc, self.loader)
             item.last_err = row[11] if len(row) > 11 else ""  # older checkpoints lack it
+            item.deferrals = row[12] if len(row) > 12 else 0  # as do those before deferrals
             item.state = STATE_OF[code]
             item.attempts, item.crashes = attempts, crashes
             item.runner, item.reason = runner, reason
@@ -489,6 +491,7 @@ _HANDLERS: dict[str, Callable[[QueueState, Record, int], None]] = {
     "start": QueueState._on_start,
     "end": QueueState._on_end,
     "intr": QueueState._on_intr,
+    "defer": QueueState._on_defer,
     "set": QueueState._on_set,
     "run": QueueState._on_run,
     "stop": QueueState._on_stop,

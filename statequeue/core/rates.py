@@ -1,0 +1,87 @@
+"""Rate limits as users type them (``20/s``, ``90/m``, ``1000/h``), and the
+exit status that asks for an item to be tried later.
+
+Kept apart from the pacing itself (the store's token bucket, the runner's
+pacing) so that the CLI, the library and every store read one parser.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from statequeue.core.errors import UsageError
+
+TRY_LATER_EXIT = 75
+"""EX_TEMPFAIL (sysexits.h, as sendmail uses it): the command asks to be tried later."""
+DEFAULT_MAX_DEFERRALS = 100
+"""How many times an item may be deferred (``--max-deferrals``) before it fails."""
+
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``per_second`` item starts per second for the whole queue,
+    with up to ``burst`` at once after a pause."""
+
+    per_second: float
+    burst: int = 1
+    text: str = ""
+    """As the user wrote it (``20/s``), for messages and ``status``."""
+
+    def __post_init__(self) -> None:
+        if not (self.per_second > 0 and math.isfinite(self.per_second)):
+            raise UsageError(f"the rate must be above 0, not {self.per_second!r}")
+        if self.burst < 1:
+            raise UsageError(f"--burst must be at least 1, not {self.burst}")
+
+
+def parse_rate(text: str, burst: int = 1) -> RateLimit:
+    """The rate in ``text`` (``N/s``, ``N/m`` or ``N/h``); UsageError for
+    anything else, for 0 and for a negative rate."""
+    raw = text.strip().lower()
+    if raw.startswith("-") or raw in ("0", "0.0"):
+        raise UsageError(f"invalid rate {text!r}: must be above 0 (e.g. 20/s, 90/m, 1000/h)")
+    match = _RATE.fullmatch(raw)
+    if match is None:
+        raise UsageError(
+            f"invalid rate {text!r}: use a number per second, minute or hour: 20/s, 90/m, 1000/h"
+        )
+    per_second = float(match.group(1)) / _PER[match.group(2)]
+    if per_second <= 0:
+        raise UsageError(f"invalid rate {text!r}: must be above 0")
+    return RateLimit(per_second, burst, text.strip())
+
+
+def rate_text(per_second: float) -> str:
+    """A rate for people: per second, or per minute or hour when slow."""
+    if per_second >= 1:
+        return f"{per_second:.3g}/s"
+    if per_second * 60 >= 1:
+        return f"{per_second * 60:.3g}/m"
+    return f"{per_second * 3600:.3g}/h"
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A queue's shared start rate as the store holds it: ``current`` (lowered
+    by deferrals, raised by successes) never above ``limit``."""
+
+    current: float
+    limit: float
+    burst: int
+
+
+def as_rate(value: RateLimit | str | float | None) -> RateLimit | None:
+    """The library's ``rate=``: a RateLimit, text as ``run --rate`` takes it
+    (``"20/s"``), or a number of starts per second; None for no limit."""
+    if value is None or isinstance(value, RateLimit):
+        return value
+    if isinstance(value, str):
+        return parse_rate(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"rate must be like '20/s' or a number per second, not {value!r}")
+    return RateLimit(float(value), 1, rate_text(float(value)))

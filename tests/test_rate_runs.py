@@ -1,0 +1,253 @@
+"""`statequeue run --rate` and exit 75 (try later), as a user runs them: the
+real CLI in subprocesses, rates measured from the start events' timestamps,
+and a loopback HTTP server that answers 429 above its own limit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import STATEQUEUE
+from tests.waiting import until
+
+Env = dict[str, str]
+
+
+def sq(env: Env, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [STATEQUEUE, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def events(env: Env) -> list[dict[str, Any]]:
+    done = sq(env, "events", "--json")
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def start_rate(records: list[dict[str, Any]]) -> tuple[float, int]:
+    """Starts per second from the first start event to the last, and how many."""
+    times = sorted(r["at"] for r in records if r["t"] == "start")
+    return (len(times) - 1) / (times[-1] - times[0]), len(times)
+
+
+def enqueue(env: Env, count: int) -> None:
+    done = sq(env, "enqueue", stdin="".join(f"item{i}\n" for i in range(count)))
+    assert done.returncode == 0, done.stderr
+
+
+# -- holding the rate --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_one_runner_holds_its_rate_within_ten_percent_over_ten_seconds(sq_env: Env) -> None:
+    enqueue(sq_env, 201)  # 200 intervals at 20/s: 10 s
+    done = sq(sq_env, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true")
+    assert done.returncode == 0, done.stderr
+    rate, starts = start_rate(events(sq_env))
+    assert starts == 201
+    assert 18.0 <= rate <= 22.0, rate
+
+
+@pytest.mark.slow
+def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> None:
+    enqueue(sq_env, 201)
+    assert sq(sq_env, "pause").returncode == 0  # both runners are up before work starts
+    args = [STATEQUEUE, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true"]
+    runners = [subprocess.Popen(args, env=sq_env, stderr=subprocess.PIPE) for _ in range(2)]
+    until(lambda: len(json.loads(sq(sq_env, "status", "--json").stdout)["runners"]) == 2, "2")
+    assert sq(sq_env, "resume").returncode == 0
+    for proc in runners:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    records = events(sq_env)
+    rate, starts = start_rate(records)
+    assert starts == 201
+    assert 18.0 <= rate <= 22.0, rate  # 20/s between them, not 20/s each
+    by_runner: dict[str, int] = {}
+    for r in records:
+        if r["t"] == "start":
+            by_runner[r["runner"]] = by_runner.get(r["runner"], 0) + 1
+    assert len(by_runner) == 2 and min(by_runner.values()) > 20, by_runner
+
+
+# -- exit 75: try later ----------------------------------------------------------------------
+
+TRY_LATER_ONCE = """#!/bin/sh
+if [ "$STATEQUEUE_ATTEMPT" = 1 ]; then
+    printf '{"retry_after": %s}' "$1" > "$STATEQUEUE_RESULT"
+    exit 75
+fi
+exit 0
+"""
+
+
+def script(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "worker.sh"
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_exit_75_with_retry_after_runs_again_after_that_delay_without_a_retry(
+    sq_env: Env, tmp_path: Path
+) -> None:
+    enqueue(sq_env, 1)
+    worker = script(tmp_path, TRY_LATER_ONCE)
+    done = sq(sq_env, "run", "--retries", "0", "--", worker, "1.5")
+    assert done.returncode == 0, done.stderr
+    assert "[later] #1 item0 attempt 1: try again in 1.5s" in done.stderr
+    records = [r for r in events(sq_env) if r.get("id") == 1]
+    assert [r["t"] for r in records] == ["enq", "start", "defer", "start", "end"]
+    defer, again = records[2], records[3]
+    assert (defer["delay"], defer["exit"], defer["deferrals"]) == (1.5, 75, 1)
+    assert again["at"] >= defer["at"] + 1.5 - 0.002  # the records' times are in ms
+    assert records[4]["state"] == "done"
+    text = sq(sq_env, "events").stdout
+    assert "deferred #1 attempt 1: asked to be tried later; due again in 1.5s" in text
+    figures = json.loads(sq(sq_env, "stats", "--json").stdout)
+    assert figures["deferred"] == 1
+    assert figures["failures"]["attempts"] == 0  # a deferral is no failure
+
+
+def test_past_max_deferrals_the_run_fails_the_item_saying_why(sq_env: Env, tmp_path: Path) -> None:
+    enqueue(sq_env, 1)
+    worker = script(tmp_path, "#!/bin/sh\nexit 75\n")
+    done = sq(sq_env, "run", "--max-deferrals", "2", "--retry-delay", "0", "--", worker)
+    assert done.returncode == 1, done.stderr
+    assert "deferred 3 times, more than --max-deferrals 2" in done.stderr
+    kinds = [r["t"] for r in events(sq_env) if r.get("id") == 1]
+    assert kinds == ["enq", "start", "defer", "start", "defer", "start", "end"]
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["counts"]["failed"] == 1
+
+
+def test_status_shows_the_current_rate_beside_the_limit_and_deferred_items(
+    sq_env: Env, tmp_path: Path
+) -> None:
+    enqueue(sq_env, 2)
+    worker = script(tmp_path, TRY_LATER_ONCE)
+    # Both items ask to wait an hour: the run stops taking items after 1 s.
+    done = sq(sq_env, "run", "--rate", "50/s", "--max-time", "1s", "--", worker, "3600")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["deferred"] == 2
+    assert status["rate_limit"]["limit_per_second"] == 50.0
+    current = status["rate_limit"]["current_per_second"]
+    assert current in (25.0, 12.5)  # halved by each deferral, unless within the hold
+    text = sq(sq_env, "status").stdout
+    assert f"start rate: {current:g}/s of at most 50/s (burst 1); deferred 2" in text
+
+
+# -- AIMD against a rate-limited API -------------------------------------------------------------
+
+
+class LimitedApi(ThreadingHTTPServer):
+    """A loopback API with its own token bucket: 429 above ``rate`` per second."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = burst, time.monotonic()
+        self.lock = threading.Lock()
+        self.ok = self.refused = 0
+
+    def admit(self) -> bool:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                self.ok += 1
+                return True
+            self.refused += 1
+            return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: LimitedApi
+
+    def do_GET(self) -> None:
+        code = 200 if self.server.admit() else 429
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet
+
+
+@pytest.fixture
+def api() -> Iterator[LimitedApi]:
+    server = LimitedApi(rate=10.0, burst=1.0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+CALL_API = """
+import json, os, sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=30).close()
+except urllib.error.HTTPError as exc:
+    if exc.code != 429:
+        raise
+    with open(os.environ["STATEQUEUE_RESULT"], "w") as out:
+        json.dump({"retry_after": 0.2}, out)
+    sys.exit(75)
+"""
+
+
+@pytest.mark.slow
+def test_deferrals_halve_the_queues_rate_against_an_api_that_answers_429(
+    sq_env: Env, tmp_path: Path, api: LimitedApi
+) -> None:
+    enqueue(sq_env, 25)
+    worker = tmp_path / "call_api.py"
+    worker.write_text(CALL_API)
+    url = f"http://127.0.0.1:{api.server_address[1]}/{{}}"
+    args = ["run", "-j4", "--rate", "40/s", "--retries", "0", "--quiet"]
+    done = sq(sq_env, *args, "--", sys.executable, "-S", str(worker), url)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["counts"]["done"] == 25 and status["counts"]["failed"] == 0
+    records = events(sq_env)
+    defers = [r for r in records if r["t"] == "defer"]
+    assert len(defers) == api.refused > 0  # each 429 deferred its item, with its delay
+    assert all(r["delay"] == 0.2 for r in defers)
+    # The queue's rate came down from 40/s towards the API's 10/s and stayed there:
+    assert status["rate_limit"]["current_per_second"] <= 20.0
+    starts = sorted(r["at"] for r in records if r["t"] == "start")
+    last = starts[-11:]
+    assert 10 / (last[-1] - last[0]) <= 30.0  # the last starts came well below the limit
+
+
+def test_a_deferral_is_durable_before_the_runner_goes_on(sq_env: Env, tmp_path: Path) -> None:
+    """The runner is killed (-9) right after the deferral is recorded: the next
+    run finds the item pending after its delay, deferred once, no crash counted."""
+    enqueue(sq_env, 1)
+    worker = script(tmp_path, TRY_LATER_ONCE)
+    crash = dict(sq_env, STATEQUEUE_TEST_CRASH="recorded:1")
+    killed = sq(crash, "run", "--", worker, "0.5")
+    assert killed.returncode == -9, killed.stderr
+    assert [r["t"] for r in events(sq_env) if r.get("id") == 1][-1] == "defer"
+    done = sq(sq_env, "run", "--", worker, "0.5")
+    assert done.returncode == 0, done.stderr
+    assert "recovered" not in done.stderr  # it was not in flight: nothing to recover
+    kinds = [r["t"] for r in events(sq_env) if r.get("id") == 1]
+    assert kinds == ["enq", "start", "defer", "start", "end"]
