@@ -144,8 +144,8 @@ def run(
         bool,
         typer.Option(
             "--quiet",
-            help="Print nothing on stderr but failures, warnings and the final "
-            "summary (for cron, which mails any output).",
+            help="Print nothing on stderr unless an item failed for good or a warning "
+            "needs action (for cron, which mails any output).",
         ),
     ] = False,
     exit_empty: Annotated[
@@ -246,7 +246,7 @@ def run(
             view.close()
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if not json:
-        view.summary(f"statequeue: {summary.text()}")
+        view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
         return code
     # If the reader went away, the exit code still tells what happened.
     with contextlib.suppress(BrokenPipeError):

@@ -67,10 +67,12 @@ class Verifier:
     log_dir_fd: int = -1  # result_dir held open (see JobSpec.log_dir_fd)
     shown_failure: bool = False
 
-    def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[str]]:
-        """The verdict for ``claim``, and notices for the user: the stderr of
-        the first check that says "not done" in this run. Raises VerifyBroken
-        when the script itself cannot run (exit 126 or 127)."""
+    def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[tuple[str, bool]]]:
+        """The verdict for ``claim``, and notices for the user, each with
+        whether it is a warning (which --quiet shows): the stderr of the first
+        check that says "not done" in this run (no warning: "not done" is the
+        normal answer for a new item) and a timed-out check (a warning). Raises
+        VerifyBroken when the script itself cannot run (exit 126 or 127)."""
         argv = verify_argv(self.script, JobItem(claim.item, claim.item_id, slot))
         result = f"{self.result_dir}/{claim.item_id}.verify"
         env = child_env(claim, self.queue, result, self.base_env)
@@ -85,16 +87,15 @@ class Verifier:
             self._remove(f"{claim.item_id}.verify")
         if verdict.broken:
             raise VerifyBroken(self._broken_message(claim, verdict))
-        notes: list[str] = []
+        notes: list[tuple[str, bool]] = []
         if verdict.code is None and not self.stopping():
-            notes.append(f"item {claim.item_id}: --verify timed out; running the item")
+            notes.append((f"item {claim.item_id}: --verify timed out; running the item", True))
         elif not verdict.done and verdict.code is not None and not self.shown_failure:
             self.shown_failure = True
             lines = last_lines(verdict.stderr)
             said = ": " + " | ".join(lines) if lines else " (no stderr)"
-            notes.append(
-                f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
-            )
+            text = f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
+            notes.append((text, False))
         return verdict, notes
 
     def _remove(self, name: str) -> None:
