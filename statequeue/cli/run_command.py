@@ -118,6 +118,14 @@ def run(
         bool,
         typer.Option("--single", help="Refuse to start (exit 4) if another runner is active."),
     ] = False,
+    shell: Annotated[
+        bool,
+        typer.Option(
+            "--shell",
+            help="Run the command's words, joined by spaces, with sh -c; "
+            "replacement strings become quoted parameters.",
+        ),
+    ] = False,
     stdin: Annotated[
         bool, typer.Option("--stdin", help="Feed the item on the child's stdin.")
     ] = False,
@@ -201,6 +209,7 @@ def run(
     from statequeue.run.options import RunOptions, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
     from statequeue.run.runner import Runner
+    from statequeue.run.shell_command import shell_template
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
@@ -211,7 +220,7 @@ def run(
             f"--on-interrupted must be retry, fail or hold, not {on_interrupted!r}"
         ) from None
     options = RunOptions(
-        command=tuple(command),
+        command=shell_template(tuple(command)) if shell else tuple(command),
         jobs=jobs,
         timeout=_duration(timeout) or None,  # 0: no limit, as for coreutils' timeout
         grace=_duration(grace) or 0.0,

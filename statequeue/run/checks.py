@@ -13,6 +13,7 @@ from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.replacements import JobItem, has_token
+from statequeue.run.shell_command import refuse_shell_word
 from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
 
 SHOWN_IDS = 10
@@ -21,7 +22,9 @@ SHOWN_IDS = 10
 def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     """Refuse a command whose executable is missing or not executable, before
     anything is claimed (else every item would fail the same way). A program
-    named by a replacement string differs per item: it is checked per item."""
+    named by a replacement string differs per item: it is checked per item.
+    A one-word shell command is refused with the ``sh -c`` form (shell_command.py)."""
+    refuse_shell_word(command, env)
     program = command[0]
     if has_token(program):
         return
