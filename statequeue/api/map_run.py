@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from statequeue.api.attempt_log import log_traceback
 from statequeue.api.queue import Queue, refuse_single_text
 from statequeue.api.work import WorkPolicy, failure_reason, next_nap, wait_for_due
 from statequeue.core.errors import InvalidResult, MapFailed
@@ -41,6 +42,8 @@ class MapRun:
         self.policy = policy
         self.results: dict[str, Any] = {}
         self.failures: dict[str, str] = {}
+        self.errors: dict[str, BaseException] = {}
+        """The exception each item's latest attempt in this process raised."""
         self.error: BaseException | None = None
         """The first error that stopped a slot (not one the function raised)."""
         self._lock = threading.Lock()
@@ -160,6 +163,9 @@ class MapRun:
     def record_failure(self, claim: Claim, exc: BaseException) -> None:
         """Record a failed attempt, durably; the item runs again while the policy allows."""
         reason = failure_reason(exc)
+        log_traceback(self.queue.store, claim, exc)  # for `statequeue logs ID`
+        with self._lock:
+            self.errors[claim.item] = exc  # the last attempt's, for MapFailed
         retry_at = self.policy.retry_at(claim)
         outcome = Outcome(ok=False, reason=reason, duration=self._took(claim))
         state = self.queue.finish(claim, outcome, retry_at=retry_at)
@@ -223,5 +229,7 @@ class MapRun:
         results = [self.results.get(t) for t in self.texts]
         if self.failures:
             firsts = dict.fromkeys(t for t in self.texts if t in self.failures)
-            raise MapFailed([(t, self.failures[t]) for t in firsts], results)
+            errors = {t: self.errors[t] for t in firsts if t in self.errors}
+            failed = MapFailed([(t, self.failures[t]) for t in firsts], results, errors=errors)
+            raise failed from next(iter(errors.values()), None)
         return results

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from statequeue.api.attempt_log import log_traceback
 from statequeue.core.errors import ItemNotSettled, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
@@ -192,6 +193,8 @@ class WorkItem:
         if self.settled or self.released:
             return False  # nothing left to record: the caller sees the exception
         if isinstance(exc, Exception):
+            self._check_open()
+            log_traceback(self.queue.store, self.claim, exc)  # for `statequeue logs ID`
             self.fail(failure_reason(exc))
             return True  # the attempt is recorded as failed; the loop goes on
         self.release(f"interrupted: {type(exc).__name__} inside the work item")
