@@ -15,6 +15,7 @@ more than one store call lives beside it (``queue_reading``, ``queue_whole``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -40,6 +41,9 @@ from statequeue.core.models import (
 )
 from statequeue.core.records import Record, check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
+
+KEEP_LOGS = 7 * 86400.0
+"""Seconds the logs of an archived item are kept before ``compact`` removes them."""
 
 if TYPE_CHECKING:
     from statequeue.api.transfer import CheckedExport, ImportResult
@@ -209,10 +213,14 @@ class Queue:
         with self._shared.using() as store:
             return store.status()
 
-    def compact(self) -> CompactResult:
-        """Rewrite the journal as a snapshot; finished results move to the archive."""
+    def compact(self, *, keep_logs: float = KEEP_LOGS) -> CompactResult:
+        """Rewrite the journal as a snapshot; finished results move to the
+        archive. Then the logs of archived items older than ``keep_logs``
+        seconds are removed (0: all of them; ``math.inf``: none)."""
         with self._shared.using() as store:
-            return store.compact()
+            result = store.compact()
+            removed = store.remove_archived_logs(keep_logs)
+        return dataclasses.replace(result, logs_removed=removed)
 
     def retry(
         self,

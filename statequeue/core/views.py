@@ -109,6 +109,16 @@ class CompactResult:
     archive_bytes: int
     rows_moved: int | None = None
     """Rows moved to the archive tables (a PostgreSQL store; None for the journal)."""
+    logs_removed: LogsRemoved = field(default_factory=lambda: LogsRemoved())
+    """The logs of archived items removed after it (``compact --keep-logs``)."""
+
+
+@dataclass(frozen=True)
+class LogsRemoved:
+    """Log files of archived items that compaction removed, and their bytes."""
+
+    files: int = 0
+    bytes: int = 0
 
 
 @dataclass

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         ItemHistory,
         ItemResult,
         ItemView,
+        LogsRemoved,
         RecoveryReport,
         Status,
         StoreCheck,
@@ -260,6 +261,14 @@ class Store(ABC):
         made durable by it (the log goes with its attempt's result). The default
         stores nothing: the log file stays where the runner wrote it."""
         return False
+
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        """Remove the logs of archived items last written more than ``keep``
+        seconds ago (``compact --keep-logs``), durably; what was removed. The
+        default removes nothing (a store that keeps no log files of its own)."""
+        from statequeue.core.views import LogsRemoved  # lazy: views, see the imports
+
+        return LogsRemoved()
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output attempt ``attempt`` of item ``item_id`` logged, from byte

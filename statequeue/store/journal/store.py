@@ -39,7 +39,7 @@ from statequeue.core.errors import (
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
-from statequeue.core.views import ItemView
+from statequeue.core.views import ItemView, LogsRemoved
 from statequeue.store.base import attempts_since
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
@@ -47,6 +47,7 @@ from statequeue.store.journal.attempt_scan import scan_attempt_batches, scan_att
 from statequeue.store.journal.background_compaction import BackgroundCompaction
 from statequeue.store.journal.claims import ClaimLocks
 from statequeue.store.journal.compaction import unseen_after_compaction
+from statequeue.store.journal.compaction_logs import remove_archived_logs
 from statequeue.store.journal.dedupe_keys import FEW_ITEMS, DedupeKeys
 from statequeue.store.journal.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -370,6 +371,15 @@ class JournalStore(RecordStore):
             key=lambda n: int(n.split(".")[1]),
         )
         return tuple(self.dir.shown(n, "logs") for n in found)
+
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        def archived(item_id: int) -> bool:
+            # Done with no result left in the journal: compaction moved it out.
+            state = self.state
+            return state.state_of(item_id) is ItemState.DONE and state.result_loc(item_id) < 0
+
+        with self._locked():  # the state read is that of one moment
+            return remove_archived_logs(self.dir, archived, keep)
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         try:
