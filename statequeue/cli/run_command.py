@@ -66,9 +66,7 @@ def run(
         str | None,
         typer.Option(help="Per-item limit: TERM, then KILL after --grace.", metavar="DUR"),
     ] = None,
-    grace: Annotated[
-        str, typer.Option(help="Wait after TERM before KILL.", metavar="DUR")
-    ] = "5s",
+    grace: Annotated[str, typer.Option(help="Wait after TERM before KILL.", metavar="DUR")] = "5s",
     retries: Annotated[
         int,
         typer.Option(help="Retry up to N failures per episode, with backoff.", metavar="N"),
