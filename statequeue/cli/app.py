@@ -18,7 +18,14 @@ from typer.core import TyperGroup
 from statequeue.cli.errors import ReaderGone, fail, run_guarded
 from statequeue.cli.input import read_input
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
-from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
+from statequeue.cli.render import (
+    emit_json,
+    err,
+    human_bytes,
+    plural,
+    running_texts,
+    status_text,
+)
 from statequeue.core.durations import parse_duration
 from statequeue.core.errors import InvalidItem
 from statequeue.core.exitcodes import ExitCode
@@ -135,7 +142,7 @@ def status(
     if json:
         emit_json(st.to_json())
     else:
-        print(status_text(st))
+        print(status_text(st, running_texts(q, st)))
 
 
 @app.command()

@@ -37,7 +37,12 @@ def _stopped(r: Record) -> str:
 
 def _ended(r: Record) -> str:
     why = r.get("reason") or "exit " + str(r.get("exit", "?"))
-    return f"end {_item(r)} attempt {r.get('attempt')}: {r.get('state')} ({shown(str(why))})"
+    state = str(r.get("state"))
+    if state == "pending" and "retry_at" in r:
+        # The attempt failed; the item waits for its retry ("pending" read as
+        # if nothing had gone wrong).
+        state = f"failed, retry due at {local_time(float(r['retry_at']))}"
+    return f"end {_item(r)} attempt {r.get('attempt')}: {state} ({shown(str(why))})"
 
 
 _EVENT_TEXT: dict[str, Callable[[Record], str]] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,10 +45,14 @@ def plural(count: int, noun: str) -> str:
 
 
 def _share(part: int, total: int) -> str:
-    return f"{100 * part / total:.1f}%"
+    """``part`` of ``total`` in percent, rounded down to 0.1: never "100.0%"
+    while anything is left (1,999 of 2,000 is 99.9%, not 100.0%)."""
+    tenths = 1000 * part // total
+    return f"{tenths // 10}.{tenths % 10}%"
 
 
-def status_text(status: Status) -> str:
+def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
+    """``status`` for people; ``texts`` names running items by their text."""
     c = status.counts
     lines = [_status_headline(status), "  " + "  ".join(f"{k} {c[k]}" for k in c)]
     if status.paused:
@@ -57,7 +62,7 @@ def status_text(status: Status) -> str:
         if status.paused:
             eta = ", ETA paused"  # runners take no new items until `resume`
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
-    lines += _runner_lines(status)
+    lines += _runner_lines(status, texts or {})
     if status.interrupted:
         ids = ", ".join(str(i) for i in status.interrupted[:20])
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
@@ -70,26 +75,47 @@ def status_text(status: Status) -> str:
 
 
 def _status_headline(status: Status) -> str:
-    """Done and failed apart: a queue where everything failed is not "100% done"."""
+    """Done and failed apart, failures counted: a queue where everything
+    failed is not "100% done", and one failure in 2,000 is not "0.1%"."""
     c, total = status.counts, status.total
     head = f"queue {status.queue}: {plural(total, 'item')}"
     if not total:
         return head
     parts = [f"{_share(c['done'], total)} done"]
-    parts += [f"{_share(c[k], total)} {k}" for k in ("failed", "cancelled") if c[k]]
+    parts += [f"{c[k]} {k}" for k in ("failed", "cancelled") if c[k]]
     return f"{head} ({', '.join(parts)})"
 
 
-def _runner_lines(status: Status) -> list[str]:
+def running_texts(queue: Any, status: Status) -> dict[int, str]:
+    """The text of each running item ``status`` names (none read when none runs)."""
+    if not any(r.running for r in status.runners):
+        return {}
+    return {view.item_id: view.item for view in queue.iter_items("running")}
+
+
+RUNNING_SHOWN = 5
+"""Running items named per runner; the rest are counted."""
+
+
+def _runner_lines(status: Status, texts: Mapping[int, str]) -> list[str]:
     if not status.runners:
         return ["runner: none active"]
     lines = []
     for r in status.runners:
-        items = ", ".join(str(i) for i in r.running) or "none"
         since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
-        lines.append(f"runner: active ({where}, running items: {items})")
+        lines.append(f"runner: active ({where}, {_running(r.running, texts)})")
     return lines
+
+
+def _running(ids: Sequence[int], texts: Mapping[int, str]) -> str:
+    """``running 2 items: #2 a.pdf, #7 b.pdf``: ids with their text, never a bare
+    number that reads as a count."""
+    if not ids:
+        return "running nothing"
+    named = [f"#{i} {shown(texts[i], 40)}" if i in texts else f"#{i}" for i in ids[:RUNNING_SHOWN]]
+    more = f", … {len(ids) - RUNNING_SHOWN} more" if len(ids) > RUNNING_SHOWN else ""
+    return f"running {plural(len(ids), 'item')}: {', '.join(named)}{more}"
 
 
 def _failure_lines(status: Status) -> list[str]:
@@ -139,6 +165,7 @@ __all__ = [
     "format_duration",
     "human_bytes",
     "plural",
+    "running_texts",
     "shown",
     "status_text",
 ]

@@ -83,7 +83,7 @@ def watch_lines(live: LiveRate, left: int, *, paused: bool = False) -> list[str]
     live.update()
     now = clock.time()
     count = live.recent.count(now)
-    return [rate_text(live.rate(now), live.recent.window, count, left, paused=paused)]
+    return [rate_text(live.rate(now), live.recent.span(now), count, left, paused=paused)]
 
 
 def failure_lines(s: Stats) -> list[str]:

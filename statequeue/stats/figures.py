@@ -297,7 +297,7 @@ class StatsBuilder:
             attempts=self.attempts,
             durations=durations_of(self.sketch),
             throughput=self.throughput.view(),
-            rate_window=self.recent.window,
+            rate_window=self.recent.span(self.now),
             recent_finishes=self.recent.count(self.now),
             rate=self.recent.rate(self.now),
             failed_attempts=self.failed,
