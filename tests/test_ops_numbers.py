@@ -6,6 +6,7 @@ a failed attempt that waits for a retry says so."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from statequeue import Queue
 from statequeue.cli.render import status_text
+from statequeue.core.records import enqueue_times
 from statequeue.core.views import ActiveRunner, Status
 from tests.conftest import STATEQUEUE
 from tests.waiting import gone, until
@@ -93,3 +95,52 @@ def test_a_failed_attempt_waiting_for_its_retry_says_failed(sq_env: dict[str, st
     assert re.search(
         rf"end #1 attempt 1: failed, retry due at {when} \(ValueError: not yet\)", end
     ), end
+
+
+def _enqueue_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "enqueued" in line]
+
+
+def test_enqueue_time_is_recorded_once_per_batch(sq_env: dict[str, str], sq_home: Path) -> None:
+    _sq(sq_env, "enqueue", stdin="a\nb\nc\n")
+    lines = (sq_home / "default" / "journal.jsonl").read_text().splitlines()
+    enq = [json.loads(line) for line in lines if '"t":"enq"' in line]
+    assert ["at" in r for r in enq] == [True, False, False]  # one timestamp per batch
+    shown = _enqueue_lines(_sq(sq_env, "show", "3").stdout)
+    assert len(shown) == 1 and "~" not in shown[0], shown  # the batch's time, not a guess
+    events = _enqueue_lines(_sq(sq_env, "events").stdout)
+    assert len(events) == 3 and not any("~" in line for line in events), events
+
+
+def test_a_journal_without_enqueue_times_still_reads() -> None:
+    old = [
+        {"t": "enq", "id": 1, "item": "a", "seq": 2},
+        {"t": "enq", "id": 2, "item": "b", "seq": 3},
+    ]
+    assert list(enqueue_times(old)) == old
+    new = [
+        {**old[0], "at": 5.0},
+        old[1],
+        {"t": "start", "id": 1, "seq": 4},
+        {"t": "enq", "id": 3, "seq": 5},
+    ]
+    assert [r.get("at") for r in enqueue_times(new)] == [5.0, 5.0, None, None]
+
+
+def test_show_after_compact_keeps_the_outcome(sq_env: dict[str, str]) -> None:
+    _sq(sq_env, "enqueue", stdin="a\n")
+    _sq(sq_env, "run", "--", "true")
+    _sq(sq_env, "compact")
+    shown = _sq(sq_env, "show", "1").stdout
+    assert re.search(r"#1 archived: attempt 1 done \(exit 0, took \d", shown), shown
+
+
+def test_postgresql_enqueue_lines_have_a_seq_and_a_time(
+    pg_url: str, sq_env: dict[str, str]
+) -> None:
+    env = dict(sq_env, STATEQUEUE_STORE=pg_url)
+    _sq(env, "enqueue", stdin="a\nb\nc\n")
+    shown = _enqueue_lines(_sq(env, "show", "2").stdout)
+    assert len(shown) == 1 and re.match(r"\s*seq \d+  \d{4}-", shown[0]), shown
+    events = _enqueue_lines(_sq(env, "events").stdout)
+    assert len(events) == 1 and "enqueued 3 items #1..#3" in events[0], events

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate
@@ -246,7 +247,7 @@ class JournalStore(RecordStore):
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         journal = self.journal
-        encoded = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts)
+        encoded = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts, time.time())
         if encoded is None:  # a text that is not UTF-8: the general encoder
             super()._append_enqueued(first_id, texts)
             return

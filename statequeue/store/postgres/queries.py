@@ -193,9 +193,16 @@ def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
     if row is None:
         return None
     text = text_of(row[0])
-    # Enqueue events are written one per batch: the item's own is rebuilt here.
-    events: list[dict[str, Any]] = [{"t": "enq", "id": item_id, **item_fields(text)}]
+    # Enqueue events are written one per batch: the item's own is rebuilt
+    # here, with the batch's seq and time.
     key = {"q": queue, "id": item_id}
+    enq: dict[str, Any] = {"t": "enq", "id": item_id, **item_fields(text)}
+    batch = conn.execute(sql.ENQUEUE_BATCH, key).fetchone()
+    if batch is not None:
+        enq["seq"] = batch[0]
+        if "at" in batch[1]:
+            enq["at"] = batch[1]["at"]
+    events: list[dict[str, Any]] = [enq]
     for seq, body in conn.execute(sql.ITEM_EVENTS, key):  # archived ones included
         events.append({**body, "seq": seq})
     last = conn.execute(sql.LAST_RESULT, key).fetchone()

@@ -198,6 +198,14 @@ SELECT seq, body FROM (
 ) e WHERE body->>'t' <> 'enq' ORDER BY seq
 """
 
+# The batch an item was enqueued in: ids are handed out a batch at a time, so
+# it is the enqueue event with the greatest first id at or below the item's.
+ENQUEUE_BATCH = """
+SELECT seq, body FROM statequeue.events
+WHERE queue = %(q)s AND id <= %(id)s AND body->>'t' = 'enq'
+ORDER BY id DESC, seq DESC LIMIT 1
+"""
+
 LAST_RESULT = """
 SELECT result, err FROM (
     SELECT token, result, err FROM statequeue.results WHERE queue = %(q)s AND id = %(id)s

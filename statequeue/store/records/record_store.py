@@ -147,6 +147,8 @@ class RecordStore(Store):
         records: list[Record] = [
             {"t": "enq", "id": first_id + i, **item_fields(text)} for i, text in enumerate(texts)
         ]
+        if records:  # the batch's time, once (see core.records.enqueue_times)
+            records[0]["at"] = round(time.time(), 3)
         self._write(records, sync=True)
 
     def claim(
