@@ -280,7 +280,7 @@ def test_json_schema_and_plain_output(sq_env: dict[str, str]) -> None:
     }
     plain = _sq(sq_env, "-q", "cli", "stats")
     assert plain.returncode == 0
-    assert "p50" in plain.stdout and "exit code 1" in plain.stdout and "item 38" in plain.stdout
+    assert "p50" in plain.stdout and "exit code 1" in plain.stdout and "#38 " in plain.stdout
     assert "\x1b[" not in plain.stdout  # not a terminal: no colour, no bars
 
 
