@@ -42,7 +42,22 @@ def _stopped(r: Record) -> str:
     # Written by the process that found the runner's lock free while its
     # start record stood: the runner was killed (-9) or crashed.
     finder = f", noticed by pid {r['by']}" if "by" in r else ""
-    return f"runner {_runner(r)} lost (its lock was released without a stop record{finder})"
+    how = _LOST_HOW.get(str(r.get("how", "")), _LOST_HOW[""])
+    return f"runner {_runner(r)} lost ({how} without a stop record{finder})"
+
+
+_LOST_HOW = {
+    "": "its lock was released",
+    "lease": "its lease ended unrenewed",
+    "pid": "its process is gone",
+}
+
+
+def _discarded(r: Record) -> str:
+    return (
+        f"result of {_item(r)} attempt {r.get('attempt')} discarded: runner {_runner(r)} "
+        f"had lost its lease and the item was taken over ({shown(str(r.get('reason', '')))})"
+    )
 
 
 def _ended(r: Record) -> str:
@@ -71,6 +86,7 @@ _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
     "snap": lambda r: f"snapshot: {r.get('archived')} archived, next id {r.get('next_id')}",
     "item": lambda r: f"{_item(r)} carried over by compaction: {r.get('state')}",
     "arch": lambda r: _archived(r),
+    "discard": _discarded,
 }
 
 

@@ -14,7 +14,7 @@ from statequeue.core.durations import format_duration
 from statequeue.core.textsafe import escaped, shown
 
 if TYPE_CHECKING:
-    from statequeue.core.views import Status
+    from statequeue.core.views import ActiveRunner, Status
 
 
 def emit_json(value: Any) -> None:
@@ -104,8 +104,20 @@ def _runner_lines(status: Status, texts: Mapping[int, str]) -> list[str]:
     for r in status.runners:
         since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
-        lines.append(f"runner: active ({where}, {_running(r.running, texts)})")
+        lines.append(f"runner: {_liveness(r)} ({where}, {_running(r.running, texts)})")
     return lines
+
+
+def _liveness(r: ActiveRunner) -> str:
+    """``active``, or for a runner that missed its heartbeats (killed -9 on
+    another host, cut off) how long it has been silent and when its lease
+    ends: its items are taken over then, not before."""
+    if r.heard_ago is None or r.lease is None or r.lease_ends_at is None:
+        return "active"
+    if r.heard_ago <= r.lease / 2:  # it renews every third of the lease
+        return "active"
+    ends = local_time(r.lease_ends_at)
+    return f"not heard from for {r.heard_ago:.0f} s; its lease ends at {ends}"
 
 
 def _running(ids: Sequence[int], texts: Mapping[int, str]) -> str:

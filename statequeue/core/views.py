@@ -34,6 +34,12 @@ class ActiveRunner:
     host: str
     started_at: float
     running: tuple[int, ...]
+    heard_ago: float | None = None
+    """Seconds since its last heartbeat, where the store has heartbeats (PostgreSQL)."""
+    lease_ends_at: float | None = None
+    """When its lease ends unless renewed (Unix time), where the store has leases."""
+    lease: float | None = None
+    """Its lease's length in seconds, where the store has leases."""
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,11 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
             host=str(host),
             started_at=float(since),
             running=tuple(running),
+            heard_ago=None if heard is None else float(heard),
+            lease_ends_at=None if ends is None else float(ends),
+            lease=None if lease is None else float(lease),
         )
-        for rid, pid, host, since, running in rows
+        for rid, pid, host, since, running, heard, ends, lease in rows
     ]
 
 
