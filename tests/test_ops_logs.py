@@ -113,3 +113,14 @@ def test_compact_removes_archived_logs_once_old(sq_env: dict[str, str], sq_home:
     assert "removed 1 log of archived items" in now.stdout, now.stdout
     assert _logs(sq_home) == ["3.1.log"]
     assert _sq(sq_env, "logs", "3").stdout == "out c\nerr c\n"
+
+
+def test_compact_removes_archived_logs_on_postgresql(pg_url: str, sq_env: dict[str, str]) -> None:
+    env = dict(sq_env, STATEQUEUE_STORE=pg_url)
+    _ran(env, "a", "b", "c")  # c fails: not archived, its log stays
+    kept = _sq(env, "compact", "--json")
+    assert json.loads(kept.stdout)["logs_removed"] == 0, kept
+    now = _sq(env, "compact", "--keep-logs", "0", "--json")
+    assert json.loads(now.stdout)["logs_removed"] == 2, now
+    assert _sq(env, "logs", "1").stdout == ""
+    assert _sq(env, "logs", "3").stdout == "out c\nerr c\n"

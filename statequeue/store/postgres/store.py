@@ -35,6 +35,7 @@ from statequeue.core.models import (
     RunnerInfo,
 )
 from statequeue.core.records import Record
+from statequeue.core.views import LogsRemoved
 from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
 from statequeue.store.postgres import logs, queries, reaping, writes
@@ -292,6 +293,12 @@ class PostgresStore(Store):
 
     def save_log(self, claim: Claim, data: bytes) -> bool:
         return self._actions.save_log(claim, data)
+
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        cutoff = time.time() - keep
+        with self._session.transaction() as conn:
+            files, size = logs.remove_archived(conn, self.name, cutoff)
+        return LogsRemoved(files, size)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
         return self._actions.import_items(entries)
