@@ -5,6 +5,7 @@ scripts/pg-dev.sh prints a line the shell can `eval`."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -53,6 +54,8 @@ def test_a_silent_runner_is_not_called_active(pg_url: str, sq_env: dict[str, str
         )
         assert found is not None, shown
         assert 19 <= int(found.group(1)) <= 60, shown
+        runner_json = json.loads(_sq(sq_env, pg_url, "status", "--json"))["runners"][0]
+        assert runner_json["heard_ago"] >= 19 and runner_json["lease_ends_at"] > 0, runner_json
     finally:
         store.close()
 

@@ -84,6 +84,8 @@ class Status:
                     "host": r.host,
                     "started_at": r.started_at,
                     "running": list(r.running),
+                    "heard_ago": r.heard_ago,
+                    "lease_ends_at": r.lease_ends_at,
                 }
                 for r in self.runners
             ],
