@@ -111,3 +111,33 @@ def test_watch_on_a_terminal_has_a_bar_and_restores_the_cursor_on_sigterm(
             watch.kill()
             watch.wait()
         os.close(master)
+
+
+def test_watch_lists_running_items_on_postgresql(pg_url: str, sq_env: dict[str, str]) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    assert psycopg is not None
+    from statequeue.core.identity import new_runner
+    from statequeue.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url, "default")
+    try:
+        runner = new_runner(command=("./crawl", "{}"))
+        store.register_runner(runner)
+        store.enqueue(["https://example.org/a", "https://example.org/b"])
+        assert store.claim(runner) is not None
+        env = dict(sq_env, STATEQUEUE_STORE=pg_url)
+        watch = subprocess.Popen(
+            [STATEQUEUE, "status", "--watch", "--interval", "0.2"], env=env, stdout=subprocess.PIPE
+        )
+        try:
+            assert watch.stdout is not None
+            seen = _read_until(watch.stdout.fileno(), b"running (longest first):\n")
+            seen = _read_until(watch.stdout.fileno(), b"\n\n", seen).decode()
+            row = seen.split("running (longest first):\n", 1)[1].splitlines()[0]
+            assert row.startswith("  #1 https://example.org/a  attempt 1  on "), row
+            assert " for " in row and " for ?" not in row, row
+        finally:
+            watch.kill()  # by its pid
+            watch.wait()
+    finally:
+        store.close()

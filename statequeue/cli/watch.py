@@ -15,7 +15,7 @@ from typing import Any
 
 from statequeue.cli.render import emit_json, status_text, use_color
 from statequeue.cli.stats_view import watch_lines
-from statequeue.cli.watch_running import progress_bar, running_items, running_lines
+from statequeue.cli.watch_running import RunningTracker, progress_bar, running_lines
 from statequeue.core.exitcodes import ExitCode
 from statequeue.stats.rates import LiveRate
 
@@ -36,6 +36,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
         live = Live(Text(""), console=Console(), auto_refresh=False)
         live.start()
     rate = LiveRate(queue.store)  # `stats`'s rate and ETA
+    tracker = RunningTracker(queue)
     try:
         while True:
             st = queue.status()
@@ -47,7 +48,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 # window stated), not also status's own one-minute figure.
                 one_rate = dataclasses.replace(st, rate=None)
                 lines = watch_lines(rate, left, paused=st.paused)
-                running = running_items(queue, st)
+                running = tracker.running_items(st)
                 texts = {r.item_id: r.text for r in running}
                 lines += running_lines(running, st)
                 if live is not None and st.total:
