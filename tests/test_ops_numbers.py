@@ -15,9 +15,12 @@ from pathlib import Path
 
 from statequeue import Queue
 from statequeue.cli.render import status_text
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Outcome
 from statequeue.core.records import enqueue_times
 from statequeue.core.views import ActiveRunner, Status
 from tests.conftest import STATEQUEUE
+from tests.test_store_contract import Harness, harness  # noqa: F401  (the fixture: every store)
 from tests.waiting import gone, until
 
 STATES = ("pending", "running", "done", "failed", "cancelled", "held")
@@ -144,3 +147,15 @@ def test_postgresql_enqueue_lines_have_a_seq_and_a_time(
     assert len(shown) == 1 and re.match(r"\s*seq \d+  \d{4}-", shown[0]), shown
     events = _enqueue_lines(_sq(env, "events").stdout)
     assert len(events) == 1 and "enqueued 3 items #1..#3" in events[0], events
+
+
+def test_live_texts_names_items_not_done_in_every_store(harness: Harness) -> None:  # noqa: F811
+    store = harness.open()
+    store.enqueue(["a", "b c", "done one"])
+    runner = new_runner()
+    store.register_runner(runner)
+    claims = [store.claim(runner) for _ in range(3)]
+    assert all(c is not None for c in claims)
+    store.finish(claims[2], Outcome(ok=True))  # type: ignore[arg-type]
+    assert store.live_texts([1, 2, 3, 99]) == {1: "a", 2: "b c"}
+    assert store.live_texts([]) == {}

@@ -384,6 +384,12 @@ class Queue:
         with self._shared.using() as store:
             return store.read_log(item_id, attempt, offset)
 
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        """The text of each of ``ids`` that names an item not done (others
+        are left out): cheap for a few ids, on a queue of any size."""
+        with self._shared.using() as store:
+            return store.live_texts(ids)
+
     def find(self, item: str) -> int:
         """The id of the item whose text is exactly ``item``; ItemNotFound if none."""
         return reading.find(self._shared, item)

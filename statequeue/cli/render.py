@@ -88,9 +88,8 @@ def _status_headline(status: Status) -> str:
 
 def running_texts(queue: Any, status: Status) -> dict[int, str]:
     """The text of each running item ``status`` names (none read when none runs)."""
-    if not any(r.running for r in status.runners):
-        return {}
-    return {view.item_id: view.item for view in queue.iter_items("running")}
+    ids = [i for r in status.runners for i in r.running[:RUNNING_SHOWN]]
+    return queue.live_texts(ids) if ids else {}
 
 
 RUNNING_SHOWN = 5

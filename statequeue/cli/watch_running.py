@@ -69,7 +69,7 @@ class RunningTracker:
         """The running items of ``status``'s runners, longest running first."""
         self.update()
         ids = [i for r in status.runners for i in r.running[:SHOWN]]
-        texts = {v.item_id: v.item for v in self.queue.iter_items("running")} if ids else {}
+        texts = self.queue.live_texts(ids) if ids else {}
         found: list[RunningItem] = []
         for runner in status.runners:
             where = f"{runner.host} pid {runner.pid}"

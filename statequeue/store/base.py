@@ -275,6 +275,20 @@ class Store(ABC):
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
 
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        """The text of each of ``ids`` that names an item not done (pending,
+        running, failed, held); other ids are left out. For naming the few
+        items a view shows (`status`: the running ones). This default reads
+        every item."""
+        wanted = set(ids)
+        if not wanted:
+            return {}
+        return {
+            v.item_id: v.item
+            for v in self.items()
+            if v.item_id in wanted and v.state is not ItemState.DONE
+        }
+
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         """The id of each of ``texts`` that names an item (exact text; archived
         items included); texts that name none are left out. This default reads

@@ -186,6 +186,17 @@ def states(conn: Connection, queue: str, ids: Collection[int]) -> dict[int, Item
     return found
 
 
+def live_texts(conn: Connection, queue: str, ids: list[int]) -> dict[int, str]:
+    """The text of each of ``ids`` that is in the hot table (not done)."""
+    rows = conn.execute(
+        "SELECT l.id, i.item FROM statequeue.live l"
+        " JOIN statequeue.items i ON i.queue = l.queue AND i.id = l.id"
+        " WHERE l.queue = %(q)s AND l.id = ANY(%(ids)s)",
+        {"q": queue, "ids": ids},
+    )
+    return {int(i): text_of(item) for i, item in rows}
+
+
 def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
     row = conn.execute(
         "SELECT i.item, coalesce(l.state, i.state) FROM statequeue.items i"

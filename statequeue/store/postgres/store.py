@@ -340,6 +340,12 @@ class PostgresStore(Store):
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         return self._reader.find_ids(texts)
 
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        if not ids:
+            return {}
+        with self._session.guard():
+            return queries.live_texts(self._session.conn, self.name, sorted(ids))
+
     def states(self, ids: Collection[int]) -> dict[int, ItemState]:
         return self._reader.states(ids)
 

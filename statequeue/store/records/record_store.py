@@ -430,6 +430,15 @@ class RecordStore(Store):
 
         return transfer.import_items(_Backend(self), entries)
 
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        with self._locked() as state:
+            for item_id in ids:
+                item = state.get(item_id)  # its text: one record read back
+                if item is not None:
+                    found[item_id] = item.text
+        return found
+
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._locked() as state:
             # The dedupe keys (text -> id), archived items included.
