@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.core.identity import new_runner
 from tests.conftest import STATEQUEUE
 from tests.waiting import DEADLINE, gone, until
 
@@ -114,9 +115,8 @@ def test_watch_on_a_terminal_has_a_bar_and_restores_the_cursor_on_sigterm(
 
 
 def test_watch_lists_running_items_on_postgresql(pg_url: str, sq_env: dict[str, str]) -> None:
-    psycopg = pytest.importorskip("psycopg")
-    assert psycopg is not None
-    from statequeue.core.identity import new_runner
+    pytest.importorskip("psycopg")
+    # lazy: needs psycopg, which the other tests of this file do without
     from statequeue.store.postgres import PostgresStore
 
     store = PostgresStore(pg_url, "default")
