@@ -159,3 +159,15 @@ def test_live_texts_names_items_not_done_in_every_store(harness: Harness) -> Non
     store.finish(claims[2], Outcome(ok=True))  # type: ignore[arg-type]
     assert store.live_texts([1, 2, 3, 99]) == {1: "a", 2: "b c"}
     assert store.live_texts([]) == {}
+
+
+def test_compaction_keeps_a_live_items_enqueue_time(sq_env: dict[str, str]) -> None:
+    _sq(sq_env, "enqueue", stdin="a\nb\nc\n")
+    _sq(sq_env, "run", "--limit", "1", "--", "true")  # #1 done and archived, #2 and #3 carried over
+    before = _enqueue_lines(_sq(sq_env, "show", "3").stdout)[0]
+    when = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", before)
+    assert when is not None, before
+    for _ in range(2):  # carried over twice: the time goes with the item
+        _sq(sq_env, "compact")
+        shown = _sq(sq_env, "show", "3").stdout
+        assert f"#3 carried over by compaction: pending (enqueued {when.group(0)})" in shown, shown

@@ -84,10 +84,16 @@ _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
     "stop": _stopped,
     "pause": lambda r: "queue paused" if r.get("paused") else "queue resumed",
     "snap": lambda r: f"snapshot: {r.get('archived')} archived, next id {r.get('next_id')}",
-    "item": lambda r: f"{_item(r)} carried over by compaction: {r.get('state')}",
+    "item": lambda r: _carried(r),
     "arch": lambda r: _archived(r),
     "discard": _discarded,
 }
+
+
+def _carried(r: Record) -> str:
+    text = f"{_item(r)} carried over by compaction: {r.get('state')}"
+    at = r.get("enq_at")  # the enqueue record it replaces had the batch's time
+    return text + (f" (enqueued {local_time(float(at))})" if isinstance(at, int | float) else "")
 
 
 def _archived(r: Record) -> str:
