@@ -27,5 +27,5 @@ fi
     -o "-c listen_addresses='' -c unix_socket_directories=$root/s" start >/dev/null
 "${as[@]}" "$bin/createdb" -h "$root/s" -U postgres statequeue
 
-echo "STATEQUEUE_STORE=postgresql://postgres@/statequeue?host=$root/s"
+echo "export STATEQUEUE_STORE='postgresql://postgres@/statequeue?host=$root/s'"
 echo "# stop: ${as[*]} $bin/pg_ctl -D $root/data -m fast stop && rm -rf $root" >&2

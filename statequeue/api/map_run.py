@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from statequeue.api import rate_limits
+from statequeue.api.attempt_log import log_traceback
 from statequeue.api.queue import Queue, refuse_single_text
 from statequeue.api.work import WorkPolicy, failure_reason, next_nap, wait_for_due
 from statequeue.core.errors import InvalidResult, MapFailed, TryLater
@@ -42,6 +43,8 @@ class MapRun:
         self.policy = policy
         self.results: dict[str, Any] = {}
         self.failures: dict[str, str] = {}
+        self.errors: dict[str, BaseException] = {}
+        """The exception each item's latest attempt in this process raised."""
         self.error: BaseException | None = None
         """The first error that stopped a slot (not one the function raised)."""
         self._lock = threading.Lock()
@@ -173,6 +176,9 @@ class MapRun:
         if isinstance(exc, TryLater):  # not a failure: pending again, no retry spent
             state = rate_limits.defer(self.queue, claim, self.policy, outcome, exc.seconds)
         else:
+            log_traceback(self.queue.store, claim, exc)  # for `statequeue logs ID`
+            with self._lock:
+                self.errors[claim.item] = exc  # the last attempt's, for MapFailed
             state = self.queue.finish(claim, outcome, retry_at=self.policy.retry_at(claim))
         self._settled(claim, state, reason)
 
@@ -234,5 +240,7 @@ class MapRun:
         results = [self.results.get(t) for t in self.texts]
         if self.failures:
             firsts = dict.fromkeys(t for t in self.texts if t in self.failures)
-            raise MapFailed([(t, self.failures[t]) for t in firsts], results)
+            errors = {t: self.errors[t] for t in firsts if t in self.errors}
+            failed = MapFailed([(t, self.failures[t]) for t in firsts], results, errors=errors)
+            raise failed from next(iter(errors.values()), None)
         return results

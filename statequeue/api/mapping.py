@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from statequeue.api.map_run import SETTLE_NAP, MapRun
 from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
-from statequeue.core.errors import PoolBroken, UsageError
+from statequeue.core.errors import MapFailed, PoolBroken, UsageError
 from statequeue.core.models import Claim
 from statequeue.core.rates import RateLimit, as_rate
 from statequeue.store.base import Store
@@ -77,8 +77,10 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     recorded by this process). An exception fails the attempt; it is retried
     per ``retries``/``retry_delay`` (as ``work()``). Failed items (and items
     cancelled by the user) are reported together at the end: MapFailed, with
-    ``.failures`` [(item, reason)] and ``.results`` (None where an item
-    failed). A later call gives failed items a new set of attempts.
+    ``.failures`` [(item, reason)], ``.results`` (None where an item
+    failed) and ``.errors`` {item: exception} (those raised in this call; the
+    first is ``__cause__``). Each failed attempt's traceback is its log
+    (`statequeue logs ID`). A later call gives failed items a new set of attempts.
 
     ``rate`` (``"20/s"``, or starts per second) paces the calls with every
     runner of the queue (``run --rate``); ``fn`` raising ``TryLater(seconds)``
@@ -199,7 +201,8 @@ def resumable(
     completion per item across runs. ``f(x)`` returns the stored result when
     ``x`` was done before (by any call or process), else runs ``f``, records
     its result durably and returns it; a failure (after ``retries``) raises
-    MapFailed. The queue is opened on the first call and kept open."""
+    ``f``'s own exception (MapFailed when ``x`` failed in an earlier run or
+    another process). The queue is opened on the first call and kept open."""
 
     def decorate(fn: Callable[[str], R]) -> Callable[[str], R]:
         lock = threading.Lock()
@@ -213,9 +216,18 @@ def resumable(
 
         @functools.wraps(fn)
         def call(item: str) -> R:
-            found = map(fn, [item], queue=the_queue(), jobs=1, retries=retries,
-                        retry_delay=retry_delay)  # fmt: skip
-            return found[0]
+            try:
+                found = map(fn, [item], queue=the_queue(), jobs=1, retries=retries,
+                            retry_delay=retry_delay)  # fmt: skip
+            except MapFailed as failed:
+                own = failed.errors.get(item)
+                if own is None:
+                    raise
+            else:
+                return found[0]
+            # Raised outside the handler, so that MapFailed is not made its context:
+            # `except KeyError` around the call fires, and the traceback is fn's.
+            raise own
 
         return call
 

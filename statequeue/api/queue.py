@@ -15,6 +15,7 @@ more than one store call lives beside it (``queue_reading``, ``queue_whole``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -42,6 +43,9 @@ from statequeue.core.models import (
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, as_rate
 from statequeue.core.records import Record, check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
+
+KEEP_LOGS = 7 * 86400.0
+"""Seconds the logs of an archived item are kept before ``compact`` removes them."""
 
 if TYPE_CHECKING:
     from statequeue.api.transfer import CheckedExport, ImportResult
@@ -235,10 +239,14 @@ class Queue:
             pace = store.pace()  # the shared start rate lives beside the records
         return status if pace is None else replace(status, pace=pace)
 
-    def compact(self) -> CompactResult:
-        """Rewrite the journal as a snapshot; finished results move to the archive."""
+    def compact(self, *, keep_logs: float = KEEP_LOGS) -> CompactResult:
+        """Rewrite the journal as a snapshot; finished results move to the
+        archive. Then the logs of archived items older than ``keep_logs``
+        seconds are removed (0: all of them; ``math.inf``: none)."""
         with self._shared.using() as store:
-            return store.compact()
+            result = store.compact()
+            removed = store.remove_archived_logs(keep_logs)
+        return dataclasses.replace(result, logs_removed=removed)
 
     def retry(
         self,
@@ -420,6 +428,12 @@ class Queue:
         """The output an attempt logged from byte ``offset`` on (None: none logged)."""
         with self._shared.using() as store:
             return store.read_log(item_id, attempt, offset)
+
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        """The text of each of ``ids`` that names an item not done (others
+        are left out): cheap for a few ids, on a queue of any size."""
+        with self._shared.using() as store:
+            return store.live_texts(ids)
 
     def find(self, item: str) -> int:
         """The id of the item whose text is exactly ``item``; ItemNotFound if none."""

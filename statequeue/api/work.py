@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from statequeue.api import rate_limits
+from statequeue.api.attempt_log import log_traceback
 from statequeue.core.errors import ItemNotSettled, TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
@@ -222,6 +223,8 @@ class WorkItem:
             self.later(exc.seconds)
             return True  # not a failure: the item is pending again; the loop goes on
         if isinstance(exc, Exception):
+            self._check_open()
+            log_traceback(self.queue.store, self.claim, exc)  # for `statequeue logs ID`
             self.fail(failure_reason(exc))
             return True  # the attempt is recorded as failed; the loop goes on
         self.release(f"interrupted: {type(exc).__name__} inside the work item")

@@ -18,7 +18,15 @@ from typer.core import TyperGroup
 from statequeue.cli.errors import ReaderGone, fail, run_guarded
 from statequeue.cli.input import read_input
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
-from statequeue.cli.render import emit_json, err, human_bytes, plural, status_text
+from statequeue.cli.render import (
+    emit_json,
+    err,
+    human_bytes,
+    plural,
+    running_texts,
+    status_text,
+)
+from statequeue.core.durations import parse_duration
 from statequeue.core.errors import InvalidItem
 from statequeue.core.exitcodes import ExitCode
 
@@ -134,12 +142,19 @@ def status(
     if json:
         emit_json(st.to_json())
     else:
-        print(status_text(st))
+        print(status_text(st, running_texts(q, st)))
 
 
 @app.command()
 def compact(
     ctx: typer.Context,
+    keep_logs: Annotated[
+        str,
+        typer.Option(
+            help="Remove the logs of archived items older than this (0: all of them now).",
+            metavar="DUR",
+        ),
+    ] = "7d",
     json: JsonOpt = False,
     home: HomeOpt = None,
     queue: QueueOpt = None,
@@ -150,10 +165,17 @@ def compact(
     Safe while runners and enqueuers are active. Dedupe still holds afterwards.
     The queue is locked only briefly at the start and the end, not meanwhile.
 
-    Example: statequeue compact -q crawl
+    Example: statequeue compact -q crawl --keep-logs 1d
     """
+    keep = parse_duration(keep_logs)
     q = open_queue(ctx, home, queue, create=False)
-    r = q.compact()
+    r = q.compact(keep_logs=keep)
+    logs = r.logs_removed
+    removed = (
+        f"; removed {plural(logs.files, 'log')} of archived items ({human_bytes(logs.bytes)})"
+        if logs.files
+        else ""
+    )
     if json:
         emit_json(
             {
@@ -162,18 +184,20 @@ def compact(
                 "archived": r.archived,
                 "archive_bytes": r.archive_bytes,
                 "rows_moved": r.rows_moved,
+                "logs_removed": logs.files,
+                "log_bytes_removed": logs.bytes,
             }
         )
     elif r.rows_moved is not None:  # a PostgreSQL store: rows, not a journal file
         print(
             f"archived {plural(r.archived, 'finished item')} "
-            f"({plural(r.rows_moved, 'row')} moved to the archive tables)"
+            f"({plural(r.rows_moved, 'row')} moved to the archive tables){removed}"
         )
     else:
         print(
             f"journal {human_bytes(r.bytes_before)} -> {human_bytes(r.bytes_after)}; "
             f"archived {plural(r.archived, 'finished item')} "
-            f"(archive {human_bytes(r.archive_bytes)})"
+            f"(archive {human_bytes(r.archive_bytes)}){removed}"
         )
 
 

@@ -13,6 +13,7 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.completion import complete_state
 from statequeue.cli.event_text import describe_events
+from statequeue.cli.logs_all import write_all_logs
 from statequeue.cli.options import (
     HomeOpt,
     JsonOpt,
@@ -28,6 +29,7 @@ from statequeue.core.models import ItemState, item_state
 from statequeue.core.textsafe import record_json
 
 if TYPE_CHECKING:
+    from statequeue.api.queue import Queue
     from statequeue.core.views import ItemHistory, Status
 
 StateOpt = Annotated[
@@ -129,12 +131,26 @@ def show(
 @app.command()
 def logs(
     ctx: typer.Context,
-    item_id: IdArg,
+    item_id: Annotated[
+        int | None,
+        typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
+    ] = None,
     attempt: Annotated[
         int | None, typer.Option(help="Which attempt (default: the latest).", min=1)
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing while the item runs.")
+    ] = False,
+    every: Annotated[
+        bool,
+        typer.Option("--all", help="Every item's last-attempt output, in item order (streamed)."),
+    ] = False,
+    tag: Annotated[
+        bool, typer.Option("--tag", help="With --all: prefix each line with its item and a tab.")
+    ] = False,
+    state: StateOpt = None,
+    json: Annotated[
+        bool, typer.Option("--json", help="With --all: one JSON object per item (NDJSON).")
     ] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -143,8 +159,29 @@ def logs(
     """Print the output (stdout and stderr) an item's attempt wrote.
 
     Example: statequeue logs 42 --follow
+
+    Example: statequeue logs --all --tag --state failed
     """
-    q = open_queue(ctx, home, queue, create=False)
+    if every:
+        _check_all_options(item_id, attempt, follow)
+        q = open_queue(ctx, home, queue, create=False)
+        write_all_logs(q, sys.stdout.buffer, state=parse_state(state), tag=tag, as_json=json)
+        return
+    if item_id is None:
+        raise UsageError("logs needs an item id, or --all for every item's output")
+    if tag or state is not None or json:
+        raise UsageError("--tag, --state and --json go with --all")
+    _item_logs(open_queue(ctx, home, queue, create=False), item_id, attempt, follow)
+
+
+def _check_all_options(item_id: int | None, attempt: int | None, follow: bool) -> None:
+    if item_id is not None:
+        raise UsageError("logs --all takes no item id")
+    if attempt is not None or follow:
+        raise UsageError("--attempt and --follow go with one item id, not --all")
+
+
+def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> None:
     if attempt is not None:
         _check_attempt(q.history(item_id), attempt)
     out = sys.stdout.buffer

@@ -67,16 +67,17 @@ def _parse_fast(args: Sequence[str]) -> _Fast | None:
 def _fast_status(opts: _Fast) -> int:
     # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.api.queue import Queue
-    from statequeue.cli.render import emit_json, print_notices, status_text
+    from statequeue.cli.render import emit_json, print_notices, running_texts, status_text
 
     home, name = opts.values.get("home"), opts.values.get("queue")
     with Queue(name, home=home, create=False, store=opts.values.get("store")) as q:
         print_notices(q.notices())
         st = q.status()
+        texts = {} if "json" in opts.flags else running_texts(q, st)
     if "json" in opts.flags:
         emit_json(st.to_json())
     else:
-        sys.stdout.write(status_text(st) + "\n")
+        sys.stdout.write(status_text(st, texts) + "\n")
     return 0
 
 

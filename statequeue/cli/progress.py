@@ -61,12 +61,13 @@ def _silence(stream: Any) -> None:
 class View(Protocol):
     def handle(self, event: RunEvent) -> None: ...
     def close(self) -> None: ...
-    def summary(self, line: str) -> None: ...
+    def summary(self, line: str, *, failed: bool) -> None: ...
 
 
 class PlainView:
     """One line per finished item on stderr; with ``quiet``, only failures
-    for good, warnings and the summary."""
+    for good, warnings, and the summary when an item failed for good (cron
+    mails any output: a run that went well must leave stderr empty)."""
 
     def __init__(self, *, quiet: bool = False) -> None:
         self.quiet = quiet
@@ -81,8 +82,9 @@ class PlainView:
         ):
             self._err(_line(event))
 
-    def summary(self, line: str) -> None:
-        self._err(line)
+    def summary(self, line: str, *, failed: bool) -> None:
+        if failed or not self.quiet:
+            self._err(line)
 
     def _err(self, line: str) -> None:
         if self.gone:
@@ -145,7 +147,7 @@ class RichView:
             if not event.outcome.ok:
                 console.print(_line(event, TERMINAL_WIDTH), markup=False, highlight=False)
 
-    def summary(self, line: str) -> None:
+    def summary(self, line: str, *, failed: bool) -> None:
         self.progress.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:

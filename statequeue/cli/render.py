@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -14,7 +15,7 @@ from statequeue.core.rates import rate_text
 from statequeue.core.textsafe import escaped, shown
 
 if TYPE_CHECKING:
-    from statequeue.core.views import Status
+    from statequeue.core.views import ActiveRunner, Status
 
 
 def emit_json(value: Any) -> None:
@@ -45,10 +46,14 @@ def plural(count: int, noun: str) -> str:
 
 
 def _share(part: int, total: int) -> str:
-    return f"{100 * part / total:.1f}%"
+    """``part`` of ``total`` in percent, rounded down to 0.1: never "100.0%"
+    while anything is left (1,999 of 2,000 is 99.9%, not 100.0%)."""
+    tenths = 1000 * part // total
+    return f"{tenths // 10}.{tenths % 10}%"
 
 
-def status_text(status: Status) -> str:
+def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
+    """``status`` for people; ``texts`` names running items by their text."""
     c = status.counts
     lines = [_status_headline(status), "  " + "  ".join(f"{k} {c[k]}" for k in c)]
     if status.paused:
@@ -60,7 +65,7 @@ def status_text(status: Status) -> str:
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
     if status.pace is not None or status.deferred:
         lines.append(_pace_line(status))
-    lines += _runner_lines(status)
+    lines += _runner_lines(status, texts or {})
     if status.interrupted:
         ids = ", ".join(str(i) for i in status.interrupted[:20])
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
@@ -82,26 +87,58 @@ def _pace_line(status: Status) -> str:
 
 
 def _status_headline(status: Status) -> str:
-    """Done and failed apart: a queue where everything failed is not "100% done"."""
+    """Done and failed apart, failures counted: a queue where everything
+    failed is not "100% done", and one failure in 2,000 is not "0.1%"."""
     c, total = status.counts, status.total
     head = f"queue {status.queue}: {plural(total, 'item')}"
     if not total:
         return head
     parts = [f"{_share(c['done'], total)} done"]
-    parts += [f"{_share(c[k], total)} {k}" for k in ("failed", "cancelled") if c[k]]
+    parts += [f"{c[k]} {k}" for k in ("failed", "cancelled") if c[k]]
     return f"{head} ({', '.join(parts)})"
 
 
-def _runner_lines(status: Status) -> list[str]:
+def running_texts(queue: Any, status: Status) -> dict[int, str]:
+    """The text of each running item ``status`` names (none read when none runs)."""
+    ids = [i for r in status.runners for i in r.running[:RUNNING_SHOWN]]
+    return queue.live_texts(ids) if ids else {}
+
+
+RUNNING_SHOWN = 5
+"""Running items named per runner; the rest are counted."""
+
+
+def _runner_lines(status: Status, texts: Mapping[int, str]) -> list[str]:
     if not status.runners:
         return ["runner: none active"]
     lines = []
     for r in status.runners:
-        items = ", ".join(str(i) for i in r.running) or "none"
         since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
-        lines.append(f"runner: active ({where}, running items: {items})")
+        lines.append(f"runner: {_liveness(r)} ({where}, {_running(r.running, texts)})")
     return lines
+
+
+def _liveness(r: ActiveRunner) -> str:
+    """``active``, or for a runner that missed its heartbeats (killed -9 on
+    another host, cut off) how long it has been silent and when its lease
+    ends: its items are taken over then, not before."""
+    if r.heard_ago is None or r.lease is None or r.lease_ends_at is None:
+        return "active"
+    if r.heard_ago <= r.lease / 2:  # it renews every third of the lease
+        return "active"
+    ends = local_time(r.lease_ends_at)
+    return f"not heard from for {r.heard_ago:.0f} s; its lease ends at {ends}"
+
+
+def _running(ids: Sequence[int], texts: Mapping[int, str]) -> str:
+    """``running 2 items: #2 a.pdf, #7 b.pdf``: ids with their text, never a bare
+    number that reads as a count."""
+    if not ids:
+        return "running nothing"
+    named = [f"#{i} {shown(texts[i], 40)}" if i in texts else f"#{i}" for i in ids[:RUNNING_SHOWN]]
+    more = f", … {len(ids) - RUNNING_SHOWN} more" if len(ids) > RUNNING_SHOWN else ""
+    return f"running {plural(len(ids), 'item')}: {', '.join(named)}{more}"
 
 
 def _failure_lines(status: Status) -> list[str]:
@@ -151,6 +188,7 @@ __all__ = [
     "format_duration",
     "human_bytes",
     "plural",
+    "running_texts",
     "shown",
     "status_text",
 ]

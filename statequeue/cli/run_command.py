@@ -24,17 +24,13 @@ if TYPE_CHECKING:
 RUN_EPILOG = """\
 Examples:
 
-  statequeue run -- python worker.py {}
-
   statequeue run -j4 --timeout 10m --retries 3 -- ./fetch.sh {}
 
   statequeue run --verify 'test -s out/{/.}.json' -- ./convert {} out/{/.}.json
 
-  statequeue run --verify-first --verify 'test -s {.}.txt' -- pdftotext {} {.}.txt
+  statequeue run --single --quiet --max-time 50m -- ./nightly {}
 
-  statequeue run --follow -- ./handle {}      (waits for new items until stopped)
-
-  statequeue run --single --quiet --max-time 50m -- ./nightly {}    (from cron)
+  statequeue run --shell -- 'gzip -c {} > {}.gz'
 
   statequeue run -j8 --rate 20/s -- python call_api.py {}   (exit 75: try later)
 
@@ -42,6 +38,14 @@ Replacement strings (as in GNU parallel): {} item, {.} without extension,
 {/} basename, {//} dirname, {/.} basename without extension, {#} item id,
 {%} job slot.
 """
+
+
+# Panel titles use words of the options' own help: the commands page (click's
+# plain text, without panels) must say every word --help says.
+_RECOVERY = "Interrupted items"
+_OUTPUT = "Output"
+_SWITCHES = "Live output and the journal"
+_POSTGRES = "PostgreSQL store"
 
 
 def _duration(value: str | None) -> float | None:
@@ -66,68 +70,76 @@ def run(
         list[str] | None,
         typer.Argument(help="The command to run per item, after `--`.", show_default=False),
     ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Items to run at once.")] = 1,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", help="Items to run at once.", metavar="N")
+    ] = 1,
     timeout: Annotated[
         str | None,
-        typer.Option(help="Per-item time limit, e.g. 30s, 10m: TERM, then KILL after --grace."),
+        typer.Option(help="Per-item limit: TERM, then KILL after --grace.", metavar="DUR"),
     ] = None,
-    grace: Annotated[
-        str, typer.Option(help="Wait this long after TERM before KILL (timeouts, stops).")
-    ] = "5s",
+    grace: Annotated[str, typer.Option(help="Wait after TERM before KILL.", metavar="DUR")] = "5s",
     retries: Annotated[
         int,
-        typer.Option(
-            help="Retry up to N failures per episode of an item (it starts at enqueue, "
-            "`retry`, or a stop by a signal), with exponential backoff."
-        ),
+        typer.Option(help="Retry up to N failures per episode, with backoff.", metavar="N"),
     ] = 0,
     retry_delay: Annotated[
-        str, typer.Option(help="Backoff before the first retry; doubles each time, with jitter.")
+        str, typer.Option(help="First backoff; doubles, with jitter.", metavar="DUR")
     ] = "1s",
     on_interrupted: Annotated[
         str,
         typer.Option(
-            help="Items whose runner died: retry (run again), fail, or hold.",
-            metavar="retry|fail|hold",
+            help="Items whose runner died: retry, fail or hold.",
+            metavar="POLICY",
+            rich_help_panel=_RECOVERY,
         ),
     ] = "retry",
     verify: Annotated[
         str | None,
         typer.Option(
-            help="Shell script run as `sh -c SCRIPT sh ITEM` before re-running an "
-            "interrupted item ({} becomes $1, quoted for where it stands); exit 0 "
-            "records it done without running it again; exit 126/127 stops the run (exit 2).",
+            help="Check run as sh -c SCRIPT sh ITEM before an interrupted item runs "
+            "again; exit 0: done.",
             metavar="SCRIPT",
+            rich_help_panel=_RECOVERY,
         ),
     ] = None,
     verify_first: Annotated[
         bool,
         typer.Option(
             "--verify-first",
-            help="Also check --verify before every item's first run: what is "
-            'already done is recorded done ("verified before run"), as make skips.',
+            help="Also --verify before each item's first run (skips what is done).",
+            rich_help_panel=_RECOVERY,
         ),
     ] = False,
     max_crashes: Annotated[
-        int, typer.Option(help="Hold an item as poison after this many runner crashes.")
+        int,
+        typer.Option(
+            help="Hold an item as poison after N runner crashes.",
+            metavar="N",
+            rich_help_panel=_RECOVERY,
+        ),
     ] = 3,
     limit: Annotated[
         int | None,
         # 0 is refused (exit 2), as `xargs -n 0` is: it would run nothing.
-        typer.Option(help="Process at most N items (N >= 1).", metavar="N", min=1),
+        typer.Option(help="Process at most N items.", metavar="N", min=1),
     ] = None,
     max_time: Annotated[
-        str | None, typer.Option(help="Take no new items after this long; then exit.")
+        str | None,
+        typer.Option(help="Take no new items after this long.", metavar="DUR"),
     ] = None,
     follow: Annotated[
-        bool, typer.Option("--follow", help="Keep waiting for new items until a signal.")
+        bool, typer.Option("--follow", help="Wait for new items until a signal.")
     ] = False,
     halt_on_failure: Annotated[
-        bool, typer.Option("--halt-on-failure", help="Take no new item after the first failure.")
+        bool, typer.Option("--halt-on-failure", help="No new item after a failure.")
     ] = False,
     single: Annotated[
         bool,
-        typer.Option("--single", help="Refuse to start (exit 4) if another runner is active."),
+        typer.Option("--single", help="Exit 4 if another runner is active."),
+    ] = False,
+    shell: Annotated[
+        bool,
+        typer.Option("--shell", help="Run the words, joined, with sh -c (items quoted)."),
     ] = False,
     stdin: Annotated[
         bool, typer.Option("--stdin", help="Feed the item on the child's stdin.")
@@ -136,57 +148,63 @@ def run(
         bool | None,
         typer.Option(
             "--live/--no-live",
-            help="Show the children's output as it comes (by default: on with -j1 on a terminal).",
+            help="Show the children's output live (default: with -j1 on a terminal).",
             show_default=False,
+            rich_help_panel=_SWITCHES,
         ),
     ] = None,
     auto_compact: Annotated[
         bool,
         typer.Option(
             "--auto-compact/--no-auto-compact",
-            help="Compact the journal as dead records pile up (threshold: "
-            "STATEQUEUE_AUTO_COMPACT, default 100000).",
+            help="Compact the journal as dead records pile up.",
+            rich_help_panel=_SWITCHES,
         ),
     ] = True,
     log_limit: Annotated[
-        int, typer.Option(help="Keep at most this many bytes of output per attempt.")
+        int,
+        typer.Option(
+            help="Keep at most this many bytes of output per attempt.",
+            metavar="BYTES",
+            rich_help_panel=_OUTPUT,
+        ),
     ] = 1 << 20,
     quiet: Annotated[
         bool,
         typer.Option(
             "--quiet",
-            help="Print nothing on stderr but failures, warnings and the final "
-            "summary (for cron, which mails any output).",
+            help="Stderr stays empty unless an item failed for good or a warning "
+            "needs action (cron).",
+            rich_help_panel=_OUTPUT,
         ),
     ] = False,
     exit_empty: Annotated[
         int,
         typer.Option(
-            help="Exit with this code when there was nothing to do (3 was the old "
-            "default; 0 matches `xargs -r`).",
+            help="Exit code when there was nothing to do.",
             metavar="CODE",
             min=0,
             max=255,
+            rich_help_panel=_OUTPUT,
         ),
     ] = 0,
     lease: Annotated[
         str,
         typer.Option(
-            help="PostgreSQL store: how long a claim's lease lasts. A heartbeat renews it "
-            "every third of that; a runner that cannot renew stops the item's child "
-            "before it ends, and another runner may take the item once it has ended.",
+            help="How long a claim's lease lasts (renewed every third).",
+            metavar="DUR",
+            rich_help_panel=_POSTGRES,
         ),
     ] = "30s",
     give_up_after: Annotated[
         str | None,
         typer.Option(
             "--give-up-after",
-            help="PostgreSQL store: stop (exit 11) once the database has been unreachable "
-            "this long; until then the run fences what it must and keeps reconnecting. "
-            "Default: never with --follow, 10m without; 0: never. "
-            "Example: --follow --give-up-after 1h",
+            help="Exit 11 once the database was unreachable this long "
+            "(default: 10m; never with --follow; 0: never).",
             metavar="DUR",
             show_default=False,
+            rich_help_panel=_POSTGRES,
         ),
     ] = None,
     rate: Annotated[
@@ -216,22 +234,18 @@ def run(
 ) -> int:
     """Run COMMAND once per pending item, recording each result before the next.
 
-    Every {} in an argument is replaced by the item, and {.} {/} {//} {/.} {#}
-    {%} by parts of it (see below); without any, the item is the last
-    argument. Nothing goes through a shell. The child gets
-    STATEQUEUE_ITEM, STATEQUEUE_ID, STATEQUEUE_ATTEMPT, STATEQUEUE_QUEUE and
-    STATEQUEUE_RESULT (a path where it may write a JSON result); with a
-    PostgreSQL store also STATEQUEUE_LEASE_TOKEN (the claim's fencing token).
+    {} in an argument becomes the item (see below for its parts); without
+    one, the item is the last argument. No shell runs it unless --shell.
+    Details: statequeue help commands.
 
     Example: statequeue run -j4 -- python worker.py {}
-
-    Example (many hosts): statequeue run --store postgresql://db/jobs --lease 1m -- ./crawl {}
     """
     # lazy: start-up time (the runner and its view, only for `run`)
     from statequeue.cli.progress import LiveSink, make_view
     from statequeue.run.options import RunOptions, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
     from statequeue.run.runner import Runner
+    from statequeue.run.shell_command import shell_template
 
     if not command:
         raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
@@ -242,7 +256,7 @@ def run(
             f"--on-interrupted must be retry, fail or hold, not {on_interrupted!r}"
         ) from None
     options = RunOptions(
-        command=tuple(command),
+        command=shell_template(tuple(command)) if shell else tuple(command),
         jobs=jobs,
         timeout=_duration(timeout) or None,  # 0: no limit, as for coreutils' timeout
         grace=_duration(grace) or 0.0,
@@ -279,7 +293,7 @@ def run(
             view.close()
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if not json:
-        view.summary(f"statequeue: {summary.text()}")
+        view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
         return code
     # If the reader went away, the exit code still tells what happened.
     with contextlib.suppress(BrokenPipeError):

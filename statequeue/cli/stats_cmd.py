@@ -11,6 +11,7 @@ import typer
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, use_color
+from statequeue.cli.stats_names import stats_names
 from statequeue.cli.stats_view import plain_text, print_rich
 from statequeue.core.durations import parse_duration
 
@@ -52,7 +53,8 @@ def stats(
     if json:
         emit_json(figures.to_json())
         return
+    names = stats_names(q, figures)
     if use_color(sys.stdout):
-        print_rich(figures)
+        print_rich(figures, names)
     else:
-        sys.stdout.write(plain_text(figures) + "\n")
+        sys.stdout.write(plain_text(figures, names) + "\n")

@@ -11,6 +11,7 @@ from statequeue.cli.render import plural, shown
 from statequeue.core.durations import format_duration
 
 if TYPE_CHECKING:
+    from statequeue.cli.stats_names import StatsNames
     from statequeue.stats.figures import Group, Stats
     from statequeue.stats.rates import LiveRate
 
@@ -83,10 +84,16 @@ def watch_lines(live: LiveRate, left: int, *, paused: bool = False) -> list[str]
     live.update()
     now = clock.time()
     count = live.recent.count(now)
-    return [rate_text(live.rate(now), live.recent.window, count, left, paused=paused)]
+    return [rate_text(live.rate(now), live.recent.span(now), count, left, paused=paused)]
 
 
-def failure_lines(s: Stats) -> list[str]:
+def _item(item_id: int, names: StatsNames | None) -> str:
+    """``#7 report.pdf``: an item by its text, its id beside it."""
+    text = names.items.get(item_id) if names is not None else None
+    return f"#{item_id}" if text is None else f"#{item_id} {shown(text, 50)}"
+
+
+def failure_lines(s: Stats, names: StatsNames | None = None) -> list[str]:
     lines = [
         f"failures: {plural(s.failed_attempts, 'failed attempt')}; "
         f"{plural(s.retried_items, 'item')} ran a 2nd attempt or later; "
@@ -97,7 +104,7 @@ def failure_lines(s: Stats) -> list[str]:
     top = s.reasons[:SHOWN_GROUPS]  # the most frequent first; --json has them all
     width = max((len(shown(g.reason, 80)) for g in top), default=0)
     for g in top:
-        example = f"e.g. item {g.example_id} (attempt {g.example_attempt})"
+        example = f"e.g. {_item(g.example_id, names)} (attempt {g.example_attempt})"
         lines.append(f"  {shown(g.reason, 80):<{width}}  {g.count:>8}  {example}")
     if len(s.reasons) > SHOWN_GROUPS:
         rest = sum(g.count for g in s.reasons[SHOWN_GROUPS:])
@@ -106,24 +113,39 @@ def failure_lines(s: Stats) -> list[str]:
     return lines
 
 
-def slowest_lines(s: Stats) -> list[str]:
+def slowest_lines(s: Stats, names: StatsNames | None = None) -> list[str]:
     if not s.slowest:
         return []
     lines = [f"slowest {len(s.slowest)}:"]
-    lines += [f"  item {x.item_id}  {_dur(x.duration)}  (attempt {x.attempt})" for x in s.slowest]
+    lines += [
+        f"  {_dur(x.duration):>8}  {_item(x.item_id, names)}  (attempt {x.attempt})"
+        for x in s.slowest
+    ]
     return lines
 
 
-def group_lines(title: str, groups: tuple[Group, ...], *, runner: bool) -> list[str]:
+def _runner(g: Group, names: StatsNames | None) -> str:
+    """``4ec7417d on vm, started 2026-12-02 00:21:31: ./crawl {}``."""
+    known = names.runners.get(g.name) if names is not None else None
+    host = g.host or (known.host if known is not None else "") or "(unknown host)"
+    text = f"{shown(g.name[:8]) or '(unnamed)'} on {shown(host)}"
+    if known is not None and known.started_at is not None:
+        text += f", started {local_time(known.started_at)}"
+    if known is not None and known.command:
+        text += f": {shown(' '.join(known.command), 60)}"
+    return text
+
+
+def group_lines(
+    title: str, groups: tuple[Group, ...], *, runner: bool, names: StatsNames | None = None
+) -> list[str]:
     if not groups:
         return []
     lines = [f"{title}:"]
     for g in groups[:SHOWN_GROUPS]:
-        name = f"{g.name or '(unnamed)'} on {g.host or '(unknown host)'}" if runner else g.name
-        name = name or "(unknown host)"
+        name = _runner(g, names) if runner else shown(g.name or "(unknown host)", 60)
         lines.append(
-            f"  {shown(name, 60)}  {plural(g.attempts, 'attempt')}, "
-            f"{g.failed} failed ({g.failure_rate:.1%})"
+            f"  {name}  {plural(g.attempts, 'attempt')}, {g.failed} failed ({g.failure_rate:.1%})"
         )
     if len(groups) > SHOWN_GROUPS:
         lines.append(f"  ... and {len(groups) - SHOWN_GROUPS} more")
@@ -149,7 +171,7 @@ def _rows_per(s: Stats) -> int:
     return max(1, -(-len(s.throughput.counts) // PLAIN_ROWS))
 
 
-def plain_text(s: Stats) -> str:
+def plain_text(s: Stats, names: StatsNames | None = None) -> str:
     if not s.attempts:
         return f"{headline(s)}\nno finished attempts yet: nothing to show"
     lines = [headline(s), *duration_lines(s)]
@@ -160,8 +182,8 @@ def plain_text(s: Stats) -> str:
     width_s = format_duration(s.throughput.bucket_seconds * _rows_per(s))
     lines.append(f"throughput (items finished per minute; {width_s} rows):")
     lines += [f"  {when}  {per_min:>10.1f}" for when, per_min in throughput_rows(s)]
-    lines += rate_lines(s) + failure_lines(s) + slowest_lines(s)
-    lines += group_lines("runners", s.runners, runner=True)
+    lines += rate_lines(s) + failure_lines(s, names) + slowest_lines(s, names)
+    lines += group_lines("runners", s.runners, runner=True, names=names)
     lines += group_lines("hosts", s.hosts, runner=False)
     return "\n".join(lines)
 
@@ -173,7 +195,7 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARKS[min(int(v / top * (len(SPARKS) - 1) + 0.5), 7)] for v in values)
 
 
-def print_rich(s: Stats) -> None:
+def print_rich(s: Stats, names: StatsNames | None = None) -> None:
     """The same figures on a terminal: a bar chart and a sparkline."""
     # lazy: start-up time (rich, only on a terminal)
     from rich.console import Console
@@ -182,7 +204,7 @@ def print_rich(s: Stats) -> None:
     console = Console()
     out = console.print
     if not s.attempts:
-        out(plain_text(s), markup=False, highlight=False)
+        out(plain_text(s, names), markup=False, highlight=False)
         return
     out(headline(s), markup=False, highlight=False, style="bold")
     for line in duration_lines(s):
@@ -199,9 +221,9 @@ def print_rich(s: Stats) -> None:
         top_rate = max(t.per_minute(), default=0)
         out(f"throughput since {_clock(t.start)} (peak {top_rate:.1f}/min):", highlight=False)
         out("  " + spark, style="green", markup=False)
-    for line in rate_lines(s) + failure_lines(s) + slowest_lines(s):
+    for line in rate_lines(s) + failure_lines(s, names) + slowest_lines(s, names):
         out(line, markup=False, highlight=False)
-    for line in group_lines("runners", s.runners, runner=True):
+    for line in group_lines("runners", s.runners, runner=True, names=names):
         out(line, markup=False, highlight=False)
     for line in group_lines("hosts", s.hosts, runner=False):
         out(line, markup=False, highlight=False)

@@ -187,10 +187,19 @@ class MapFailed(StateQueueError):
     """some items of the map failed."""
 
     def __init__(
-        self, failures: list[tuple[str, str]], results: list[object], message: str | None = None
+        self,
+        failures: list[tuple[str, str]],
+        results: list[object],
+        message: str | None = None,
+        *,
+        errors: dict[str, BaseException] | None = None,
     ) -> None:
         self.failures = failures
         """Every item that failed, with its last reason, in input order."""
+        self.errors = errors or {}
+        """The exception object of each failed item whose last attempt raised
+        in this process (not one that failed in an earlier run or elsewhere);
+        the first is also ``__cause__``."""
         self.results = results
         """The results in input order; None where the item failed."""
         first = f"; first: {failures[0][1]}" if failures else ""

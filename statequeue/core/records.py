@@ -17,6 +17,7 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -43,13 +44,15 @@ def encode(record: Record) -> bytes:
 
 
 def encode_enqueued(
-    first_id: int, first_seq: int, texts: list[str]
+    first_id: int, first_seq: int, texts: list[str], at: float | None = None
 ) -> tuple[bytes, list[int]] | None:
     """The ``enq`` lines for ``texts`` (ids and seqs counting up from the firsts),
     byte for byte what ``encode`` makes of ``{"t": "enq", "id", "item", "seq"}``,
-    built without a dict per item, joined, with each line's length. None if a
-    text is not valid UTF-8 (then the caller falls back to ``encode``, which
-    stores it as ``itemx``)."""
+    built without a dict per item, joined, with each line's length; the first
+    line also carries ``at`` (the batch's enqueue time, once per batch: the
+    lines after it share it, see ``enqueue_times``). None if a text is not
+    valid UTF-8 (then the caller falls back to ``encode``, which stores it as
+    ``itemx``)."""
     if not texts:
         return b"", []
     try:
@@ -71,12 +74,31 @@ def encode_enqueued(
     args[2::3] = range(first_seq, first_seq + n)
     raws = ((b'{"t":"enq","id":%d,"item":"%s","seq":%d\n' * n) % tuple(args)).split(b"\n")
     raws.pop()
+    if at is not None:
+        raws[0] += b',"at":' + orjson.dumps(round(at, 3))
     crc32 = zlib.crc32
     parts: list[object] = [None] * (2 * n)
     parts[0::2] = raws
     parts[1::2] = [crc32(b"}", crc32(raw)) for raw in raws]
     data = (b'%s,"crc":"%08x"}\n' * n) % tuple(parts)
     return data, [len(raw) + _SUFFIX_LEN + 1 for raw in raws]
+
+
+def enqueue_times(records: Iterable[Record], only: int | None = None) -> Iterator[Record]:
+    """``records``, each ``enq`` record that has no time given its batch's: the
+    time the batch's first ``enq`` record carries, for the ``enq`` records
+    that directly follow it (a batch is written as one run of lines). Records
+    of old journals, written before enqueue times, stay without one. With
+    ``only``, just that item's record is completed (the others pass as they are)."""
+    batch_at: object = None
+    for rec in records:
+        if rec.get("t") != "enq":
+            batch_at = None
+        elif "at" in rec:
+            batch_at = rec["at"]
+        elif batch_at is not None and (only is None or rec.get("id") == only):
+            rec = {**rec, "at": batch_at}
+        yield rec
 
 
 def decode(line: bytes) -> Record | None:

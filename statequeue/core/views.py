@@ -35,6 +35,12 @@ class ActiveRunner:
     host: str
     started_at: float
     running: tuple[int, ...]
+    heard_ago: float | None = None
+    """Seconds since its last heartbeat, where the store has heartbeats (PostgreSQL)."""
+    lease_ends_at: float | None = None
+    """When its lease ends unless renewed (Unix time), where the store has leases."""
+    lease: float | None = None
+    """Its lease's length in seconds, where the store has leases."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class Status:
                     "host": r.host,
                     "started_at": r.started_at,
                     "running": list(r.running),
+                    "heard_ago": r.heard_ago,
+                    "lease_ends_at": r.lease_ends_at,
                 }
                 for r in self.runners
             ],
@@ -122,6 +130,16 @@ class CompactResult:
     archive_bytes: int
     rows_moved: int | None = None
     """Rows moved to the archive tables (a PostgreSQL store; None for the journal)."""
+    logs_removed: LogsRemoved = field(default_factory=lambda: LogsRemoved())
+    """The logs of archived items removed after it (``compact --keep-logs``)."""
+
+
+@dataclass(frozen=True)
+class LogsRemoved:
+    """Log files of archived items that compaction removed, and their bytes."""
+
+    files: int = 0
+    bytes: int = 0
 
 
 @dataclass

@@ -13,6 +13,7 @@ from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.replacements import JobItem, has_token
+from statequeue.run.shell_command import refuse_shell_word
 from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
 
 SHOWN_IDS = 10
@@ -21,7 +22,9 @@ SHOWN_IDS = 10
 def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     """Refuse a command whose executable is missing or not executable, before
     anything is claimed (else every item would fail the same way). A program
-    named by a replacement string differs per item: it is checked per item."""
+    named by a replacement string differs per item: it is checked per item.
+    A one-word shell command is refused with the ``sh -c`` form (shell_command.py)."""
+    refuse_shell_word(command, env)
     program = command[0]
     if has_token(program):
         return
@@ -67,10 +70,12 @@ class Verifier:
     log_dir_fd: int = -1  # result_dir held open (see JobSpec.log_dir_fd)
     shown_failure: bool = False
 
-    def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[str]]:
-        """The verdict for ``claim``, and notices for the user: the stderr of
-        the first check that says "not done" in this run. Raises VerifyBroken
-        when the script itself cannot run (exit 126 or 127)."""
+    def check(self, claim: Claim, slot: int) -> tuple[Verdict, list[tuple[str, bool]]]:
+        """The verdict for ``claim``, and notices for the user, each with
+        whether it is a warning (which --quiet shows): the stderr of the first
+        check that says "not done" in this run (no warning: "not done" is the
+        normal answer for a new item) and a timed-out check (a warning). Raises
+        VerifyBroken when the script itself cannot run (exit 126 or 127)."""
         argv = verify_argv(self.script, JobItem(claim.item, claim.item_id, slot))
         result = f"{self.result_dir}/{claim.item_id}.verify"
         env = child_env(claim, self.queue, result, self.base_env)
@@ -85,16 +90,15 @@ class Verifier:
             self._remove(f"{claim.item_id}.verify")
         if verdict.broken:
             raise VerifyBroken(self._broken_message(claim, verdict))
-        notes: list[str] = []
+        notes: list[tuple[str, bool]] = []
         if verdict.code is None and not self.stopping():
-            notes.append(f"item {claim.item_id}: --verify timed out; running the item")
+            notes.append((f"item {claim.item_id}: --verify timed out; running the item", True))
         elif not verdict.done and verdict.code is not None and not self.shown_failure:
             self.shown_failure = True
             lines = last_lines(verdict.stderr)
             said = ": " + " | ".join(lines) if lines else " (no stderr)"
-            notes.append(
-                f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
-            )
+            text = f"item {claim.item_id}: --verify said not done (exit {verdict.code}){said}"
+            notes.append((text, False))
         return verdict, notes
 
     def _remove(self, name: str) -> None:

@@ -68,8 +68,8 @@ class VerifyStep:
         except BaseException:
             self.queue.store.release(claim, "interrupted: the --verify script is broken")
             raise
-        for text in notes:
-            self.on_event(Notice(text, warning=True))
+        for text, warning in notes:
+            self.on_event(Notice(text, warning=warning))
         if not verdict.done:
             return False
         if claim.interrupted:

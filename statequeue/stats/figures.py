@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import signal
 from collections import Counter
 from collections.abc import Iterable
@@ -148,7 +149,18 @@ def normalise_reason(a: Attempt) -> str:
     if reason.startswith("cannot start command"):
         return "cannot start command"
     first = reason.strip().split("\n", 1)[0]
-    return first[:_REASON_WIDTH] or "failed (no reason given)"
+    return reason_pattern(first[:_REASON_WIDTH]) or "failed (no reason given)"
+
+
+_QUOTED = re.compile(r"""'[^']*'|"[^"]*"|`[^`]*`""")
+_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:[.,:]\d+)*(?![A-Za-z_])|\b0x[0-9a-fA-F]+\b")
+
+
+def reason_pattern(reason: str) -> str:
+    """``reason`` with its numbers as ``N`` and its quoted values as ``'…'``, so
+    that "model refused prompt 17" and "... prompt 18" fall in one group (each
+    group keeps an example item)."""
+    return _NUMBER.sub("N", _QUOTED.sub("'…'", reason))
 
 
 def signal_name(number: int) -> str:
@@ -299,7 +311,7 @@ class StatsBuilder:
             attempts=self.attempts,
             durations=durations_of(self.sketch),
             throughput=self.throughput.view(),
-            rate_window=self.recent.window,
+            rate_window=self.recent.span(self.now),
             recent_finishes=self.recent.count(self.now),
             rate=self.recent.rate(self.now),
             failed_attempts=self.failed,

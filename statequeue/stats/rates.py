@@ -180,13 +180,19 @@ class RecentRate:
         oldest = math.floor(now) - self.window
         return sum(n for s, n in self.seconds.items() if oldest < s <= now)
 
+    def span(self, now: float) -> float:
+        """The seconds the rate is measured over: the window, or the time since
+        the first finish when that is shorter (at least a second). What a rate
+        line names: a 3 s run was not measured "over the last 10m00s"."""
+        if self.first is None:
+            return self.window
+        return min(self.window, max(now - self.first, 1.0))
+
     def rate(self, now: float) -> float | None:
-        """Finishes per second over the window (or since the first finish, when
-        that is later, but at least a second); None before any finish."""
+        """Finishes per second over ``span(now)``; None before any finish."""
         if self.first is None:
             return None
-        span = min(self.window, max(now - self.first, 1.0))
-        return self.count(now) / span
+        return self.count(now) / self.span(now)
 
 
 def finish_times(b: AttemptBatch) -> list[float]:

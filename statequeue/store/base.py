@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         ItemHistory,
         ItemResult,
         ItemView,
+        LogsRemoved,
         RecoveryReport,
         Status,
         StoreCheck,
@@ -312,10 +313,32 @@ class Store(ABC):
         stores nothing: the log file stays where the runner wrote it."""
         return False
 
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        """Remove the logs of archived items last written more than ``keep``
+        seconds ago (``compact --keep-logs``), durably; what was removed. The
+        default removes nothing (a store that keeps no log files of its own)."""
+        from statequeue.core.views import LogsRemoved  # lazy: views, see the imports
+
+        return LogsRemoved()
+
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output attempt ``attempt`` of item ``item_id`` logged, from byte
         ``offset`` on; None when it logged nothing (or the store keeps no logs)."""
         return None
+
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        """The text of each of ``ids`` that names an item not done (pending,
+        running, failed, held); other ids are left out. For naming the few
+        items a view shows (`status`: the running ones). This default reads
+        every item."""
+        wanted = set(ids)
+        if not wanted:
+            return {}
+        return {
+            v.item_id: v.item
+            for v in self.items()
+            if v.item_id in wanted and v.state is not ItemState.DONE
+        }
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         """The id of each of ``texts`` that names an item (exact text; archived

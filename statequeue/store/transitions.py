@@ -274,7 +274,26 @@ def runner_stopped_record(runner_id: str, *, at: float) -> Record:
     return {"t": "stop", "runner": runner_id, "at": at}
 
 
-def runner_lost_record(runner_id: str, *, at: float, by: int) -> Record:
+def runner_lost_record(runner_id: str, *, at: float, by: int, how: str = "") -> Record:
     """The ``stop`` record of a runner found dead; ``by``: the process that
-    noticed (``events`` shows the runner as lost)."""
-    return {"t": "stop", "runner": runner_id, "reason": "died", "at": at, "by": by}
+    noticed (``events`` shows the runner as lost); ``how`` it was found, where
+    not by its lock being released: "lease" (its lease ended unrenewed) or
+    "pid" (its process is gone), as a database store finds them."""
+    rec: Record = {"t": "stop", "runner": runner_id, "reason": "died", "at": at, "by": by}
+    if how:
+        rec["how"] = how
+    return rec
+
+
+def discarded_record(claim: Claim, reason: str, *, at: float) -> Record:
+    """The ``discard`` record of a result thrown away because ``claim`` was
+    stale (its runner lost the lease, and the item was taken over): the
+    attempt happened, and the queue's history says so."""
+    return {
+        "t": "discard",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "runner": claim.runner_id,
+        "reason": reason,
+        "at": at,
+    }

@@ -102,7 +102,7 @@ def build(
     the temp file), both fsynced. Caller holds the compaction lock only."""
     archive = open_archive(folder, ARCHIVE, state, ops=ops)
     try:
-        archived, last_end, texts, tries = _archive_finished(pos, state, archive)
+        archived, last_end, texts, tries, enq_at = _archive_finished(pos, state, archive)
         archive.sync()  # the archive is durable before the journal stops naming these items
         built = Built(archived, archive.offset, archive.inode)
     finally:
@@ -129,7 +129,8 @@ def build(
     new.append([header], sync=False)
     for start in range(0, len(live), _ARCHIVE_BATCH):
         chunk = live[start : start + _ARCHIVE_BATCH]
-        new.append([_item_record(i, state, texts, last_end, tries) for i in chunk], sync=False)
+        carried = [_item_record(i, state, texts, last_end, tries, enq_at) for i in chunk]
+        new.append(carried, sync=False)
     new.append([dict(runner) for runner in state.runners.values()], sync=False)
     new.sync()
     return built
@@ -141,8 +142,10 @@ def _item_record(
     texts: dict[int, str],
     last_end: dict[int, Record],
     tries: dict[int, list[Record]],
+    enq_at: dict[int, float],
 ) -> Record:
-    """The ``item`` record that carries live item ``item_id`` over."""
+    """The ``item`` record that carries live item ``item_id`` over (with its
+    enqueue time, ``enq_at``, where the journal recorded one)."""
     text = texts.pop(item_id, None)
     item = state.items.get(item_id)
     if text is None:  # not in this journal's records: read it back
@@ -164,6 +167,8 @@ def _item_record(
         rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
     if item_id in tries:
         rec["tries"] = tries[item_id][-_TRIES_KEPT:]  # its attempts so far, for `show`
+    if item_id in enq_at:
+        rec["enq_at"] = enq_at[item_id]
     return rec
 
 
@@ -186,12 +191,12 @@ _ARCHIVE_BATCH = 20_000
 
 def _archive_finished(
     pos: Position, state: QueueState, archive: JournalFile
-) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]]]:
+) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]], dict[int, float]]:
     """Stream the journal once: append every finished item (with its result and
     its attempts' summaries) to the archive as its final ``end`` is seen, and
-    collect the last result, the text and the attempts of each live item.
-    Returns (items archived, live item id -> last result, live item id -> text,
-    live item id -> attempts).
+    collect the last result, the text, the attempts and the enqueue time of
+    each live item. Returns (items archived, live item id -> last result, live
+    item id -> text, live item id -> attempts, live item id -> enqueue time).
 
     Done is terminal, so an ``end`` with state done is an item's last word; a
     text is held only from the item's enqueue to that ``end``. An item done
@@ -205,11 +210,16 @@ def _archive_finished(
     with gc_paused():
         for line in lines:
             if line.startswith(ENQ_PREFIX):
+                if _AT in line:  # the first line of an enqueue batch: its time
+                    first = records.decode(line)
+                    out.batch_at = first.get("at") if first is not None else None
                 found = enqueued(line)
                 if found is not None and 0 < found[0] < ncodes and codes[found[0]] == done_code:
                     texts[found[0]] = found[1]  # the JSON body: spliced, never decoded
                     continue
-            elif line.startswith(END_PREFIX):
+            else:
+                out.batch_at = None  # a batch is one run of enq lines (start lines are skipped)
+            if line.startswith(END_PREFIX):
                 found = done_at_once(line)
                 if found is not None and found[0] not in tries:
                     body = texts.pop(found[0], None)
@@ -235,6 +245,8 @@ class _Archiving:
         self.live_texts: dict[int, str] = {}
         self.last_end: dict[int, Record] = {}
         self.finished: dict[int, Record] = {}
+        self.enq_at: dict[int, float] = {}  # live item id -> its enqueue batch's time
+        self.batch_at: object = None  # the time of the enqueue batch being read
         self.lines: list[bytes] = []
         self.archived = 0
         self.seq = archive.last_seq or 0
@@ -270,6 +282,9 @@ class _Archiving:
         if kind in ("enq", "item"):
             if self.is_live(item_id):
                 self.live_texts[item_id] = item_text(rec)
+                at = rec.get("enq_at", self.batch_at if kind == "enq" else None)
+                if isinstance(at, int | float):
+                    self.enq_at[item_id] = float(at)
                 if "last" in rec:
                     self.last_end[item_id] = rec["last"]
             else:
@@ -293,16 +308,19 @@ class _Archiving:
             elif rec["state"] == _DONE and item_id in self.texts:
                 self.arch(item_id, self.texts.pop(item_id), fields)
 
-    def finish(self) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]]]:
+    def finish(
+        self,
+    ) -> tuple[int, dict[int, Record], dict[int, str], dict[int, list[Record]], dict[int, float]]:
         # Finished items without a done `end` (a salvaged journal): archived bare.
         # Imported ones carry their result in ``last``.
         for item_id, text in sorted(self.texts.items()):
             self.arch(item_id, text, self.finished.get(item_id, {}))
         self.texts.clear()
         self.flush()
-        return self.archived, self.last_end, self.live_texts, self.tries
+        return self.archived, self.last_end, self.live_texts, self.tries, self.enq_at
 
 
+_AT = b',"at":'
 _DONE = ItemState.DONE.value
 _DONE_CODES = (0, CODE[ItemState.DONE])
 _CHUNK = 4 << 20

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Collection, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import accumulate, chain
@@ -39,7 +40,7 @@ from statequeue.core.errors import (
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
-from statequeue.core.views import ItemView
+from statequeue.core.views import ItemView, LogsRemoved
 from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
@@ -47,6 +48,7 @@ from statequeue.store.journal.attempt_scan import scan_attempt_batches, scan_att
 from statequeue.store.journal.background_compaction import BackgroundCompaction
 from statequeue.store.journal.claims import ClaimLocks
 from statequeue.store.journal.compaction import unseen_after_compaction
+from statequeue.store.journal.compaction_logs import remove_archived_logs
 from statequeue.store.journal.dedupe_keys import FEW_ITEMS, DedupeKeys
 from statequeue.store.journal.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -248,7 +250,7 @@ class JournalStore(RecordStore):
 
     def _append_enqueued(self, first_id: int, texts: list[str]) -> None:
         journal = self.journal
-        encoded = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts)
+        encoded = encode_enqueued(first_id, (journal.last_seq or 0) + 1, texts, time.time())
         if encoded is None:  # a text that is not UTF-8: the general encoder
             super()._append_enqueued(first_id, texts)
             return
@@ -381,6 +383,15 @@ class JournalStore(RecordStore):
             key=lambda n: int(n.split(".")[1]),
         )
         return tuple(self.dir.shown(n, "logs") for n in found)
+
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        def archived(item_id: int) -> bool:
+            # Done with no result left in the journal: compaction moved it out.
+            state = self.state
+            return state.state_of(item_id) is ItemState.DONE and state.result_loc(item_id) < 0
+
+        with self._locked():  # the state read is that of one moment
+            return remove_archived_logs(self.dir, archived, keep)
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         try:

@@ -27,12 +27,13 @@ which may have committed.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from statequeue.core import lease_clock
-from statequeue.core.errors import ClaimLost
+from statequeue.core.errors import ClaimLost, StateQueueError
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.views import RecoveryReport
@@ -151,6 +152,7 @@ class Claims:
             )
         except ClaimLost:
             self._forget(claim)
+            self._note_discarded(claim, outcome)
             raise
         if not sync:
             self._unsynced.append((self._session.generation, claim, outcome, target, retry_at))
@@ -196,9 +198,19 @@ class Claims:
         row = self._session.patiently(attempt)
         self._forget(claim)  # finished, or stale: either way no longer held
         if row is None or row[0] is None:
+            self._note_discarded(claim, outcome)
             raise writes.stale(claim)
         taken = None if row[1] is None else self._held(runner, sent, row[1:])
         return ItemState(row[0]), taken
+
+    def _note_discarded(self, claim: Claim, outcome: Outcome) -> None:
+        """Record that ``claim``'s result was thrown away (its token was stale):
+        the queue's history, not only the runner's stderr, says so. Best
+        effort: the caller is told by ClaimLost either way."""
+        reason = outcome.reason or ("ok" if outcome.ok else "failed")
+        record = transitions.discarded_record(claim, reason, at=writes.now())
+        with contextlib.suppress(StateQueueError), self._session.transaction() as conn:
+            writes.event(conn, self.name, record)
 
     def _forget(self, claim: Claim) -> None:
         self._first_try.pop(claim.token or 0, None)

@@ -93,3 +93,17 @@ def read_local(
     with open(fd, "rb") as f:
         f.seek(offset)
         return f.read()
+
+
+def remove_archived(conn: Connection, queue: str, cutoff: float) -> tuple[int, int]:
+    """Delete the stored logs of archived items written before ``cutoff``
+    (``compact --keep-logs``); (logs removed, their bytes)."""
+    row = conn.execute(
+        "WITH gone AS ("
+        " DELETE FROM statequeue.logs g USING statequeue.items i"
+        " WHERE g.queue = %(q)s AND i.queue = g.queue AND i.id = g.id AND i.archived"
+        " AND g.at < %(cutoff)s RETURNING octet_length(g.data) AS size)"
+        " SELECT count(*), coalesce(sum(size), 0) FROM gone",
+        {"q": queue, "cutoff": cutoff},
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)

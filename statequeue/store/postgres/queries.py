@@ -51,8 +51,11 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
             host=str(host),
             started_at=float(since),
             running=tuple(running),
+            heard_ago=None if heard is None else float(heard),
+            lease_ends_at=None if ends is None else float(ends),
+            lease=None if lease is None else float(lease),
         )
-        for rid, pid, host, since, running in rows
+        for rid, pid, host, since, running, heard, ends, lease in rows
     ]
 
 
@@ -183,6 +186,17 @@ def states(conn: Connection, queue: str, ids: Collection[int]) -> dict[int, Item
     return found
 
 
+def live_texts(conn: Connection, queue: str, ids: list[int]) -> dict[int, str]:
+    """The text of each of ``ids`` that is in the hot table (not done)."""
+    rows = conn.execute(
+        "SELECT l.id, i.item FROM statequeue.live l"
+        " JOIN statequeue.items i ON i.queue = l.queue AND i.id = l.id"
+        " WHERE l.queue = %(q)s AND l.id = ANY(%(ids)s)",
+        {"q": queue, "ids": ids},
+    )
+    return {int(i): text_of(item) for i, item in rows}
+
+
 def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
     row = conn.execute(
         "SELECT i.item, coalesce(l.state, i.state) FROM statequeue.items i"
@@ -193,9 +207,16 @@ def history(conn: Connection, queue: str, item_id: int) -> ItemHistory | None:
     if row is None:
         return None
     text = text_of(row[0])
-    # Enqueue events are written one per batch: the item's own is rebuilt here.
-    events: list[dict[str, Any]] = [{"t": "enq", "id": item_id, **item_fields(text)}]
+    # Enqueue events are written one per batch: the item's own is rebuilt
+    # here, with the batch's seq and time.
     key = {"q": queue, "id": item_id}
+    enq: dict[str, Any] = {"t": "enq", "id": item_id, **item_fields(text)}
+    batch = conn.execute(sql.ENQUEUE_BATCH, key).fetchone()
+    if batch is not None:
+        enq["seq"] = batch[0]
+        if "at" in batch[1]:
+            enq["at"] = batch[1]["at"]
+    events: list[dict[str, Any]] = [enq]
     for seq, body in conn.execute(sql.ITEM_EVENTS, key):  # archived ones included
         events.append({**body, "seq": seq})
     last = conn.execute(sql.LAST_RESULT, key).fetchone()

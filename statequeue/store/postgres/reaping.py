@@ -155,7 +155,9 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
                     " AND runner_id = %s AND stopped_at IS NULL",
                     (time.time(), queue, rid),
                 )
-                lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid())
+                lost = transitions.runner_lost_record(
+                    rid, at=writes.now(), by=os.getpid(), how="pid"
+                )
                 writes.event(conn, queue, lost)
 
 
@@ -174,7 +176,7 @@ def reap_expired(
         if turn is None:
             return  # another reaper did it within REAP_EVERY
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
-            lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid())
+            lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid(), how="lease")
             writes.event(conn, queue, lost)
         for *row, token in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
             if not locks.is_held(int(token)):

@@ -63,7 +63,8 @@ ACTIVE_RUNNERS = f"""
 SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
-)
+), extract(epoch FROM clock_timestamp() - r.seen_at)::float8,
+   extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease
 FROM statequeue.runners r
 WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id
@@ -196,6 +197,14 @@ SELECT seq, body FROM (
     UNION ALL
     SELECT seq, body FROM statequeue.archived_events WHERE queue = %(q)s AND id = %(id)s
 ) e WHERE body->>'t' <> 'enq' ORDER BY seq
+"""
+
+# The batch an item was enqueued in: ids are handed out a batch at a time, so
+# it is the enqueue event with the greatest first id at or below the item's.
+ENQUEUE_BATCH = """
+SELECT seq, body FROM statequeue.events
+WHERE queue = %(q)s AND id <= %(id)s AND body->>'t' = 'enq'
+ORDER BY id DESC, seq DESC LIMIT 1
 """
 
 LAST_RESULT = """

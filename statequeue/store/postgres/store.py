@@ -37,6 +37,7 @@ from statequeue.core.models import (
 )
 from statequeue.core.rates import RateLimit
 from statequeue.core.records import Record
+from statequeue.core.views import LogsRemoved
 from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
 from statequeue.store.postgres import logs, queries, rate_rows, reaping, writes
@@ -315,6 +316,12 @@ class PostgresStore(Store):
     def save_log(self, claim: Claim, data: bytes) -> bool:
         return self._actions.save_log(claim, data)
 
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        cutoff = time.time() - keep
+        with self._session.transaction() as conn:
+            files, size = logs.remove_archived(conn, self.name, cutoff)
+        return LogsRemoved(files, size)
+
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
         return self._actions.import_items(entries)
 
@@ -356,6 +363,12 @@ class PostgresStore(Store):
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         return self._reader.find_ids(texts)
+
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        if not ids:
+            return {}
+        with self._session.guard():
+            return queries.live_texts(self._session.conn, self.name, sorted(ids))
 
     def states(self, ids: Collection[int]) -> dict[int, ItemState]:
         return self._reader.states(ids)

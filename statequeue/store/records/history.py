@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from statequeue.core.models import ItemState
-from statequeue.core.records import Record, item_text
+from statequeue.core.records import Record, enqueue_times, item_text
 from statequeue.core.views import ItemHistory, ItemResult
 from statequeue.store.records.state import QueueState
 from statequeue.store.transitions import starts_episode
@@ -27,7 +27,11 @@ def item_history(
 ) -> ItemHistory | None:
     """Everything recorded about ``item_id``, or None if it was never enqueued."""
     found = [r for r in archive if r.get("id") == item_id and r.get("t") == "arch"]
-    found += [r for r in journal if r.get("id") == item_id and r.get("t") in _ITEM_RECORDS]
+    found += [
+        r
+        for r in enqueue_times(journal, only=item_id)
+        if r.get("id") == item_id and r.get("t") in _ITEM_RECORDS
+    ]
     # Compaction folds the attempts of an item into its ``item`` or ``arch``
     # record (``tries``): list them again where their own records stood.
     events = [e for r in found for e in (*({**t, "id": item_id} for t in r.get("tries", ())), r)]

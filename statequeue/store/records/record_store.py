@@ -147,6 +147,8 @@ class RecordStore(Store):
         records: list[Record] = [
             {"t": "enq", "id": first_id + i, **item_fields(text)} for i, text in enumerate(texts)
         ]
+        if records:  # the batch's time, once (see core.records.enqueue_times)
+            records[0]["at"] = round(time.time(), 3)
         self._write(records, sync=True)
 
     def claim(
@@ -441,6 +443,15 @@ class RecordStore(Store):
         from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
 
         return transfer.import_items(_Backend(self), entries)
+
+    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        with self._locked() as state:
+            for item_id in ids:
+                item = state.get(item_id)  # its text: one record read back
+                if item is not None:
+                    found[item_id] = item.text
+        return found
 
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._locked() as state:

@@ -1,0 +1,99 @@
+"""Issue 26, point 2: GNU parallel's one-word shell command.
+
+Without --shell it is refused before anything is claimed (exit 2) with the
+`sh -c '...' sh {}` form; with --shell it runs through `sh -c`, each item one
+quoted word whatever it holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from statequeue.core.errors import UsageError
+from statequeue.run.shell_command import shell_template
+from tests.conftest import STATEQUEUE
+
+HOSTILE = ["a b", "c'd", 'e"f', "$(touch pwned)", "g;h", "-n"]
+
+
+def _sq(
+    env: dict[str, str], cwd: Path, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [STATEQUEUE, *args],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_one_word_shell_command_is_refused_before_any_claim(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    _sq(sq_env, tmp_path, "enqueue", stdin="a\nb\n")
+    out = _sq(sq_env, tmp_path, "run", "--", "gzip -9 -c {} > out/{}.gz")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr  # one line
+    assert (
+        'use --shell, or: statequeue run -- sh -c \'gzip -9 -c "$1" > out/"$1".gz\' sh {}'
+        in out.stderr
+    )
+    status = json.loads(_sq(sq_env, tmp_path, "status", "--json").stdout)
+    assert status["counts"]["pending"] == 2
+    events = _sq(sq_env, tmp_path, "events", "--json").stdout
+    assert '"start"' not in events and "attempt" not in events, events
+
+
+def test_the_hint_runs_as_shown(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "a b").write_text("hello")
+    _sq(sq_env, tmp_path, "enqueue", stdin="a b\n")
+    hint = _sq(sq_env, tmp_path, "run", "--", "cat {} > out/{/.}.copy").stderr
+    shown = hint.split("or: ", 1)[1].strip()
+    ran = subprocess.run(
+        ["sh", "-c", shown], env=sq_env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "out" / "a b.copy").read_text() == "hello"
+
+
+def test_a_program_with_a_space_in_its_name_still_runs(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    program = tmp_path / "my tool"
+    program.write_text('#!/bin/sh\necho "$1" >> "$(dirname "$0")/seen"\n')
+    program.chmod(0o755)
+    _sq(sq_env, tmp_path, "enqueue", stdin="x\n")
+    out = _sq(sq_env, tmp_path, "run", "--", str(program))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "seen").read_text() == "x\n"
+
+
+def test_shell_quotes_every_item(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    (tmp_path / "out").mkdir()
+    _sq(sq_env, tmp_path, "enqueue", stdin="\n".join(HOSTILE) + "\n")
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", "printf '%s\\n' {} > out/{#}.txt")
+    assert out.returncode == 0, out.stderr
+    written = [(tmp_path / "out" / f"{n}.txt").read_text() for n in range(1, len(HOSTILE) + 1)]
+    assert written == [item + "\n" for item in HOSTILE]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_shell_joins_words_and_appends_the_item_without_a_replacement_string(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    _sq(sq_env, tmp_path, "enqueue", stdin="it's\n")
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", "echo", "got >>", "seen")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "seen").read_text() == "got it's\n"
+
+
+def test_shell_refuses_a_replacement_string_it_cannot_quote() -> None:
+    with pytest.raises(UsageError, match="after a backslash"):
+        shell_template(("echo \\{}",))
