@@ -46,6 +46,7 @@ _RECOVERY = "Interrupted items"
 _OUTPUT = "Output"
 _SWITCHES = "Live output and the journal"
 _POSTGRES = "PostgreSQL store"
+_RATES = "Rate limits (statequeue help rates)"
 
 
 def _duration(value: str | None) -> float | None:
@@ -210,21 +211,27 @@ def run(
     rate: Annotated[
         str | None,
         typer.Option(
-            help="Start at most N items per second (/s), minute (/m) or hour (/h) for the "
-            "whole queue, across all its runners (and hosts, on PostgreSQL); commands that "
-            "exit 75 slow it down (`statequeue help rates`). Example: --rate 20/s",
+            help="Most item starts per second, minute or hour, shared by every runner "
+            "of the queue. Example: --rate 20/s",
             metavar="N/s|N/m|N/h",
             show_default=False,
+            rich_help_panel=_RATES,
         ),
     ] = None,
     burst: Annotated[
-        int, typer.Option(help="With --rate: up to N starts at once after a pause.", metavar="N")
+        int,
+        typer.Option(
+            help="With --rate: up to N starts at once after a pause.",
+            metavar="N",
+            rich_help_panel=_RATES,
+        ),
     ] = 1,
     max_deferrals: Annotated[
         int,
         typer.Option(
-            help="An item whose command exits 75 (try later) more than N times fails.",
+            help="Fail an item whose command exits 75 (try later) more than N times.",
             metavar="N",
+            rich_help_panel=_RATES,
         ),
     ] = DEFAULT_MAX_DEFERRALS,
     json: JsonOpt = False,
