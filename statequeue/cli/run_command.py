@@ -46,7 +46,7 @@ _RECOVERY = "Interrupted items"
 _OUTPUT = "Output"
 _SWITCHES = "Live output and the journal"
 _POSTGRES = "PostgreSQL store"
-_RATES = "Rate limits (statequeue help rates)"
+_RATES = "Rate limit (statequeue help rates)"
 
 
 def _duration(value: str | None) -> float | None:
@@ -211,8 +211,8 @@ def run(
     rate: Annotated[
         str | None,
         typer.Option(
-            help="Most item starts per second, minute or hour, shared by every runner "
-            "of the queue. Example: --rate 20/s",
+            help="Limit item starts per second, minute or hour, for every runner of "
+            "the queue together (statequeue help rates). Example: --rate 20/s",
             metavar="N/s|N/m|N/h",
             show_default=False,
             rich_help_panel=_RATES,
@@ -221,7 +221,7 @@ def run(
     burst: Annotated[
         int,
         typer.Option(
-            help="With --rate: up to N starts at once after a pause.",
+            help="With --rate: up to N starts at once after a pause, above the rate limit.",
             metavar="N",
             rich_help_panel=_RATES,
         ),
