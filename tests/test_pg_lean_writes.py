@@ -22,6 +22,7 @@ from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome
 from statequeue.core.views import RecoveryReport
 from tests.conftest import STATEQUEUE
 from tests.pg import sql as _sql
+from tests.waiting import until
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, functions, reaping, writes  # noqa: E402
@@ -220,3 +221,32 @@ def test_a_reaper_skips_while_another_ones_turn_is_open(pg_url: str) -> None:
     finally:
         holder.close()
         other.close()
+
+
+def test_a_finish_updates_the_items_row_in_place(pg_url: str) -> None:
+    """HOT: no index names a column the finish changes, and new pages keep room."""
+    store = PostgresStore(pg_url, "q")
+    try:
+        store.enqueue([f"https://example.com/page/{i}" for i in range(40)])
+        runner = new_runner(("true",))
+        store.register_runner(runner)
+        claim = store.claim(runner)
+        while claim is not None:
+            _, claim = store.finish_and_claim(claim, OK, runner=runner)
+        assert _counts(store) == {"done": 40}
+    finally:
+        store.close()  # its connections end: their statistics are flushed
+
+    def updates() -> tuple[int, int] | None:
+        row = _sql(
+            pg_url,
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE relid = 'statequeue.items'::regclass",
+        )
+        upd, hot = (int(str(v)) for v in row[0])
+        return (upd, hot) if upd >= 40 else None
+
+    found = until(updates, "the items table's update statistics")
+    assert isinstance(found, tuple)
+    upd, hot = found
+    assert hot * 10 >= upd * 9, f"{hot} of {upd} updates of items were HOT"
