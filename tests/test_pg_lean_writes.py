@@ -1,7 +1,7 @@
 """Schema version 7 (postgres/lean_writes.py): fewer writes per item, the same
 queue. A database made at version 6, with items in every state and a claim
 still held, migrates on open and on `db migrate` with its data intact; the
-fused finish-and-claim writes only the count deltas that do not cancel; and
+fused finish-and-claim counts one move per item (one delta row); and
 the reapers of 16 runners started together do not queue on the queue's row.
 Real server (tests/pg.py)."""
 
@@ -154,9 +154,7 @@ def test_db_migrate_brings_a_version_6_database_to_7(
     }
 
 
-def test_fused_finish_and_claim_writes_only_the_deltas_that_do_not_cancel(
-    conn: Connection, pg_url: str
-) -> None:
+def test_fused_finish_and_claim_counts_one_move_per_item(conn: Connection, pg_url: str) -> None:
     store = PostgresStore(pg_url, "q")
     try:
         store.enqueue([f"item-{i}" for i in range(6)])
@@ -185,12 +183,12 @@ def test_fused_finish_and_claim_writes_only_the_deltas_that_do_not_cancel(
             assert row is not None and row[0] == target.value
             if row[1] is not None:
                 claim = Claim(int(row[1]), "", int(row[3]), runner.runner_id, token=int(row[4]))
-        # Per finish-and-claim: the finished state +1 and pending -1 (the
-        # finished item's running -1 and the next one's running +1 cancel);
-        # the last one took nothing: running -1, done +1.
-        rows = _sql(pg_url, "SELECT state, delta FROM statequeue.count_deltas")
+        # Per finish-and-claim, one row: the finished item's running -1 and
+        # the next one's running +1 cancel, so the move is pending -> its
+        # state; the last one took nothing: running -> done.
+        rows = _sql(pg_url, "SELECT state, delta, moved_from FROM statequeue.count_deltas")
         assert sorted(rows) == sorted(
-            [("done", 1)] * 5 + [("failed", 1)] + [("pending", -1)] * 5 + [("running", -1)]
+            [("done", 1, "pending")] * 4 + [("failed", 1, "pending"), ("done", 1, "running")]
         )
         assert _counts(store) == {"done": 5, "failed": 1}
     finally:

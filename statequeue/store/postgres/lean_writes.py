@@ -33,9 +33,13 @@ what both wait for. Most of the records were index inserts no read needed:
 
 And the count deltas: a fused finish-and-claim wrote four rows (the
 finished item running -1 and its state +1; the next pending -1 and running
-+1), of which two cancel. The functions are now built from ``settle`` (a
-finish that does not count) and ``take`` (a claim that does not count), and
-each public function adds one delta row per state whose count changed.
++1), of which two cancel, and each was deleted again by the roll-up. A row
+now records a move (``moved_from``: that state loses what ``state`` gains),
+so a claim, a finish, or a finish and the claim it chains to (pending to
+done) is one row. The functions are built from ``settle`` (a finish that
+does not count) and ``take`` (a claim that does not count), and each public
+function writes the one move. Rows without ``moved_from`` (the user's
+actions, enqueues) count as before.
 
 The public functions keep their signatures (the callers' SQL in
 functions.py is unchanged) and their search_path stays pinned (version 6).
@@ -57,6 +61,8 @@ ALTER TABLE statequeue.events DROP CONSTRAINT events_pkey;
 DROP INDEX statequeue.items_to_archive;
 CREATE INDEX items_unarchived ON statequeue.items (queue, id) WHERE NOT archived;
 ALTER TABLE statequeue.items SET (fillfactor = 80);
+-- A row with moved_from also takes its delta off that state (sql.COUNTS).
+ALTER TABLE statequeue.count_deltas ADD COLUMN moved_from text;
 """
 
 # A finish without its count deltas. recorded: the item's state (NULL: the
@@ -161,8 +167,8 @@ CREATE OR REPLACE FUNCTION statequeue.claim(
 BEGIN
     RETURN QUERY SELECT * FROM statequeue.take(p_queue, p_now, p_runner, p_lease, p_among);
     IF FOUND THEN
-        INSERT INTO statequeue.count_deltas (queue, state, delta)
-        VALUES (p_queue, 'pending', -1), (p_queue, 'running', 1);
+        INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+        VALUES (p_queue, 'running', 1, 'pending');
     END IF;
 END
 $fn$;
@@ -185,8 +191,8 @@ BEGIN
         p_exit, p_signal, p_duration, p_reason, p_result, p_err, p_retry_at, p_at, p_event,
         p_retried);
     IF s.fresh THEN
-        INSERT INTO statequeue.count_deltas (queue, state, delta)
-        VALUES (p_queue, 'running', -1), (p_queue, p_state, 1);
+        INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+        VALUES (p_queue, p_state, 1, 'running');
     END IF;
     RETURN s.recorded;
 END
@@ -210,6 +216,8 @@ DECLARE
     s record;
     adopted bigint;
     took boolean := false;
+    moved_from text;
+    moved_to text;
 BEGIN
     SELECT * INTO s FROM statequeue.settle(p_queue, p_id, p_token, p_attempt, p_state, p_ok,
         p_exit, p_signal, p_duration, p_reason, p_result, p_err, p_retry_at, p_at, p_event,
@@ -240,15 +248,17 @@ BEGIN
                 NULL::bigint, NULL::boolean, NULL::integer;
         END IF;
     END IF;
-    -- The finished item: running -1, its state +1 (when written now); the
-    -- taken one: pending -1, running +1. Summed, so that what cancels is
-    -- not written.
-    INSERT INTO statequeue.count_deltas (queue, state, delta)
-    SELECT p_queue, d.st, sum(d.n) FROM (VALUES
-        ('running', CASE WHEN s.fresh THEN -1 ELSE 0 END + CASE WHEN took THEN 1 ELSE 0 END),
-        (p_state, CASE WHEN s.fresh THEN 1 ELSE 0 END),
-        ('pending', CASE WHEN took THEN -1 ELSE 0 END)
-    ) d(st, n) GROUP BY d.st HAVING sum(d.n) <> 0;
+    -- The finished item moves from running to its state (when written
+    -- now), the taken one from pending to running: one move, from pending
+    -- (or running) to the state (or running), when they chain.
+    IF s.fresh OR took THEN
+        moved_from := CASE WHEN took THEN 'pending' ELSE 'running' END;
+        moved_to := CASE WHEN s.fresh THEN p_state ELSE 'running' END;
+        IF moved_from <> moved_to THEN
+            INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+            VALUES (p_queue, moved_to, 1, moved_from);
+        END IF;
+    END IF;
 END
 $fn$;
 """
