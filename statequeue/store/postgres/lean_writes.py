@@ -36,14 +36,17 @@ finished item running -1 and its state +1; the next pending -1 and running
 +1), of which two cancel, and each was deleted again by the roll-up. A row
 now records a move (``moved_from``: that state loses what ``state`` gains),
 so a claim, a finish, or a finish and the claim it chains to (pending to
-done) is one row. The functions are built from ``settle`` (a finish that
-does not count) and ``take`` (a claim that does not count), and each public
-function writes the one move. Rows without ``moved_from`` (the user's
-actions, enqueues) count as before.
+done) is one row. Rows without ``moved_from`` (the user's actions,
+enqueues) count as before.
 
 The public functions keep their signatures (the callers' SQL in
 functions.py is unchanged) and their search_path stays pinned (version 6).
-The SQL is spelt out here: a migration is frozen once released.
+They are built from two pieces of text, the finish without its count
+(``_SETTLING``) and the claim without its count (``_TAKING``), spliced into
+each function rather than called as functions of their own: a call of a
+function with a pinned search_path switches the setting twice, and the
+fused path would pay two more of those per item. The SQL is spelt out here:
+a migration is frozen once released.
 """
 
 from __future__ import annotations
@@ -65,70 +68,64 @@ ALTER TABLE statequeue.items SET (fillfactor = 80);
 ALTER TABLE statequeue.count_deltas ADD COLUMN moved_from text;
 """
 
-# A finish without its count deltas. recorded: the item's state (NULL: the
-# token is stale, nothing written); fresh: written by this call (false: a
-# retried call found the first try's result).
-_SETTLE = f"""
-CREATE FUNCTION statequeue.settle(
-    p_queue text, p_id bigint, p_token bigint, p_attempt integer, p_state text,
-    p_ok boolean, p_exit integer, p_signal integer, p_duration float8, p_reason text,
-    p_result jsonb, p_err text, p_retry_at float8, p_at float8, p_event jsonb,
-    p_retried boolean, OUT recorded text, OUT fresh boolean
-) LANGUAGE plpgsql VOLATILE SET search_path = {PINNED_PATH} AS $fn$
-BEGIN
+# A finish without its count, as a block of a function that declares
+# ``recorded text`` (the item's state; NULL: the token is stale, nothing
+# written) and ``fresh boolean`` (written now; false: a retried call found
+# the first try's result). Columns are always qualified: the functions'
+# output columns share their names.
+_SETTLING = """
     fresh := false;
-    IF p_retried THEN
-        -- The first try may have committed (only its acknowledgement lost):
-        -- one result per token, so the recorded one is the answer.
-        SELECT r.state INTO recorded FROM (
-            SELECT x.state FROM statequeue.results x
-            WHERE x.queue = p_queue AND x.id = p_id AND x.token = p_token
-            UNION ALL SELECT a.state FROM statequeue.archived_results a WHERE a.token = p_token
-        ) r LIMIT 1;
-        IF recorded IS NOT NULL THEN
-            RETURN;
+    <<settling>>
+    BEGIN
+        IF p_retried THEN
+            -- The first try may have committed (only its acknowledgement
+            -- lost): one result per token, so the recorded one is the answer.
+            SELECT r.st INTO recorded FROM (
+                SELECT x.state AS st FROM statequeue.results x
+                WHERE x.queue = p_queue AND x.id = p_id AND x.token = p_token
+                UNION ALL SELECT a.state FROM statequeue.archived_results a
+                WHERE a.token = p_token
+            ) r LIMIT 1;
+            IF recorded IS NOT NULL THEN
+                EXIT settling;
+            END IF;
         END IF;
-    END IF;
-    IF p_state = 'done' THEN
-        DELETE FROM statequeue.live l
-        WHERE l.queue = p_queue AND l.id = p_id AND l.token = p_token AND l.state = 'running';
-    ELSE
-        UPDATE statequeue.live l
-        SET state = p_state, retry_at = p_retry_at, token = NULL, runner = NULL,
-            holder = NULL, lease_until = NULL, failures = l.failures + 1,
-            interrupted = false, reason = p_reason, last_err = p_err, changed_at = p_at
-        WHERE l.queue = p_queue AND l.id = p_id AND l.token = p_token AND l.state = 'running';
-    END IF;
-    IF NOT FOUND THEN
-        RETURN;  -- stale: taken over, or finished already
-    END IF;
-    INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,
-        signal, duration, reason, result, err, at)
-    VALUES (p_token, p_queue, p_id, p_attempt, p_state, p_ok, p_exit, p_signal,
-        p_duration, p_reason, p_result, p_err, p_at);
-    IF p_state = 'done' THEN
-        UPDATE statequeue.items i SET state = 'done', attempts = p_attempt, reason = p_reason
-        WHERE i.queue = p_queue AND i.id = p_id;
-    END IF;
-    INSERT INTO statequeue.events (queue, id, body) VALUES (p_queue, p_id, p_event);
-    recorded := p_state;
-    fresh := true;
-END
-$fn$;
+        IF p_state = 'done' THEN
+            DELETE FROM statequeue.live l
+            WHERE l.queue = p_queue AND l.id = p_id AND l.token = p_token
+              AND l.state = 'running';
+        ELSE
+            UPDATE statequeue.live l
+            SET state = p_state, retry_at = p_retry_at, token = NULL, runner = NULL,
+                holder = NULL, lease_until = NULL, failures = l.failures + 1,
+                interrupted = false, reason = p_reason, last_err = p_err, changed_at = p_at
+            WHERE l.queue = p_queue AND l.id = p_id AND l.token = p_token
+              AND l.state = 'running';
+        END IF;
+        IF NOT FOUND THEN
+            EXIT settling;  -- stale: taken over, or finished already
+        END IF;
+        INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, exit_code,
+            signal, duration, reason, result, err, at)
+        VALUES (p_token, p_queue, p_id, p_attempt, p_state, p_ok, p_exit, p_signal,
+            p_duration, p_reason, p_result, p_err, p_at);
+        IF p_state = 'done' THEN
+            UPDATE statequeue.items i SET state = 'done', attempts = p_attempt,
+                reason = p_reason
+            WHERE i.queue = p_queue AND i.id = p_id;
+        END IF;
+        INSERT INTO statequeue.events (queue, id, body) VALUES (p_queue, p_id, p_event);
+        recorded := p_state;
+        fresh := true;
+    END;
 """
 
-# A claim without its count deltas: the lowest-id due pending item (the CTE
-# is MATERIALIZED so the planner cannot run the LIMIT subquery twice), with a
-# new fencing token and a lease, and its start event.
-_TAKE = f"""
-CREATE FUNCTION statequeue.take(
-    p_queue text, p_now float8, p_runner text, p_lease float8, p_among bigint[]
-) RETURNS TABLE (
-    id bigint, item bytea, attempts integer, token bigint, interrupted boolean, failures integer
-) LANGUAGE plpgsql VOLATILE SET search_path = {PINNED_PATH} AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
+# A claim without its count, as a query: the lowest-id due pending item
+# (the CTE is MATERIALIZED so the planner cannot run the LIMIT subquery
+# twice), with a new fencing token and a lease, and its start event. FIRST
+# is replaced by the columns that come before the claim's in the result (a
+# query with a data-modifying WITH cannot be a subquery).
+_TAKING = """
     WITH pick AS MATERIALIZED (
         SELECT l.id FROM statequeue.live l
         WHERE l.queue = p_queue AND l.state = 'pending'
@@ -152,10 +149,8 @@ BEGIN
             'at', p_now
         ) FROM claimed c
     )
-    SELECT c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
-    FROM claimed c JOIN statequeue.items i ON i.queue = p_queue AND i.id = c.id;
-END
-$fn$;
+    SELECT FIRST c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
+    FROM claimed c JOIN statequeue.items i ON i.queue = p_queue AND i.id = c.id
 """
 
 _CLAIM = f"""
@@ -164,8 +159,9 @@ CREATE OR REPLACE FUNCTION statequeue.claim(
 ) RETURNS TABLE (
     id bigint, item bytea, attempts integer, token bigint, interrupted boolean, failures integer
 ) LANGUAGE plpgsql VOLATILE SET search_path = {PINNED_PATH} AS $fn$
+#variable_conflict use_column
 BEGIN
-    RETURN QUERY SELECT * FROM statequeue.take(p_queue, p_now, p_runner, p_lease, p_among);
+    RETURN QUERY {_TAKING.replace("FIRST ", "")};
     IF FOUND THEN
         INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
         VALUES (p_queue, 'running', 1, 'pending');
@@ -182,25 +178,24 @@ CREATE OR REPLACE FUNCTION statequeue.finish(
     p_sync boolean, p_retried boolean
 ) RETURNS text LANGUAGE plpgsql VOLATILE SET search_path = {PINNED_PATH} AS $fn$
 DECLARE
-    s record;
+    recorded text;
+    fresh boolean;
 BEGIN
     IF NOT p_sync THEN
         PERFORM set_config('synchronous_commit', 'off', true);  -- this transaction only
     END IF;
-    SELECT * INTO s FROM statequeue.settle(p_queue, p_id, p_token, p_attempt, p_state, p_ok,
-        p_exit, p_signal, p_duration, p_reason, p_result, p_err, p_retry_at, p_at, p_event,
-        p_retried);
-    IF s.fresh THEN
+    {_SETTLING}
+    IF fresh THEN
         INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
         VALUES (p_queue, p_state, 1, 'running');
     END IF;
-    RETURN s.recorded;
+    RETURN recorded;
 END
 $fn$;
 """
 
 # As in version 5 (functions.py), but the finish and the next claim are
-# counted together: one delta row per state whose count changed.
+# counted together, as one move.
 _FINISH_AND_CLAIM = f"""
 CREATE OR REPLACE FUNCTION statequeue.finish_and_claim(
     p_queue text, p_id bigint, p_token bigint, p_attempt integer, p_state text,
@@ -213,16 +208,15 @@ CREATE OR REPLACE FUNCTION statequeue.finish_and_claim(
 ) LANGUAGE plpgsql VOLATILE SET search_path = {PINNED_PATH} AS $fn$
 #variable_conflict use_column
 DECLARE
-    s record;
+    recorded text;
+    fresh boolean;
     adopted bigint;
     took boolean := false;
     moved_from text;
     moved_to text;
 BEGIN
-    SELECT * INTO s FROM statequeue.settle(p_queue, p_id, p_token, p_attempt, p_state, p_ok,
-        p_exit, p_signal, p_duration, p_reason, p_result, p_err, p_retry_at, p_at, p_event,
-        p_retried);
-    IF s.recorded IS NULL THEN
+    {_SETTLING}
+    IF recorded IS NULL THEN
         RETURN QUERY SELECT NULL::text, NULL::bigint, NULL::bytea, NULL::integer,
             NULL::bigint, NULL::boolean, NULL::integer;
         RETURN;
@@ -235,25 +229,24 @@ BEGIN
         RETURNING l.id INTO adopted;
     END IF;
     IF adopted IS NOT NULL THEN
-        RETURN QUERY SELECT s.recorded, l.id, i.item, l.attempts, l.token, l.interrupted,
+        RETURN QUERY SELECT recorded, l.id, i.item, l.attempts, l.token, l.interrupted,
             l.failures
         FROM statequeue.live l JOIN statequeue.items i ON i.queue = l.queue AND i.id = l.id
         WHERE l.queue = p_queue AND l.id = adopted;
     ELSE
-        RETURN QUERY SELECT s.recorded, c.* FROM statequeue.take(p_queue, p_now, p_runner,
-            p_lease, p_among) c;
+        RETURN QUERY {_TAKING.replace("FIRST ", "recorded, ")};
         took := FOUND;
         IF NOT took THEN
-            RETURN QUERY SELECT s.recorded, NULL::bigint, NULL::bytea, NULL::integer,
+            RETURN QUERY SELECT recorded, NULL::bigint, NULL::bytea, NULL::integer,
                 NULL::bigint, NULL::boolean, NULL::integer;
         END IF;
     END IF;
     -- The finished item moves from running to its state (when written
     -- now), the taken one from pending to running: one move, from pending
     -- (or running) to the state (or running), when they chain.
-    IF s.fresh OR took THEN
+    IF fresh OR took THEN
         moved_from := CASE WHEN took THEN 'pending' ELSE 'running' END;
-        moved_to := CASE WHEN s.fresh THEN p_state ELSE 'running' END;
+        moved_to := CASE WHEN fresh THEN p_state ELSE 'running' END;
         IF moved_from <> moved_to THEN
             INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
             VALUES (p_queue, moved_to, 1, moved_from);
@@ -263,4 +256,4 @@ END
 $fn$;
 """
 
-V7_LEAN_WRITES = _INDEXES + _SETTLE + _TAKE + _CLAIM + _FINISH + _FINISH_AND_CLAIM
+V7_LEAN_WRITES = _INDEXES + _CLAIM + _FINISH + _FINISH_AND_CLAIM
