@@ -232,6 +232,7 @@ def test_a_finish_updates_the_items_row_in_place(pg_url: str) -> None:
         while claim is not None:
             _, claim = store.finish_and_claim(claim, OK, runner=runner)
         assert _counts(store) == {"done": 40}
+        assert store.status().rate  # the recent results, found through results_at (BRIN)
     finally:
         store.close()  # its connections end: their statistics are flushed
 

@@ -17,6 +17,11 @@ what both wait for. Most of the records were index inserts no read needed:
   token). One key on (queue, id, token) serves both: the token comes from
   a sequence, so it is unique by itself, and a token's finish always names
   its item (one result per token still holds).
+- ``results_at``: a btree on the finish time, read only for the recent
+  ones (the rate in `status`, `stats --since`). Results are appended in time
+  order, so a BRIN index serves those reads (the newest pages are not yet
+  summarized and are read as they are: the recent rows) and an insert into
+  them writes nothing to it; ``autosummarize`` summarizes each filled range.
 - ``events``' primary key on ``seq``: no read looks an event up by it (the
   feed reads by xid, history and archive by item) and ``seq`` comes from
   its sequence, so it is unique without an index to say so. The archive's
@@ -60,6 +65,8 @@ DROP INDEX statequeue.events_queue;
 ALTER TABLE statequeue.results DROP CONSTRAINT results_pkey;
 DROP INDEX statequeue.results_item;
 ALTER TABLE statequeue.results ADD PRIMARY KEY (queue, id, token);
+DROP INDEX statequeue.results_at;
+CREATE INDEX results_at ON statequeue.results USING brin (at) WITH (autosummarize = on);
 ALTER TABLE statequeue.events DROP CONSTRAINT events_pkey;
 DROP INDEX statequeue.items_to_archive;
 CREATE INDEX items_unarchived ON statequeue.items (queue, id) WHERE NOT archived;
