@@ -38,11 +38,14 @@ what both wait for. Most of the records were index inserts no read needed:
 
 And the count deltas: a fused finish-and-claim wrote four rows (the
 finished item running -1 and its state +1; the next pending -1 and running
-+1), of which two cancel, and each was deleted again by the roll-up. A row
-now records a move (``moved_from``: that state loses what ``state`` gains),
-so a claim, a finish, or a finish and the claim it chains to (pending to
-done) is one row. Rows without ``moved_from`` (the user's actions,
-enqueues) count as before.
++1), of which two cancel, and each was deleted again by the roll-up. The
+functions now write to ``count_moves``, a row per move of an item between
+states (``moved_from`` loses what ``state`` gains), so a claim, a finish, or
+a finish and the claim it chains to (pending to done) is one row. A table
+of its own, not a column of ``count_deltas``: a runner of the version before
+still at work while the schema moves on folds ``count_deltas`` as it always
+did, and a row it does not understand there would corrupt ``counts`` for
+good. The user's actions and enqueues still write ``count_deltas``.
 
 The public functions keep their signatures (the callers' SQL in
 functions.py is unchanged) and their search_path stays pinned (version 6).
@@ -71,8 +74,13 @@ ALTER TABLE statequeue.events DROP CONSTRAINT events_pkey;
 DROP INDEX statequeue.items_to_archive;
 CREATE INDEX items_unarchived ON statequeue.items (queue, id) WHERE NOT archived;
 ALTER TABLE statequeue.items SET (fillfactor = 80);
--- A row with moved_from also takes its delta off that state (sql.COUNTS).
-ALTER TABLE statequeue.count_deltas ADD COLUMN moved_from text;
+-- One row per move: state gains delta, moved_from loses it (sql.COUNTS).
+CREATE TABLE statequeue.count_moves (
+    queue text NOT NULL,
+    state text NOT NULL,
+    moved_from text NOT NULL,
+    delta bigint NOT NULL
+);
 """
 
 # A finish without its count, as a block of a function that declares
@@ -170,7 +178,7 @@ CREATE OR REPLACE FUNCTION statequeue.claim(
 BEGIN
     RETURN QUERY {_TAKING.replace("FIRST ", "")};
     IF FOUND THEN
-        INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+        INSERT INTO statequeue.count_moves (queue, state, delta, moved_from)
         VALUES (p_queue, 'running', 1, 'pending');
     END IF;
 END
@@ -193,7 +201,7 @@ BEGIN
     END IF;
     {_SETTLING}
     IF fresh THEN
-        INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+        INSERT INTO statequeue.count_moves (queue, state, delta, moved_from)
         VALUES (p_queue, p_state, 1, 'running');
     END IF;
     RETURN recorded;
@@ -255,7 +263,7 @@ BEGIN
         moved_from := CASE WHEN took THEN 'pending' ELSE 'running' END;
         moved_to := CASE WHEN fresh THEN p_state ELSE 'running' END;
         IF moved_from <> moved_to THEN
-            INSERT INTO statequeue.count_deltas (queue, state, delta, moved_from)
+            INSERT INTO statequeue.count_moves (queue, state, delta, moved_from)
             VALUES (p_queue, moved_to, 1, moved_from);
         END IF;
     END IF;

@@ -26,6 +26,7 @@ QUEUE_TABLES = (
     "runners",
     "counts",
     "count_deltas",
+    "count_moves",
 )
 
 

@@ -37,27 +37,31 @@ WITH input AS (
 SELECT count(*) FROM ins
 """
 
-# A delta row with ``moved_from`` (schema version 7) also takes its delta
-# off that state: one row per move of an item between states.
-_DELTAS = """
-    SELECT m.state, m.n FROM {rows} d,
-    LATERAL (VALUES (d.state, d.delta), (d.moved_from, -d.delta)) m(state, n)
-    WHERE m.state IS NOT NULL"""
-
-ROLL_UP_COUNTS = f"""
+# Counts are ``counts`` plus the deltas not yet folded into it: the rows of
+# ``count_deltas`` (a state and its change) and of ``count_moves`` (schema
+# version 7: an item's move, ``state`` gains and ``moved_from`` loses).
+ROLL_UP_COUNTS = """
 WITH gone AS (
-    DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta, moved_from
+    DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta
+), moved AS (
+    DELETE FROM statequeue.count_moves WHERE queue = %(q)s RETURNING state, moved_from, delta
 ), summed AS (
-    SELECT state, sum(n) AS n FROM ({_DELTAS.format(rows="gone")}) m GROUP BY state
+    SELECT state, sum(n) AS n FROM (
+        SELECT state, delta AS n FROM gone
+        UNION ALL SELECT state, delta FROM moved
+        UNION ALL SELECT moved_from, -delta FROM moved
+    ) m GROUP BY state
 )
 INSERT INTO statequeue.counts (queue, state, n) SELECT %(q)s, state, n FROM summed
 ON CONFLICT (queue, state) DO UPDATE SET n = statequeue.counts.n + excluded.n
 """
 
-COUNTS = f"""
+COUNTS = """
 SELECT state, sum(n)::bigint FROM (
     SELECT state, n FROM statequeue.counts WHERE queue = %(q)s
-    UNION ALL {_DELTAS.format(rows="statequeue.count_deltas")} AND d.queue = %(q)s
+    UNION ALL SELECT state, delta FROM statequeue.count_deltas WHERE queue = %(q)s
+    UNION ALL SELECT state, delta FROM statequeue.count_moves WHERE queue = %(q)s
+    UNION ALL SELECT moved_from, -delta FROM statequeue.count_moves WHERE queue = %(q)s
 ) c GROUP BY state
 """
 
