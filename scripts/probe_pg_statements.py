@@ -9,16 +9,21 @@ and prints for each kind the items/s, the WAL written and flushed per item
 (pg_stat_wal), what the backends were waiting for (pg_stat_activity sampled
 every millisecond), and the statements that took the most server time, with
 their calls and mean milliseconds. Also prints the server settings that decide
-what a commit waits for.
+what a commit waits for. ``--wal-by-relation`` adds, from pg_waldump, the WAL
+bytes and records per item by kind of record and relation (record lengths,
+full-page images left out): which table or index each write goes to.
 
   .venv/bin/python scripts/probe_pg_statements.py [--items 2000] [--top 12] [--loops 16]
+  .venv/bin/python scripts/probe_pg_statements.py --kinds work --loops 4 --wal-by-relation
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import re
 import shutil
+import subprocess
 import sys
 import threading
 from collections import Counter
@@ -82,6 +87,51 @@ def wal_line(url: str, done: int, seconds: float) -> str:
     )
 
 
+_WAL_LINE = re.compile(r"rmgr: (\S+)\s+len \(rec/tot\):\s+(\d+)/\s*\d+.*?desc: (\S+)")
+_WAL_REL = re.compile(r"rel \d+/\d+/(\d+)")
+
+
+def wal_lsn(url: str) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def wal_by_relation(
+    url: str, waldump: Path, wal_dir: Path, span: tuple[str, str], done: int
+) -> str:
+    """Lines of WAL bytes and records per item between two LSNs, by record kind and relation."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = dict(
+            conn.execute(
+                "SELECT pg_relation_filenode(oid)::text, relname::text FROM pg_class"
+                " WHERE pg_relation_filenode(oid) IS NOT NULL"
+            ).fetchall()
+        )
+    dump = subprocess.run(
+        [str(waldump), "-p", str(wal_dir), "-s", span[0], "-e", span[1]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    size: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for line in dump.stdout.splitlines():
+        found = _WAL_LINE.search(line)
+        if found is None:
+            continue
+        rel = _WAL_REL.search(line)
+        where = names.get(rel.group(1), rel.group(1)) if rel else "-"
+        key = f"{found.group(1)}/{found.group(3)} {where}"
+        size[key] += int(found.group(2))
+        count[key] += 1
+    n = max(done, 1)
+    lines = [f"{b / n:7.1f} B {count[k] / n:5.2f} records  {k}" for k, b in size.most_common(16)]
+    total = f"total {sum(size.values()) / n:,.0f} B, {sum(count.values()) / n:.1f} records per item"
+    return "\n  ".join(["WAL by record and relation, per item:", *lines, total])
+
+
 class WaitSampler:
     """Samples what the database's active backends wait for, in a thread."""
 
@@ -127,6 +177,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--kinds", default="floor,store,fused,work")
     parser.add_argument("--loops", type=int, default=1, help="processes per kind")
+    parser.add_argument("--wal-by-relation", action="store_true", help="pg_waldump breakdown")
     args = parser.parse_args()
     bin_dir = find_bin_dir()
     if bin_dir is None:
@@ -153,10 +204,15 @@ def main() -> None:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 conn.execute("SELECT pg_stat_statements_reset()")
                 conn.execute("SELECT pg_stat_reset_shared('wal')")
+            start = wal_lsn(url)
             with WaitSampler(url) as waits:
                 done, seconds = bench_pg.drain(bench_pg.RUNNERS[kind], url, args.loops)
+            span = (start, wal_lsn(url))
             print(f"\n{kind} x{args.loops}: {done / seconds:,.0f} items/s ({seconds:.2f} s)")
             print("  " + wal_line(url, done, seconds))
+            if args.wal_by_relation:
+                waldump = bin_dir / "pg_waldump"
+                print("  " + wal_by_relation(url, waldump, cluster.data_dir / "pg_wal", span, done))
             print("  " + waits.line(), flush=True)
             for calls, total, mean, plan, query in top_statements(url, args.top):
                 per_item, planned = total / max(done, 1), plan / max(done, 1)

@@ -26,7 +26,10 @@ RESULT_COLUMNS = (
 )
 
 # One statement per batch. The enqueue events stay: each names a batch of
-# items (by its first id), some of which may still be unfinished.
+# items (by its first id), some of which may still be unfinished. The batch
+# is found through ``items_unarchived`` (schema version 7, lean_writes.py),
+# its state checked on each row: no index names ``state``, so a finish
+# updates the item's row in place.
 ARCHIVE_BATCH = f"""
 WITH batch AS MATERIALIZED (
     SELECT id FROM statequeue.items

@@ -28,6 +28,7 @@ QUEUE_TABLES = (
     "count_deltas",
     "rate_buckets",  # run --rate (rate_rows.py)
     "deferrals",
+    "count_moves",
 )
 
 

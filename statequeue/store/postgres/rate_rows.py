@@ -1,5 +1,5 @@
 """The PostgreSQL store's rows for ``run --rate`` and for deferrals (schema
-version 7, ``schema._V7_RATES``): one bucket row per queue, shared by the runners of
+version 8, ``schema._V8_RATES``): one bucket row per queue, shared by the runners of
 every host, and each item's count of deferrals.
 
 Taking a start is one ``UPDATE ... RETURNING`` on the queue's row, timed by

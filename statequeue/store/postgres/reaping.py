@@ -30,6 +30,7 @@ from statequeue.core.models import OnInterrupted
 from statequeue.store import transitions
 from statequeue.store.postgres import queries, sql, writes
 from statequeue.store.postgres.connection import Connection
+from statequeue.store.postgres.schema import LOCK_CLASS
 
 if TYPE_CHECKING:
     from statequeue.core.views import RecoveryReport
@@ -39,6 +40,8 @@ SUBFOLDER = "claims"
 _LOCK_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 REAP_EVERY = 1.0
 """Seconds between two reaps of one queue, by any runner."""
+REAP_LOCK = LOCK_CLASS + 1
+"""First key of the advisory lock a reaper's turn holds (the second: the queue name's hash)."""
 
 
 class ClaimLocks:
@@ -172,7 +175,9 @@ def reap_expired(
     but for those a process of which still holds the claim lock on this host."""
     settled: list[int] = []
     with conn.transaction():
-        turn = conn.execute(sql.REAP_TURN, {"q": queue, "every": REAP_EVERY}).fetchone()
+        turn = conn.execute(
+            sql.REAP_TURN, {"q": queue, "every": REAP_EVERY, "lock": REAP_LOCK}
+        ).fetchone()
         if turn is None:
             return  # another reaper did it within REAP_EVERY
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):

@@ -37,11 +37,20 @@ WITH input AS (
 SELECT count(*) FROM ins
 """
 
+# Counts are ``counts`` plus the deltas not yet folded into it: the rows of
+# ``count_deltas`` (a state and its change) and of ``count_moves`` (schema
+# version 7: an item's move, ``state`` gains and ``moved_from`` loses).
 ROLL_UP_COUNTS = """
 WITH gone AS (
     DELETE FROM statequeue.count_deltas WHERE queue = %(q)s RETURNING state, delta
+), moved AS (
+    DELETE FROM statequeue.count_moves WHERE queue = %(q)s RETURNING state, moved_from, delta
 ), summed AS (
-    SELECT state, sum(delta) AS n FROM gone GROUP BY state
+    SELECT state, sum(n) AS n FROM (
+        SELECT state, delta AS n FROM gone
+        UNION ALL SELECT state, delta FROM moved
+        UNION ALL SELECT moved_from, -delta FROM moved
+    ) m GROUP BY state
 )
 INSERT INTO statequeue.counts (queue, state, n) SELECT %(q)s, state, n FROM summed
 ON CONFLICT (queue, state) DO UPDATE SET n = statequeue.counts.n + excluded.n
@@ -51,6 +60,8 @@ COUNTS = """
 SELECT state, sum(n)::bigint FROM (
     SELECT state, n FROM statequeue.counts WHERE queue = %(q)s
     UNION ALL SELECT state, delta FROM statequeue.count_deltas WHERE queue = %(q)s
+    UNION ALL SELECT state, delta FROM statequeue.count_moves WHERE queue = %(q)s
+    UNION ALL SELECT moved_from, -delta FROM statequeue.count_moves WHERE queue = %(q)s
 ) c GROUP BY state
 """
 
@@ -84,11 +95,17 @@ RETURNING token
 """
 
 # One reaper at a time: whoever moves last_reap_at forward reaps; the others
-# find it moved within the interval and skip.
+# find it moved within the interval and skip. A reaper that finds another
+# one's turn still open (its transaction-scoped advisory lock held) skips at
+# once rather than queue on the queue's row: it would only find the row
+# moved once that turn commits (16 runners started together queued so for
+# ~17 ms each, every second). The row lock still orders a reaper after an
+# enqueue or registration that holds it.
 REAP_TURN = """
 UPDATE statequeue.queues SET last_reap_at = clock_timestamp()
 WHERE name = %(q)s
   AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
+  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(q)s))
 RETURNING 1
 """
 
