@@ -43,12 +43,14 @@ def handle(item: str):
     if item == "nan":
         return math.nan
     if item == "print":
-        print("out of the print attempt")
-        print("err of the print attempt", file=sys.stderr)
+        # No newline: stderr is line-buffered, and a partial line waits for a flush.
+        print("out of the print attempt", end="")
+        print("err of the print attempt", file=sys.stderr, end="")
         return "printed"
     if item == "leak":  # a child that inherited the reply fd would write on it
-        return os.system(f"echo leaked >&{REPLY_FD} 2>/dev/null")
+        return os.system(f"echo leaked 2>/dev/null >&{REPLY_FD}")
     if item == "stdin":  # a child reading stdin must not swallow the next request
+        print("reading stdin", file=sys.stderr, flush=True)
         return subprocess.run(["cat"], stdout=subprocess.PIPE, check=True).stdout.decode()
     if item == "env":
         return [os.environ.get("STATEQUEUE_WORKER"), os.environ.get("STATEQUEUE_REPLY_FD")]
@@ -81,6 +83,7 @@ class Persistent:
                 os.dup2(reply_end, REPLY_FD)
 
         env = {**os.environ, "STATEQUEUE_WORKER": "1", "STATEQUEUE_REPLY_FD": str(REPLY_FD)}
+        env.pop("PYTHONUNBUFFERED", None)  # the flush before each reply is under test
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=False, preexec_fn=at_reply_fd, env=env, cwd=cwd,
@@ -101,6 +104,10 @@ class Persistent:
     def ask(self, request_id: int, item: str) -> Any:
         self.send({"id": request_id, "item": item, "attempt": 1})
         return self.reply()
+
+    def end_stdin(self) -> None:
+        self.stdin.close()
+        self.proc.stdin = None  # communicate() would flush it
 
     def finish(self) -> tuple[int, bytes, bytes, bytes]:
         """End stdin; (exit status, stdout, stderr, whatever else came on the reply fd)."""
@@ -182,8 +189,13 @@ def test_children_of_fn_get_neither_the_reply_fd_nor_the_requests(worker: Path) 
     w = persistent(worker)
     leak = w.ask(1, "leak")
     assert leak["ok"] is True and leak["result"] != 0  # the shell found the fd closed
-    # Both requests are in the pipe before "stdin" runs: its `cat` reads /dev/null.
-    w.send({"id": 2, "item": "stdin", "attempt": 1}, {"id": 3, "item": "env", "attempt": 1})
+    w.send({"id": 2, "item": "stdin", "attempt": 1})
+    assert w.proc.stderr is not None
+    while w.proc.stderr.readline() != b"reading stdin\n":  # lines before it: the shell's
+        pass
+    # fn's `cat` is running: the next request and the end of stdin must not reach it.
+    w.send({"id": 3, "item": "env", "attempt": 1})
+    w.end_stdin()
     assert w.reply() == {"id": 2, "ok": True, "result": ""}
     assert w.reply() == {"id": 3, "ok": True, "result": [None, None]}
     code, _, err, rest = w.finish()
