@@ -8,6 +8,7 @@ pipe whose write end it got as ``$STATEQUEUE_REPLY_FD``."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import re
@@ -293,6 +294,41 @@ def test_one_file_serves_run_per_item(worker: Path, sq_env: dict[str, str]) -> N
     assert done is not None and done.result == {"hex": "612e706466"}
     assert failed.state.value == "failed"
     assert "boom: ValueError: bad checksum" in failed.stderr_tail
+
+
+needs_the_runner = pytest.mark.skipif(
+    importlib.util.find_spec("statequeue.run.persistent") is None,
+    reason="run --persistent (the runner side of issue 23) is not in this tree",
+)
+
+
+@needs_the_runner
+def test_one_file_serves_run_persistent(worker: Path, sq_env: dict[str, str]) -> None:
+    """The same worker under the real `run --persistent`: results, a raise recorded as
+    a failure with its reason, prints and the traceback each in their attempt's log,
+    and a non-UTF-8 item handed over intact."""
+    raw = b"caf\xe9 \xff.pdf"
+    items = ["a.pdf", "boom", "print", os.fsdecode(raw)]
+    with Queue("serve-persistent") as queue:
+        queue.enqueue(items)
+    env = {k: v for k, v in sq_env.items() if k != "PYTHONUNBUFFERED"}  # the flush is ours
+    command = ["statequeue", "-q", "serve-persistent", "run", "--persistent", "--"]
+    out = subprocess.run(
+        [*command, sys.executable, str(worker)], env=env, capture_output=True, timeout=120
+    )
+    assert out.returncode == 1, out.stderr.decode()  # boom failed
+    with Queue("serve-persistent") as queue:
+        results = {r.item: r for r in queue.results()}
+        logs = {item: queue.read_log(results[item].item_id, 1) or b"" for item in items}
+    assert results["a.pdf"].result == {"hex": b"a.pdf".hex()}
+    assert results[os.fsdecode(raw)].result == {"hex": raw.hex()}
+    assert (results["boom"].state.value, results["boom"].reason) == (
+        "failed", "ValueError: bad checksum",
+    )  # fmt: skip
+    assert b"Traceback" in logs["boom"] and b"Traceback" not in logs["print"]
+    assert b"out of the print attempt" in logs["print"]
+    assert b"err of the print attempt" in logs["print"]
+    assert all(b"print attempt" not in logs[item] for item in items if item != "print")
 
 
 def shell_worker() -> str:
