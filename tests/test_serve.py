@@ -54,7 +54,8 @@ def handle(item: str):
         print("reading stdin", file=sys.stderr, flush=True)
         return subprocess.run(["cat"], stdout=subprocess.PIPE, check=True).stdout.decode()
     if item == "env":
-        return [os.environ.get("STATEQUEUE_WORKER"), os.environ.get("STATEQUEUE_REPLY_FD")]
+        names = ["WORKER", "REPLY_FD", "ITEM", "ID", "ATTEMPT", "LEASE_TOKEN"]
+        return [os.environ.get(f"STATEQUEUE_{name}") for name in names]
     if item == "exit":
         sys.exit(3)
     return {"hex": os.fsencode(item).hex()}
@@ -195,12 +196,22 @@ def test_children_of_fn_get_neither_the_reply_fd_nor_the_requests(worker: Path) 
     while w.proc.stderr.readline() != b"reading stdin\n":  # lines before it: the shell's
         pass
     # fn's `cat` is running: the next request and the end of stdin must not reach it.
-    w.send({"id": 3, "item": "env", "attempt": 1})
+    w.send({"id": 3, "item": "a", "attempt": 1})
     w.end_stdin()
     assert w.reply() == {"id": 2, "ok": True, "result": ""}
-    assert w.reply() == {"id": 3, "ok": True, "result": [None, None]}
+    assert w.reply() == {"id": 3, "ok": True, "result": {"hex": "61"}}
     code, _, err, rest = w.finish()
     assert (code, rest) == (0, b""), err.decode()
+
+
+def test_fn_sees_the_items_variables_not_the_workers(worker: Path) -> None:
+    """As a per-item child does (STATEQUEUE_ITEM, _ID, _ATTEMPT, _LEASE_TOKEN); the
+    worker's own two are gone, so a serve() program that fn starts handles its argv."""
+    w = persistent(worker)
+    w.send({"id": 3, "item": "env", "attempt": 2, "token": 41}, {"id": 4, "item": "env"})
+    assert w.reply() == {"id": 3, "ok": True, "result": [None, None, "env", "3", "2", "41"]}
+    assert w.reply() == {"id": 4, "ok": True, "result": [None, None, "env", "4", "", None]}
+    assert w.finish()[0] == 0
 
 
 def test_an_exit_inside_fn_ends_the_worker_without_a_reply(worker: Path) -> None:

@@ -29,6 +29,8 @@ REPLY_FD_ENV = "STATEQUEUE_REPLY_FD"
 """The number of the file descriptor a persistent worker writes its replies to."""
 RESULT_ENV = "STATEQUEUE_RESULT"
 """Per-item mode: the path where ``run`` reads the item's JSON result."""
+TOKEN_ENV = "STATEQUEUE_LEASE_TOKEN"
+"""The claim's fencing token, on stores that fence (a request's ``token``)."""
 
 Reply = dict[str, Any]
 
@@ -116,9 +118,11 @@ def _take_stdin() -> BinaryIO:
 def _answer(fn: Callable[[str], Any], requests: Iterable[bytes], reply_fd: int) -> int:
     for number, line in enumerate(requests, 1):
         try:
-            request_id, item = _request_item(orjson.loads(line))
+            request = orjson.loads(line)
+            request_id, item = _request_item(request)
         except (orjson.JSONDecodeError, ValueError) as exc:
             return _refuse(f"request line {number} refused: {exc}")
+        _set_item_env(request, request_id, item)
         reply = {"id": request_id, **_attempt(fn, item)}
         _flush_logs()  # before the reply: what fn printed belongs to this attempt's log
         try:
@@ -126,6 +130,19 @@ def _answer(fn: Callable[[str], Any], requests: Iterable[bytes], reply_fd: int) 
         except OSError as exc:  # the runner is gone; its keeper stops this worker anyway
             return _refuse(f"reply not sent: {exc.strerror}", code=1)
     return 0
+
+
+def _set_item_env(request: dict[str, Any], item_id: int, item: str) -> None:
+    """The variables a per-item child gets, set for this request, so that fn and what it
+    starts find the same ``os.environ`` in both modes (the result goes in the reply)."""
+    os.environ["STATEQUEUE_ITEM"] = item  # a surrogate escape goes back to its byte
+    os.environ["STATEQUEUE_ID"] = str(item_id)
+    os.environ["STATEQUEUE_ATTEMPT"] = str(request.get("attempt", ""))
+    token = request.get("token")
+    if token is None:
+        os.environ.pop(TOKEN_ENV, None)
+    else:  # stores that fence (PostgreSQL): for fn's own fencing
+        os.environ[TOKEN_ENV] = str(token)
 
 
 def _serve_argv(fn: Callable[[str], Any], items: list[str]) -> int:
