@@ -228,6 +228,11 @@ def test_an_exit_inside_fn_ends_the_worker_without_a_reply(worker: Path) -> None
         (b'{"item": "a"}\n', 'integer "id"'),
         (b'{"id": 1}\n', 'string "item"'),
         (b'{"id": 1, "item": "a", "item_b64": "@@"}\n', '"item_b64" is not base64'),
+        (b'{"id": 1, "item": "a\\u0000b"}\n', "the item holds a NUL"),
+        (b'{"id": 1, "item_b64": "YQBi"}\n', "the item holds a NUL"),
+        (b'{"id": 1, "item": "\\ud800"}\n', "no low surrogate"),  # orjson's words
+        (b'{"id": 1, "item": "a", "token": "x"}\n', '"token" is not an integer'),
+        (b'{"id": 1, "item": "a", "attempt": true}\n', '"attempt" is not an integer'),
     ],
 )
 def test_a_bad_request_is_one_line_and_exit_2(worker: Path, line: bytes, why: str) -> None:

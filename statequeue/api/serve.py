@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, TypeGuard
 
 import orjson
 
@@ -78,17 +78,29 @@ def _request_item(request: Any) -> tuple[int, str]:
     if not isinstance(request, dict):
         raise ValueError("a request is a JSON object")
     request_id = request.get("id")
-    if not isinstance(request_id, int) or isinstance(request_id, bool):
+    if not _is_int(request_id):
         raise ValueError('a request needs an integer "id"')
+    for key in ("attempt", "token"):
+        if key in request and not _is_int(request[key]):
+            raise ValueError(f'"{key}" is not an integer')
     if "item_b64" in request:
         try:
-            return request_id, os.fsdecode(base64.b64decode(request["item_b64"], validate=True))
+            item = os.fsdecode(base64.b64decode(request["item_b64"], validate=True))
         except (TypeError, binascii.Error) as exc:
             raise ValueError(f'"item_b64" is not base64: {exc}') from None
-    item = request.get("item")
-    if not isinstance(item, str):
-        raise ValueError('a request needs a string "item" (or "item_b64")')
+    else:
+        item = request.get("item")
+        if not isinstance(item, str):
+            raise ValueError('a request needs a string "item" (or "item_b64")')
+    # Neither argv nor the environment (STATEQUEUE_ITEM) can hold it: never an item. (A
+    # lone surrogate cannot come: orjson refuses one, and fsdecode makes only escapes.)
+    if "\0" in item:
+        raise ValueError("the item holds a NUL")
     return request_id, item
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _serve_requests(fn: Callable[[str], Any]) -> int:
