@@ -88,10 +88,10 @@ def _request_item(request: Any) -> tuple[int, str]:
             item = os.fsdecode(base64.b64decode(request["item_b64"], validate=True))
         except (TypeError, binascii.Error) as exc:
             raise ValueError(f'"item_b64" is not base64: {exc}') from None
+    elif isinstance(request.get("item"), str):
+        item = request["item"]
     else:
-        item = request.get("item")
-        if not isinstance(item, str):
-            raise ValueError('a request needs a string "item" (or "item_b64")')
+        raise ValueError('a request needs a string "item" (or "item_b64")')
     # Neither argv nor the environment (STATEQUEUE_ITEM) can hold it: never an item. (A
     # lone surrogate cannot come: orjson refuses one, and fsdecode makes only escapes.)
     if "\0" in item:
