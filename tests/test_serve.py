@@ -56,6 +56,8 @@ def handle(item: str):
     if item == "env":
         names = ["WORKER", "REPLY_FD", "ITEM", "ID", "ATTEMPT", "LEASE_TOKEN"]
         return [os.environ.get(f"STATEQUEUE_{name}") for name in names]
+    if item == "child-out":
+        return os.system("echo from a child")
     if item == "exit":
         sys.exit(3)
     return {"hex": os.fsencode(item).hex()}
@@ -254,6 +256,23 @@ def test_a_worker_without_its_reply_fd_is_one_line_and_exit_2(worker: Path) -> N
     assert out.stderr.decode().splitlines() == [
         "statequeue.serve: STATEQUEUE_WORKER is set but STATEQUEUE_REPLY_FD is not an open"
         " file descriptor"
+    ]
+
+
+def test_by_hand_the_replies_may_share_stdout(worker: Path) -> None:
+    """STATEQUEUE_REPLY_FD=1 (trying a worker at a terminal): replies come on stdout,
+    and the programs fn starts still have their stdout."""
+    env = {**os.environ, "STATEQUEUE_WORKER": "1", "STATEQUEUE_REPLY_FD": "1"}
+    env.pop("PYTHONUNBUFFERED", None)
+    requests = b'{"id": 1, "item": "a"}\n{"id": 2, "item": "child-out"}\n'
+    out = subprocess.run(
+        [sys.executable, str(worker)], input=requests, env=env, capture_output=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().splitlines() == [
+        '{"id":1,"ok":true,"result":{"hex":"61"}}',
+        "from a child",
+        '{"id":2,"ok":true,"result":0}',
     ]
 
 

@@ -105,11 +105,13 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 def _serve_requests(fn: Callable[[str], Any]) -> int:
     try:
-        reply_fd = int(os.environ.get(REPLY_FD_ENV, ""))
-        # Neither fn's children nor the programs they start may write replies.
-        os.set_inheritable(reply_fd, False)
+        named = int(os.environ.get(REPLY_FD_ENV, ""))
+        # A copy that what fn starts does not inherit (PEP 446): only we write replies.
+        reply_fd = os.dup(named)
     except (ValueError, OSError):
         return _refuse(f"{WORKER_ENV} is set but {REPLY_FD_ENV} is not an open file descriptor")
+    if named > 2:  # by hand it may be 1 or 2: those stay what they are, the logs
+        os.close(named)
     requests = _take_stdin()
     # A worker that fn starts is an ordinary program again, not this slot's worker.
     for name in (WORKER_ENV, REPLY_FD_ENV):
