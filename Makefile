@@ -56,6 +56,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python scripts/bench_pg_ops.py $(if $(findstring --quick,$(BENCH_ARGS)),--quick)
 	$(BENCH_VENV)/bin/python scripts/bench_transfer.py
 	$(BENCH_VENV)/bin/python scripts/bench_library.py
+	$(BENCH_VENV)/bin/python scripts/bench_persistent.py $(filter --quick,$(BENCH_ARGS))
 	$(BENCH_VENV)/bin/python scripts/bench_compaction.py $(filter --quick,$(BENCH_ARGS))
 	$(BENCH_VENV)/bin/python scripts/bench_stats.py --json bench-results-stats.json
 	$(BENCH_VENV)/bin/python scripts/bench_report.py $(if $(findstring --quick,$(BENCH_ARGS)),--items 100000 --rounds 1)

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from statequeue.api.map_async import map_async
     from statequeue.api.mapping import map, resumable
     from statequeue.api.queue import Queue, WorkItem
+    from statequeue.api.serve import serve
     from statequeue.api.work import WorkPolicy
     from statequeue.api.work_async import AsyncWorkItem
     from statequeue.core.errors import (
@@ -44,6 +45,7 @@ _LAZY = {
     "map_async": "statequeue.api.map_async",
     "map": "statequeue.api.mapping",
     "resumable": "statequeue.api.mapping",
+    "serve": "statequeue.api.serve",
     "ItemHistory": "statequeue.core.views",
     "ItemResult": "statequeue.core.views",
     "ItemView": "statequeue.core.views",
@@ -86,5 +88,6 @@ __all__ = [
     "map",
     "map_async",
     "resumable",
+    "serve",
 ]
 __version__ = "0.1.0"

@@ -97,6 +97,10 @@ async def async_api(q: Queue) -> list[int]:
     return await statequeue.map_async(afetch, ["a", "bb"], queue="crawl", concurrency=4)
 
 
+def worker() -> None:  # `run --persistent -- python this.py`: serve() ends the program
+    statequeue.serve(fetch)
+
+
 def main() -> None:
     try:
         lengths: list[int] = statequeue.map(fetch, ["a", "bb"], queue="crawl", jobs=8)

@@ -23,6 +23,7 @@ from statequeue.core.exitcodes import ExitCode
 TOPICS: dict[str, str] = {
     "commands": "every command and its options (generated from --help), with usage notes",
     "python": "the library: Queue, work(), map, resumable, asyncio, errors",
+    "workers": "persistent workers: run --persistent, the protocol, statequeue.serve",
     "guarantees": "the six promises: what is covered, what is not, which tests",
     "exit-codes": "every exit code and what it means",
     "report": "the HTML report: what each chart answers, offline, dark mode, print",

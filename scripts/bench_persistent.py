@@ -1,0 +1,199 @@
+"""Persistent workers against one process per item (issue 23), in one run.
+
+Items/s of `statequeue run -jN -- python worker.py {}` (a new interpreter per item)
+against `statequeue run --persistent -jN -- python worker.py` (one per slot), at -j1
+and -j2, for two workers written with ``statequeue.serve``: a no-op (goal: at least
+20x the items/s) and one whose imports take 0.3 s (``time.sleep(0.3)`` at import;
+goal: at least 100x; the per-item side gets fewer items so that it ends). Then the
+time per item of `run --persistent -j1` against a ``Queue.work()`` loop doing the same
+no-op on the same store, each a whole process from start to end (goal: within 1.5x).
+
+Every case runs the installed `statequeue` on a fresh queue of the journal store in a
+temporary STATEQUEUE_HOME under /var/tmp (or --workdir). Cases are interleaved round by
+round, and the two sides of each figure run one right after the other, so that they meet
+the disk and the machine's load in the same state: each figure is the median over the
+rounds of that round's ratio (the table shows the median time per item of each case).
+A case's time is its whole process, start-up included, divided by its items; it counts
+only when every item ended done. Items are enqueued before the clock starts.
+
+Examples:
+
+  .venv-bench/bin/python scripts/bench_persistent.py
+  .venv-bench/bin/python scripts/bench_persistent.py --quick
+  .venv-bench/bin/python scripts/bench_persistent.py --rounds 5 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from statequeue import Queue
+
+BIN = Path(sys.executable).parent
+STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or "statequeue"
+
+WORKERS = {
+    "noop": "import statequeue\n\nstatequeue.serve(lambda item: None)\n",
+    "slow-import": (
+        "import time\n\nimport statequeue\n\n"
+        "time.sleep(0.3)  # imports that take 0.3 s, as numpy and pandas do\n"
+        "statequeue.serve(lambda item: None)\n"
+    ),
+}
+WORK_LOOP = """\
+import sys
+
+from statequeue import Queue
+
+with Queue(sys.argv[1]) as queue:
+    for item in queue.work():
+        item.done(None)
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    items: int
+    command: list[str]
+    """After `statequeue run`, or a whole command when ``loop``."""
+    loop: bool = False
+
+
+LOOP = "Queue.work() loop"
+FIGURES = [
+    *(
+        (f"{worker}: persistent / per item items/s, -j{jobs}",
+         f"{worker} per item -j{jobs}", f"{worker} persistent -j{jobs}", ">=", goal)
+        for worker, goal in (("noop", 20.0), ("slow-import", 100.0))
+        for jobs in (1, 2)
+    ),
+    ("per item: persistent -j1 / Queue.work() loop", "noop persistent -j1", LOOP, "<=", 1.5),
+]  # fmt: skip
+"""(figure, numerator case, denominator case, sense, goal): each a ratio of per-item times."""
+
+
+def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
+    """In the order they run: each figure's two sides next to each other."""
+    python = sys.executable
+    found = []
+    for worker in WORKERS:
+        script = str(folder / f"{worker}.py")
+        few = args.slow_items if worker == "slow-import" else args.per_item_items
+        for jobs in (1, 2):
+            per_item = [f"-j{jobs}", "--", python, script, "{}"]
+            persistent = ["--persistent", f"-j{jobs}", "--", python, script]
+            found.append(Case(f"{worker} per item -j{jobs}", few, per_item))
+            found.append(Case(f"{worker} persistent -j{jobs}", args.items, persistent))
+            if worker == "noop" and jobs == 1:
+                loop = [python, str(folder / "loop.py")]
+                found.append(Case(LOOP, args.items, loop, loop=True))
+    return found
+
+
+def run_case(case: Case, home: Path) -> float:
+    """Seconds for ``case`` on a fresh queue in ``home``, from process start to end."""
+    queue_name = "bench"
+    with Queue(queue_name, home=home) as queue:
+        queue.enqueue([f"item-{n}" for n in range(case.items)])
+    env = {**os.environ, "STATEQUEUE_HOME": str(home), "STATEQUEUE_QUEUE": queue_name}
+    command = (
+        [*case.command, queue_name] if case.loop else [STATEQUEUE, "run", "--quiet", *case.command]
+    )
+    start = time.perf_counter()
+    out = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seconds = time.perf_counter() - start
+    if out.returncode != 0:
+        raise SystemExit(f"{case.name}: exit {out.returncode}: {out.stderr.decode().strip()}")
+    with Queue(queue_name, home=home) as queue:
+        done = queue.status().counts.get("done", 0)
+    if done != case.items:
+        raise SystemExit(f"{case.name}: {done} of {case.items} items done")
+    return seconds
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
+    """Per round: each case's seconds per item."""
+    for worker, text in WORKERS.items():
+        (workdir / f"{worker}.py").write_text(text)
+    (workdir / "loop.py").write_text(WORK_LOOP)
+    rounds = []
+    for round_no in range(args.rounds):
+        per_item = {}
+        for n, case in enumerate(cases(args, workdir)):
+            home = workdir / f"home-{round_no}-{n}"
+            per_item[case.name] = run_case(case, home) / case.items
+            shutil.rmtree(home)
+        rounds.append(per_item)
+    return rounds
+
+
+def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str, object]:
+    print(f"{args.rounds} round(s); journal store; per item = whole run / items; medians")
+    print(f"{'case':<28} {'items':>6} {'per item':>11} {'items/s':>9}")
+    median = {}
+    for case in cases(args, Path()):
+        seconds = median[case.name] = statistics.median(r[case.name] for r in rounds)
+        print(f"{case.name:<28} {case.items:>6} {seconds * 1e3:>9.2f}ms {1 / seconds:>9.1f}")
+    print(f"\n{'figure (median of per-round ratios)':<46} {'value':>8}  goal")
+    figures = []
+    for name, over, under, sense, goal in FIGURES:
+        ratios = [r[over] / r[under] for r in rounds]
+        value = statistics.median(ratios)
+        met = value >= goal if sense == ">=" else value <= goal
+        spread = f"rounds {min(ratios):.1f}-{max(ratios):.1f}" if len(ratios) > 1 else ""
+        verdict = "met" if met else "MISSED"
+        print(f"{name:<46} {value:>7.1f}x  {sense} {goal:g}x {verdict}  {spread}")
+        goal_text = f"{sense} {goal:g}x"
+        figures.append(
+            {"figure": name, "value": value, "rounds": ratios, "goal": goal_text, "met": met}
+        )
+    return {"rounds": args.rounds, "per_item_s": median, "figures": figures}
+
+
+def has_persistent() -> bool:
+    out = subprocess.run([STATEQUEUE, "run", "--help"], capture_output=True, text=True)
+    return "--persistent" in out.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--items", type=int, default=2000, help="per persistent and loop case")
+    parser.add_argument("--per-item-items", type=int, default=100, help="per no-op per-item case")
+    parser.add_argument("--slow-items", type=int, default=12, help="per slow-import per-item case")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one round, fewer items")
+    parser.add_argument("--workdir", default="/var/tmp")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.items, args.per_item_items, args.slow_items = 1, 500, 40, 6
+    if not has_persistent():
+        print("bench_persistent: this statequeue has no `run --persistent`", file=sys.stderr)
+        return 1
+    workdir = Path(tempfile.mkdtemp(prefix="statequeue-bench-persistent-", dir=args.workdir))
+    try:
+        figures = report(measure(args, workdir), args)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""``statequeue.serve(fn)``: one worker file for both ways ``run`` starts a worker.
+
+Under ``statequeue run --persistent`` (``STATEQUEUE_WORKER`` set) the worker starts once
+per slot and pays for its imports once: it reads one JSON request per line on stdin and
+answers each on the file descriptor ``STATEQUEUE_REPLY_FD``. Started once per item
+(``run -- python worker.py {}``) or by hand (``python worker.py a.pdf b.pdf``), the same
+file handles its argv items one at a time. ``statequeue help workers`` is the protocol.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO, NoReturn, TypeGuard
+
+import orjson
+
+from statequeue.api.work import failure_reason
+from statequeue.core.records import json_problem
+
+WORKER_ENV = "STATEQUEUE_WORKER"
+"""Set (to 1) by ``run --persistent``: requests come on stdin, not in argv."""
+REPLY_FD_ENV = "STATEQUEUE_REPLY_FD"
+"""The number of the file descriptor a persistent worker writes its replies to."""
+RESULT_ENV = "STATEQUEUE_RESULT"
+"""Per-item mode: the path where ``run`` reads the item's JSON result."""
+TOKEN_ENV = "STATEQUEUE_LEASE_TOKEN"
+"""The claim's fencing token, on stores that fence (a request's ``token``)."""
+
+Reply = dict[str, Any]
+
+
+def serve(fn: Callable[[str], Any]) -> NoReturn:
+    """Call ``fn(item)`` for each item ``run`` gives this worker, then exit.
+
+    Each return value is the item's result (it must be a value JSON can hold); an
+    exception fails the attempt with "Type: message" as its reason, and its traceback
+    goes to stderr, the attempt's log. Under ``run --persistent`` the items come as
+    requests on stdin and the exit status is 0 at the end of stdin; otherwise they are
+    ``sys.argv[1:]``, each result goes to ``$STATEQUEUE_RESULT`` when that is set (one
+    item: its result; several: a list, null where one failed) and is printed as a JSON
+    line otherwise, and the exit status is 0 if every item succeeded, 1 if not.
+
+    Like ``unittest.main()``, it ends the program (``SystemExit``): it is a worker's main.
+    """
+    if os.environ.get(WORKER_ENV):
+        raise SystemExit(_serve_requests(fn))
+    raise SystemExit(_serve_argv(fn, sys.argv[1:]))
+
+
+def _attempt(fn: Callable[[str], Any], item: str) -> Reply:
+    """One attempt of ``item``: ``{"ok": True, "result": ...}`` or ``{"ok": False,
+    "reason": ...}``, the reply without its id. Only an ``Exception`` fails the
+    attempt: SystemExit and KeyboardInterrupt end the worker, as they would end a
+    per-item one, and ``run`` then counts the attempt as interrupted."""
+    try:
+        value = fn(item)
+    except Exception as exc:
+        traceback.print_exc()  # to stderr: the attempt's log, and its stderr tail
+        return {"ok": False, "reason": _json_text(failure_reason(exc))}
+    problem = json_problem(value)
+    if problem is not None:
+        return {"ok": False, "reason": f"result cannot be stored as JSON: {problem}"}
+    return {"ok": True, "result": value}
+
+
+def _request_item(request: Any) -> tuple[int, str]:
+    """(id, item) of one parsed request line; ValueError naming what is wrong.
+
+    ``item_b64`` (sent when the item's bytes are not UTF-8) wins over ``item`` and is
+    decoded as ``os.fsdecode`` decodes argv: fn gets the same ``str`` (undecodable
+    bytes as surrogate escapes) that a per-item worker finds in ``sys.argv``."""
+    if not isinstance(request, dict):
+        raise ValueError("a request is a JSON object")
+    request_id = request.get("id")
+    if not _is_int(request_id):
+        raise ValueError('a request needs an integer "id"')
+    for key in ("attempt", "token"):
+        if key in request and not _is_int(request[key]):
+            raise ValueError(f'"{key}" is not an integer')
+    if "item_b64" in request:
+        try:
+            item = os.fsdecode(base64.b64decode(request["item_b64"], validate=True))
+        except (TypeError, binascii.Error) as exc:
+            raise ValueError(f'"item_b64" is not base64: {exc}') from None
+    elif isinstance(request.get("item"), str):
+        item = request["item"]
+    else:
+        raise ValueError('a request needs a string "item" (or "item_b64")')
+    # Neither argv nor the environment (STATEQUEUE_ITEM) can hold it: never an item. (A
+    # lone surrogate cannot come: orjson refuses one, and fsdecode makes only escapes.)
+    if "\0" in item:
+        raise ValueError("the item holds a NUL")
+    return request_id, item
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _serve_requests(fn: Callable[[str], Any]) -> int:
+    try:
+        named = int(os.environ.get(REPLY_FD_ENV, ""))
+        # A copy that what fn starts does not inherit (PEP 446): only we write replies.
+        reply_fd = os.dup(named)
+    except (ValueError, OSError):
+        return _refuse(f"{WORKER_ENV} is set but {REPLY_FD_ENV} is not an open file descriptor")
+    if named > 2:  # by hand it may be 1 or 2: those stay what they are, the logs
+        os.close(named)
+    requests = _take_stdin()
+    # A worker that fn starts is an ordinary program again, not this slot's worker.
+    for name in (WORKER_ENV, REPLY_FD_ENV):
+        os.environ.pop(name, None)
+    return _answer(fn, requests, reply_fd)
+
+
+def _take_stdin() -> BinaryIO:
+    """The request stream, moved off fd 0, which becomes /dev/null: fn and its children
+    read stdin as a per-item worker's would, and cannot swallow the next request."""
+    requests = os.dup(0)  # dup: not inherited by children (PEP 446)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return open(requests, "rb")
+
+
+def _answer(fn: Callable[[str], Any], requests: Iterable[bytes], reply_fd: int) -> int:
+    for number, line in enumerate(requests, 1):
+        try:
+            request = orjson.loads(line)
+            request_id, item = _request_item(request)
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            return _refuse(f"request line {number} refused: {exc}")
+        _set_item_env(request, request_id, item)
+        reply = {"id": request_id, **_attempt(fn, item)}
+        _flush_logs()  # before the reply: what fn printed belongs to this attempt's log
+        try:
+            _write_all(reply_fd, orjson.dumps(reply) + b"\n")
+        except OSError as exc:  # the runner is gone; its keeper stops this worker anyway
+            return _refuse(f"reply not sent: {exc.strerror}", code=1)
+    return 0
+
+
+def _set_item_env(request: dict[str, Any], item_id: int, item: str) -> None:
+    """The variables a per-item child gets, set for this request, so that fn and what it
+    starts find the same ``os.environ`` in both modes (the result goes in the reply)."""
+    os.environ["STATEQUEUE_ITEM"] = item  # a surrogate escape goes back to its byte
+    os.environ["STATEQUEUE_ID"] = str(item_id)
+    os.environ["STATEQUEUE_ATTEMPT"] = str(request.get("attempt", ""))
+    token = request.get("token")
+    if token is None:
+        os.environ.pop(TOKEN_ENV, None)
+    else:  # stores that fence (PostgreSQL): for fn's own fencing
+        os.environ[TOKEN_ENV] = str(token)
+
+
+def _serve_argv(fn: Callable[[str], Any], items: list[str]) -> int:
+    replies = []
+    for item in items:
+        reply = _attempt(fn, item)
+        if not reply["ok"]:
+            print(f"{item}: {reply['reason']}", file=sys.stderr)
+        elif RESULT_ENV not in os.environ:
+            print(orjson.dumps(reply["result"]).decode())
+        replies.append(reply)
+    _flush_logs()
+    failed = any(not reply["ok"] for reply in replies)
+    path = os.environ.get(RESULT_ENV)
+    if path and replies and not (failed and len(replies) == 1):
+        results = [reply.get("result") for reply in replies]
+        try:
+            with open(path, "wb") as result_file:
+                result_file.write(orjson.dumps(results[0] if len(results) == 1 else results))
+        except OSError as exc:
+            return _refuse(f"result not written to {path}: {exc.strerror}", code=1)
+    return 1 if failed else 0
+
+
+def _flush_logs() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # A closed or broken log must not cost the reply.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a pipe takes a long reply in parts
+        view = view[os.write(fd, view) :]
+
+
+def _json_text(text: str) -> str:
+    """``text`` as JSON can hold it: a lone surrogate (an undecodable file name in an
+    exception's message, say) is written as its escape instead of failing the reply."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _refuse(message: str, code: int = 2) -> int:
+    print(f"statequeue.serve: {message}", file=sys.stderr)
+    return code
