@@ -35,6 +35,8 @@ Examples:
 
   statequeue run --single --quiet --max-time 50m -- ./nightly {}    (from cron)
 
+  statequeue run --persistent -j4 --recycle-rss 2G -- python worker.py
+
 Replacement strings (as in GNU parallel): {} item, {.} without extension,
 {/} basename, {//} dirname, {/.} basename without extension, {#} item id,
 {%} job slot.
@@ -121,6 +123,35 @@ def run(
     stdin: Annotated[
         bool, typer.Option("--stdin", help="Feed the item on the child's stdin.")
     ] = False,
+    persistent: Annotated[
+        bool,
+        typer.Option(
+            "--persistent",
+            help="Start COMMAND once per slot and feed it items over a line protocol "
+            "(`statequeue help persistent`); it pays its start-up once, not per item. "
+            "Example: run --persistent -j4 -- python worker.py",
+        ),
+    ] = False,
+    recycle_after: Annotated[
+        int | None,
+        typer.Option(
+            "--recycle-after",
+            help="--persistent: replace a worker after this many items (staggered across "
+            "slots). Example: --recycle-after 1000",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
+    recycle_rss: Annotated[
+        str | None,
+        typer.Option(
+            "--recycle-rss",
+            help="--persistent: replace a worker, between items, once its resident memory "
+            "reaches SIZE (K, M, G: powers of 1024). Example: --recycle-rss 2G",
+            metavar="SIZE",
+            show_default=False,
+        ),
+    ] = None,
     live: Annotated[
         bool | None,
         typer.Option(
@@ -198,7 +229,7 @@ def run(
     """
     # lazy: start-up time (the runner and its view, only for `run`)
     from statequeue.cli.progress import LiveSink, make_view
-    from statequeue.run.options import RunOptions, parse_verify
+    from statequeue.run.options import RunOptions, parse_size, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
     from statequeue.run.runner import Runner
 
@@ -230,6 +261,9 @@ def run(
         log_limit=log_limit,
         lease=_duration(lease),
         give_up_after=_duration(give_up_after),
+        persistent=persistent,
+        recycle_after=recycle_after,
+        recycle_rss=None if recycle_rss is None else parse_size(recycle_rss, "--recycle-rss"),
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)

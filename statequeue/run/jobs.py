@@ -102,6 +102,12 @@ def item_env(claim: Claim, queue: str, result_path: str) -> dict[str, str]:
 class Job:
     """A running child for one claim."""
 
+    watch_now = False
+    """Whether its pipes are watched from its start (else after a delay: output_watch.py)."""
+    interruption = ""
+    """Set when the attempt died with its process and is to be recorded as
+    interrupted (a crash), not as a failure: a persistent worker's (persistent.py)."""
+
     def __init__(self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int = 1) -> None:
         self.claim = claim
         self.spec = spec

@@ -37,6 +37,12 @@ keeper's children needs a /proc scan when the kernel lacks the cheap
 ``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
 whenever ``waitid`` says the keeper has no child at all.
 
+A persistent worker (``run --persistent``, run/persistent.py) is started
+like an item's command (WORKER: with its reply pipe too, and its pid
+reported back) but with no item; ASSIGN then makes it, and whatever it
+starts, the processes of each item it is given in turn, its claim fds held
+here while they live, and of no item between two (NO_ITEM).
+
 The children's environment comes once per run (ENVIRON); each SPAWN names
 only the variables of its item, so a request stays small whatever the size of
 the user's environment.
@@ -84,10 +90,12 @@ SOCKET_FD = 3  # where the keeper finds its end of the socket
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
-SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON = 1, 2, 3, 4, 5
+SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
-FAILED, EXITED, LINGERING = 2, 3, 4
+FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
+REPLY_FD = 3  # where a persistent worker finds the write end of its reply pipe
+NO_ITEM = -1  # the item of a persistent worker between two items
 
 CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 MAX_FDS = 8
@@ -202,6 +210,9 @@ class KeeperProcess:
             elif token in self.deadline_items:  # else long settled: no deadline to keep
                 self.deadlines[token] = request[2]
             return
+        if request[0] == ASSIGN:
+            self.assign(request[1], request[2], fds)
+            return
         if request[0] == GOODBYE:
             self.goodbye = True
             if self.has_children():
@@ -221,13 +232,17 @@ class KeeperProcess:
         # reply per spawn cost a wakeup of the runner per item).
 
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
-        _, token, item, argv, item_env, has_stdin = request
+        kind, token, item, argv, item_env, has_stdin = request
         env = self.environ | item_env
-        streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
+        # A persistent worker (WORKER) also gets its reply pipe, at REPLY_FD.
+        nstreams = 2 + has_stdin + (kind == WORKER)
+        streams, claims = fds[:nstreams], fds[nstreams:]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         if has_stdin:
             actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
         actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
+        if kind == WORKER:
+            actions.append((os.POSIX_SPAWN_DUP2, streams[-1], REPLY_FD))
         actions += [
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
@@ -238,8 +253,35 @@ class KeeperProcess:
             os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
-        self.held.setdefault(item, []).extend(claims)
-        self.finished.discard(item)
+        if item != NO_ITEM:
+            self.held.setdefault(item, []).extend(claims)
+            self.finished.discard(item)
+        if kind == WORKER:  # the runner watches its memory and shows its pid
+            self.reply(STARTED, token, pid)
+
+    def assign(self, token: int, item: int, claims: list[int]) -> None:
+        """A persistent worker (``token``) takes ``item`` (NO_ITEM: it is
+        done with the last one): from now on it and its descendants are that
+        item's processes, and the keeper holds its claim fds while they live.
+        The item it leaves is released as any finished item is."""
+        leader = self.by_token.get(token)
+        if leader is None or LOST in claims:
+            # The worker has ended (its exit is on its way to the runner, which
+            # settles the item), or the fds were lost: nothing of the item runs.
+            for fd in claims:
+                if fd >= 0:
+                    os.close(fd)
+            return
+        old, leader.item = leader.item, item
+        # Its lease deadline was the old item's: the runner sends the new one.
+        self.deadlines.pop(token, None)
+        self.deadline_items.pop(token, None)
+        if item != NO_ITEM:
+            self.held.setdefault(item, []).extend(claims)
+            self.finished.discard(item)
+        if old != NO_ITEM and old != item and old in self.held:
+            self.finished.add(old)
+            self.idle_gap, self.idle_until = 0.0, 0.0
 
     def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
         """posix_spawn ``argv``. A bare program name is looked up on PATH once
@@ -302,7 +344,8 @@ class KeeperProcess:
                 # Its deadline stays until the item is released: a detached
                 # leftover of it may still need fencing.
                 del self.by_token[leader.token]
-                self.finished.add(leader.item)
+                if leader.item != NO_ITEM:
+                    self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
     def report(self, exits: list[tuple[int, int]]) -> None:

@@ -28,6 +28,7 @@ from statequeue.run.keeper import Keeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
+from statequeue.run.persistent import WorkerPool, WorkerSettings
 from statequeue.run.recorder import ResultRecorder
 from statequeue.run.resources import RESOURCE_ERRNOS, SHORT_ADVICE
 from statequeue.run.verify_step import VerifyStep
@@ -97,6 +98,10 @@ class Runner:
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
+        self.workers: WorkerPool | None = None  # --persistent: the long-lived workers
+        if options.persistent:
+            settings = WorkerSettings(options.recycle_after, options.recycle_rss)
+            self.workers = WorkerPool(self.spec, settings, options.jobs)
 
     # -- signals ---------------------------------------------------------------
 
@@ -140,6 +145,8 @@ class Runner:
             self._loop()
         finally:
             self._shutdown()
+            if self.workers is not None:
+                self.workers.close(self.keeper, self.options.grace)
             if self.keeper is not None:
                 # The keeper exits, or stays until a detached leftover of an
                 # item has ended, holding that item's claim.
@@ -301,7 +308,10 @@ class Runner:
 
     def _start(self, claim: Claim) -> None:
         try:
-            job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
+            if self.workers is not None:
+                job: Job = self.workers.attempt(claim, self._keeper(), self._free_slot())
+            else:
+                job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
         except KeeperLost:
             # Nothing of the item runs without the keeper: give it back as if
             # never claimed, then stop (the run cannot watch its children).
@@ -440,6 +450,8 @@ class Runner:
             self._watch.forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))
         self.recorder.record_batch(results, self._stop_signal)
+        if self.workers is not None:
+            self.workers.check()  # workers that die at start: the run stops
         # Every claim that did not start goes back (or fails) before the run
         # may stop for want of resources: none may be left claimed.
         short = [error for job, error in unstarted if self._not_started(job.claim, error)]

@@ -143,6 +143,21 @@ class Store(ABC):
         its number is given out again. Releases the claim."""
 
     @abstractmethod
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        """The process running ``claim`` died mid-attempt while its runner
+        lives on (a persistent worker, issue 23): settle the attempt now, as
+        crash recovery would (it counts a crash; the policy applies; held as
+        poison after ``max_crashes``), recording ``reason``; durable before
+        it returns the item's new state. Releases the claim."""
+
+    @abstractmethod
     def sync(self) -> None:
         """Make every record written so far durable (for group commit)."""
 

@@ -255,6 +255,18 @@ class PostgresStore(Store):
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         self._claims.release(claim, reason, uncounted=uncounted)
 
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        return self._claims.interrupt(
+            claim, reason, on_interrupted=on_interrupted, max_crashes=max_crashes
+        )
+
     def sync(self) -> None:
         self._claims.sync()
 

@@ -283,6 +283,32 @@ class RecordStore(Store):
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
 
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        with self._locked() as state:
+            item = self._claimed_item(state, claim)
+            crashes = item.crashes + 1
+            target = transitions.recovery_state(on_interrupted, crashes, max_crashes)
+            rec = transitions.interrupted_record(
+                item.id,
+                item.attempts,
+                target,
+                transitions.recovery_reason(target, on_interrupted, crashes, interrupted=reason),
+                crashed=transitions.recovered_crashed(target),
+                at=record_time(),
+            )
+            rec["crashes"] = crashes
+            rec["runner"] = claim.runner_id
+            self._write([rec], sync=True)
+            self._drop_claim(claim.item_id)
+            return target
+
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
         item = state.get(claim.item_id)
         if (

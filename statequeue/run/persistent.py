@@ -1,0 +1,456 @@
+"""Persistent workers (``run --persistent``): one long-lived worker per slot, fed items in turn.
+
+A worker is started by the keeper like an item's command (its parent, so
+promise 4 holds as for per-item children: the keeper makes it, and whatever
+it starts, the processes of the item it works on, holding that item's claim
+while any of them lives). The runner writes one request per item on its
+stdin and reads the reply on a pipe of its own (protocol.py). Each request is
+one attempt (``WorkerAttempt``): to the runner's loop it is a ``Job`` that
+ends when the reply comes, whose log is what the worker wrote on stdout and
+stderr between the request and the reply. The worker stays for the next
+item unless it died, was stopped (a timeout, a stop), broke the protocol or
+is due for recycling; then the slot gets a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from statequeue.core.errors import KeeperLost, WorkerBroken
+from statequeue.core.models import Claim, Outcome
+from statequeue.run import keeper_process as kp
+from statequeue.run.jobs import Job, JobSpec
+from statequeue.run.keeper import Keeper
+from statequeue.run.protocol import BadReply, Reply, ReplyReader, request_line
+from statequeue.run.replacements import JobItem, replace, template_tokens
+
+__all__ = ["PAGE_SIZE", "WorkerAttempt", "WorkerPool", "WorkerSettings", "worker_argv"]
+
+_READ = 65536
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+START_FAILURES = 2  # workers in a row that die before their first reply: the run stops
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How the workers of a persistent run are recycled (RunOptions)."""
+
+    recycle_after: int | None = None
+    recycle_rss: int | None = None  # bytes
+
+
+def worker_argv(template: tuple[str, ...], slot: int) -> list[str]:
+    """The worker's command: ``template`` with ``{%}`` replaced by its slot
+    (the only replacement string a persistent command may hold)."""
+    if "{%}" not in template_tokens(template):
+        return list(template)
+    job = JobItem("", 0, slot)
+    return [replace(arg, job) for arg in template]
+
+
+class Worker:
+    """One running worker process and the runner's ends of its pipes."""
+
+    def __init__(self, keeper: Keeper, spec: JobSpec, slot: int, limit: int | None) -> None:
+        self.keeper = keeper
+        self.slot = slot
+        self.limit = limit  # items before it is recycled (None: never)
+        self.done = 0  # requests answered
+        self.started = time.monotonic()
+        self.retired = False
+        self.reader = ReplyReader()
+        env = {
+            "STATEQUEUE_QUEUE": spec.queue,
+            "STATEQUEUE_WORKER": "1",
+            "STATEQUEUE_REPLY_FD": str(kp.REPLY_FD),
+        }
+        ends: list[int] = []  # ours, then theirs
+        try:
+            for _ in range(4):
+                ends += os.pipe2(os.O_CLOEXEC)
+            out_r, out_w, err_r, err_w, in_r, in_w, reply_r, reply_w = ends
+            theirs = [out_w, err_w, in_r, reply_w]
+            self.token = keeper.spawn_worker(
+                argv=worker_argv(spec.template, slot), env=env, streams=theirs
+            )
+        except BaseException:
+            for fd in ends:
+                os.close(fd)
+            raise
+        for fd in theirs:
+            os.close(fd)
+        self.stdin = in_w
+        for fd in (out_r, err_r, reply_r, in_w):
+            os.set_blocking(fd, False)
+        self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid, once the keeper has reported it."""
+        return self.keeper.pids.get(self.token)
+
+    def rss(self) -> int | None:
+        """The worker's resident memory in bytes (None if unknown)."""
+        pid = self.pid
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * PAGE_SIZE
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def dead(self) -> bool:
+        """Whether its exit (or failed spawn) has been reported."""
+        return self.token in self.keeper.exits or self.token in self.keeper.failed
+
+    def send(self, claim: Claim) -> str:
+        """Give it ``claim``: its claim fds to the keeper, then the request.
+        Returns why the request could not be written ("" when it was)."""
+        self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
+        if self.reader.pending() or self._unsolicited():
+            return "reply sent without a request"
+        line = request_line(claim)
+        try:
+            written = os.write(self.stdin, line)
+        except BrokenPipeError:
+            return ""  # it is ending: its exit decides the attempt
+        except BlockingIOError:
+            written = 0
+        if written < len(line):
+            return "the worker does not read its requests (its stdin is full)"
+        return ""
+
+    def _unsolicited(self) -> bool:
+        """Whether it wrote a reply while it had no request (read now, before the next)."""
+        for fd, stream in self.pipes.items():
+            if stream == 3:
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:
+                    return False
+                self.reader.feed(data)
+                return bool(data)
+        return False
+
+    def stdin_eof(self) -> None:
+        """Close its stdin: a worker ends when its requests do."""
+        if self.stdin >= 0:
+            os.close(self.stdin)
+            self.stdin = -1
+
+    def idle(self) -> None:
+        """It answered: no process of it belongs to the item any more."""
+        with contextlib.suppress(KeeperLost):
+            self.keeper.assign(self.token, kp.NO_ITEM, ())
+
+    def retire(self, signum: int = signal.SIGKILL) -> None:
+        """Stop it (its process group, through the keeper): it gets no more
+        items. Our ends of its pipes stay open until ``close`` (the runner's
+        selector may still watch them)."""
+        if not self.retired:
+            self.retired = True
+            with contextlib.suppress(KeeperLost):
+                self.keeper.signal(self.token, signum)
+
+    def close(self) -> None:
+        """Close our ends of its pipes."""
+        for fd in self.pipes:
+            os.close(fd)
+        self.pipes.clear()
+        self.stdin_eof()
+
+
+class WorkerPool:
+    """The workers of a persistent run, one per slot, started when a slot first needs one."""
+
+    def __init__(self, spec: JobSpec, settings: WorkerSettings, jobs: int) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.jobs = jobs
+        self.workers: dict[int, Worker] = {}  # slot -> its worker
+        self._leaving: list[Worker] = []  # retired, exit not yet collected
+        self._slots_seen: set[int] = set()  # slots that had a worker (see _limit)
+        self.start_failures = 0  # workers in a row that ended before their first reply
+
+    def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
+        """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
+        return WorkerAttempt(claim, self.spec, keeper, slot=slot, pool=self)
+
+    def worker_for(self, slot: int, keeper: Keeper) -> Worker:
+        """``slot``'s worker: the live one, or a new one in place of one that
+        ended, was retired, or is due for recycling."""
+        self._collect(keeper)
+        worker = self.workers.get(slot)
+        if worker is not None and (worker.retired or worker.dead() or self._due(worker)):
+            self._drop(worker)
+            worker = None
+        if worker is None:
+            worker = self.workers[slot] = Worker(keeper, self.spec, slot, self._limit(slot))
+        return worker
+
+    def _limit(self, slot: int) -> int | None:
+        """Items before recycling: the first worker of slot k goes (k-1)/jobs
+        of the way early, so the slots' restarts stay spread out."""
+        every = self.settings.recycle_after
+        if every is None:
+            return None
+        if slot in self._slots_seen:
+            return every
+        self._slots_seen.add(slot)
+        return max(1, every - (slot - 1) * every // self.jobs)
+
+    def _due(self, worker: Worker) -> bool:
+        """Whether ``worker`` (between items) is to be replaced now."""
+        if worker.limit is not None and worker.done >= worker.limit:
+            return True
+        limit = self.settings.recycle_rss
+        if limit is None:
+            return False
+        rss = worker.rss()
+        if rss is None or rss < limit:
+            return False
+        # One restart at a time: while another slot's new worker has not
+        # answered yet, this one works on (so the slots never all restart at once).
+        return not any(w.done == 0 for w in self.workers.values() if w is not worker)
+
+    def _drop(self, worker: Worker) -> None:
+        """``worker`` leaves its slot: stopped (if it still runs), its exit collected later."""
+        worker.stdin_eof()  # a worker that ends on its own when its stdin does is not killed
+        worker.retire(signal.SIGTERM)
+        worker.close()
+        if self.workers.get(worker.slot) is worker:
+            del self.workers[worker.slot]
+        if not worker.dead():
+            self._leaving.append(worker)
+
+    def _collect(self, keeper: Keeper) -> None:
+        """Forget the exits of retired workers (they are not any attempt's)."""
+        if not self._leaving:
+            return
+        for worker in list(self._leaving):
+            if worker.dead():
+                for reports in (keeper.exits, keeper.failed, keeper.pids):
+                    reports.pop(worker.token, None)
+                self._leaving.remove(worker)
+
+    def ended(self, worker: Worker, *, answered: bool) -> None:
+        """``worker`` ended during an attempt (``answered``: after its first reply).
+        WorkerBroken once START_FAILURES in a row ended before their first reply."""
+        worker.retire()
+        if self.workers.get(worker.slot) is worker:
+            del self.workers[worker.slot]
+        if not worker.dead() and worker not in self._leaving:
+            self._leaving.append(worker)  # its exit comes later: collected, not reaped
+        self.start_failures = 0 if answered else self.start_failures + 1
+
+    def check(self) -> None:
+        """WorkerBroken if the workers keep dying before their first reply."""
+        if self.start_failures >= START_FAILURES:
+            raise WorkerBroken()
+
+    def close(self, keeper: Keeper | None, grace: float) -> None:
+        """The run is over: end every worker (end of file on its stdin, then
+        SIGTERM, then SIGKILL after ``grace``), waiting for them."""
+        workers = list(self.workers.values())
+        self.workers.clear()
+        for worker in workers:
+            worker.stdin_eof()
+        if keeper is None:
+            return
+        live = [w for w in workers if not w.dead()]
+        for signum, wait in ((0, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
+            if signum:
+                for worker in live:
+                    with contextlib.suppress(KeeperLost):
+                        keeper.signal(worker.token, signum)
+            end = time.monotonic() + wait
+            while live and time.monotonic() < end:
+                with contextlib.suppress(KeeperLost, TimeoutError):
+                    keeper.receive_within(end - time.monotonic())
+                live = [w for w in live if not w.dead()]
+            if not live:
+                break
+        for worker in workers:
+            worker.close()
+            keeper.exits.pop(worker.token, None)
+
+
+class WorkerAttempt(Job):
+    """One request to a persistent worker: a Job to the runner's loop."""
+
+    watch_now = True  # the reply must wake the runner at once
+
+    def __init__(
+        self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int, pool: WorkerPool
+    ) -> None:
+        self._pool = pool
+        self.reply: Reply | None = None
+        self.bad = ""  # how the worker broke the protocol
+        super().__init__(claim, spec, keeper, slot=slot)
+
+    def _spawn(self) -> int:
+        self.worker = self._pool.worker_for(self.slot, self.keeper)
+        self._answered_before = self.worker.done > 0
+        self.program = self.spec.template[0]
+        self.pipes = dict(self.worker.pipes)
+        try:
+            problem = self.worker.send(self.claim)
+        except BadReply as exc:
+            problem = str(exc)
+        if problem:
+            self._broken(problem)
+        return self.worker.token
+
+    # -- output and the reply ------------------------------------------------
+
+    def read(self, fd: int) -> bool:
+        stream = self.pipes[fd]
+        if stream != 3:
+            if self.reply is not None or self.bad:
+                return True  # after the reply: the next item's (left in the pipe)
+            return super().read(fd)
+        try:
+            data = os.read(fd, _READ)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        if self.reply is None and not self.bad:
+            self._take(data)
+        return True
+
+    def _take(self, data: bytes) -> None:
+        try:
+            self.worker.reader.feed(data)
+            reply = self.worker.reader.next_reply(self.claim.item_id)
+            if reply is not None and self.worker.reader.pending():
+                self.worker.reader.next_reply(None)  # a second line: unsolicited
+        except BadReply as exc:
+            self._broken(str(exc))
+            return
+        if reply is not None:
+            self._drain_output()
+            self.reply = reply
+            self.worker.done += 1
+            self._pool.start_failures = 0
+
+    def _drain_output(self) -> None:
+        """Read what the worker wrote on stdout and stderr before its reply:
+        it is in the pipes by now (written first), and is this attempt's log.
+        (A worker must flush its stdout before it replies.)"""
+        for fd, stream in self.pipes.items():
+            if stream == 3:
+                continue
+            while True:
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break  # end of file: the watch closes it
+                self._consume(stream, data)
+
+    def _broken(self, problem: str) -> None:
+        self.bad = f"bad reply from the persistent worker: {problem}"
+        self.worker.retire()
+
+    def close_pipe(self, fd: int) -> None:
+        """A pipe of the worker reached end of file: neither it nor the next attempt reads it."""
+        stream = self.pipes.pop(fd)
+        if self.worker.pipes.pop(fd, None) is not None:
+            os.close(fd)
+        if stream == 3 and self.reply is None and not self.bad:
+            self._broken("it closed its reply fd")
+
+    def close(self) -> None:
+        """Close this attempt's log; the worker's pipes only if it is leaving."""
+        self.pipes = {}
+        super().close()
+        if self.worker.retired:
+            self.worker.close()
+
+    # -- the end -----------------------------------------------------------------
+
+    def exited(self) -> bool:
+        return self.reply is not None or bool(self.bad) or self.worker.dead()
+
+    def spawn_error(self) -> OSError | None:
+        error = super().spawn_error()
+        if error is not None:
+            self._pool.ended(self.worker, answered=True)  # not started: not its fault
+        return error
+
+    def reap(self) -> int:
+        if self.worker.dead():
+            return super().reap()
+        return 0
+
+    def finish(self) -> Outcome:
+        duration = time.monotonic() - self.started
+        tail = self._tail.decode("utf-8", "replace")
+        if self.stop_reason or self.bad or self.reply is None:
+            # The worker is not to be given another item.
+            with contextlib.suppress(KeeperLost):
+                self.keeper.signal(self.token, signal.SIGKILL)
+        if self.stop_reason:
+            outcome = self._stopped(duration, tail)
+        elif self.bad:
+            self._pool.ended(self.worker, answered=True)
+            outcome = Outcome(ok=False, duration=duration, stderr_tail=tail, reason=self.bad)
+        elif self.reply is not None:
+            self.worker.idle()
+            outcome = Outcome(
+                ok=self.reply.ok,
+                exit_code=0 if self.reply.ok else None,
+                duration=duration,
+                stderr_tail=tail,
+                reason=self.reply.reason,
+                result=self.reply.result,
+            )
+        else:
+            outcome = self._died(duration, tail)
+        self.close()
+        return outcome
+
+    def _stopped(self, duration: float, tail: str) -> Outcome:
+        """A timeout, a stop or a fence: the worker goes; the attempt fails as a child's would."""
+        code = self.reap() if self.worker.dead() else None
+        self._pool.ended(self.worker, answered=True)
+        sig = -code if code is not None and code < 0 else None
+        exit_code = code if sig is None else None
+        timed_out = self.stop_reason == "timeout"
+        if timed_out:
+            reason = self._timeout_reason(exit_code, sig)
+        else:
+            reason = f"{self.stop_reason}: the persistent worker was stopped"
+        return Outcome(
+            ok=False,
+            exit_code=exit_code,
+            signal=sig,
+            duration=duration,
+            stderr_tail=tail,
+            reason=reason,
+            timed_out=timed_out,
+        )
+
+    def _died(self, duration: float, tail: str) -> Outcome:
+        """The worker ended with no reply: the attempt is interrupted (recorder.py)."""
+        code = super().reap()
+        self._pool.ended(self.worker, answered=self._answered_before)
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.interruption = (
+            f"interrupted: its persistent worker {how} during attempt {self.claim.attempt}"
+        )
+        return Outcome(
+            ok=False,
+            exit_code=None if code < 0 else code,
+            signal=-code if code < 0 else None,
+            duration=duration,
+            stderr_tail=tail,
+            reason=self.interruption,
+        )
