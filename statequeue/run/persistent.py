@@ -32,6 +32,7 @@ __all__ = ["PAGE_SIZE", "WorkerAttempt", "WorkerPool", "WorkerSettings", "worker
 
 _READ = 65536
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+REPLY_CLOSED_WAIT = 1.0  # seconds a worker that closed its reply fd has to exit on its own
 START_FAILURES = 2  # workers in a row that die before their first reply: the run stops
 
 
@@ -112,7 +113,8 @@ class Worker:
         """Give it ``claim``: its claim fds to the keeper, then the request.
         Returns why the request could not be written ("" when it was)."""
         self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
-        if self.reader.pending() or self._unsolicited():
+        if self._unsolicited() or self.reader.pending():
+            self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
             return "reply sent without a request"
         line = request_line(claim)
         try:
@@ -291,6 +293,7 @@ class WorkerAttempt(Job):
         self._pool = pool
         self.reply: Reply | None = None
         self.bad = ""  # how the worker broke the protocol
+        self.reply_closed = False
         super().__init__(claim, spec, keeper, slot=slot)
 
     def _spawn(self) -> int:
@@ -364,8 +367,11 @@ class WorkerAttempt(Job):
         stream = self.pipes.pop(fd)
         if self.worker.pipes.pop(fd, None) is not None:
             os.close(fd)
-        if stream == 3 and self.reply is None and not self.bad:
-            self._broken("it closed its reply fd")
+        if stream == 3 and self.reply is None and not self.bad and self.kill_at is None:
+            # Most often it is dying (its exit comes next); if it lives on
+            # without a way to reply, the runner kills it then (_reap).
+            self.reply_closed = True
+            self.kill_at = time.monotonic() + REPLY_CLOSED_WAIT
 
     def close(self) -> None:
         """Close this attempt's log; the worker's pipes only if it is leaving."""
@@ -441,6 +447,10 @@ class WorkerAttempt(Job):
     def _died(self, duration: float, tail: str) -> Outcome:
         """The worker ended with no reply: the attempt is interrupted (recorder.py)."""
         code = super().reap()
+        if self.reply_closed and self.killed:  # it lived on, unable to reply
+            self._pool.ended(self.worker, answered=True)
+            reason = "bad reply from the persistent worker: it closed its reply fd"
+            return Outcome(ok=False, duration=duration, stderr_tail=tail, reason=reason)
         self._pool.ended(self.worker, answered=self._answered_before)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         self.interruption = (

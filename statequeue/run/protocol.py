@@ -108,7 +108,7 @@ def parse_reply(line: bytes, expected: int) -> Reply:
         raise BadReply(f"reply is not a JSON object: {_quote(line)}")
     got = value.get("id")
     if got != expected or isinstance(got, bool):
-        raise BadReply(f"reply names id {_quote(orjson.dumps(got))}, not {expected}")
+        raise BadReply(f"reply names id {orjson.dumps(got).decode()[:_SHOWN]}, not {expected}")
     ok = value.get("ok")
     if not isinstance(ok, bool):
         raise BadReply(f'reply has no "ok": true or false: {_quote(line)}')
