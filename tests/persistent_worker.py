@@ -4,11 +4,11 @@ It speaks the line protocol by hand (no statequeue import: it stands for a
 worker in any language) and does what each item's prefix says, so one
 program covers every case: ``ok-`` works (printing to stdout and stderr),
 ``fail-`` replies ok: false, ``die-`` exits mid-item, ``hang-`` and
-``slow-`` (unless interrupted before) wait to be killed (``slow-`` holding an flock on MARKS/ITEM, so
-that a second copy of the item would see it taken), ``grow-`` keeps 64 MiB,
+``slow-`` (unless interrupted before) wait to be killed, ``grow-`` keeps 64 MiB,
 ``notjson-``/``otherid-``/``twice-`` break the protocol. Every result names
-the worker's pid. MARKS (argv[1]) gets ITEM.pid for each item begun, and a
-line in ``overlap`` whenever an item was found already taken.
+the worker's pid. MARKS (argv[1]) gets ITEM.pid for each item begun; an
+item holds an flock on MARKS/ITEM while it runs, and one that finds it taken
+(a second copy) writes a line in MARKS/overlap.
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ for line in sys.stdin:
     if kind == "otherid":
         send({"id": req["id"] + 1000, "ok": True})
         continue
-    result = {"pid": os.getpid(), "attempt": req["attempt"], "interrupted": req.get("interrupted", False)}
+    result = {"pid": os.getpid(), "attempt": req["attempt"]}
+    result["interrupted"] = req.get("interrupted", False)
     if kind == "twice":  # both in one write: they come together
-        send(json.dumps({"id": req["id"], "ok": True}) + "\n" + json.dumps({"id": req["id"], "ok": True}))
+        line = json.dumps({"id": req["id"], "ok": True})
+        send(line + "\n" + line)
     elif kind == "fail":
         send({"id": req["id"], "ok": False, "reason": "asked to fail", "result": result})
     else:
