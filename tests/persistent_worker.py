@@ -4,7 +4,7 @@ It speaks the line protocol by hand (no statequeue import: it stands for a
 worker in any language) and does what each item's prefix says, so one
 program covers every case: ``ok-`` works (printing to stdout and stderr),
 ``fail-`` replies ok: false, ``die-`` exits mid-item, ``hang-`` and
-``slow-`` (unless interrupted before) wait to be killed, ``grow-`` keeps 64 MiB,
+``slow-`` (its first attempt) wait to be killed, ``grow-`` keeps 64 MiB,
 ``notjson-``/``otherid-``/``twice-`` break the protocol. Every result names
 the worker's pid. MARKS (argv[1]) gets ITEM.pid for each item begun; an
 item holds an flock on MARKS/ITEM while it runs, and one that finds it taken
@@ -51,7 +51,7 @@ for line in sys.stdin:
     print(f"out {item}", flush=True)
     print(f"err {item}", file=sys.stderr, flush=True)
     kind = item.split("-")[0]
-    if kind == "hang" or (kind == "slow" and not req.get("interrupted")):
+    if kind == "hang" or (kind == "slow" and req["attempt"] == 1):
         time.sleep(300)
     if kind == "die":
         os._exit(3)

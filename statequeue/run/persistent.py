@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class Worker:
         for fd in theirs:
             os.close(fd)
         self.stdin = in_w
+        self._pidfd = -1  # held once its pid is known: a kill by pid then hits no other process
         for fd in (out_r, err_r, reply_r, in_w):
             os.set_blocking(fd, False)
         self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
@@ -105,6 +107,24 @@ class Worker:
         except (OSError, IndexError, ValueError):
             return None
 
+    def hold_pid(self) -> None:
+        """Open a pidfd of the worker once its pid is known (see ``kill_directly``)."""
+        pid = self.pid
+        if self._pidfd < 0 and pid is not None:
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(pid)
+
+    def kill_directly(self) -> None:
+        """SIGKILL its process group without the keeper (which is gone, and
+        would have done it): promise 4, as no process holds the claim for it."""
+        self.hold_pid()
+        if self._pidfd < 0:
+            return
+        # Unexited (its pidfd is not readable), it leads its group: the group id is its pid.
+        if not select.select([self._pidfd], [], [], 0)[0]:
+            with contextlib.suppress(OSError):
+                os.killpg(self.keeper.pids[self.token], signal.SIGKILL)
+
     def dead(self) -> bool:
         """Whether its exit (or failed spawn) has been reported."""
         return self.token in self.keeper.exits or self.token in self.keeper.failed
@@ -113,6 +133,7 @@ class Worker:
         """Give it ``claim``: its claim fds to the keeper, then the request.
         Returns why the request could not be written ("" when it was)."""
         self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
+        self.hold_pid()
         if self._unsolicited() or self.reader.pending():
             self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
             return "reply sent without a request"
@@ -165,6 +186,9 @@ class Worker:
             os.close(fd)
         self.pipes.clear()
         self.stdin_eof()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
 
 
 class WorkerPool:
@@ -264,19 +288,11 @@ class WorkerPool:
             worker.stdin_eof()
         if keeper is None:
             return
-        live = [w for w in workers if not w.dead()]
-        for signum, wait in ((0, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
-            if signum:
-                for worker in live:
-                    with contextlib.suppress(KeeperLost):
-                        keeper.signal(worker.token, signum)
-            end = time.monotonic() + wait
-            while live and time.monotonic() < end:
-                with contextlib.suppress(KeeperLost, TimeoutError):
-                    keeper.receive_within(end - time.monotonic())
-                live = [w for w in live if not w.dead()]
-            if not live:
-                break
+        try:
+            _wait_for(keeper, [w for w in workers if not w.dead()], grace)
+        except KeeperLost:
+            for worker in workers:
+                worker.kill_directly()
         for worker in workers:
             worker.close()
             keeper.exits.pop(worker.token, None)
@@ -464,3 +480,18 @@ class WorkerAttempt(Job):
             stderr_tail=tail,
             reason=self.interruption,
         )
+
+
+def _wait_for(keeper: Keeper, live: list[Worker], grace: float) -> None:
+    """Wait for ``live`` workers to exit after the end of their stdin: half
+    of ``grace``, then SIGTERM and the other half, then SIGKILL."""
+    for signum, wait in ((0, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
+        for worker in live if signum else ():
+            keeper.signal(worker.token, signum)
+        end = time.monotonic() + wait
+        while live and time.monotonic() < end:
+            with contextlib.suppress(TimeoutError):
+                keeper.receive_within(end - time.monotonic())
+            live = [w for w in live if not w.dead()]
+        if not live:
+            return
