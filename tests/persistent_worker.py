@@ -67,6 +67,7 @@ for line in sys.stdin:
         continue
     result = {"pid": os.getpid(), "attempt": req["attempt"]}
     result["interrupted"] = req.get("interrupted", False)
+    result["token"] = req.get("token")
     if kind == "twice":  # both in one write: they come together
         line = json.dumps({"id": req["id"], "ok": True})
         send(line + "\n" + line)
