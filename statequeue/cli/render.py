@@ -13,7 +13,7 @@ from statequeue.core.durations import format_duration
 from statequeue.core.textsafe import escaped, shown
 
 if TYPE_CHECKING:
-    from statequeue.core.views import Status
+    from statequeue.core.views import ActiveRunner, Status
 
 
 def emit_json(value: Any) -> None:
@@ -89,6 +89,16 @@ def _runner_lines(status: Status) -> list[str]:
         since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
         lines.append(f"runner: active ({where}, running items: {items})")
+        lines += worker_lines(r)
+    return lines
+
+
+def worker_lines(runner: ActiveRunner) -> list[str]:
+    """The persistent workers of a live runner (`run --persistent`), one line each."""
+    lines = []
+    for w in runner.workers:
+        rss = "" if w.rss is None else f", RSS {human_bytes(w.rss)}"
+        lines.append(f"  worker {w.slot}: pid {w.pid}, {plural(w.items, 'item')} done{rss}")
     return lines
 
 

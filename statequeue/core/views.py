@@ -26,6 +26,21 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class WorkerView:
+    """A persistent worker of a live runner (``run --persistent``), as last published."""
+
+    slot: int
+    pid: int
+    items: int
+    """Requests it has answered."""
+    rss: int | None = None
+    """Resident memory in bytes (None if unknown)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slot": self.slot, "pid": self.pid, "items": self.items, "rss": self.rss}
+
+
+@dataclass(frozen=True)
 class ActiveRunner:
     """A runner that is alive now."""
 
@@ -34,6 +49,8 @@ class ActiveRunner:
     host: str
     started_at: float
     running: tuple[int, ...]
+    workers: tuple[WorkerView, ...] = ()
+    """Its persistent workers, where the store keeps them (``Store.publish_workers``)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,7 @@ class Status:
                     "host": r.host,
                     "started_at": r.started_at,
                     "running": list(r.running),
+                    "workers": [w.to_json() for w in r.workers],
                 }
                 for r in self.runners
             ],

@@ -1,6 +1,6 @@
 """Persistent workers (``run --persistent``): one long-lived worker per slot, fed items in turn.
 
-A worker is started by the keeper like an item's command (its parent, so
+A worker (worker_process.py) is started by the keeper like an item's command (its parent, so
 promise 4 holds as for per-item children: the keeper makes it, and whatever
 it starts, the processes of the item it works on, holding that item's claim
 while any of them lives). The runner writes one request per item on its
@@ -16,24 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
 from dataclasses import dataclass
 
 from statequeue.core.errors import KeeperLost, WorkerBroken
 from statequeue.core.models import Claim, Outcome
-from statequeue.run import keeper_process as kp
+from statequeue.core.views import WorkerView
 from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper
-from statequeue.run.protocol import BadReply, Reply, ReplyReader, request_line
-from statequeue.run.replacements import JobItem, replace, template_tokens
+from statequeue.run.options import RunOptions
+from statequeue.run.protocol import BadReply, Reply
+from statequeue.run.worker_process import Worker, wait_for
+from statequeue.store.base import Store
 
-__all__ = ["PAGE_SIZE", "WorkerAttempt", "WorkerPool", "WorkerSettings", "worker_argv"]
+__all__ = ["WorkerAttempt", "WorkerPool", "WorkerSettings"]
 
 _READ = 65536
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 REPLY_CLOSED_WAIT = 1.0  # seconds a worker that closed its reply fd has to exit on its own
+PUBLISH_EVERY = 1.0  # seconds between updates of the workers `status` shows
 START_FAILURES = 2  # workers in a row that die before their first reply: the run stops
 
 
@@ -43,152 +44,6 @@ class WorkerSettings:
 
     recycle_after: int | None = None
     recycle_rss: int | None = None  # bytes
-
-
-def worker_argv(template: tuple[str, ...], slot: int) -> list[str]:
-    """The worker's command: ``template`` with ``{%}`` replaced by its slot
-    (the only replacement string a persistent command may hold)."""
-    if "{%}" not in template_tokens(template):
-        return list(template)
-    job = JobItem("", 0, slot)
-    return [replace(arg, job) for arg in template]
-
-
-class Worker:
-    """One running worker process and the runner's ends of its pipes."""
-
-    def __init__(self, keeper: Keeper, spec: JobSpec, slot: int, limit: int | None) -> None:
-        self.keeper = keeper
-        self.slot = slot
-        self.limit = limit  # items before it is recycled (None: never)
-        self.done = 0  # requests answered
-        self.started = time.monotonic()
-        self.retired = False
-        self.reader = ReplyReader()
-        env = {
-            "STATEQUEUE_QUEUE": spec.queue,
-            "STATEQUEUE_WORKER": "1",
-            "STATEQUEUE_REPLY_FD": str(kp.REPLY_FD),
-        }
-        ends: list[int] = []  # ours, then theirs
-        try:
-            for _ in range(4):
-                ends += os.pipe2(os.O_CLOEXEC)
-            out_r, out_w, err_r, err_w, in_r, in_w, reply_r, reply_w = ends
-            theirs = [out_w, err_w, in_r, reply_w]
-            self.token = keeper.spawn_worker(
-                argv=worker_argv(spec.template, slot), env=env, streams=theirs
-            )
-        except BaseException:
-            for fd in ends:
-                os.close(fd)
-            raise
-        for fd in theirs:
-            os.close(fd)
-        self.stdin = in_w
-        self._pidfd = -1  # held once its pid is known: a kill by pid then hits no other process
-        for fd in (out_r, err_r, reply_r, in_w):
-            os.set_blocking(fd, False)
-        self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
-
-    @property
-    def pid(self) -> int | None:
-        """The worker's pid, once the keeper has reported it."""
-        return self.keeper.pids.get(self.token)
-
-    def rss(self) -> int | None:
-        """The worker's resident memory in bytes (None if unknown)."""
-        pid = self.pid
-        if pid is None:
-            return None
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * PAGE_SIZE
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def hold_pid(self) -> None:
-        """Open a pidfd of the worker once its pid is known (see ``kill_directly``)."""
-        pid = self.pid
-        if self._pidfd < 0 and pid is not None:
-            with contextlib.suppress(OSError):
-                self._pidfd = os.pidfd_open(pid)
-
-    def kill_directly(self) -> None:
-        """SIGKILL its process group without the keeper (which is gone, and
-        would have done it): promise 4, as no process holds the claim for it."""
-        self.hold_pid()
-        if self._pidfd < 0:
-            return
-        # Unexited (its pidfd is not readable), it leads its group: the group id is its pid.
-        if not select.select([self._pidfd], [], [], 0)[0]:
-            with contextlib.suppress(OSError):
-                os.killpg(self.keeper.pids[self.token], signal.SIGKILL)
-
-    def dead(self) -> bool:
-        """Whether its exit (or failed spawn) has been reported."""
-        return self.token in self.keeper.exits or self.token in self.keeper.failed
-
-    def send(self, claim: Claim) -> str:
-        """Give it ``claim``: its claim fds to the keeper, then the request.
-        Returns why the request could not be written ("" when it was)."""
-        self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
-        self.hold_pid()
-        if self._unsolicited() or self.reader.pending():
-            self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
-            return "reply sent without a request"
-        line = request_line(claim)
-        try:
-            written = os.write(self.stdin, line)
-        except BrokenPipeError:
-            return ""  # it is ending: its exit decides the attempt
-        except BlockingIOError:
-            written = 0
-        if written < len(line):
-            return "the worker does not read its requests (its stdin is full)"
-        return ""
-
-    def _unsolicited(self) -> bool:
-        """Whether it wrote a reply while it had no request (read now, before the next)."""
-        for fd, stream in self.pipes.items():
-            if stream == 3:
-                try:
-                    data = os.read(fd, _READ)
-                except BlockingIOError:
-                    return False
-                self.reader.feed(data)
-                return bool(data)
-        return False
-
-    def stdin_eof(self) -> None:
-        """Close its stdin: a worker ends when its requests do."""
-        if self.stdin >= 0:
-            os.close(self.stdin)
-            self.stdin = -1
-
-    def idle(self) -> None:
-        """It answered: no process of it belongs to the item any more."""
-        with contextlib.suppress(KeeperLost):
-            self.keeper.assign(self.token, kp.NO_ITEM, ())
-
-    def retire(self, signum: int = signal.SIGKILL) -> None:
-        """Stop it (its process group, through the keeper): it gets no more
-        items. Our ends of its pipes stay open until ``close`` (the runner's
-        selector may still watch them)."""
-        if not self.retired:
-            self.retired = True
-            with contextlib.suppress(KeeperLost):
-                self.keeper.signal(self.token, signum)
-
-    def close(self) -> None:
-        """Close our ends of its pipes."""
-        for fd in self.pipes:
-            os.close(fd)
-        self.pipes.clear()
-        self.stdin_eof()
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
 
 
 class WorkerPool:
@@ -202,6 +57,7 @@ class WorkerPool:
         self._leaving: list[Worker] = []  # retired, exit not yet collected
         self._slots_seen: set[int] = set()  # slots that had a worker (see _limit)
         self.start_failures = 0  # workers in a row that ended before their first reply
+        self._publish_at = 0.0
 
     def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
         """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
@@ -274,6 +130,29 @@ class WorkerPool:
             self._leaving.append(worker)  # its exit comes later: collected, not reaped
         self.start_failures = 0 if answered else self.start_failures + 1
 
+    @classmethod
+    def for_run(cls, spec: JobSpec, options: RunOptions) -> WorkerPool | None:
+        """The pool of a run with ``persistent``; None without."""
+        if not options.persistent:
+            return None
+        settings = WorkerSettings(options.recycle_after, options.recycle_rss)
+        return cls(spec, settings, options.jobs)
+
+    def tend(self, store: Store, runner_id: str) -> None:
+        """Between items: WorkerBroken if the workers keep dying at start; else
+        let `status` show them (pid, items done, RSS), at most once a PUBLISH_EVERY."""
+        self.check()
+        now = time.monotonic()
+        if now < self._publish_at:
+            return
+        self._publish_at = now + PUBLISH_EVERY
+        views = [
+            WorkerView(slot, pid, worker.done, worker.rss())
+            for slot, worker in sorted(self.workers.items())
+            if (pid := worker.pid) is not None
+        ]
+        store.publish_workers(runner_id, views)
+
     def check(self) -> None:
         """WorkerBroken if the workers keep dying before their first reply."""
         if self.start_failures >= START_FAILURES:
@@ -289,7 +168,7 @@ class WorkerPool:
         if keeper is None:
             return
         try:
-            _wait_for(keeper, [w for w in workers if not w.dead()], grace)
+            wait_for(keeper, [w for w in workers if not w.dead()], grace)
         except KeeperLost:
             for worker in workers:
                 worker.kill_directly()
@@ -480,18 +359,3 @@ class WorkerAttempt(Job):
             stderr_tail=tail,
             reason=self.interruption,
         )
-
-
-def _wait_for(keeper: Keeper, live: list[Worker], grace: float) -> None:
-    """Wait for ``live`` workers to exit after the end of their stdin: half
-    of ``grace``, then SIGTERM and the other half, then SIGKILL."""
-    for signum, wait in ((0, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
-        for worker in live if signum else ():
-            keeper.signal(worker.token, signum)
-        end = time.monotonic() + wait
-        while live and time.monotonic() < end:
-            with contextlib.suppress(TimeoutError):
-                keeper.receive_within(end - time.monotonic())
-            live = [w for w in live if not w.dead()]
-        if not live:
-            return

@@ -10,7 +10,6 @@ result recorder (recorder.py), fencing (fencing.py) and the --verify step
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command, recovery_notice
+from statequeue.run.checks import check_command, command_drift, recovery_notice
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.run.fencing import Fencing
 from statequeue.run.jobs import Job, JobSpec, OutputSink
@@ -28,7 +27,7 @@ from statequeue.run.keeper import Keeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
-from statequeue.run.persistent import WorkerPool, WorkerSettings
+from statequeue.run.persistent import WorkerPool
 from statequeue.run.recorder import ResultRecorder
 from statequeue.run.resources import RESOURCE_ERRNOS, SHORT_ADVICE
 from statequeue.run.verify_step import VerifyStep
@@ -98,10 +97,7 @@ class Runner:
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
-        self.workers: WorkerPool | None = None  # --persistent: the long-lived workers
-        if options.persistent:
-            settings = WorkerSettings(options.recycle_after, options.recycle_rss)
-            self.workers = WorkerPool(self.spec, settings, options.jobs)
+        self.workers = WorkerPool.for_run(self.spec, options)  # --persistent (None without)
 
     # -- signals ---------------------------------------------------------------
 
@@ -133,7 +129,8 @@ class Runner:
         store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (_ride_out)
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
-        self._warn_on_command_drift(earlier)
+        if drift := command_drift(earlier, self.options.command):
+            self.on_event(Notice(drift))
         try:
             self._report_recovery()
         except BaseException:
@@ -211,6 +208,8 @@ class Runner:
             # Listening before claiming: work added after this claim
             # finds nothing still wakes the runner.
             self._watch.watch_store()
+        if self.workers is not None:  # figures for `status`; stops if they die at start
+            self.workers.tend(self._store, self.info.runner_id)
         if self._taking:
             self._fill_slots()
         self.recorder.give_back_prefetched()
@@ -450,8 +449,6 @@ class Runner:
             self._watch.forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))
         self.recorder.record_batch(results, self._stop_signal)
-        if self.workers is not None:
-            self.workers.check()  # workers that die at start: the run stops
         # Every claim that did not start goes back (or fails) before the run
         # may stop for want of resources: none may be left claimed.
         short = [error for job, error in unstarted if self._not_started(job.claim, error)]
@@ -491,15 +488,6 @@ class Runner:
             with contextlib.suppress(Exception):
                 self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
         self.jobs.clear()
-
-    def _warn_on_command_drift(self, earlier: list[list[str]]) -> None:
-        if earlier and tuple(earlier[-1]) != self.options.command:
-            self.on_event(
-                Notice(
-                    "warning: this queue was last run with a different command: "
-                    f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
-                )
-            )
 
 
 def _until(due: float) -> float:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         RecoveryReport,
         Status,
         StoreCheck,
+        WorkerView,
     )
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
@@ -173,6 +174,13 @@ class Store(ABC):
     @abstractmethod
     def active_runners(self) -> list[ActiveRunner]:
         """Runners that are alive now (a dead runner is never listed)."""
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        """Optional: keep ``workers`` (the persistent workers of this process's
+        runner ``runner_id``, replacing what it published before) for
+        ``active_runners`` and ``status`` to show while the runner lives. Not
+        durable and not a record: figures for a person. Default: not kept."""
+        return None
 
     @abstractmethod
     def status(self) -> Status:

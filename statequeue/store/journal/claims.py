@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from contextlib import suppress
 
-from statequeue.core.errors import UsageError
+from statequeue.core.errors import StateQueueError, UsageError
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.locks import (
     CLAIMS,
@@ -110,6 +110,31 @@ class ClaimLocks:
         if fd is not None:
             with suppress(FileNotFoundError):
                 self.folder.unlink(f"{runner_id}.lock", sub="runners")
+            os.close(fd)
+
+    def publish(self, runner_id: str, text: bytes) -> None:
+        """Make ``text`` (one line) the content of this process's runner
+        ``runner_id``'s lock file: what it shows ``status`` (``workers``)."""
+        fd = self._runner_locks.get(runner_id)
+        if fd is None:
+            return
+        # No fsync: figures for a person, gone with the runner. A reader that
+        # comes between the write and the truncate reads up to the newline.
+        with suppress(OSError):
+            os.pwrite(fd, text + b"\n", 0)
+            os.ftruncate(fd, len(text) + 1)
+
+    def published(self, runner_id: str) -> bytes:
+        """What runner ``runner_id`` published (b"" if nothing, or unreadable)."""
+        try:
+            fd = self.folder.open_file(f"{runner_id}.lock", os.O_RDONLY, sub="runners")
+        except (OSError, StateQueueError):
+            return b""
+        try:
+            return os.read(fd, 65536).partition(b"\n")[0]
+        except OSError:
+            return b""
+        finally:
             os.close(fd)
 
     def close(self) -> None:

@@ -29,6 +29,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
 from statequeue.core.errors import (
     DamagedState,
     DurabilityError,
@@ -39,7 +41,7 @@ from statequeue.core.errors import (
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
-from statequeue.core.views import ItemView
+from statequeue.core.views import ItemView, WorkerView
 from statequeue.store.base import attempts_since
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
@@ -296,6 +298,19 @@ class JournalStore(RecordStore):
 
     def _forget_runner(self, runner_id: str) -> None:
         self.claims.forget_runner(runner_id)
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        rows = [[w.slot, w.pid, w.items, w.rss] for w in workers]
+        self.claims.publish(runner_id, orjson.dumps(rows))
+
+    def _runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        text = self.claims.published(runner_id)
+        if not text:
+            return ()
+        try:
+            return tuple(WorkerView(*row) for row in orjson.loads(text))
+        except (orjson.JSONDecodeError, TypeError):  # torn, or not ours: nothing shown
+            return ()
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         self.claims.lock_runner(runner.runner_id)

@@ -30,6 +30,7 @@ from statequeue.core.views import (
     ItemView,
     RecoveryReport,
     Status,
+    WorkerView,
 )
 from statequeue.stats.attempts import Attempt, attempts_of
 from statequeue.store import transitions
@@ -90,6 +91,10 @@ class RecordStore(Store):
     @abstractmethod
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
+
+    def _runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        """What ``publish_workers`` kept for ``runner_id`` (default: nothing kept)."""
+        return ()
 
     def _maybe_compact(self, state: QueueState) -> None:
         """Compact when enough dead records piled up (stores with a journal)."""
@@ -501,6 +506,9 @@ class _Backend:
 
     def runner_alive(self, runner_id: str) -> bool:
         return self._store._runner_alive(runner_id)
+
+    def runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        return self._store._runner_workers(runner_id)
 
     def forget_runner(self, runner_id: str) -> None:
         self._store._forget_runner(runner_id)

@@ -50,6 +50,7 @@ class RunnerRegistry:
                 host=rec.get("host", ""),
                 started_at=rec.get("since", 0.0),
                 running=tuple(sorted(running.get(rid, ()))),
+                workers=self.backend.runner_workers(rid),
             )
             for rid, rec in state.runners.items()
             if self.backend.runner_alive(rid)
