@@ -74,3 +74,21 @@ def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
         "ok-3": (ItemState.DONE, 1),
     }
     assert not (marks / "overlap").exists()
+
+
+def test_ctrl_c_hands_back_the_items_in_flight_and_stops_every_worker(
+    sq_home: Path, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    program, marks = write_worker(tmp_path)
+    with Queue(home=sq_home) as q:
+        q.enqueue(ITEMS)
+    argv = [STATEQUEUE, "run", "--persistent", "-j2", "--", sys.executable, program, str(marks)]
+    with subprocess.Popen(argv, env=sq_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        workers = [_pid_of(marks, "slow-a"), _pid_of(marks, "slow-b")]
+        os.kill(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=RUN_TIMEOUT)
+    assert run.returncode == 130, err
+    assert all(gone(pid) for pid in workers)
+    with Queue(home=sq_home) as q:
+        states = {v.item: v.state for v in q.items()}
+    assert states == dict.fromkeys(ITEMS, ItemState.PENDING)

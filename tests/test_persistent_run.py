@@ -246,3 +246,16 @@ def test_the_slot_is_the_one_replacement_a_persistent_command_may_hold(
     assert done.returncode == 0, done.stderr
     with Queue(home=sq_home) as q:
         assert [r.result for r in q.store.results()] == ["slot1", "slot1"]
+
+
+def test_a_failed_item_is_retried_on_the_same_worker_once_it_answered(
+    sq_home: Path, sq_env: dict[str, str], worker: tuple[str, Path]
+) -> None:
+    """The worker that answered is no process of the item any more: its
+    claim is let go, so the retry is not held back by the worker that lives on."""
+    _enqueue(sq_home, ["fail-1"])
+    done = _run(sq_env, *worker, "--retries", "2", "--retry-delay", "0")
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    assert _items(sq_home)["fail-1"] == (ItemState.FAILED, 3, "asked to fail")
+    pids = (worker[1] / "fail-1.pid").read_text().split()
+    assert len(pids) == 3 and len(set(pids)) == 1
