@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from statequeue.core.errors import KeeperLost, WorkerBroken
@@ -49,8 +50,16 @@ class WorkerSettings:
 class WorkerPool:
     """The workers of a persistent run, one per slot, started when a slot first needs one."""
 
-    def __init__(self, spec: JobSpec, settings: WorkerSettings, jobs: int) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: WorkerSettings,
+        jobs: int,
+        *,
+        on_broken: Callable[[], None] = lambda: None,
+    ) -> None:
         self.spec = spec
+        self._on_broken = on_broken  # the run takes no new item (then ``tend`` raises)
         self.settings = settings
         self.jobs = jobs
         self.workers: dict[int, Worker] = {}  # slot -> its worker
@@ -129,19 +138,30 @@ class WorkerPool:
         if not worker.dead() and worker not in self._leaving:
             self._leaving.append(worker)  # its exit comes later: collected, not reaped
         self.start_failures = 0 if answered else self.start_failures + 1
+        if self.start_failures >= START_FAILURES:
+            self._on_broken()
 
     @classmethod
-    def for_run(cls, spec: JobSpec, options: RunOptions) -> WorkerPool | None:
-        """The pool of a run with ``persistent``; None without."""
+    def for_run(
+        cls, spec: JobSpec, options: RunOptions, on_broken: Callable[[], None]
+    ) -> WorkerPool | None:
+        """The pool of a run with ``persistent`` (None without); ``on_broken``
+        stops the run taking items once the workers keep dying at start."""
         if not options.persistent:
             return None
         settings = WorkerSettings(options.recycle_after, options.recycle_rss)
-        return cls(spec, settings, options.jobs)
+        return cls(spec, settings, options.jobs, on_broken=on_broken)
 
     def tend(self, store: Store, runner_id: str) -> None:
-        """Between items: WorkerBroken if the workers keep dying at start; else
-        let `status` show them (pid, items done, RSS), at most once a PUBLISH_EVERY."""
+        """After the slots were filled: WorkerBroken if the workers keep dying
+        at start; a worker that answered and got no new item is no process of
+        that item any more (the keeper lets its claim go: a retry of it may
+        run); and `status` shows the workers (pid, items done, RSS), updated
+        at most once a PUBLISH_EVERY."""
         self.check()
+        for worker in self.workers.values():
+            if worker.owes_idle and not worker.busy:
+                worker.idle()
         now = time.monotonic()
         if now < self._publish_at:
             return
@@ -193,6 +213,7 @@ class WorkerAttempt(Job):
 
     def _spawn(self) -> int:
         self.worker = self._pool.worker_for(self.slot, self.keeper)
+        self.worker.busy = True
         self._answered_before = self.worker.done > 0
         self.program = self.spec.template[0]
         self.pipes = dict(self.worker.pipes)
@@ -292,6 +313,7 @@ class WorkerAttempt(Job):
         return 0
 
     def finish(self) -> Outcome:
+        self.worker.busy = False
         duration = time.monotonic() - self.started
         tail = self._tail.decode("utf-8", "replace")
         if self.stop_reason or self.bad or self.reply is None:
@@ -304,7 +326,9 @@ class WorkerAttempt(Job):
             self._pool.ended(self.worker, answered=True)
             outcome = Outcome(ok=False, duration=duration, stderr_tail=tail, reason=self.bad)
         elif self.reply is not None:
-            self.worker.idle()
+            # It leaves the item when it gets the next (ASSIGN) or, if it gets
+            # none, in ``WorkerPool.tend``: one message to the keeper per item.
+            self.worker.owes_idle = True
             outcome = Outcome(
                 ok=self.reply.ok,
                 exit_code=0 if self.reply.ok else None,

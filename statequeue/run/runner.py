@@ -97,7 +97,7 @@ class Runner:
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
-        self.workers = WorkerPool.for_run(self.spec, options)  # --persistent (None without)
+        self.workers = WorkerPool.for_run(self.spec, options, self._stop_taking)  # --persistent
 
     # -- signals ---------------------------------------------------------------
 
@@ -208,10 +208,10 @@ class Runner:
             # Listening before claiming: work added after this claim
             # finds nothing still wakes the runner.
             self._watch.watch_store()
-        if self.workers is not None:  # figures for `status`; stops if they die at start
-            self.workers.tend(self._store, self.info.runner_id)
         if self._taking:
             self._fill_slots()
+        if self.workers is not None:  # stops if they die at start; figures for `status`
+            self.workers.tend(self._store, self.info.runner_id)
         self.recorder.give_back_prefetched()
         if not self.jobs:
             wait = self._idle_wait()
@@ -458,7 +458,7 @@ class Runner:
     # -- stopping ------------------------------------------------------------------
 
     def _stop_taking(self) -> None:
-        """A failure with --halt-on-failure: the run takes no new item."""
+        """A failure with --halt-on-failure (or broken workers): the run takes no new item."""
         self._taking = False
 
     def _handle_stop(self) -> None:

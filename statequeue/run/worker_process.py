@@ -47,6 +47,8 @@ class Worker:
         self.done = 0  # requests answered
         self.started = time.monotonic()
         self.retired = False
+        self.busy = False  # an attempt of the runner's is on it
+        self.owes_idle = False  # answered, and the keeper not told it left the item
         self.reader = ReplyReader()
         env = {
             "STATEQUEUE_QUEUE": spec.queue,
@@ -116,6 +118,7 @@ class Worker:
         """Give it ``claim``: its claim fds to the keeper, then the request.
         Returns why the request could not be written ("" when it was)."""
         self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
+        self.owes_idle = False  # it left the last item with this
         self.hold_pid()
         if self._unsolicited() or self.reader.pending():
             self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
@@ -151,6 +154,7 @@ class Worker:
 
     def idle(self) -> None:
         """It answered: no process of it belongs to the item any more."""
+        self.owes_idle = False
         with contextlib.suppress(KeeperLost):
             self.keeper.assign(self.token, kp.NO_ITEM, ())
 
