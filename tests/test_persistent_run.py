@@ -259,3 +259,35 @@ def test_a_failed_item_is_retried_on_the_same_worker_once_it_answered(
     assert _items(sq_home)["fail-1"] == (ItemState.FAILED, 3, "asked to fail")
     pids = (worker[1] / "fail-1.pid").read_text().split()
     assert len(pids) == 3 and len(set(pids)) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--recycle-after", "5"], "--recycle-after and --recycle-rss need --persistent"),
+        (["--persistent", "--stdin"], "--persistent and --stdin do not go together"),
+        (["--persistent", "--recycle-after", "0"], "--recycle-after must be at least 1"),
+        (["--persistent", "--recycle-rss", "lots"], "--recycle-rss must be a size such as"),
+        (["--persistent", "--recycle-rss", "0M"], "--recycle-rss must be a size such as"),
+    ],
+)
+def test_persistent_option_misuse_is_a_one_line_usage_error(
+    sq_home: Path, sq_env: dict[str, str], options: list[str], says: str
+) -> None:
+    _enqueue(sq_home, ["a"])
+    argv = [STATEQUEUE, "run", *options, "--", "cat"]
+    done = subprocess.run(argv, env=sq_env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == ExitCode.USAGE
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], lines
+    assert _items(sq_home)["a"][:2] == (ItemState.PENDING, 0)
+
+
+def test_recycle_rss_sizes() -> None:
+    from statequeue.run.options import parse_size
+
+    assert parse_size("512", "-x") == 512
+    assert parse_size("1.5k", "-x") == 1536
+    assert parse_size("2G", "-x") == 2 << 30
+    assert parse_size("300MiB", "-x") == 300 << 20
+    assert parse_size("300MB", "-x") == 300 << 20

@@ -111,13 +111,14 @@ class WorkerPool:
 
     def _drop(self, worker: Worker) -> None:
         """``worker`` leaves its slot: stopped (if it still runs), its exit collected later."""
-        worker.stdin_eof()  # a worker that ends on its own when its stdin does is not killed
+        # Between items: end of file on its stdin, and SIGTERM (a worker that
+        # ignored the end of its requests would otherwise outlive the run).
+        worker.stdin_eof()
         worker.retire(signal.SIGTERM)
         worker.close()
         if self.workers.get(worker.slot) is worker:
             del self.workers[worker.slot]
-        if not worker.dead():
-            self._leaving.append(worker)
+        self._leaving.append(worker)  # its exit report is dropped once it comes
 
     def _collect(self, keeper: Keeper) -> None:
         """Forget the exits of retired workers (they are not any attempt's)."""
