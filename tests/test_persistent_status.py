@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from statequeue import Queue
+import pytest
+
 from tests.conftest import STATEQUEUE
 from tests.persistent_worker import write_worker
 from tests.waiting import until
@@ -32,12 +33,19 @@ def _cli(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+@pytest.fixture(params=["journal", "postgres"])
+def env(request: pytest.FixtureRequest, sq_env: dict[str, str]) -> dict[str, str]:
+    if request.param == "postgres":
+        return dict(sq_env, STATEQUEUE_STORE=request.getfixturevalue("pg_url"))
+    return sq_env
+
+
 def test_status_and_stats_show_the_workers_of_an_active_persistent_run(
-    sq_home: Path, sq_env: dict[str, str], tmp_path: Path
+    env: dict[str, str], tmp_path: Path
 ) -> None:
+    sq_env = env
     program, marks = write_worker(tmp_path)
-    with Queue(home=sq_home) as q:
-        q.enqueue(["ok-1", "ok-2", "ok-3", "slow-a", "slow-b"])
+    _cli(sq_env, "enqueue", "ok-1", "ok-2", "ok-3", "slow-a", "slow-b")
     argv = [STATEQUEUE, "run", "--persistent", "-j2", "--", sys.executable, program, str(marks)]
     with subprocess.Popen(argv, env=sq_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from statequeue.store.postgres.schema import MIGRATIONS
 from tests.conftest import STATEQUEUE
 from tests.pg import sql
 
@@ -127,8 +128,9 @@ def test_the_functions_pin_their_search_path(pg_url: str, sq_env: dict[str, str]
     # A database at version 5 (its functions unpinned) is pinned on upgrade.
     for name, *_ in rows:
         sql(pg_url, f"ALTER FUNCTION statequeue.{name} RESET search_path")
-    sql(pg_url, "DELETE FROM statequeue.schema_version WHERE version = 6")
-    assert "from version 5 to 6" in _cli(sq_env, pg_url, "db", "migrate").stdout
+    sql(pg_url, "DELETE FROM statequeue.schema_version WHERE version >= 6")
+    latest = len(MIGRATIONS)  # the later migrations run again: each may (IF NOT EXISTS)
+    assert f"from version 5 to {latest}" in _cli(sq_env, pg_url, "db", "migrate").stdout
     assert all(r[1] == pinned for r in sql(pg_url, found))
 
 

@@ -200,9 +200,15 @@ _V5_FUNCTIONS = V5_FUNCTIONS
 _V6_PINNED_PATH = V6_PINNED_PATH
 # The functions' search_path pinned (functions.py).
 
+_V7_WORKERS = """
+-- The persistent workers a live runner last published (`run --persistent`):
+-- figures `status` shows (pid, items done, RSS), not state.
+ALTER TABLE statequeue.runners ADD COLUMN IF NOT EXISTS workers jsonb;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
-    _V6_PINNED_PATH,
+    *(_V6_PINNED_PATH, _V7_WORKERS),
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 

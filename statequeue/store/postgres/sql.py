@@ -63,7 +63,7 @@ ACTIVE_RUNNERS = f"""
 SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
-)
+), r.workers
 FROM statequeue.runners r
 WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id

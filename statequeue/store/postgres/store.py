@@ -19,6 +19,7 @@ StoreUnreachable.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         RecoveryReport,
         Status,
         StoreCheck,
+        WorkerView,
     )
     from statequeue.stats.attempts import Attempt
     from statequeue.store.journal.folder import QueueFolder
@@ -210,6 +212,13 @@ class PostgresStore(Store):
                 writes.event(conn, self.name, rec)
 
         self._session.patiently(attempt)
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        rows = [[w.slot, w.pid, w.items, w.rss] for w in workers]
+        with contextlib.suppress(StoreUnreachable):  # figures: the next one will do
+            self._session.patiently(
+                lambda conn: writes.publish_workers(conn, self.name, runner_id, rows)
+            )
 
     # Claims (claims.py).
 
