@@ -291,3 +291,28 @@ def test_recycle_rss_sizes() -> None:
     assert parse_size("2G", "-x") == 2 << 30
     assert parse_size("300MiB", "-x") == 300 << 20
     assert parse_size("300MB", "-x") == 300 << 20
+
+
+def test_a_request_larger_than_a_default_pipe_reaches_a_slow_reader_whole(
+    sq_home: Path, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An item near the 64 KiB limit, JSON-escaped to several times that, to a
+    worker that has not started reading yet: not taken for one that never reads."""
+    slow = tmp_path / "slow.py"
+    slow.write_text(
+        "import json, os, sys, time\n"
+        "time.sleep(0.5)\n"
+        "reply = os.fdopen(int(os.environ['STATEQUEUE_REPLY_FD']), 'w')\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    reply.write(json.dumps({'id': req['id'], 'ok': True, 'result': len(req['item'])}))\n"
+        "    reply.write('\\n'); reply.flush()\n"
+    )
+    item = "\x01" * 60000  # 6 bytes each in JSON: 360 kB
+    _enqueue(sq_home, [item])
+    argv = [STATEQUEUE, "run", "--persistent", "--", sys.executable, str(slow)]
+    done = subprocess.run(argv, env=sq_env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    with Queue(home=sq_home) as q:
+        found = q.result(1)
+    assert found is not None and found.result == 60000

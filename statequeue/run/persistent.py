@@ -131,8 +131,9 @@ class WorkerPool:
                 self._leaving.remove(worker)
 
     def ended(self, worker: Worker, *, answered: bool) -> None:
-        """``worker`` ended during an attempt (``answered``: after its first reply).
-        WorkerBroken once START_FAILURES in a row ended before their first reply."""
+        """``worker`` ended during an attempt (``answered``: after its first
+        reply). Once START_FAILURES in a row ended before their first reply,
+        the run takes no new item, and ``tend`` raises WorkerBroken."""
         worker.retire()
         if self.workers.get(worker.slot) is worker:
             del self.workers[worker.slot]

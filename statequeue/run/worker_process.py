@@ -9,6 +9,7 @@ are persistent.py's.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import signal
@@ -26,6 +27,7 @@ __all__ = ["Worker", "wait_for", "worker_argv"]
 
 _READ = 65536
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+STDIN_PIPE_SIZE = 1 << 20  # the default pipe-max-size: an unprivileged process may ask this much
 
 
 def worker_argv(template: tuple[str, ...], slot: int) -> list[str]:
@@ -45,7 +47,6 @@ class Worker:
         self.slot = slot
         self.limit = limit  # items before it is recycled (None: never)
         self.done = 0  # requests answered
-        self.started = time.monotonic()
         self.retired = False
         self.busy = False  # an attempt of the runner's is on it
         self.owes_idle = False  # answered, and the keeper not told it left the item
@@ -71,6 +72,10 @@ class Worker:
         for fd in theirs:
             os.close(fd)
         self.stdin = in_w
+        with contextlib.suppress(OSError):  # else the default 64 KiB: still room for most
+            # Room for any request (an item is at most 64 KiB, more once JSON-escaped),
+            # so that a short write means the worker does not read, never that it is slow.
+            fcntl.fcntl(in_w, getattr(fcntl, "F_SETPIPE_SZ", 1031), STDIN_PIPE_SIZE)
         self._pidfd = -1  # held once its pid is known: a kill by pid then hits no other process
         for fd in (out_r, err_r, reply_r, in_w):
             os.set_blocking(fd, False)
@@ -95,7 +100,8 @@ class Worker:
     def hold_pid(self) -> None:
         """Open a pidfd of the worker once its pid is known (see ``kill_directly``)."""
         pid = self.pid
-        if self._pidfd < 0 and pid is not None:
+        # Not once its exit is reported: the keeper reaped it, so its pid may be another's.
+        if self._pidfd < 0 and pid is not None and not self.dead():
             with contextlib.suppress(OSError):
                 self._pidfd = os.pidfd_open(pid)
 
