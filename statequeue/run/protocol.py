@@ -43,8 +43,8 @@ def request_line(claim: Claim) -> bytes:
     try:
         claim.item.encode("utf-8")
     except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8
-        request["item_b64"] = base64.b64encode(claim.item.encode("utf-8", "surrogateescape"))
-        request["item_b64"] = request["item_b64"].decode("ascii")
+        raw = claim.item.encode("utf-8", "surrogateescape")  # the item's own bytes
+        request["item_b64"] = base64.b64encode(raw).decode("ascii")
     else:
         request["item"] = claim.item
     request["attempt"] = claim.attempt
@@ -102,8 +102,10 @@ def parse_reply(line: bytes, expected: int) -> Reply:
     """Check one reply line against the id of the request in flight."""
     try:
         value = load_result(line)
-    except (orjson.JSONDecodeError, InvalidResult):
+    except orjson.JSONDecodeError:
         raise BadReply(f"reply is not JSON: {_quote(line)}") from None
+    except InvalidResult:
+        raise BadReply("reply cannot be stored (an integer exceeds the 64-bit range)") from None
     if not isinstance(value, dict):
         raise BadReply(f"reply is not a JSON object: {_quote(line)}")
     got = value.get("id")
@@ -116,7 +118,7 @@ def parse_reply(line: bytes, expected: int) -> Reply:
     if not isinstance(reason, str):
         raise BadReply(f'reply\'s "reason" is not a string: {_quote(line)}')
     result = value.get("result")
-    problem = json_problem(result, parsed=True)
+    problem = None if result is None else json_problem(result, parsed=True)
     if problem is not None:
         raise BadReply(f"reply's result cannot be stored ({problem})")
     if not ok and not reason:
