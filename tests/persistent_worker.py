@@ -3,7 +3,7 @@
 It speaks the line protocol by hand (no statequeue import: it stands for a
 worker in any language) and does what each item's prefix says, so one
 program covers every case: ``ok-`` works (printing to stdout and stderr),
-``fail-`` replies ok: false, ``die-`` exits mid-item, ``hang-`` and
+``fail-`` replies ok: false, ``nap-`` takes 3 s, ``die-`` exits mid-item, ``hang-`` and
 ``slow-`` (its first attempt) wait to be killed, ``grow-`` keeps 64 MiB,
 ``notjson-``/``otherid-``/``twice-`` break the protocol. Every result names
 the worker's pid. MARKS (argv[1]) gets ITEM.pid for each item begun; an
@@ -53,6 +53,8 @@ for line in sys.stdin:
     kind = item.split("-")[0]
     if kind == "hang" or (kind == "slow" and req["attempt"] == 1):
         time.sleep(300)
+    if kind == "nap":
+        time.sleep(3)
     if kind == "die":
         os._exit(3)
     if kind == "grow":

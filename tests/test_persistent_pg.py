@@ -127,6 +127,18 @@ def test_a_worker_killed_on_postgresql_is_interrupted_and_retried_with_a_token(
     assert not (marks / "overlap").exists()
 
 
+def test_the_lease_of_the_item_in_flight_is_renewed_while_the_worker_works(
+    tmp_path: Path, sq_env: dict[str, str], pg_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    env = dict(sq_env, STATEQUEUE_STORE=pg_url)
+    subprocess.run([STATEQUEUE, "enqueue", "nap-1"], env=env, check=True)
+    run, _ = _start(sq_env, tmp_path, pg_url, "--lease", "1s")  # the item takes 3 s
+    procs.append(run)
+    assert run.wait(DEADLINE) == 0, (tmp_path / "run.err").read_text()
+    assert {item: attempt for item, (attempt, _) in _results(pg_url).items()} == {"nap-1": 1}
+    assert "lease lost" not in (tmp_path / "run.err").read_text()
+
+
 def test_a_partitioned_runners_worker_is_dead_before_its_lease_ends(
     tmp_path: Path,
     sq_env: dict[str, str],
