@@ -66,6 +66,7 @@ class WorkerPool:
         self._leaving: list[Worker] = []  # retired, exit not yet collected
         self._slots_seen: set[int] = set()  # slots that had a worker (see _limit)
         self.start_failures = 0  # workers in a row that ended before their first reply
+        self.last_item = 0  # the item the last of them was given (its log says why)
         self._publish_at = 0.0
 
     def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
@@ -178,7 +179,8 @@ class WorkerPool:
     def check(self) -> None:
         """WorkerBroken if the workers keep dying before their first reply."""
         if self.start_failures >= START_FAILURES:
-            raise WorkerBroken()
+            doc = (WorkerBroken.__doc__ or "").rstrip(".")
+            raise WorkerBroken(f"{doc}; its output: `statequeue logs {self.last_item}`")
 
     def close(self, keeper: Keeper | None, grace: float) -> None:
         """The run is over: end every worker (end of file on its stdin, then
@@ -372,6 +374,7 @@ class WorkerAttempt(Job):
             self._pool.ended(self.worker, answered=True)
             reason = "bad reply from the persistent worker: it closed its reply fd"
             return Outcome(ok=False, duration=duration, stderr_tail=tail, reason=reason)
+        self._pool.last_item = self.claim.item_id
         self._pool.ended(self.worker, answered=self._answered_before)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         self.interruption = (

@@ -26,6 +26,11 @@ from statequeue.run.options import RunOptions
 __all__ = ["FuseScope", "ResultRecorder"]
 
 _SETTLED = (ItemState.DONE, ItemState.FAILED)  # recorded for good: no lease to fence
+_AFTER_INTERRUPT = {
+    ItemState.PENDING: "it runs again",
+    ItemState.HELD: "held (see `statequeue show`; `retry` runs it again)",
+    ItemState.FAILED: "failed (--on-interrupted fail)",
+}
 
 FuseScope = Callable[[], tuple[bool, "set[int] | None"]]
 """Whether a result may be recorded together with the next claim, and the ids
@@ -132,10 +137,9 @@ class ResultRecorder:
         self.summary.record(claim.item_id, state)
         if state is ItemState.HELD:
             self.summary.failed_for_good.add(claim.item_id)
-        event = ItemFinished(
-            claim, outcome, state, log_path=job.log_path, retries=self.options.retries
-        )
-        self.on_event(event)
+        # A crash, not a failure: --retries does not count it (ItemFinished would say so).
+        after = _AFTER_INTERRUPT.get(state, state.value)
+        self.on_event(Notice(f"item {claim.item_id}: {job.interruption}; {after}", warning=True))
 
     def record_owed(self, *, fuse: bool = False) -> None:
         """Write the end records of ``unrecorded``, then report them. The
