@@ -3,8 +3,8 @@
 One loop, no threads, asleep in one selector (output_watch.py) until a child
 exits, a pipe fills, a signal comes or the nearest deadline (a timeout, a kill
 after the grace, a retry due, a poll with ``follow``). The runner decides; the
-result recorder (recorder.py), fencing (fencing.py) and the --verify step
-(verify_step.py) do the rest.
+result recorder (recorder.py), fencing (fencing.py), the --verify step
+(verify_step.py) and, with --persistent, the worker pool (persistent.py) do the rest.
 """
 
 from __future__ import annotations
