@@ -44,12 +44,20 @@ def _keeper_of(runner: int) -> int:
     raise AssertionError(f"no keeper among {kids}")
 
 
+@pytest.fixture(params=["journal", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """ "" for the journal store, else a PostgreSQL database's URL."""
+    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else ""
+
+
 @pytest.mark.parametrize("victim", ["runner", "keeper"])
 def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
-    sq_home: Path, sq_env: dict[str, str], tmp_path: Path, victim: str
+    sq_home: Path, sq_env: dict[str, str], tmp_path: Path, victim: str, store_url: str
 ) -> None:
     program, marks = write_worker(tmp_path)
-    with Queue(home=sq_home) as q:
+    if store_url:
+        sq_env = dict(sq_env, STATEQUEUE_STORE=store_url)
+    with Queue(home=sq_home, store=store_url or None) as q:
         q.enqueue(ITEMS)
     argv = [STATEQUEUE, "run", "--persistent", "-j2", "--", sys.executable, program, str(marks)]
     with subprocess.Popen(argv, env=sq_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
@@ -58,13 +66,13 @@ def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
         for pid in workers:
             until(lambda pid=pid: gone(pid), f"worker {pid} to be stopped")  # type: ignore[misc]
         run.communicate(timeout=RUN_TIMEOUT)
-    with Queue(home=sq_home) as q:
+    with Queue(home=sq_home, store=store_url or None) as q:
         first = {v.item: (v.state, v.attempts) for v in q.items()}
     assert first["slow-a"][1] == first["slow-b"][1] == 1
     assert all(first[i] == (ItemState.PENDING, 0) for i in ITEMS[2:]), first
     done = subprocess.run(argv, env=sq_env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert done.returncode == 0, done.stderr
-    with Queue(home=sq_home) as q:
+    with Queue(home=sq_home, store=store_url or None) as q:
         states = {v.item: (v.state, v.attempts) for v in q.items()}
     assert states == {
         "slow-a": (ItemState.DONE, 2),
