@@ -46,7 +46,8 @@ def test_status_and_stats_show_the_workers_of_an_active_persistent_run(
     sq_env = env
     program, marks = write_worker(tmp_path)
     _cli(sq_env, "enqueue", "ok-1", "ok-2", "ok-3", "slow-a", "slow-b")
-    argv = [STATEQUEUE, "run", "--persistent", "-j2", "--", sys.executable, program, str(marks)]
+    argv = [STATEQUEUE, "run", "--persistent", "-j2", "--lease", "3s", "--"]
+    argv += [sys.executable, program, str(marks)]  # PostgreSQL: published with each renew
     with subprocess.Popen(argv, env=sq_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
         try:
             pids = {_pid_of(marks, "slow-a"), _pid_of(marks, "slow-b")}

@@ -69,11 +69,13 @@ WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id
 """
 
-# One statement renews every lease a store holds (and its runners' rows);
-# an expired lease is never revived: a reaper may be about to take it.
+# One statement renews every lease a store holds (and its runners' rows, with
+# the workers each last published); an expired lease is never revived: a
+# reaper may be about to take it.
 RENEW = f"""
 WITH seen AS (
-    UPDATE statequeue.runners SET seen_at = clock_timestamp()
+    UPDATE statequeue.runners
+    SET seen_at = clock_timestamp(), workers = COALESCE(%(workers)s::jsonb -> runner_id, workers)
     WHERE queue = %(q)s AND runner_id = ANY(%(runners)s::text[]) AND stopped_at IS NULL
 )
 UPDATE statequeue.live SET lease_until = {LEASE}

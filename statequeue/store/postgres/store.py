@@ -19,7 +19,6 @@ StoreUnreachable.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
@@ -214,11 +213,7 @@ class PostgresStore(Store):
         self._session.patiently(attempt)
 
     def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
-        rows = [[w.slot, w.pid, w.items, w.rss] for w in workers]
-        with contextlib.suppress(StoreUnreachable):  # figures: the next one will do
-            self._session.patiently(
-                lambda conn: writes.publish_workers(conn, self.name, runner_id, rows)
-            )
+        self._leases.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
 
     # Claims (claims.py).
 

@@ -177,14 +177,6 @@ def add_runner(conn: Connection, queue: str, runner: RunnerInfo, lease: float) -
     event(conn, queue, transitions.runner_record(runner))
 
 
-def publish_workers(conn: Connection, queue: str, runner_id: str, rows: list[list[Any]]) -> None:
-    """Keep the persistent workers a runner shows (``Store.publish_workers``)."""
-    conn.execute(
-        "UPDATE statequeue.runners SET workers = %s WHERE queue = %s AND runner_id = %s",
-        (Jsonb(rows), queue, runner_id),
-    )
-
-
 def recover_one(
     conn: Connection,
     queue: str,
