@@ -205,6 +205,7 @@ class WorkerAttempt(Job):
     """One request to a persistent worker: a Job to the runner's loop."""
 
     watch_now = True  # the reply must wake the runner at once
+    result_by_file = False  # it comes in the reply
 
     def __init__(
         self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int, pool: WorkerPool
