@@ -223,6 +223,11 @@ def run(
     STATEQUEUE_RESULT (a path where it may write a JSON result); with a
     PostgreSQL store also STATEQUEUE_LEASE_TOKEN (the claim's fencing token).
 
+    With --persistent, COMMAND starts once per slot (only {%} is replaced)
+    with STATEQUEUE_QUEUE, STATEQUEUE_WORKER=1 and STATEQUEUE_REPLY_FD; it
+    reads one JSON request per line on stdin and writes one JSON reply per
+    request to that fd (`statequeue help persistent`).
+
     Example: statequeue run -j4 -- python worker.py {}
 
     Example (many hosts): statequeue run --store postgresql://db/jobs --lease 1m -- ./crawl {}
