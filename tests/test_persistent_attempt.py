@@ -65,3 +65,17 @@ def test_output_written_before_the_reply_is_the_attempts_log_even_if_read_after(
     outcome = second.finish()
     assert (outcome.ok, outcome.reason) == (False, "the worker replied ok: false")
     assert (tmp_path / "2.1.log").read_bytes() == b"said after the reply\n"
+
+
+def test_the_first_workers_of_the_slots_recycle_at_staggered_counts(tmp_path: Path) -> None:
+    """--recycle-after 12 with -j4: the slots' first workers go after 12, 9, 6
+    and 3 items, every later one after 12, so the slots never restart together."""
+    spec = JobSpec(template=("worker",), queue="q", log_dir=tmp_path)
+    pool = WorkerPool(spec, WorkerSettings(recycle_after=12), 4)
+    keeper: Any = StandInKeeper()
+    firsts = [pool.worker_for(slot, keeper) for slot in (1, 2, 3, 4)]
+    assert [w.limit for w in firsts] == [12, 9, 6, 3]
+    firsts[3].done = 3
+    again = pool.worker_for(4, keeper)  # due: a new worker takes the slot
+    assert again is not firsts[3] and again.limit == 12
+    assert pool.worker_for(1, keeper) is firsts[0]  # not due yet
