@@ -37,11 +37,8 @@ keeper's children needs a /proc scan when the kernel lacks the cheap
 ``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
 whenever ``waitid`` says the keeper has no child at all.
 
-A persistent worker (``run --persistent``, run/persistent.py) is started
-like an item's command (WORKER: with its reply pipe too, and its pid
-reported back) but with no item; ASSIGN then makes it, and whatever it
-starts, the processes of each item it is given in turn, its claim fds held
-here while they live, and of no item between two (NO_ITEM).
+A persistent worker (run/persistent.py) starts with no item (WORKER: its reply
+pipe too, its pid reported); ASSIGN makes it the process of each item in turn.
 
 The children's environment comes once per run (ENVIRON); each SPAWN names
 only the variables of its item, so a request stays small whatever the size of
@@ -76,15 +73,15 @@ if TYPE_CHECKING or __package__:
         become_subreaper,
         children,
         claim_target,
-        find_program,
         report_cpu,
+        spawn_found,
     )
 else:  # a script under -I -S: the package is not importable, its folders are
     # (appended: a standard module is never shadowed by one of ours)
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
     import lease_clock
-    from keeper_os import become_subreaper, children, claim_target, find_program, report_cpu
+    from keeper_os import become_subreaper, children, claim_target, report_cpu, spawn_found
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
 
@@ -94,12 +91,10 @@ SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
-REPLY_FD = 3  # where a persistent worker finds the write end of its reply pipe
-NO_ITEM = -1  # the item of a persistent worker between two items
+REPLY_FD, NO_ITEM = 3, -1  # a persistent worker's reply pipe; its item between two
 
 CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 MAX_FDS = 8
-MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
 FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
 # Longest wait while a deadline is pending: poll's timeout runs on the
@@ -109,7 +104,6 @@ DEADLINE_POLL = 0.1
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
-RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
 
 
 class Leader:
@@ -194,8 +188,7 @@ class KeeperProcess:
 
     def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
         if request[0] == SIGNAL:
-            self.signal(request[1], request[2])
-            return
+            return self.signal(request[1], request[2])
         if request[0] == ENVIRON:
             self.environ = request[1]
             return
@@ -211,8 +204,7 @@ class KeeperProcess:
                 self.deadlines[token] = request[2]
             return
         if request[0] == ASSIGN:
-            self.assign(request[1], request[2], fds)
-            return
+            return self.assign(request[1], request[2], fds)
         if request[0] == GOODBYE:
             self.goodbye = True
             if self.has_children():
@@ -234,8 +226,7 @@ class KeeperProcess:
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
         kind, token, item, argv, item_env, has_stdin = request
         env = self.environ | item_env
-        # A persistent worker (WORKER) also gets its reply pipe, at REPLY_FD.
-        nstreams = 2 + has_stdin + (kind == WORKER)
+        nstreams = 2 + has_stdin + (kind == WORKER)  # a worker's reply pipe: at REPLY_FD
         streams, claims = fds[:nstreams], fds[nstreams:]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         if has_stdin:
@@ -253,21 +244,15 @@ class KeeperProcess:
             os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
-        if item != NO_ITEM:
-            self.held.setdefault(item, []).extend(claims)
-            self.finished.discard(item)
+        self.hold(item, claims)
         if kind == WORKER:  # the runner watches its memory and shows its pid
             self.reply(STARTED, token, pid)
 
     def assign(self, token: int, item: int, claims: list[int]) -> None:
-        """A persistent worker (``token``) takes ``item`` (NO_ITEM: it is
-        done with the last one): from now on it and its descendants are that
-        item's processes, and the keeper holds its claim fds while they live.
-        The item it leaves is released as any finished item is."""
+        """``token``'s worker (and what it starts) is now ``item``'s: its claim
+        is held here; the item it leaves is released as a finished one is."""
         leader = self.by_token.get(token)
-        if leader is None or LOST in claims:
-            # The worker has ended (its exit is on its way to the runner, which
-            # settles the item), or the fds were lost: nothing of the item runs.
+        if leader is None or LOST in claims:  # it ended (the runner settles the item)
             for fd in claims:
                 if fd >= 0:
                     os.close(fd)
@@ -276,34 +261,20 @@ class KeeperProcess:
         # Its lease deadline was the old item's: the runner sends the new one.
         self.deadlines.pop(token, None)
         self.deadline_items.pop(token, None)
-        if item != NO_ITEM:
-            self.held.setdefault(item, []).extend(claims)
-            self.finished.discard(item)
+        self.hold(item, claims)
         if old != NO_ITEM and old != item and old in self.held:
             self.finished.add(old)
             self.idle_gap, self.idle_until = 0.0, 0.0
 
+    def hold(self, item: int, claims: list[int]) -> None:
+        """Keep ``item``'s claim fds while a process of it lives."""
+        if item != NO_ITEM:
+            self.held.setdefault(item, []).extend(claims)
+            self.finished.discard(item)
+
     def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
-        """posix_spawn ``argv``. A bare program name is looked up on PATH once
-        per run, not per item (posix_spawnp tries each PATH entry before it in
-        the child, every time); if the file found is gone, look again."""
-        name = argv[0]
-        path = self.programs.get(name)
-        if path is None and "/" not in name and len(self.programs) < MAX_PROGRAMS:
-            path = self.programs[name] = find_program(name)
-        if not path:
-            return os.posix_spawnp(
-                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
-        try:
-            return os.posix_spawn(
-                path, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
-        except OSError:
-            del self.programs[name]  # replaced or removed meanwhile: PATH decides again
-            return os.posix_spawnp(
-                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
+        """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once per run)."""
+        return spawn_found(self.programs, argv, env, actions)
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)
