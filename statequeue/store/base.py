@@ -182,6 +182,10 @@ class Store(ABC):
         durable and not a record: figures for a person. Default: not kept."""
         return None
 
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        """What ``publish_workers`` keeps for ``runner_id`` now (default: nothing)."""
+        return ()
+
     @abstractmethod
     def status(self) -> Status:
         """Counts per state, live runners, recent failures and held items."""

@@ -57,7 +57,7 @@ class MemoryStore(RecordStore):
     def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
         self._workers[runner_id] = tuple(workers)
 
-    def _runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
         return self._workers.get(runner_id, ())
 
     def _claim_free(self, item: LiveItem) -> bool:

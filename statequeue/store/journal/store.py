@@ -29,8 +29,6 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
 from statequeue.core.errors import (
     DamagedState,
     DurabilityError,
@@ -300,17 +298,12 @@ class JournalStore(RecordStore):
         self.claims.forget_runner(runner_id)
 
     def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
-        rows = [[w.slot, w.pid, w.items, w.rss] for w in workers]
-        self.claims.publish(runner_id, orjson.dumps(rows))
+        self.claims.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
 
-    def _runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
-        text = self.claims.published(runner_id)
-        if not text:
-            return ()
-        try:
-            return tuple(WorkerView(*row) for row in orjson.loads(text))
-        except (orjson.JSONDecodeError, TypeError):  # torn, or not ours: nothing shown
-            return ()
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        with suppress(TypeError):  # rows not as written: nothing shown
+            return tuple(WorkerView(*row) for row in self.claims.published(runner_id))
+        return ()
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         self.claims.lock_runner(runner.runner_id)

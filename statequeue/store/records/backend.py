@@ -13,7 +13,6 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from statequeue.core.records import Record
-from statequeue.core.views import WorkerView
 from statequeue.store.records.state import LiveItem, QueueState
 
 
@@ -43,10 +42,6 @@ class RecordBackend(Protocol):
 
     def forget_runner(self, runner_id: str) -> None:
         """Release whatever a dead runner left behind."""
-        ...
-
-    def runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
-        """The persistent workers the live runner last published (``publish_workers``)."""
         ...
 
     def known_keys(self, state: QueueState) -> Container[str]:

@@ -30,14 +30,13 @@ from statequeue.core.views import (
     ItemView,
     RecoveryReport,
     Status,
-    WorkerView,
 )
 from statequeue.stats.attempts import Attempt, attempts_of
 from statequeue.store import transitions
 from statequeue.store.base import Store, attempts_since
 from statequeue.store.records.backend import record_time
 from statequeue.store.records.history import item_history, iter_results, located_result
-from statequeue.store.records.recovery import Recovery
+from statequeue.store.records.recovery import Recovery, crash_record
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
 from statequeue.store.records.user_actions import UserActions
@@ -56,7 +55,7 @@ class RecordStore(Store):
         self._notices: list[str] = []
         # The store's jobs beside claims and reads, each an object it holds.
         backend = _Backend(self)
-        self._registry = RunnerRegistry(backend)
+        self._registry = RunnerRegistry(backend, workers=self.published_workers)
         self._recovery = Recovery(backend, self._registry)
         self._actions = UserActions(backend)
 
@@ -91,10 +90,6 @@ class RecordStore(Store):
     @abstractmethod
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
-
-    def _runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
-        """What ``publish_workers`` kept for ``runner_id`` (default: nothing kept)."""
-        return ()
 
     def _maybe_compact(self, state: QueueState) -> None:
         """Compact when enough dead records piled up (stores with a journal)."""
@@ -298,18 +293,7 @@ class RecordStore(Store):
     ) -> ItemState:
         with self._locked() as state:
             item = self._claimed_item(state, claim)
-            crashes = item.crashes + 1
-            target = transitions.recovery_state(on_interrupted, crashes, max_crashes)
-            rec = transitions.interrupted_record(
-                item.id,
-                item.attempts,
-                target,
-                transitions.recovery_reason(target, on_interrupted, crashes, interrupted=reason),
-                crashed=transitions.recovered_crashed(target),
-                at=record_time(),
-            )
-            rec["crashes"] = crashes
-            rec["runner"] = claim.runner_id
+            rec, target = crash_record(item, claim.runner_id, on_interrupted, max_crashes, reason)
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
             return target
@@ -506,9 +490,6 @@ class _Backend:
 
     def runner_alive(self, runner_id: str) -> bool:
         return self._store._runner_alive(runner_id)
-
-    def runner_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
-        return self._store._runner_workers(runner_id)
 
     def forget_runner(self, runner_id: str) -> None:
         self._store._forget_runner(runner_id)
