@@ -19,7 +19,8 @@ from statequeue.core.fileio import FileOps
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, Outcome
 from statequeue.run.events import ItemFinished, RunEvent
-from statequeue.run.keeper_process import KeeperProcess, find_program
+from statequeue.run.keeper_os import find_program
+from statequeue.run.keeper_process import KeeperProcess
 from statequeue.run.options import RunOptions
 from statequeue.run.runner import Runner
 from statequeue.store.journal.store import JournalStore

@@ -116,6 +116,16 @@ def _runner_lines(status: Status, texts: Mapping[int, str]) -> list[str]:
         since = local_time(r.started_at)
         where = f"pid {r.pid} on {shown(r.host)}, since {since}"
         lines.append(f"runner: {_liveness(r)} ({where}, {_running(r.running, texts)})")
+        lines += worker_lines(r)
+    return lines
+
+
+def worker_lines(runner: ActiveRunner) -> list[str]:
+    """The persistent workers of a live runner (`run --persistent`), one line each."""
+    lines = []
+    for w in runner.workers:
+        rss = "" if w.rss is None else f", RSS {human_bytes(w.rss)}"
+        lines.append(f"  worker {w.slot}: pid {w.pid}, {plural(w.items, 'item')} done{rss}")
     return lines
 
 

@@ -34,6 +34,8 @@ Examples:
 
   statequeue run -j8 --rate 20/s -- python call_api.py {}   (exit 75: try later)
 
+  statequeue run --persistent -j4 --recycle-rss 2G -- python worker.py
+
 Replacement strings (as in GNU parallel): {} item, {.} without extension,
 {/} basename, {//} dirname, {/.} basename without extension, {#} item id,
 {%} job slot.
@@ -145,6 +147,35 @@ def run(
     stdin: Annotated[
         bool, typer.Option("--stdin", help="Feed the item on the child's stdin.")
     ] = False,
+    persistent: Annotated[
+        bool,
+        typer.Option(
+            "--persistent",
+            help="Start COMMAND once per slot and feed it items over a line protocol "
+            "(`statequeue help persistent`); it pays its start-up once, not per item. "
+            "Example: run --persistent -j4 -- python worker.py",
+        ),
+    ] = False,
+    recycle_after: Annotated[
+        int | None,
+        typer.Option(
+            "--recycle-after",
+            help="--persistent: replace a worker after this many items (staggered across "
+            "slots). Example: --recycle-after 1000",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
+    recycle_rss: Annotated[
+        str | None,
+        typer.Option(
+            "--recycle-rss",
+            help="--persistent: replace a worker, between items, once its resident memory "
+            "reaches SIZE (K, M, G: powers of 1024). Example: --recycle-rss 2G",
+            metavar="SIZE",
+            show_default=False,
+        ),
+    ] = None,
     live: Annotated[
         bool | None,
         typer.Option(
@@ -245,11 +276,16 @@ def run(
     one, the item is the last argument. No shell runs it unless --shell.
     Details: statequeue help commands.
 
+    With --persistent, COMMAND starts once per slot (only {%} is replaced)
+    with STATEQUEUE_QUEUE, STATEQUEUE_WORKER=1 and STATEQUEUE_REPLY_FD; it
+    reads one JSON request per line on stdin and writes one JSON reply per
+    request to that fd (`statequeue help persistent`).
+
     Example: statequeue run -j4 -- python worker.py {}
     """
     # lazy: start-up time (the runner and its view, only for `run`)
     from statequeue.cli.progress import LiveSink, make_view
-    from statequeue.run.options import RunOptions, parse_verify
+    from statequeue.run.options import RunOptions, parse_size, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
     from statequeue.run.runner import Runner
     from statequeue.run.shell_command import shell_template
@@ -284,6 +320,9 @@ def run(
         give_up_after=_duration(give_up_after),
         rate=_rate(rate, burst),
         max_deferrals=max_deferrals,
+        persistent=persistent,
+        recycle_after=recycle_after,
+        recycle_rss=None if recycle_rss is None else parse_size(recycle_rss, "--recycle-rss"),
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)

@@ -10,7 +10,7 @@ import typer
 
 from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
-from statequeue.cli.render import emit_json, use_color
+from statequeue.cli.render import emit_json, use_color, worker_lines
 from statequeue.cli.stats_names import stats_names
 from statequeue.cli.stats_view import plain_text, print_rich
 from statequeue.core.durations import parse_duration
@@ -50,11 +50,20 @@ def stats(
         window = None  # reaches back before 1970: every attempt, said as such
     q = open_queue(ctx, home, queue, create=False)
     figures = q.stats(window)
+    runners = [r for r in q.store.active_runners() if r.workers]  # live `run --persistent`
     if json:
-        emit_json(figures.to_json())
+        found = figures.to_json()
+        if runners:  # only then: otherwise the schema's keys stay as they were
+            found["workers"] = [
+                dict(w.to_json(), runner=r.runner_id) for r in runners for w in r.workers
+            ]
+        emit_json(found)
         return
     names = stats_names(q, figures)
     if use_color(sys.stdout):
         print_rich(figures, names)
     else:
         sys.stdout.write(plain_text(figures, names) + "\n")
+    if runners:
+        lines = ["persistent workers (live):"] + [x for r in runners for x in worker_lines(r)]
+        sys.stdout.write("\n".join(lines) + "\n")

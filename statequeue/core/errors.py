@@ -139,6 +139,12 @@ class ResourcesExhausted(StateQueueError):
     exit_code = ExitCode.RESOURCES
 
 
+class WorkerBroken(StateQueueError):
+    """the persistent worker exited before replying to its first request, twice in a row."""
+
+    exit_code = ExitCode.WORKER_BROKEN
+
+
 class InvalidStoreUrl(UsageError):
     """invalid store URL (expected postgresql://... or a libpq conninfo)."""
 

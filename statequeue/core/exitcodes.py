@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     RESOURCES = 10
     STORE_UNREACHABLE = 11
     SCHEMA_TOO_NEW = 12
+    WORKER_BROKEN = 13
     INTERRUPTED_INT = 130
     INTERRUPTED_TERM = 143
 
@@ -83,6 +84,10 @@ MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.SCHEMA_TOO_NEW: (
         "the database's statequeue schema is newer than this statequeue; upgrade statequeue"
+    ),
+    ExitCode.WORKER_BROKEN: (
+        "`run --persistent`: the worker exited before replying to its first request twice in "
+        "a row; the items it was given count one crash each, nothing else was charged"
     ),
     ExitCode.INTERRUPTED_INT: "stopped by SIGINT (Ctrl-C); unfinished items run again next time",
     ExitCode.INTERRUPTED_TERM: "stopped by SIGTERM; unfinished items run again next time",

@@ -27,6 +27,21 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class WorkerView:
+    """A persistent worker of a live runner (``run --persistent``), as last published."""
+
+    slot: int
+    pid: int
+    items: int
+    """Requests it has answered."""
+    rss: int | None = None
+    """Resident memory in bytes (None if unknown)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slot": self.slot, "pid": self.pid, "items": self.items, "rss": self.rss}
+
+
+@dataclass(frozen=True)
 class ActiveRunner:
     """A runner that is alive now."""
 
@@ -41,6 +56,8 @@ class ActiveRunner:
     """When its lease ends unless renewed (Unix time), where the store has leases."""
     lease: float | None = None
     """Its lease's length in seconds, where the store has leases."""
+    workers: tuple[WorkerView, ...] = ()
+    """Its persistent workers, where the store keeps them (``Store.publish_workers``)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,7 @@ class Status:
                     "running": list(r.running),
                     "heard_ago": r.heard_ago,
                     "lease_ends_at": r.lease_ends_at,
+                    "workers": [w.to_json() for w in r.workers],
                 }
                 for r in self.runners
             ],

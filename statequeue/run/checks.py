@@ -4,6 +4,7 @@ that the --verify script is valid shell and can run, and what recovery did."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
@@ -112,6 +113,16 @@ class Verifier:
             f"--verify script failed with exit {verdict.code} ({what}) on item "
             f"{claim.item_id}{said}; stopped (nothing run; fix the script)"
         )
+
+
+def command_drift(earlier: list[list[str]], command: tuple[str, ...]) -> str:
+    """The warning when the queue was last run with another command ("" if not)."""
+    if not earlier or tuple(earlier[-1]) == command:
+        return ""
+    return (
+        "warning: this queue was last run with a different command: "
+        f"{shlex.join(earlier[-1])!s} (now: {shlex.join(command)})"
+    )
 
 
 def recovery_notice(

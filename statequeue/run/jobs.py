@@ -102,6 +102,14 @@ def item_env(claim: Claim, queue: str, result_path: str) -> dict[str, str]:
 class Job:
     """A running child for one claim."""
 
+    watch_now = False
+    result_by_file = True
+    """Whether the result comes in a file at STATEQUEUE_RESULT (else: in a worker's reply)."""
+    """Whether its pipes are watched from its start (else after a delay: output_watch.py)."""
+    interruption = ""
+    """Set when the attempt died with its process and is to be recorded as
+    interrupted (a crash), not as a failure: a persistent worker's (persistent.py)."""
+
     def __init__(self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int = 1) -> None:
         self.claim = claim
         self.spec = spec
@@ -129,7 +137,8 @@ class Job:
         self.pipes: dict[int, int] = {}
         # The child writes its result by path: a file (or planted link) left
         # there must not receive it, nor be read back as this attempt's result.
-        self._unlink(f"{self._name}.result")
+        if self.result_by_file:
+            self._unlink(f"{self._name}.result")
         self.program = ""  # argv[0], once built
         self.token = self._spawn()
 

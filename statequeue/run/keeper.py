@@ -19,6 +19,7 @@ import array
 import contextlib
 import marshal
 import os
+import select
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,7 @@ class Keeper:
         self._inbox = bytearray()
         self.failed: dict[int, int] = {}  # token -> errno of its failed spawn
         self.exits: dict[int, int] = {}  # token -> exit code (or -signal)
+        self.pids: dict[int, int] = {}  # token -> pid, of persistent workers (STARTED)
         self._lingering = False
         self._tokens = 0
         if environ is not None:
@@ -89,6 +91,20 @@ class Keeper:
         self._send(request, [*streams, *claim_fds])
         return token
 
+    def spawn_worker(self, *, argv: list[str], env: dict[str, str], streams: Sequence[int]) -> int:
+        """Have a persistent worker started: as ``spawn``, with ``streams``
+        its stdout, stderr, stdin and reply pipe (at REPLY_FD in the worker)
+        and no item yet; its pid comes back in ``pids``."""
+        self._tokens += 1
+        token = self._tokens
+        self._send((kp.WORKER, token, kp.NO_ITEM, argv, env, 1), streams)
+        return token
+
+    def assign(self, token: int, item_id: int, claim_fds: Sequence[int]) -> None:
+        """Make ``token``'s worker the process of ``item_id`` (NO_ITEM: of
+        none), the keeper holding ``claim_fds`` while any process of it lives."""
+        self._send((kp.ASSIGN, token, item_id), claim_fds)
+
     def signal(self, token: int, signum: int) -> None:
         """Signal the process group of ``token``'s child, if it is not reaped yet."""
         self._send((kp.SIGNAL, token, int(signum)), [])
@@ -114,9 +130,18 @@ class Keeper:
                 self.exits[token] = value
             elif kind == kp.FAILED:
                 self.failed[token] = value
+            elif kind == kp.STARTED:
+                self.pids[token] = value
             else:
                 self._lingering = True
         del self._inbox[:end]
+
+    def receive_within(self, timeout: float) -> None:
+        """``receive``, waiting at most ``timeout`` seconds (TimeoutError)."""
+        ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
+        if not ready:
+            raise TimeoutError()
+        self.receive()
 
     def wait_exit(self, token: int) -> int:
         """The exit code of ``token``'s child, waiting for it to end (-1 if it

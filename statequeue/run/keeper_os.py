@@ -1,5 +1,6 @@
 """What the keeper (keeper_process.py) asks of the system: where claim fds go
-in a child, a program's path, its own children, subreaper status, CPU use.
+in a child, a program's path and its spawn, its own children, subreaper
+status, CPU use.
 
 Standard library only: the keeper imports this module from its own folder
 when it runs as a script under ``python -I -S``.
@@ -10,8 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
+from typing import Any
 
 CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
+MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
+RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def claim_target(index: int) -> int:
@@ -32,6 +37,32 @@ def find_program(name: str) -> str:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return ""
+
+
+def spawn_found(
+    programs: dict[str, str], argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]
+) -> int:
+    """posix_spawn ``argv`` in a new session. A bare program name is looked
+    up on PATH once per run (kept in ``programs``), not per item (posix_spawnp
+    tries each PATH entry before it in the child, every time); if the file
+    found is gone, look again."""
+    name = argv[0]
+    path = programs.get(name)
+    if path is None and "/" not in name and len(programs) < MAX_PROGRAMS:
+        path = programs[name] = find_program(name)
+    if not path:
+        return os.posix_spawnp(
+            name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+        )
+    try:
+        return os.posix_spawn(
+            path, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+        )
+    except OSError:
+        del programs[name]  # replaced or removed meanwhile: PATH decides again
+        return os.posix_spawnp(
+            name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+        )
 
 
 def children() -> list[int]:

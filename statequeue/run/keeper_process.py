@@ -37,6 +37,9 @@ keeper's children needs a /proc scan when the kernel lacks the cheap
 ``/proc/self/task/N/children`` list; that scan is rate-limited, and skipped
 whenever ``waitid`` says the keeper has no child at all.
 
+A persistent worker (run/persistent.py) starts with no item (WORKER: its reply
+pipe too, its pid reported); ASSIGN makes it the process of each item in turn.
+
 The children's environment comes once per run (ENVIRON); each SPAWN names
 only the variables of its item, so a request stays small whatever the size of
 the user's environment.
@@ -70,28 +73,28 @@ if TYPE_CHECKING or __package__:
         become_subreaper,
         children,
         claim_target,
-        find_program,
         report_cpu,
+        spawn_found,
     )
 else:  # a script under -I -S: the package is not importable, its folders are
     # (appended: a standard module is never shadowed by one of ours)
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
     import lease_clock
-    from keeper_os import become_subreaper, children, claim_target, find_program, report_cpu
+    from keeper_os import become_subreaper, children, claim_target, report_cpu, spawn_found
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
-SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON = 1, 2, 3, 4, 5
+SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
-FAILED, EXITED, LINGERING = 2, 3, 4
+FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
+REPLY_FD, NO_ITEM = 3, -1  # a persistent worker's reply pipe; its item between two
 
 CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 MAX_FDS = 8
-MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
 FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
 # Longest wait while a deadline is pending: poll's timeout runs on the
@@ -101,7 +104,6 @@ DEADLINE_POLL = 0.1
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
-RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
 
 
 class Leader:
@@ -186,8 +188,7 @@ class KeeperProcess:
 
     def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
         if request[0] == SIGNAL:
-            self.signal(request[1], request[2])
-            return
+            return self.signal(request[1], request[2])
         if request[0] == ENVIRON:
             self.environ = request[1]
             return
@@ -202,6 +203,8 @@ class KeeperProcess:
             elif token in self.deadline_items:  # else long settled: no deadline to keep
                 self.deadlines[token] = request[2]
             return
+        if request[0] == ASSIGN:
+            return self.assign(request[1], request[2], fds)
         if request[0] == GOODBYE:
             self.goodbye = True
             if self.has_children():
@@ -221,13 +224,16 @@ class KeeperProcess:
         # reply per spawn cost a wakeup of the runner per item).
 
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
-        _, token, item, argv, item_env, has_stdin = request
+        kind, token, item, argv, item_env, has_stdin = request
         env = self.environ | item_env
-        streams, claims = fds[: 2 + has_stdin], fds[2 + has_stdin :]
+        nstreams = 2 + has_stdin + (kind == WORKER)  # a worker's reply pipe: at REPLY_FD
+        streams, claims = fds[:nstreams], fds[nstreams:]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         if has_stdin:
             actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
         actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
+        if kind == WORKER:
+            actions.append((os.POSIX_SPAWN_DUP2, streams[-1], REPLY_FD))
         actions += [
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
@@ -238,30 +244,37 @@ class KeeperProcess:
             os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
-        self.held.setdefault(item, []).extend(claims)
-        self.finished.discard(item)
+        self.hold(item, claims)
+        if kind == WORKER:  # the runner watches its memory and shows its pid
+            self.reply(STARTED, token, pid)
+
+    def assign(self, token: int, item: int, claims: list[int]) -> None:
+        """``token``'s worker (and what it starts) is now ``item``'s: its claim
+        is held here; the item it leaves is released as a finished one is."""
+        leader = self.by_token.get(token)
+        if leader is None or LOST in claims:  # it ended (the runner settles the item)
+            for fd in claims:
+                if fd >= 0:
+                    os.close(fd)
+            return
+        old, leader.item = leader.item, item
+        # Its lease deadline was the old item's: the runner sends the new one.
+        self.deadlines.pop(token, None)
+        self.deadline_items.pop(token, None)
+        self.hold(item, claims)
+        if old != NO_ITEM and old != item and old in self.held:
+            self.finished.add(old)
+            self.idle_gap, self.idle_until = 0.0, 0.0
+
+    def hold(self, item: int, claims: list[int]) -> None:
+        """Keep ``item``'s claim fds while a process of it lives."""
+        if item != NO_ITEM:
+            self.held.setdefault(item, []).extend(claims)
+            self.finished.discard(item)
 
     def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
-        """posix_spawn ``argv``. A bare program name is looked up on PATH once
-        per run, not per item (posix_spawnp tries each PATH entry before it in
-        the child, every time); if the file found is gone, look again."""
-        name = argv[0]
-        path = self.programs.get(name)
-        if path is None and "/" not in name and len(self.programs) < MAX_PROGRAMS:
-            path = self.programs[name] = find_program(name)
-        if not path:
-            return os.posix_spawnp(
-                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
-        try:
-            return os.posix_spawn(
-                path, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
-        except OSError:
-            del self.programs[name]  # replaced or removed meanwhile: PATH decides again
-            return os.posix_spawnp(
-                name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-            )
+        """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once per run)."""
+        return spawn_found(self.programs, argv, env, actions)
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)
@@ -302,7 +315,8 @@ class KeeperProcess:
                 # Its deadline stays until the item is released: a detached
                 # leftover of it may still need fencing.
                 del self.by_token[leader.token]
-                self.finished.add(leader.item)
+                if leader.item != NO_ITEM:
+                    self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
     def report(self, exits: list[tuple[int, int]]) -> None:

@@ -12,9 +12,12 @@ from statequeue.core.errors import UsageError
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
 from statequeue.run.checks import check_verify_script
+from statequeue.run.replacements import template_tokens
 from statequeue.store.base import MIN_LEASE
 
-__all__ = ["RunOptions", "parse_verify"]
+__all__ = ["RunOptions", "parse_size", "parse_verify"]
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,17 @@ class RunOptions:
     max_deferrals: int = DEFAULT_MAX_DEFERRALS
     """Times an item may ask to be tried later (exit 75) before it fails."""
 
+    persistent: bool = False
+    """One long-lived worker per slot, fed items over a line protocol (persistent.py)."""
+    recycle_after: int | None = None
+    """With ``persistent``: replace a worker after this many items (None: never)."""
+    recycle_rss: int | None = None
+    """With ``persistent``: replace a worker whose resident memory reaches this many bytes."""
+
     def __post_init__(self) -> None:
         if not self.command:
             raise UsageError("no command given: use `statequeue run -- COMMAND [ARG]...`")
+        self._check_persistent()
         if self.jobs < 1:
             raise UsageError("--jobs must be at least 1")
         if self.retries < 0 or self.max_crashes < 1:
@@ -71,8 +82,41 @@ class RunOptions:
         if self.verify_first and not self.verify:
             raise UsageError("--verify-first needs --verify SCRIPT")
 
+    def _check_persistent(self) -> None:
+        if not self.persistent:
+            if self.recycle_after is not None or self.recycle_rss is not None:
+                raise UsageError("--recycle-after and --recycle-rss need --persistent")
+            return
+        others = sorted(template_tokens(self.command) - {"{%}"})
+        if others:
+            raise UsageError(
+                f"--persistent: the command may not hold {', '.join(others)}: a persistent "
+                "worker gets its items as requests on stdin (only {%}, the slot, is replaced)"
+            )
+        if self.item_on_stdin:
+            raise UsageError("--persistent and --stdin do not go together: stdin carries requests")
+        if self.recycle_after is not None and self.recycle_after < 1:
+            raise UsageError(f"--recycle-after must be at least 1, not {self.recycle_after}")
+        if self.recycle_rss is not None and self.recycle_rss < 1:
+            raise UsageError("--recycle-rss must be a positive size")
+
 
 def parse_verify(script: str) -> str:
     """The ``--verify`` script as ``sh -c`` will run it (see verify.py); a
     UsageError if it is empty or not valid shell."""
     return check_verify_script(script)
+
+
+def parse_size(text: str, option: str) -> int:
+    """``text`` as a number of bytes: ``123``, ``500K``, ``1.5G`` (powers of
+    1024; a trailing B or iB is allowed). A UsageError naming ``option`` if not."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS else ""
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{option} must be a size such as 500M or 2G, not {text!r}")
+    return int(value * _UNITS[unit])

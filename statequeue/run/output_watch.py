@@ -54,7 +54,10 @@ class OutputWatch:
 
     def started(self, job: Job) -> None:
         """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY."""
-        job.watch_at = job.started + OUTPUT_WATCH_DELAY
+        if job.watch_now:
+            self.watch_output(job)
+        else:
+            job.watch_at = job.started + OUTPUT_WATCH_DELAY
 
     def watch_output(self, job: Job) -> None:
         """Read ``job``'s pipes as output arrives (its start was a while ago)."""
@@ -66,7 +69,10 @@ class OutputWatch:
         """``job`` is over: its pipes leave the selector (before they are closed)."""
         if job.watch_at is None:  # watched: pipes at end of file were forgotten already
             for fd in job.pipes:
-                self._selector.forget(fd)
+                if job.watch_now:  # a persistent worker's: they outlive the attempt
+                    self._selector.unwatch(fd)
+                else:
+                    self._selector.forget(fd)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds and take in what came. False if only
@@ -85,9 +91,12 @@ class OutputWatch:
             elif job is _STORE_WAKE:
                 self._store_wake.woke()  # the next pass of the loop claims
                 news = True
-            elif fd in job.pipes and not job.read(fd):
-                self._selector.forget(fd)  # closing it takes it out of the epoll set
-                job.close_pipe(fd)
+            elif fd in job.pipes:
+                if not job.read(fd):
+                    self._selector.forget(fd)  # closing it takes it out of the epoll set
+                    job.close_pipe(fd)
+                # A persistent worker's reply ends its attempt (persistent.py).
+                news = news or (job.watch_now and job.exited())
         return news
 
     def close(self) -> None:

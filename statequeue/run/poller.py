@@ -37,6 +37,12 @@ class Poller(selectors.BaseSelector):
         other descriptor of (the close takes it out of the epoll set)."""
         del self._tags[fd]
 
+    def unwatch(self, fd: int) -> None:
+        """Stop reporting ``fd``, which stays open (a persistent worker's pipe
+        between two items): it leaves the epoll set now."""
+        del self._tags[fd]
+        self._epoll.unregister(fd)
+
     def ready(self, timeout: float | None) -> list[tuple[int, Any]]:
         """(fd, tag) of every fd ready within ``timeout`` seconds (None: no limit)."""
         tags = self._tags

@@ -28,6 +28,11 @@ from statequeue.store import transitions
 __all__ = ["FuseScope", "ResultRecorder"]
 
 _SETTLED = (ItemState.DONE, ItemState.FAILED)  # recorded for good: no lease to fence
+_AFTER_INTERRUPT = {
+    ItemState.PENDING: "it runs again",
+    ItemState.HELD: "held (see `statequeue show`; `retry` runs it again)",
+    ItemState.FAILED: "failed (--on-interrupted fail)",
+}
 
 FuseScope = Callable[[], tuple[bool, "set[int] | None"]]
 """Whether a result may be recorded together with the next claim, and the ids
@@ -102,6 +107,9 @@ class ResultRecorder:
                 self.summary.killed_on_stop += 1
             if job.stop_reason == "fenced":
                 continue  # its lease is lost: the item is another runner's now
+            if job.interruption and not job.stop_reason:
+                self._interrupt(job, outcome)
+                continue
             if job.stop_reason == "stopped" and not outcome.ok:
                 # Taken over: nothing to give back. Unreachable: left to recovery.
                 with contextlib.suppress(ClaimLost, StoreUnreachable):
@@ -113,6 +121,29 @@ class ResultRecorder:
             ended.append((job, outcome))
         self.unrecorded += ended
         self.record_owed(fuse=True)
+
+    def _interrupt(self, job: Job, outcome: Outcome) -> None:
+        """``job``'s process died mid-attempt with the runner alive (a persistent
+        worker): the attempt is settled as crash recovery would (a crash,
+        --on-interrupted, poison after --max-crashes), durably, then reported."""
+        claim = job.claim
+        hand_over_log(self._store, claim, job.log_path)
+        try:
+            state = self._store.interrupt(
+                claim,
+                job.interruption,
+                on_interrupted=self.options.on_interrupted,
+                max_crashes=self.options.max_crashes,
+            )
+        except (ClaimLost, StoreUnreachable):  # taken over, or left to recovery
+            self.summary.hand_back(claim.item_id)
+            return
+        self.summary.record(claim.item_id, state)
+        if state is ItemState.HELD:
+            self.summary.failed_for_good.add(claim.item_id)
+        # A crash, not a failure: --retries does not count it (ItemFinished would say so).
+        after = _AFTER_INTERRUPT.get(state, state.value)
+        self.on_event(Notice(f"item {claim.item_id}: {job.interruption}; {after}", warning=True))
 
     def record_owed(self, *, fuse: bool = False) -> None:
         """Write the end records of ``unrecorded``, then report them. The

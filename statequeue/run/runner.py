@@ -3,14 +3,13 @@
 One loop, no threads, asleep in one selector (output_watch.py) until a child
 exits, a pipe fills, a signal comes or the nearest deadline (a timeout, a kill
 after the grace, a retry due, a poll with ``follow``). The runner decides; the
-result recorder (recorder.py), fencing (fencing.py) and the --verify step
-(verify_step.py) do the rest.
+result recorder (recorder.py), fencing (fencing.py), the --verify step
+(verify_step.py) and, with --persistent, the worker pool (persistent.py) do the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command, recovery_notice
+from statequeue.run.checks import check_command, command_drift, recovery_notice
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.run.fencing import Fencing
 from statequeue.run.jobs import Job, JobSpec, OutputSink
@@ -28,6 +27,7 @@ from statequeue.run.keeper import Keeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
+from statequeue.run.persistent import WorkerPool
 from statequeue.run.recorder import ResultRecorder
 from statequeue.run.resources import RESOURCE_ERRNOS, SHORT_ADVICE
 from statequeue.run.verify_step import VerifyStep
@@ -97,6 +97,7 @@ class Runner:
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
+        self.workers = WorkerPool.for_run(self.spec, options, self._stop_taking)  # --persistent
 
     # -- signals ---------------------------------------------------------------
 
@@ -128,7 +129,8 @@ class Runner:
         store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (_ride_out)
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
-        self._warn_on_command_drift(earlier)
+        if drift := command_drift(earlier, self.options.command):
+            self.on_event(Notice(drift))
         try:
             self._report_recovery()
         except BaseException:
@@ -140,6 +142,8 @@ class Runner:
             self._loop()
         finally:
             self._shutdown()
+            if self.workers is not None:
+                self.workers.close(self.keeper, self.options.grace)
             if self.keeper is not None:
                 # The keeper exits, or stays until a detached leftover of an
                 # item has ended, holding that item's claim.
@@ -206,6 +210,8 @@ class Runner:
             self._watch.watch_store()
         if self._taking:
             self._fill_slots()
+        if self.workers is not None:  # stops if they die at start; figures for `status`
+            self.workers.tend(self._store, self.info.runner_id)
         self.recorder.give_back_prefetched()
         if not self.jobs:
             wait = self._idle_wait()
@@ -302,7 +308,10 @@ class Runner:
 
     def _start(self, claim: Claim) -> None:
         try:
-            job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
+            if self.workers is not None:
+                job: Job = self.workers.attempt(claim, self._keeper(), self._free_slot())
+            else:
+                job = Job(claim, self.spec, self._keeper(), slot=self._free_slot())
         except KeeperLost:
             # Nothing of the item runs without the keeper: give it back as if
             # never claimed, then stop (the run cannot watch its children).
@@ -451,7 +460,7 @@ class Runner:
     # -- stopping ------------------------------------------------------------------
 
     def _stop_taking(self) -> None:
-        """A failure with --halt-on-failure: the run takes no new item."""
+        """A failure with --halt-on-failure (or broken workers): the run takes no new item."""
         self._taking = False
 
     def _handle_stop(self) -> None:
@@ -481,15 +490,6 @@ class Runner:
             with contextlib.suppress(Exception):
                 self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
         self.jobs.clear()
-
-    def _warn_on_command_drift(self, earlier: list[list[str]]) -> None:
-        if earlier and tuple(earlier[-1]) != self.options.command:
-            self.on_event(
-                Notice(
-                    "warning: this queue was last run with a different command: "
-                    f"{shlex.join(earlier[-1])!s} (now: {shlex.join(self.options.command)})"
-                )
-            )
 
 
 def _until(due: float) -> float:

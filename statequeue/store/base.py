@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         RecoveryReport,
         Status,
         StoreCheck,
+        WorkerView,
     )
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
@@ -195,6 +196,21 @@ class Store(ABC):
         return rate_bucket.pace_of(self.bucket_update)
 
     @abstractmethod
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        """The process running ``claim`` died mid-attempt while its runner
+        lives on (a persistent worker, issue 23): settle the attempt now, as
+        crash recovery would (it counts a crash; the policy applies; held as
+        poison after ``max_crashes``), recording ``reason``; durable before
+        it returns the item's new state. Releases the claim."""
+
+    @abstractmethod
     def sync(self) -> None:
         """Make every record written so far durable (for group commit)."""
 
@@ -210,6 +226,17 @@ class Store(ABC):
     @abstractmethod
     def active_runners(self) -> list[ActiveRunner]:
         """Runners that are alive now (a dead runner is never listed)."""
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        """Optional: keep ``workers`` (the persistent workers of this process's
+        runner ``runner_id``, replacing what it published before) for
+        ``active_runners`` and ``status`` to show while the runner lives. Not
+        durable and not a record: figures for a person. Default: not kept."""
+        return None
+
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        """What ``publish_workers`` keeps for ``runner_id`` now (default: nothing)."""
+        return ()
 
     @abstractmethod
     def status(self) -> Status:

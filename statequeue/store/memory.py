@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from statequeue.core.errors import DamagedState
 from statequeue.core.models import RunnerInfo
 from statequeue.core.records import Record, item_text
-from statequeue.core.views import CompactResult
+from statequeue.core.views import CompactResult, WorkerView
 from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.record_store import RecordStore
 from statequeue.store.records.state import LiveItem, QueueState
@@ -31,6 +31,7 @@ class MemoryStore(RecordStore):
         self._claims: set[int] = set()
         self._runners: set[str] = set()
         self._rate: Bucket | None = None  # the shared start rate (rate_bucket.py)
+        self._workers: dict[str, tuple[WorkerView, ...]] = {}
 
     @contextmanager
     def _locked(self) -> Iterator[QueueState]:
@@ -55,6 +56,12 @@ class MemoryStore(RecordStore):
 
     def sync(self) -> None:
         """Nothing to do: memory is as durable as it gets here."""
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        self._workers[runner_id] = tuple(workers)
+
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        return self._workers.get(runner_id, ())
 
     def _claim_free(self, item: LiveItem) -> bool:
         return item.id not in self._claims

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
+from typing import Any
 
-from statequeue.core.errors import UsageError
+import orjson
+
+from statequeue.core.errors import StateQueueError, UsageError
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.locks import (
     CLAIMS,
@@ -111,6 +114,33 @@ class ClaimLocks:
             with suppress(FileNotFoundError):
                 self.folder.unlink(f"{runner_id}.lock", sub="runners")
             os.close(fd)
+
+    def publish(self, runner_id: str, rows: list[list[Any]]) -> None:
+        """Make ``rows`` (JSON, one line) the content of this process's runner
+        ``runner_id``'s lock file: what it shows ``status`` (its workers)."""
+        fd = self._runner_locks.get(runner_id)
+        if fd is None:
+            return
+        text = orjson.dumps(rows)
+        # No fsync: figures for a person, gone with the runner. A reader that
+        # comes between the write and the truncate reads up to the newline.
+        with suppress(OSError):
+            os.pwrite(fd, text + b"\n", 0)
+            os.ftruncate(fd, len(text) + 1)
+
+    def published(self, runner_id: str) -> list[Any]:
+        """The rows runner ``runner_id`` published ([] if none, or unreadable)."""
+        try:
+            fd = self.folder.open_file(f"{runner_id}.lock", os.O_RDONLY, sub="runners")
+        except (OSError, StateQueueError):
+            return []
+        try:
+            found = orjson.loads(os.read(fd, 65536).partition(b"\n")[0])
+        except (OSError, orjson.JSONDecodeError):  # nothing yet, or torn
+            return []
+        finally:
+            os.close(fd)
+        return found if isinstance(found, list) else []
 
     def close(self) -> None:
         """Release every claim and runner lock this process holds."""

@@ -40,7 +40,7 @@ from statequeue.core.errors import (
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
-from statequeue.core.views import ItemView, LogsRemoved
+from statequeue.core.views import ItemView, LogsRemoved, WorkerView
 from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
@@ -304,6 +304,14 @@ class JournalStore(RecordStore):
 
     def _forget_runner(self, runner_id: str) -> None:
         self.claims.forget_runner(runner_id)
+
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        self.claims.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
+
+    def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        with suppress(TypeError):  # rows not as written: nothing shown
+            return tuple(WorkerView(*row) for row in self.claims.published(runner_id))
+        return ()
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         self.claims.lock_runner(runner.runner_id)

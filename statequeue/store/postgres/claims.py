@@ -255,6 +255,44 @@ class Claims:
         self._forget(claim)
         return ItemState.PENDING
 
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        generation = self._session.generation
+        settled: list[ItemState] = []
+
+        def attempt(conn: Connection) -> None:
+            try:
+                with conn.transaction():
+                    attempts, crashes = writes.held_crashes(conn, self.name, claim)
+                    target = transitions.recovery_state(on_interrupted, crashes + 1, max_crashes)
+                    writes.recover_one(
+                        conn,
+                        self.name,
+                        claim.item_id,
+                        attempts,
+                        crashes + 1,
+                        target,
+                        on_interrupted,
+                        interrupted=reason,
+                    )
+                    settled.append(target)
+            except ClaimLost:
+                if self._session.generation == generation:
+                    raise
+                # Retried after a reconnect: the first try may have committed.
+
+        try:
+            self._session.patiently(attempt)
+        finally:
+            self._forget(claim)
+        return settled[-1] if settled else ItemState.PENDING
+
     def sync(self) -> None:
         # A synchronous commit that writes WAL flushes every earlier
         # asynchronous commit of the cluster as well; but not one the server

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from statequeue.core import lease_clock
 from statequeue.store.base import DEFAULT_LEASE
@@ -51,6 +53,8 @@ class Leases:
         self.queue = queue
         self.lease = lease
         self.runners: set[str] = set()
+        # runner id -> its persistent workers as last published, written with each renew
+        self.workers: dict[str, list[list[Any]]] = {}
         self._sent: dict[int, float] = {}  # token -> lease-clock time its last good renew was sent
         self._lost: set[int] = set()
         self._lock = threading.Lock()
@@ -81,6 +85,13 @@ class Leases:
                 self._sent.pop(token, None)
             self._lost.clear()
         return gone
+
+    def publish(self, runner_id: str, rows: list[list[Any]]) -> None:
+        """Keep ``rows`` (its persistent workers) for ``runner_id``'s row, written
+        with the next renew: never a statement of the runner's own thread, which
+        a partition must not hold up."""
+        with self._lock:
+            self.workers[runner_id] = rows
 
     def fence_at(self) -> float | None:
         """The lease-clock time the first held lease must be fenced, if none is renewed first."""
@@ -123,10 +134,12 @@ class Leases:
         with self._lock:
             tokens = list(self._sent)
             runners = list(self.runners)
+            workers = Jsonb(dict(self.workers))
         if not tokens and not runners:
             return set()
         sent = lease_clock.now()
         params = {"q": self.queue, "tokens": tokens, "runners": runners, "lease": self.lease}
+        params["workers"] = workers
         try:
             conn = self._connection()
             renewed = {int(r[0]) for r in conn.execute(sql.RENEW, params).fetchall()}

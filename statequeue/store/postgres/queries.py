@@ -15,7 +15,15 @@ from typing import Any
 from statequeue.core.errors import ItemNotFound
 from statequeue.core.models import ItemState
 from statequeue.core.records import item_fields
-from statequeue.core.views import ActiveRunner, Failure, ItemHistory, ItemResult, ItemView, Status
+from statequeue.core.views import (
+    ActiveRunner,
+    Failure,
+    ItemHistory,
+    ItemResult,
+    ItemView,
+    Status,
+    WorkerView,
+)
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.transitions import last_line
@@ -54,9 +62,18 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
             heard_ago=None if heard is None else float(heard),
             lease_ends_at=None if ends is None else float(ends),
             lease=None if lease is None else float(lease),
+            workers=_workers(workers),
         )
-        for rid, pid, host, since, running, heard, ends, lease in rows
+        for rid, pid, host, since, running, heard, ends, lease, workers in rows
     ]
+
+
+def _workers(rows: Any) -> tuple[WorkerView, ...]:
+    """The ``workers`` a runner published (``writes.publish_workers``); () if none or unreadable."""
+    try:
+        return tuple(WorkerView(*row) for row in rows or ())
+    except TypeError:  # not as written: nothing shown
+        return ()
 
 
 def status(conn: Connection, queue: str, paused: bool) -> Status:

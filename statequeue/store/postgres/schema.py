@@ -228,9 +228,15 @@ CREATE TABLE IF NOT EXISTS statequeue.deferrals (
 _V7_LEAN_WRITES = V7_LEAN_WRITES
 # Fewer index inserts and count-delta rows per item (lean_writes.py).
 
+_V9_WORKERS = """
+-- The persistent workers a live runner last published (`run --persistent`):
+-- figures `status` shows (pid, items done, RSS), not state.
+ALTER TABLE statequeue.runners ADD COLUMN IF NOT EXISTS workers jsonb;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
-    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES),
+    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS),
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 

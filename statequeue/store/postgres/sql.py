@@ -75,17 +75,19 @@ SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
 ), extract(epoch FROM clock_timestamp() - r.seen_at)::float8,
-   extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease
+   extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease, r.workers
 FROM statequeue.runners r
 WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id
 """
 
-# One statement renews every lease a store holds (and its runners' rows);
-# an expired lease is never revived: a reaper may be about to take it.
+# One statement renews every lease a store holds (and its runners' rows, with
+# the workers each last published); an expired lease is never revived: a
+# reaper may be about to take it.
 RENEW = f"""
 WITH seen AS (
-    UPDATE statequeue.runners SET seen_at = clock_timestamp()
+    UPDATE statequeue.runners
+    SET seen_at = clock_timestamp(), workers = COALESCE(%(workers)s::jsonb -> runner_id, workers)
     WHERE queue = %(q)s AND runner_id = ANY(%(runners)s::text[]) AND stopped_at IS NULL
 )
 UPDATE statequeue.live SET lease_until = {LEASE}

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         RecoveryReport,
         Status,
         StoreCheck,
+        WorkerView,
     )
     from statequeue.stats.attempts import Attempt
     from statequeue.store.journal.folder import QueueFolder
@@ -215,6 +216,9 @@ class PostgresStore(Store):
 
         self._session.patiently(attempt)
 
+    def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
+        self._leases.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
+
     # Claims (claims.py).
 
     def claim(
@@ -258,6 +262,18 @@ class PostgresStore(Store):
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         self._claims.release(claim, reason, uncounted=uncounted)
+
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        return self._claims.interrupt(
+            claim, reason, on_interrupted=on_interrupted, max_crashes=max_crashes
+        )
 
     def sync(self) -> None:
         self._claims.sync()

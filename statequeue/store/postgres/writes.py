@@ -70,6 +70,18 @@ def held(conn: Connection, queue: str, claim: Claim) -> int:
     return int(row[0])
 
 
+def held_crashes(conn: Connection, queue: str, claim: Claim) -> tuple[int, int]:
+    """As ``held``: the claim's attempts and crashes so far, its row locked."""
+    row = conn.execute(
+        "SELECT attempts, crashes FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s"
+        " AND token = %(token)s AND state = 'running' FOR UPDATE",
+        {"q": queue, "id": claim.item_id, "token": claim.token},
+    ).fetchone()
+    if row is None:
+        raise stale(claim)
+    return int(row[0]), int(row[1])
+
+
 def finish_once(
     conn: Connection,
     queue: str,
@@ -173,12 +185,17 @@ def recover_one(
     crashes: int,
     target: ItemState,
     policy: OnInterrupted,
+    *,
+    interrupted: str = "",
 ) -> None:
+    """Settle an interrupted attempt by ``policy`` (counting this crash);
+    ``interrupted`` says why, when it is not the runner's death or lost lease."""
     reason = transitions.recovery_reason(
         target,
         policy,
         crashes,
-        interrupted=f"interrupted: its runner died or lost its lease during attempt {attempt}",
+        interrupted=interrupted
+        or f"interrupted: its runner died or lost its lease during attempt {attempt}",
     )
     crashed = transitions.recovered_crashed(target)
     conn.execute(

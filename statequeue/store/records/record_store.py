@@ -36,7 +36,7 @@ from statequeue.store import transitions
 from statequeue.store.base import Store, attempts_since
 from statequeue.store.records.backend import record_time
 from statequeue.store.records.history import item_history, iter_results, located_result
-from statequeue.store.records.recovery import Recovery
+from statequeue.store.records.recovery import Recovery, crash_record
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
 from statequeue.store.records.user_actions import UserActions
@@ -55,7 +55,7 @@ class RecordStore(Store):
         self._notices: list[str] = []
         # The store's jobs beside claims and reads, each an object it holds.
         backend = _Backend(self)
-        self._registry = RunnerRegistry(backend)
+        self._registry = RunnerRegistry(backend, workers=self.published_workers)
         self._recovery = Recovery(backend, self._registry)
         self._actions = UserActions(backend)
 
@@ -298,6 +298,21 @@ class RecordStore(Store):
                 rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
+
+    def interrupt(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+    ) -> ItemState:
+        with self._locked() as state:
+            item = self._claimed_item(state, claim)
+            rec, target = crash_record(item, claim.runner_id, on_interrupted, max_crashes, reason)
+            self._write([rec], sync=True)
+            self._drop_claim(claim.item_id)
+            return target
 
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
         item = state.get(claim.item_id)

@@ -3,12 +3,13 @@ children) are gone are settled by the policy (store/transitions.py)."""
 
 from __future__ import annotations
 
-from statequeue.core.models import OnInterrupted
+from statequeue.core.models import ItemState, OnInterrupted
+from statequeue.core.records import Record
 from statequeue.core.views import RecoveryReport
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
 from statequeue.store.records.runners import RunnerRegistry
-from statequeue.store.records.state import QueueState
+from statequeue.store.records.state import LiveItem, QueueState
 
 
 class Recovery:
@@ -31,23 +32,31 @@ class Recovery:
         for item in state.running():
             if not self.backend.claim_free(item):
                 continue
-            crashes = item.crashes + 1
-            target = transitions.recovery_state(policy, crashes, max_crashes)
-            reason = transitions.recovery_reason(
-                target,
-                policy,
-                crashes,
-                interrupted=f"interrupted: its runner died during attempt {item.attempts}",
-            )
-            crashed = transitions.recovered_crashed(target)
-            rec = transitions.interrupted_record(
-                item.id, item.attempts, target, reason, crashed=crashed, at=record_time()
-            )
-            rec["crashes"] = crashes
-            rec["runner"] = item.runner  # the runner that died (for `stats`)
+            why = f"interrupted: its runner died during attempt {item.attempts}"
+            # The runner that died (for `stats`).
+            rec, target = crash_record(item, item.runner, policy, max_crashes, why)
             host = str(hosts.get(item.runner, {}).get("host", ""))
             if host:
                 rec["host"] = host
             self.backend.write([rec], sync=False)
             transitions.recovery_bucket(report, target).append(item.id)
         return report
+
+
+def crash_record(
+    item: LiveItem, runner: str, policy: OnInterrupted, max_crashes: int, interrupted: str
+) -> tuple[Record, ItemState]:
+    """The ``intr`` record that settles ``item``'s attempt, which died with a
+    process of it (its runner, or a persistent worker: ``interrupted`` says
+    which), and the state it moves to: one more crash, then the policy
+    (poison after ``max_crashes``)."""
+    crashes = item.crashes + 1
+    target = transitions.recovery_state(policy, crashes, max_crashes)
+    reason = transitions.recovery_reason(target, policy, crashes, interrupted=interrupted)
+    crashed = transitions.recovered_crashed(target)
+    rec = transitions.interrupted_record(
+        item.id, item.attempts, target, reason, crashed=crashed, at=record_time()
+    )
+    rec["crashes"] = crashes
+    rec["runner"] = runner
+    return rec, target

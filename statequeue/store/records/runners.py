@@ -4,10 +4,11 @@ ones, and recording that dead ones are gone."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from statequeue.core.errors import RunnerActive
 from statequeue.core.models import RunnerInfo
-from statequeue.core.views import ActiveRunner
+from statequeue.core.views import ActiveRunner, WorkerView
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
 from statequeue.store.records.state import QueueState
@@ -16,8 +17,14 @@ from statequeue.store.records.state import QueueState
 class RunnerRegistry:
     """The ``run`` and ``stop`` records of one queue's runners."""
 
-    def __init__(self, backend: RecordBackend) -> None:
+    def __init__(
+        self,
+        backend: RecordBackend,
+        *,
+        workers: Callable[[str], tuple[WorkerView, ...]] = lambda runner_id: (),
+    ) -> None:
         self.backend = backend
+        self._workers = workers  # what a live runner published (Store.published_workers)
 
     def register(self, runner: RunnerInfo, *, exclusive: bool) -> None:
         """Record ``runner``; RunnerActive if ``exclusive`` and another is alive."""
@@ -50,6 +57,7 @@ class RunnerRegistry:
                 host=rec.get("host", ""),
                 started_at=rec.get("since", 0.0),
                 running=tuple(sorted(running.get(rid, ()))),
+                workers=self._workers(rid),
             )
             for rid, rec in state.runners.items()
             if self.backend.runner_alive(rid)

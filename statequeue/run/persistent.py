@@ -1,0 +1,391 @@
+"""Persistent workers (``run --persistent``): one long-lived worker per slot, fed items in turn.
+
+A worker (worker_process.py) is started by the keeper like an item's command (its parent, so
+promise 4 holds as for per-item children: the keeper makes it, and whatever
+it starts, the processes of the item it works on, holding that item's claim
+while any of them lives). The runner writes one request per item on its
+stdin and reads the reply on a pipe of its own (protocol.py). Each request is
+one attempt (``WorkerAttempt``): to the runner's loop it is a ``Job`` that
+ends when the reply comes, whose log is what the worker wrote on stdout and
+stderr between the request and the reply. The worker stays for the next
+item unless it died, was stopped (a timeout, a stop), broke the protocol or
+is due for recycling; then the slot gets a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from statequeue.core.errors import KeeperLost, WorkerBroken
+from statequeue.core.models import Claim, Outcome
+from statequeue.core.views import WorkerView
+from statequeue.run.jobs import Job, JobSpec
+from statequeue.run.keeper import Keeper
+from statequeue.run.options import RunOptions
+from statequeue.run.protocol import BadReply, Reply
+from statequeue.run.worker_process import Worker, wait_for
+from statequeue.store.base import Store
+
+__all__ = ["WorkerAttempt", "WorkerPool", "WorkerSettings"]
+
+_READ = 65536
+REPLY_CLOSED_WAIT = 1.0  # seconds a worker that closed its reply fd has to exit on its own
+PUBLISH_EVERY = 1.0  # seconds between updates of the workers `status` shows
+START_FAILURES = 2  # workers in a row that die before their first reply: the run stops
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How the workers of a persistent run are recycled (RunOptions)."""
+
+    recycle_after: int | None = None
+    recycle_rss: int | None = None  # bytes
+
+
+class WorkerPool:
+    """The workers of a persistent run, one per slot, started when a slot first needs one."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: WorkerSettings,
+        jobs: int,
+        *,
+        on_broken: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.spec = spec
+        self._on_broken = on_broken  # the run takes no new item (then ``tend`` raises)
+        self.settings = settings
+        self.jobs = jobs
+        self.workers: dict[int, Worker] = {}  # slot -> its worker
+        self._leaving: list[Worker] = []  # retired, exit not yet collected
+        self._slots_seen: set[int] = set()  # slots that had a worker (see _limit)
+        self.start_failures = 0  # workers in a row that ended before their first reply
+        self.last_item = 0  # the item the last of them was given (its log says why)
+        self._publish_at = 0.0
+
+    def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
+        """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
+        return WorkerAttempt(claim, self.spec, keeper, slot=slot, pool=self)
+
+    def worker_for(self, slot: int, keeper: Keeper) -> Worker:
+        """``slot``'s worker: the live one, or a new one in place of one that
+        ended, was retired, or is due for recycling."""
+        self._collect(keeper)
+        worker = self.workers.get(slot)
+        if worker is not None and (worker.retired or worker.dead() or self._due(worker)):
+            self._drop(worker)
+            worker = None
+        if worker is None:
+            worker = self.workers[slot] = Worker(keeper, self.spec, slot, self._limit(slot))
+        return worker
+
+    def _limit(self, slot: int) -> int | None:
+        """Items before recycling: the first worker of slot k goes (k-1)/jobs
+        of the way early, so the slots' restarts stay spread out."""
+        every = self.settings.recycle_after
+        if every is None:
+            return None
+        if slot in self._slots_seen:
+            return every
+        self._slots_seen.add(slot)
+        return max(1, every - (slot - 1) * every // self.jobs)
+
+    def _due(self, worker: Worker) -> bool:
+        """Whether ``worker`` (between items) is to be replaced now."""
+        if worker.limit is not None and worker.done >= worker.limit:
+            return True
+        limit = self.settings.recycle_rss
+        if limit is None:
+            return False
+        rss = worker.rss()
+        if rss is None or rss < limit:
+            return False
+        # One restart at a time: while another slot's new worker has not
+        # answered yet, this one works on (so the slots never all restart at once).
+        return not any(w.done == 0 for w in self.workers.values() if w is not worker)
+
+    def _drop(self, worker: Worker) -> None:
+        """``worker`` leaves its slot: stopped (if it still runs), its exit collected later."""
+        # Between items: end of file on its stdin, and SIGTERM (a worker that
+        # ignored the end of its requests would otherwise outlive the run).
+        worker.stdin_eof()
+        worker.retire(signal.SIGTERM)
+        worker.close()
+        if self.workers.get(worker.slot) is worker:
+            del self.workers[worker.slot]
+        self._leaving.append(worker)  # its exit report is dropped once it comes
+
+    def _collect(self, keeper: Keeper) -> None:
+        """Forget the exits of retired workers (they are not any attempt's)."""
+        if not self._leaving:
+            return
+        for worker in list(self._leaving):
+            if worker.dead():
+                for reports in (keeper.exits, keeper.failed, keeper.pids):
+                    reports.pop(worker.token, None)
+                self._leaving.remove(worker)
+
+    def ended(self, worker: Worker, *, answered: bool) -> None:
+        """``worker`` ended during an attempt (``answered``: after its first
+        reply). Once START_FAILURES in a row ended before their first reply,
+        the run takes no new item, and ``tend`` raises WorkerBroken."""
+        worker.retire()
+        if self.workers.get(worker.slot) is worker:
+            del self.workers[worker.slot]
+        if not worker.dead() and worker not in self._leaving:
+            self._leaving.append(worker)  # its exit comes later: collected, not reaped
+        self.start_failures = 0 if answered else self.start_failures + 1
+        if self.start_failures >= START_FAILURES:
+            self._on_broken()
+
+    @classmethod
+    def for_run(
+        cls, spec: JobSpec, options: RunOptions, on_broken: Callable[[], None]
+    ) -> WorkerPool | None:
+        """The pool of a run with ``persistent`` (None without); ``on_broken``
+        stops the run taking items once the workers keep dying at start."""
+        if not options.persistent:
+            return None
+        settings = WorkerSettings(options.recycle_after, options.recycle_rss)
+        return cls(spec, settings, options.jobs, on_broken=on_broken)
+
+    def tend(self, store: Store, runner_id: str) -> None:
+        """After the slots were filled: WorkerBroken if the workers keep dying
+        at start; a worker that answered and got no new item is no process of
+        that item any more (the keeper lets its claim go: a retry of it may
+        run); and `status` shows the workers (pid, items done, RSS), updated
+        at most once a PUBLISH_EVERY."""
+        self.check()
+        for worker in self.workers.values():
+            if worker.owes_idle and not worker.busy:
+                worker.idle()
+        now = time.monotonic()
+        if now < self._publish_at:
+            return
+        self._publish_at = now + PUBLISH_EVERY
+        views = [
+            WorkerView(slot, pid, worker.done, worker.rss())
+            for slot, worker in sorted(self.workers.items())
+            if (pid := worker.pid) is not None
+        ]
+        store.publish_workers(runner_id, views)
+
+    def check(self) -> None:
+        """WorkerBroken if the workers keep dying before their first reply."""
+        if self.start_failures >= START_FAILURES:
+            doc = (WorkerBroken.__doc__ or "").rstrip(".")
+            raise WorkerBroken(f"{doc}; its output: `statequeue logs {self.last_item}`")
+
+    def close(self, keeper: Keeper | None, grace: float) -> None:
+        """The run is over: end every worker (end of file on its stdin, then
+        SIGTERM, then SIGKILL after ``grace``), waiting for them."""
+        workers = list(self.workers.values())
+        self.workers.clear()
+        for worker in workers:
+            worker.stdin_eof()
+        if keeper is None:
+            return
+        try:
+            wait_for(keeper, [w for w in workers if not w.dead()], grace)
+        except KeeperLost:
+            for worker in workers:
+                worker.kill_directly()
+        for worker in workers:
+            worker.close()
+            keeper.exits.pop(worker.token, None)
+
+
+class WorkerAttempt(Job):
+    """One request to a persistent worker: a Job to the runner's loop."""
+
+    watch_now = True  # the reply must wake the runner at once
+    result_by_file = False  # it comes in the reply
+
+    def __init__(
+        self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int, pool: WorkerPool
+    ) -> None:
+        self._pool = pool
+        self.reply: Reply | None = None
+        self.bad = ""  # how the worker broke the protocol
+        self.reply_closed = False
+        super().__init__(claim, spec, keeper, slot=slot)
+
+    def _spawn(self) -> int:
+        self.worker = self._pool.worker_for(self.slot, self.keeper)
+        self.worker.busy = True
+        self._answered_before = self.worker.done > 0
+        self.program = self.spec.template[0]
+        self.pipes = dict(self.worker.pipes)
+        try:
+            problem = self.worker.send(self.claim)
+        except BadReply as exc:
+            problem = str(exc)
+        if problem:
+            self._broken(problem)
+        return self.worker.token
+
+    # -- output and the reply ------------------------------------------------
+
+    def read(self, fd: int) -> bool:
+        stream = self.pipes[fd]
+        if stream != 3:
+            if self.reply is not None or self.bad:
+                return True  # after the reply: the next item's (left in the pipe)
+            return super().read(fd)
+        try:
+            data = os.read(fd, _READ)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        if self.reply is None and not self.bad:
+            self._take(data)
+        return True
+
+    def _take(self, data: bytes) -> None:
+        try:
+            self.worker.reader.feed(data)
+            reply = self.worker.reader.next_reply(self.claim.item_id)
+            if reply is not None and self.worker.reader.pending():
+                self.worker.reader.next_reply(None)  # a second line: unsolicited
+        except BadReply as exc:
+            self._broken(str(exc))
+            return
+        if reply is not None:
+            self._drain_output()
+            self.reply = reply
+            self.worker.done += 1
+            self._pool.start_failures = 0
+
+    def _drain_output(self) -> None:
+        """Read what the worker wrote on stdout and stderr before its reply:
+        it is in the pipes by now (written first), and is this attempt's log.
+        (A worker must flush its stdout before it replies.)"""
+        for fd, stream in self.pipes.items():
+            if stream == 3:
+                continue
+            while True:
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break  # end of file: the watch closes it
+                self._consume(stream, data)
+
+    def _broken(self, problem: str) -> None:
+        self.bad = f"bad reply from the persistent worker: {problem}"
+        self.worker.retire()
+
+    def close_pipe(self, fd: int) -> None:
+        """A pipe of the worker reached end of file: neither it nor the next attempt reads it."""
+        stream = self.pipes.pop(fd)
+        if self.worker.pipes.pop(fd, None) is not None:
+            os.close(fd)
+        if stream == 3 and self.reply is None and not self.bad and self.kill_at is None:
+            # Most often it is dying (its exit comes next); if it lives on
+            # without a way to reply, the runner kills it then (_reap).
+            self.reply_closed = True
+            self.kill_at = time.monotonic() + REPLY_CLOSED_WAIT
+
+    def close(self) -> None:
+        """Close this attempt's log; the worker's pipes only if it is leaving."""
+        self.pipes = {}
+        super().close()
+        if self.worker.retired:
+            self.worker.close()
+
+    # -- the end -----------------------------------------------------------------
+
+    def exited(self) -> bool:
+        return self.reply is not None or bool(self.bad) or self.worker.dead()
+
+    def spawn_error(self) -> OSError | None:
+        error = super().spawn_error()
+        if error is not None:
+            self._pool.ended(self.worker, answered=True)  # not started: not its fault
+        return error
+
+    def reap(self) -> int:
+        if self.worker.dead():
+            return super().reap()
+        return 0
+
+    def finish(self) -> Outcome:
+        self.worker.busy = False
+        duration = time.monotonic() - self.started
+        tail = self._tail.decode("utf-8", "replace")
+        if self.stop_reason or self.bad or self.reply is None:
+            # The worker is not to be given another item.
+            with contextlib.suppress(KeeperLost):
+                self.keeper.signal(self.token, signal.SIGKILL)
+        if self.stop_reason:
+            outcome = self._stopped(duration, tail)
+        elif self.bad:
+            self._pool.ended(self.worker, answered=True)
+            outcome = Outcome(ok=False, duration=duration, stderr_tail=tail, reason=self.bad)
+        elif self.reply is not None:
+            # It leaves the item when it gets the next (ASSIGN) or, if it gets
+            # none, in ``WorkerPool.tend``: one message to the keeper per item.
+            self.worker.owes_idle = True
+            outcome = Outcome(
+                ok=self.reply.ok,
+                exit_code=0 if self.reply.ok else None,
+                duration=duration,
+                stderr_tail=tail,
+                reason=self.reply.reason,
+                result=self.reply.result,
+            )
+        else:
+            outcome = self._died(duration, tail)
+        self.close()
+        return outcome
+
+    def _stopped(self, duration: float, tail: str) -> Outcome:
+        """A timeout, a stop or a fence: the worker goes; the attempt fails as a child's would."""
+        code = self.reap() if self.worker.dead() else None
+        self._pool.ended(self.worker, answered=True)
+        sig = -code if code is not None and code < 0 else None
+        exit_code = code if sig is None else None
+        timed_out = self.stop_reason == "timeout"
+        if timed_out:
+            reason = self._timeout_reason(exit_code, sig)
+        else:
+            reason = f"{self.stop_reason}: the persistent worker was stopped"
+        return Outcome(
+            ok=False,
+            exit_code=exit_code,
+            signal=sig,
+            duration=duration,
+            stderr_tail=tail,
+            reason=reason,
+            timed_out=timed_out,
+        )
+
+    def _died(self, duration: float, tail: str) -> Outcome:
+        """The worker ended with no reply: the attempt is interrupted (recorder.py)."""
+        code = super().reap()
+        if self.reply_closed and self.killed:  # it lived on, unable to reply
+            self._pool.ended(self.worker, answered=True)
+            reason = "bad reply from the persistent worker: it closed its reply fd"
+            return Outcome(ok=False, duration=duration, stderr_tail=tail, reason=reason)
+        self._pool.last_item = self.claim.item_id
+        self._pool.ended(self.worker, answered=self._answered_before)
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.interruption = (
+            f"interrupted: its persistent worker {how} during attempt {self.claim.attempt}"
+        )
+        return Outcome(
+            ok=False,
+            exit_code=None if code < 0 else code,
+            signal=-code if code < 0 else None,
+            duration=duration,
+            stderr_tail=tail,
+            reason=self.interruption,
+        )

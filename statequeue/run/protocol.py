@@ -1,0 +1,131 @@
+"""The line protocol between the runner and a persistent worker (``run --persistent``).
+
+Requests go to the worker's stdin, one JSON object per line::
+
+    {"id": 17, "item": "a.pdf", "attempt": 1}
+
+``id`` is the item's id (as in ``statequeue show 17``). An item that is not
+UTF-8 comes as ``item_b64`` (its bytes, base64) *instead of* ``item``, so a
+worker that does not expect such items fails on it rather than working on
+mangled text. ``"interrupted": true`` when the item's previous attempt died;
+``token`` on stores that fence (PostgreSQL). Replies come on the fd named by
+``STATEQUEUE_REPLY_FD``, never on stdout (a stray print cannot break them)::
+
+    {"id": 17, "ok": true, "result": ...}
+    {"id": 17, "ok": false, "reason": "...", "result": ...}
+
+A reply that is not such an object, names another id, or comes with no
+request pending is a protocol error: the runner stops the worker and fails
+the attempt with the ``BadReply`` text.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from statequeue.core.errors import InvalidResult
+from statequeue.core.models import Claim
+from statequeue.core.records import json_problem, load_result
+
+__all__ = ["BadReply", "Reply", "ReplyReader", "request_line"]
+
+MAX_REPLY_BYTES = 1 << 20  # as a result file (jobs.RESULT_MAX_BYTES), plus room for the rest
+_SHOWN = 80  # characters of a bad reply quoted in the reason
+
+
+def request_line(claim: Claim) -> bytes:
+    """The request for ``claim``, as one line."""
+    request: dict[str, Any] = {"id": claim.item_id}
+    try:
+        claim.item.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8
+        raw = claim.item.encode("utf-8", "surrogateescape")  # the item's own bytes
+        request["item_b64"] = base64.b64encode(raw).decode("ascii")
+    else:
+        request["item"] = claim.item
+    request["attempt"] = claim.attempt
+    if claim.interrupted:
+        request["interrupted"] = True
+    if claim.token is not None:
+        request["token"] = claim.token
+    return orjson.dumps(request) + b"\n"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A worker's answer to one request."""
+
+    ok: bool
+    reason: str = ""
+    result: Any = None
+
+
+class BadReply(Exception):
+    """A reply that breaks the protocol; its message says how (for the attempt's reason)."""
+
+
+class ReplyReader:
+    """Splits what a worker writes on its reply pipe into replies, checking each."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        """Take in bytes read from the reply pipe."""
+        self._buffer += data
+        if len(self._buffer) > MAX_REPLY_BYTES and b"\n" not in self._buffer:
+            raise BadReply(f"reply longer than {MAX_REPLY_BYTES} bytes")
+
+    def pending(self) -> bool:
+        """Whether anything is buffered (a reply, or part of one)."""
+        return bool(self._buffer)
+
+    def next_reply(self, expected: int | None) -> Reply | None:
+        """The next complete reply, checked against the id of the request
+        in flight (``expected``; None: no request is); None if no whole
+        line has come yet. BadReply if it breaks the protocol."""
+        end = self._buffer.find(b"\n")
+        if end < 0:
+            return None
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        if expected is None:
+            raise BadReply(f"reply sent without a request: {_quote(line)}")
+        return parse_reply(line, expected)
+
+
+def parse_reply(line: bytes, expected: int) -> Reply:
+    """Check one reply line against the id of the request in flight."""
+    try:
+        value = load_result(line)
+    except orjson.JSONDecodeError:
+        raise BadReply(f"reply is not JSON: {_quote(line)}") from None
+    except InvalidResult:
+        raise BadReply("reply cannot be stored (an integer exceeds the 64-bit range)") from None
+    if not isinstance(value, dict):
+        raise BadReply(f"reply is not a JSON object: {_quote(line)}")
+    got = value.get("id")
+    if got != expected or isinstance(got, bool):
+        raise BadReply(f"reply names id {orjson.dumps(got).decode()[:_SHOWN]}, not {expected}")
+    ok = value.get("ok")
+    if not isinstance(ok, bool):
+        raise BadReply(f'reply has no "ok": true or false: {_quote(line)}')
+    reason = value.get("reason", "")
+    if not isinstance(reason, str):
+        raise BadReply(f'reply\'s "reason" is not a string: {_quote(line)}')
+    result = value.get("result")
+    problem = None if result is None else json_problem(result, parsed=True)
+    if problem is not None:
+        raise BadReply(f"reply's result cannot be stored ({problem})")
+    if not ok and not reason:
+        reason = "the worker replied ok: false"
+    return Reply(ok=ok, reason=reason, result=result)
+
+
+def _quote(line: bytes) -> str:
+    text = line.decode("utf-8", "replace")
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")

@@ -1,0 +1,199 @@
+"""One persistent worker process (``run --persistent``) and the runner's ends of its pipes.
+
+The keeper starts it (WORKER: stdin, stdout, stderr and the reply pipe at
+REPLY_FD) and reports its pid; ``send`` gives it an item (its claim fds to
+the keeper, then the request line, protocol.py). The attempts and the slots
+are persistent.py's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import select
+import signal
+import time
+
+from statequeue.core.errors import KeeperLost
+from statequeue.core.models import Claim
+from statequeue.run import keeper_process as kp
+from statequeue.run.jobs import JobSpec
+from statequeue.run.keeper import Keeper
+from statequeue.run.protocol import ReplyReader, request_line
+from statequeue.run.replacements import JobItem, replace, template_tokens
+
+__all__ = ["Worker", "wait_for", "worker_argv"]
+
+_READ = 65536
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+STDIN_PIPE_SIZE = 1 << 20  # the default pipe-max-size: an unprivileged process may ask this much
+
+
+def worker_argv(template: tuple[str, ...], slot: int) -> list[str]:
+    """The worker's command: ``template`` with ``{%}`` replaced by its slot
+    (the only replacement string a persistent command may hold)."""
+    if "{%}" not in template_tokens(template):
+        return list(template)
+    job = JobItem("", 0, slot)
+    return [replace(arg, job) for arg in template]
+
+
+class Worker:
+    """One running worker process and the runner's ends of its pipes."""
+
+    def __init__(self, keeper: Keeper, spec: JobSpec, slot: int, limit: int | None) -> None:
+        self.keeper = keeper
+        self.slot = slot
+        self.limit = limit  # items before it is recycled (None: never)
+        self.done = 0  # requests answered
+        self.retired = False
+        self.busy = False  # an attempt of the runner's is on it
+        self.owes_idle = False  # answered, and the keeper not told it left the item
+        self.reader = ReplyReader()
+        env = {
+            "STATEQUEUE_QUEUE": spec.queue,
+            "STATEQUEUE_WORKER": "1",
+            "STATEQUEUE_REPLY_FD": str(kp.REPLY_FD),
+        }
+        ends: list[int] = []  # ours, then theirs
+        try:
+            for _ in range(4):
+                ends += os.pipe2(os.O_CLOEXEC)
+            out_r, out_w, err_r, err_w, in_r, in_w, reply_r, reply_w = ends
+            theirs = [out_w, err_w, in_r, reply_w]
+            self.token = keeper.spawn_worker(
+                argv=worker_argv(spec.template, slot), env=env, streams=theirs
+            )
+        except BaseException:
+            for fd in ends:
+                os.close(fd)
+            raise
+        for fd in theirs:
+            os.close(fd)
+        self.stdin = in_w
+        with contextlib.suppress(OSError):  # else the default 64 KiB: still room for most
+            # Room for any request (an item is at most 64 KiB, more once JSON-escaped),
+            # so that a short write means the worker does not read, never that it is slow.
+            fcntl.fcntl(in_w, getattr(fcntl, "F_SETPIPE_SZ", 1031), STDIN_PIPE_SIZE)
+        self._pidfd = -1  # held once its pid is known: a kill by pid then hits no other process
+        for fd in (out_r, err_r, reply_r, in_w):
+            os.set_blocking(fd, False)
+        self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid, once the keeper has reported it."""
+        return self.keeper.pids.get(self.token)
+
+    def rss(self) -> int | None:
+        """The worker's resident memory in bytes (None if unknown)."""
+        pid = self.pid
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * PAGE_SIZE
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def hold_pid(self) -> None:
+        """Open a pidfd of the worker once its pid is known (see ``kill_directly``)."""
+        pid = self.pid
+        # Not once its exit is reported: the keeper reaped it, so its pid may be another's.
+        if self._pidfd < 0 and pid is not None and not self.dead():
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(pid)
+
+    def kill_directly(self) -> None:
+        """SIGKILL its process group without the keeper (which is gone, and
+        would have done it): promise 4, as no process holds the claim for it."""
+        self.hold_pid()
+        if self._pidfd < 0:
+            return
+        # Unexited (its pidfd is not readable), it leads its group: the group id is its pid.
+        if not select.select([self._pidfd], [], [], 0)[0]:
+            with contextlib.suppress(OSError):
+                os.killpg(self.keeper.pids[self.token], signal.SIGKILL)
+
+    def dead(self) -> bool:
+        """Whether its exit (or failed spawn) has been reported."""
+        return self.token in self.keeper.exits or self.token in self.keeper.failed
+
+    def send(self, claim: Claim) -> str:
+        """Give it ``claim``: its claim fds to the keeper, then the request.
+        Returns why the request could not be written ("" when it was)."""
+        self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
+        self.owes_idle = False  # it left the last item with this
+        self.hold_pid()
+        if self._unsolicited() or self.reader.pending():
+            self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
+            return "reply sent without a request"
+        line = request_line(claim)
+        try:
+            written = os.write(self.stdin, line)
+        except BrokenPipeError:
+            return ""  # it is ending: its exit decides the attempt
+        except BlockingIOError:
+            written = 0
+        if written < len(line):
+            return "the worker does not read its requests (its stdin is full)"
+        return ""
+
+    def _unsolicited(self) -> bool:
+        """Whether it wrote a reply while it had no request (read now, before the next)."""
+        for fd, stream in self.pipes.items():
+            if stream == 3:
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:
+                    return False
+                self.reader.feed(data)
+                return bool(data)
+        return False
+
+    def stdin_eof(self) -> None:
+        """Close its stdin: a worker ends when its requests do."""
+        if self.stdin >= 0:
+            os.close(self.stdin)
+            self.stdin = -1
+
+    def idle(self) -> None:
+        """It answered: no process of it belongs to the item any more."""
+        self.owes_idle = False
+        with contextlib.suppress(KeeperLost):
+            self.keeper.assign(self.token, kp.NO_ITEM, ())
+
+    def retire(self, signum: int = signal.SIGKILL) -> None:
+        """Stop it (its process group, through the keeper): it gets no more
+        items. Our ends of its pipes stay open until ``close`` (the runner's
+        selector may still watch them)."""
+        if not self.retired:
+            self.retired = True
+            with contextlib.suppress(KeeperLost):
+                self.keeper.signal(self.token, signum)
+
+    def close(self) -> None:
+        """Close our ends of its pipes."""
+        for fd in self.pipes:
+            os.close(fd)
+        self.pipes.clear()
+        self.stdin_eof()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+def wait_for(keeper: Keeper, live: list[Worker], grace: float) -> None:
+    """Wait for ``live`` workers to exit after the end of their stdin: half
+    of ``grace``, then SIGTERM and the other half, then SIGKILL."""
+    for signum, wait in ((0, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
+        for worker in live if signum else ():
+            keeper.signal(worker.token, signum)
+        end = time.monotonic() + wait
+        while live and time.monotonic() < end:
+            with contextlib.suppress(TimeoutError):
+                keeper.receive_within(end - time.monotonic())
+            live = [w for w in live if not w.dead()]
+        if not live:
+            return
