@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from statequeue.store.postgres.schema import MIGRATIONS
 from tests.conftest import STATEQUEUE
 from tests.pg import sql
 

@@ -49,6 +49,7 @@ _OUTPUT = "Output"
 _SWITCHES = "Live output and the journal"
 _POSTGRES = "PostgreSQL store"
 _RATES = "Rate limit (statequeue help rates)"
+_WORKERS = "Persistent workers (statequeue help workers)"
 
 
 def _duration(value: str | None) -> float | None:
@@ -151,29 +152,28 @@ def run(
         bool,
         typer.Option(
             "--persistent",
-            help="Start COMMAND once per slot and feed it items over a line protocol "
-            "(`statequeue help persistent`); it pays its start-up once, not per item. "
-            "Example: run --persistent -j4 -- python worker.py",
+            help="Start COMMAND once per slot; feed it items.",
+            rich_help_panel=_WORKERS,
         ),
     ] = False,
     recycle_after: Annotated[
         int | None,
         typer.Option(
             "--recycle-after",
-            help="--persistent: replace a worker after this many items (staggered across "
-            "slots). Example: --recycle-after 1000",
+            help="Replace a persistent worker after N items.",
             metavar="N",
             show_default=False,
+            rich_help_panel=_WORKERS,
         ),
     ] = None,
     recycle_rss: Annotated[
         str | None,
         typer.Option(
             "--recycle-rss",
-            help="--persistent: replace a worker, between items, once its resident memory "
-            "reaches SIZE (K, M, G: powers of 1024). Example: --recycle-rss 2G",
+            help="Replace a persistent worker at SIZE of memory.",
             metavar="SIZE",
             show_default=False,
+            rich_help_panel=_WORKERS,
         ),
     ] = None,
     live: Annotated[
@@ -196,7 +196,7 @@ def run(
     log_limit: Annotated[
         int,
         typer.Option(
-            help="Keep at most this many bytes of output per attempt.",
+            help="Output bytes kept per attempt.",
             metavar="BYTES",
             rich_help_panel=_OUTPUT,
         ),
@@ -213,7 +213,7 @@ def run(
     exit_empty: Annotated[
         int,
         typer.Option(
-            help="Exit code when there was nothing to do.",
+            help="Exit code when nothing was due.",
             metavar="CODE",
             min=0,
             max=255,
@@ -242,8 +242,7 @@ def run(
     rate: Annotated[
         str | None,
         typer.Option(
-            help="Limit item starts per second, minute or hour, for every runner of "
-            "the queue together (statequeue help rates). Example: --rate 20/s",
+            help="Limit item starts per second, minute or hour (all runners together).",
             metavar="N/s|N/m|N/h",
             show_default=False,
             rich_help_panel=_RATES,
@@ -252,7 +251,7 @@ def run(
     burst: Annotated[
         int,
         typer.Option(
-            help="With --rate: up to N starts at once after a pause, above the rate limit.",
+            help="Starts at once after a pause, above the rate limit.",
             metavar="N",
             rich_help_panel=_RATES,
         ),
@@ -260,7 +259,7 @@ def run(
     max_deferrals: Annotated[
         int,
         typer.Option(
-            help="Fail an item whose command exits 75 (try later) more than N times.",
+            help="Fail an item after N exit 75s (try later).",
             metavar="N",
             rich_help_panel=_RATES,
         ),
@@ -275,11 +274,6 @@ def run(
     {} in an argument becomes the item (see below for its parts); without
     one, the item is the last argument. No shell runs it unless --shell.
     Details: statequeue help commands.
-
-    With --persistent, COMMAND starts once per slot (only {%} is replaced)
-    with STATEQUEUE_QUEUE, STATEQUEUE_WORKER=1 and STATEQUEUE_REPLY_FD; it
-    reads one JSON request per line on stdin and writes one JSON reply per
-    request to that fd (`statequeue help persistent`).
 
     Example: statequeue run -j4 -- python worker.py {}
     """
