@@ -73,7 +73,10 @@ def _read_until(fd: int, wanted: bytes, got: bytes = b"") -> bytes:
     """What ``fd`` gave until ``wanted`` came (or it closed); fails after DEADLINE."""
     end = time.monotonic() + DEADLINE
     while wanted not in got:
-        ready, _, _ = select.select([fd], [], [], max(end - time.monotonic(), 0))
+        # poll, not select: in a long test session fd numbers pass FD_SETSIZE.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        ready = poller.poll(max(end - time.monotonic(), 0) * 1000)
         assert ready, f"no {wanted!r} in {got[-400:]!r}"
         try:
             chunk = os.read(fd, 65536)

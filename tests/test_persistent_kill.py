@@ -1,4 +1,4 @@
-"""Issue 23, promise 4 with persistent workers: kill -9 of the runner, and of its keeper.
+"""Issue 23, promise 4 with persistent workers: kill -9 of the runner, of its keeper, of both.
 
 A real `statequeue run --persistent -j2` is SIGKILLed (or its keeper is)
 while both workers are inside an item. Then (a) no worker outlives it, (b) a
@@ -50,7 +50,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else ""
 
 
-@pytest.mark.parametrize("victim", ["runner", "keeper"])
+@pytest.mark.parametrize("victim", ["runner", "keeper", "both"])
 def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
     sq_home: Path, sq_env: dict[str, str], tmp_path: Path, victim: str, store_url: str
 ) -> None:
@@ -62,7 +62,16 @@ def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
     argv = [STATEQUEUE, "run", "--persistent", "-j2", "--", sys.executable, program, str(marks)]
     with subprocess.Popen(argv, env=sq_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
         workers = [_pid_of(marks, "slow-a"), _pid_of(marks, "slow-b")]
-        os.kill(run.pid if victim == "runner" else _keeper_of(run.pid), signal.SIGKILL)
+        if victim == "both":
+            # As a kill -9 of the job's process group: the runner is stopped
+            # first, so it cannot stop the workers when its keeper dies; only
+            # the workers' parent-death signal is left to (keeper_os.spawn_bound).
+            keeper = _keeper_of(run.pid)
+            os.kill(run.pid, signal.SIGSTOP)
+            os.kill(keeper, signal.SIGKILL)
+            os.kill(run.pid, signal.SIGKILL)
+        else:
+            os.kill(run.pid if victim == "runner" else _keeper_of(run.pid), signal.SIGKILL)
         for pid in workers:
             until(lambda pid=pid: gone(pid), f"worker {pid} to be stopped")  # type: ignore[misc]
         run.communicate(timeout=RUN_TIMEOUT)

@@ -152,7 +152,7 @@ def run(
         bool,
         typer.Option(
             "--persistent",
-            help="Start COMMAND once per slot; feed it items.",
+            help="One COMMAND per slot for all items (statequeue help workers).",
             rich_help_panel=_WORKERS,
         ),
     ] = False,
@@ -242,7 +242,7 @@ def run(
     rate: Annotated[
         str | None,
         typer.Option(
-            help="Limit item starts per second, minute or hour (all runners together).",
+            help="Most starts a second, minute or hour (statequeue help rates).",
             metavar="N/s|N/m|N/h",
             show_default=False,
             rich_help_panel=_RATES,
@@ -259,7 +259,7 @@ def run(
     max_deferrals: Annotated[
         int,
         typer.Option(
-            help="Fail an item after N exit 75s (try later).",
+            help="Fail an item after N exit 75s (later).",
             metavar="N",
             rich_help_panel=_RATES,
         ),

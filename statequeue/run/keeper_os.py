@@ -9,9 +9,11 @@ when it runs as a script under ``python -I -S``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import signal
+import sys
 from typing import Any
 
 CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
@@ -63,6 +65,37 @@ def spawn_found(
         return os.posix_spawnp(
             name, argv, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
         )
+
+
+# Run in the child between the keeper's spawn and the worker's exec: ask for
+# SIGKILL when the keeper (the parent) dies, then check it has not died already.
+# The signal survives exec, so the worker dies with the keeper even when the
+# runner died too (a kill -9 of the job's process group): no one else would
+# stop it, and a persistent worker holds no claim fd of its item of its own.
+_DIE_WITH_KEEPER = (
+    "import ctypes, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0"
+    " or os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(70)\n"
+    "os.execv(sys.argv[2], sys.argv[3:])\n"
+)
+
+
+def spawn_bound(
+    programs: dict[str, str], argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]
+) -> int:
+    """``spawn_found`` for a persistent worker, which dies with this process
+    (the parent-death signal, set by a small Python step before its exec).
+    Its program is looked up here, so a missing one fails the spawn (ENOENT),
+    as it would for an item's command, instead of the step."""
+    name = argv[0]
+    path = name if "/" in name else programs.get(name) or find_program(name)
+    if not path or not os.access(path, os.X_OK) or os.path.isdir(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    step = [sys.executable, "-I", "-S", "-c", _DIE_WITH_KEEPER, str(os.getpid()), path, *argv]
+    return os.posix_spawn(
+        sys.executable, step, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
+    )
 
 
 def children() -> list[int]:

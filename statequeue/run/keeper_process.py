@@ -69,19 +69,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
-    from statequeue.run.keeper_os import (
-        become_subreaper,
-        children,
-        claim_target,
-        report_cpu,
-        spawn_found,
-    )
+    from statequeue.run import keeper_os
+    from statequeue.run.keeper_os import become_subreaper, children, claim_target, report_cpu
 else:  # a script under -I -S: the package is not importable, its folders are
     # (appended: a standard module is never shadowed by one of ours)
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
+    import keeper_os
     import lease_clock
-    from keeper_os import become_subreaper, children, claim_target, report_cpu, spawn_found
+    from keeper_os import become_subreaper, children, claim_target, report_cpu
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
 
@@ -239,7 +235,7 @@ class KeeperProcess:
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
         # On failure, ``handle`` closes every fd of the request.
-        pid = self.start(argv, env, actions)
+        pid = self.start(argv, env, actions, bound=kind == WORKER)
         for fd in streams:
             os.close(fd)
         leader = Leader(token, item, pid)
@@ -272,9 +268,13 @@ class KeeperProcess:
             self.held.setdefault(item, []).extend(claims)
             self.finished.discard(item)
 
-    def start(self, argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
-        """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once per run)."""
-        return spawn_found(self.programs, argv, env, actions)
+    def start(
+        self, argv: list[str], env: dict[str, str], actions: list[Any], bound: bool = False
+    ) -> int:
+        """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once
+        per run); ``bound``: a persistent worker, which dies with the keeper."""
+        spawn = keeper_os.spawn_bound if bound else keeper_os.spawn_found
+        return spawn(self.programs, argv, env, actions)
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)
