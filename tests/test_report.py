@@ -88,6 +88,33 @@ def test_journal_report_counts_groups_and_percentiles_also_once_archived() -> No
     check_report(Queue("known").report(), want)
 
 
+def test_the_report_counts_deferrals_apart_from_failures(sq_env: dict[str, str]) -> None:
+    """Issue 24 in the report: an item that asked to be tried later is a
+    deferral, named on the page, not a failure."""
+    import statequeue
+
+    with Queue("later") as q:
+        q.enqueue(["a", "b"])
+        asked: set[str] = set()
+        for item in q.work(max_deferrals=5):
+            with item:
+                if item.item == "a" and "a" not in asked:
+                    asked.add("a")
+                    raise statequeue.TryLater(0)
+        report = q.report()
+    assert report.deferred == 1 and report.counts["done"] == 2, report
+    assert report.figures.kinds[FAILED] == 0
+    page = subprocess.run(
+        [STATEQUEUE, "-q", "later", "report", "-o", "-"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "1 deferrals (exit 75: try later)" in page
+
+
 def test_memory_store_report() -> None:
     from statequeue.store.memory import MemoryStore
     from tests.test_stats import _CrashOnClose

@@ -94,7 +94,7 @@ def test_report_renders_in_chromium(page: Browser, sq_env: dict[str, str], tmp_p
     assert box[0] > 500 and box[1] > 100, box  # laid out, not collapsed
     assert _eval(page, "document.querySelectorAll('table tr').length") > 10
     text = _eval(page, "document.body.innerText")
-    assert "1 retries (failed, then put back)" in text and "item-31" in text
+    assert "1 retries (failed or deferred, then put back)" in text and "item-31" in text
     assert png_colours(_screenshot(page)) > 20  # text, charts in several colours
 
     # Details on hover: the pointer over a timeline bar shows its attempt.

@@ -37,6 +37,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
     with shared.using() as store:
         status = store.status()
         commands = tuple(" ".join(c) for c in store.commands())
+        deferred = store.deferrals(cutoff)
         fold.add_all(store.iter_attempt_batches(cutoff))
     figures = fold.build()
     with shared.using() as store:
@@ -52,6 +53,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
         active_runners=len(status.runners),
         figures=figures,
         hosts=tuple(hosts),
+        deferred=deferred,
     )
 
 

@@ -86,8 +86,9 @@ def render_report(report: Report) -> str:
         _section(
             "Throughput over time",
             "When did throughput drop? Attempts ended per minute, stacked by outcome: "
-            f"{f.kinds[RETRIED]} retries (failed, then put back), "
-            f"{f.kinds[HELD]} deferred to a person (held), {f.kinds[INTERRUPTED]} interrupted.",
+            f"{f.kinds[RETRIED]} retries (failed or deferred, then put back), "
+            f"{report.deferred} deferrals (exit 75: try later), "
+            f"{f.kinds[HELD]} held for a person, {f.kinds[INTERRUPTED]} interrupted.",
             _legend() + throughput_svg(f.throughput),
         ),
         _section(

@@ -129,6 +129,9 @@ class Report:
     active_runners: int
     figures: AttemptFigures
     hosts: tuple[str, ...] = field(default=())
+    deferred: int = 0
+    """Deferrals (exit 75, ``TryLater``) the store still records, in the window:
+    each is also an attempt put back (counted among the retried ones)."""
 
     @property
     def success_rate(self) -> float | None:
