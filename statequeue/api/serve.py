@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import math
 import os
 import sys
 import traceback
@@ -21,6 +22,8 @@ from typing import Any, BinaryIO, NoReturn, TypeGuard
 import orjson
 
 from statequeue.api.work import failure_reason
+from statequeue.core.errors import TryLater
+from statequeue.core.rates import TRY_LATER_EXIT
 from statequeue.core.records import json_problem
 
 WORKER_ENV = "STATEQUEUE_WORKER"
@@ -46,6 +49,11 @@ def serve(fn: Callable[[str], Any]) -> NoReturn:
     item: its result; several: a list, null where one failed) and is printed as a JSON
     line otherwise, and the exit status is 0 if every item succeeded, 1 if not.
 
+    ``raise statequeue.TryLater(seconds)`` in fn asks for the item to be tried later in
+    both modes, without spending a retry: a ``later`` reply under ``--persistent``; with
+    one argv item, exit status 75 and ``{"retry_after": seconds}`` in
+    ``$STATEQUEUE_RESULT`` (seconds None: run's adaptive backoff).
+
     Like ``unittest.main()``, it ends the program (``SystemExit``): it is a worker's main.
     """
     if os.environ.get(WORKER_ENV):
@@ -60,6 +68,8 @@ def _attempt(fn: Callable[[str], Any], item: str) -> Reply:
     per-item one, and ``run`` then counts the attempt as interrupted."""
     try:
         value = fn(item)
+    except TryLater as exc:  # not a failure: run defers the item (exit 75 per item)
+        return _later(exc)
     except Exception as exc:
         traceback.print_exc()  # to stderr: the attempt's log, and its stderr tail
         return {"ok": False, "reason": _json_text(failure_reason(exc))}
@@ -67,6 +77,25 @@ def _attempt(fn: Callable[[str], Any], item: str) -> Reply:
     if problem is not None:
         return {"ok": False, "reason": f"result cannot be stored as JSON: {problem}"}
     return {"ok": True, "result": value}
+
+
+def _later(exc: TryLater) -> Reply:
+    """The reply for ``TryLater``: ``{"later": seconds}`` (null: run's adaptive
+    backoff), or a failure when its seconds are no number >= 0 (which run would
+    refuse as a bad reply, stopping the worker)."""
+    seconds = exc.seconds
+    if seconds is not None and not (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds >= 0
+    ):
+        shown = _json_text(repr(seconds))[:80]
+        return {"ok": False, "reason": f"TryLater: seconds must be a number >= 0, not {shown}"}
+    reply: Reply = {"later": seconds}
+    if exc.message != (TryLater.__doc__ or "").strip():  # a message of its own
+        reply["reason"] = _json_text(exc.message)
+    return reply
 
 
 def _request_item(request: Any) -> tuple[int, str]:
@@ -163,14 +192,26 @@ def _serve_argv(fn: Callable[[str], Any], items: list[str]) -> int:
     replies = []
     for item in items:
         reply = _attempt(fn, item)
-        if not reply["ok"]:
+        if "later" in reply:
+            print(f"{item}: try later ({_delay_text(reply['later'])})", file=sys.stderr)
+        elif not reply["ok"]:
             print(f"{item}: {reply['reason']}", file=sys.stderr)
         elif RESULT_ENV not in os.environ:
             print(orjson.dumps(reply["result"]).decode())
         replies.append(reply)
     _flush_logs()
-    failed = any(not reply["ok"] for reply in replies)
     path = os.environ.get(RESULT_ENV)
+    if len(replies) == 1 and "later" in replies[0]:
+        # As a per-item command asks: exit 75, its seconds as the result's retry_after.
+        seconds = replies[0]["later"]
+        if path and seconds is not None:
+            try:
+                with open(path, "wb") as result_file:
+                    result_file.write(orjson.dumps({"retry_after": seconds}))
+            except OSError as exc:
+                return _refuse(f"result not written to {path}: {exc.strerror}", code=1)
+        return TRY_LATER_EXIT
+    failed = any(not reply.get("ok") for reply in replies)  # several: a later is not done
     if path and replies and not (failed and len(replies) == 1):
         results = [reply.get("result") for reply in replies]
         try:
@@ -179,6 +220,10 @@ def _serve_argv(fn: Callable[[str], Any], items: list[str]) -> int:
         except OSError as exc:
             return _refuse(f"result not written to {path}: {exc.strerror}", code=1)
     return 1 if failed else 0
+
+
+def _delay_text(seconds: float | None) -> str:
+    return "after a backoff" if seconds is None else f"after {seconds:g}s"
 
 
 def _flush_logs() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from statequeue.core.errors import KeeperLost, WorkerBroken
 from statequeue.core.models import Claim, Outcome
+from statequeue.core.rates import TRY_LATER_EXIT
 from statequeue.core.views import WorkerView
 from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper
@@ -334,14 +335,7 @@ class WorkerAttempt(Job):
             # It leaves the item when it gets the next (ASSIGN) or, if it gets
             # none, in ``WorkerPool.tend``: one message to the keeper per item.
             self.worker.owes_idle = True
-            outcome = Outcome(
-                ok=self.reply.ok,
-                exit_code=0 if self.reply.ok else None,
-                duration=duration,
-                stderr_tail=tail,
-                reason=self.reply.reason,
-                result=self.reply.result,
-            )
+            outcome = _replied(self.reply, duration, tail)
         else:
             outcome = self._died(duration, tail)
         self.close()
@@ -389,3 +383,28 @@ class WorkerAttempt(Job):
             stderr_tail=tail,
             reason=self.interruption,
         )
+
+
+def _replied(reply: Reply, duration: float, tail: str) -> Outcome:
+    """The outcome of an attempt the worker replied to. A ``later`` reply is
+    the outcome of a per-item command that exits 75 (with ``retry_after`` in
+    its result when it named seconds), so the recorder defers it by the one
+    rule both modes share (recorder.py)."""
+    if not reply.later:
+        return Outcome(
+            ok=reply.ok,
+            exit_code=0 if reply.ok else None,
+            duration=duration,
+            stderr_tail=tail,
+            reason=reply.reason,
+            result=reply.result,
+        )
+    seconds = reply.retry_after
+    return Outcome(
+        ok=False,
+        exit_code=TRY_LATER_EXIT,
+        duration=duration,
+        stderr_tail=tail,
+        reason=reply.reason or 'the persistent worker replied "later"',
+        result=None if seconds is None else {"retry_after": seconds},
+    )

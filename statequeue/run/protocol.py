@@ -13,6 +13,13 @@ mangled text. ``"interrupted": true`` when the item's previous attempt died;
 
     {"id": 17, "ok": true, "result": ...}
     {"id": 17, "ok": false, "reason": "...", "result": ...}
+    {"id": 17, "later": 12, "reason": "..."}
+
+``later`` asks for the item to be tried later, as a per-item command that
+exits 75 (EX_TEMPFAIL) does: seconds (a finite number >= 0), or ``null`` or
+``true`` for the runner's adaptive backoff. Such a reply has no ``"ok": true``
+and no ``result`` (the runner records it as exit 75 with that
+``retry_after``, so the one rule for deferrals applies: recorder.py).
 
 A reply that is not such an object, names another id, or comes with no
 request pending is a protocol error: the runner stops the worker and fails
@@ -22,6 +29,7 @@ the attempt with the ``BadReply`` text.
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +70,10 @@ class Reply:
     ok: bool
     reason: str = ""
     result: Any = None
+    later: bool = False
+    """The worker asks for the item to be tried later (a ``later`` reply)."""
+    retry_after: float | None = None
+    """With ``later``: the seconds it asked for; None: the adaptive backoff."""
 
 
 class BadReply(Exception):
@@ -111,6 +123,8 @@ def parse_reply(line: bytes, expected: int) -> Reply:
     got = value.get("id")
     if got != expected or isinstance(got, bool):
         raise BadReply(f"reply names id {orjson.dumps(got).decode()[:_SHOWN]}, not {expected}")
+    if "later" in value:
+        return _later_reply(value, line)
     ok = value.get("ok")
     if not isinstance(ok, bool):
         raise BadReply(f'reply has no "ok": true or false: {_quote(line)}')
@@ -124,6 +138,27 @@ def parse_reply(line: bytes, expected: int) -> Reply:
     if not ok and not reason:
         reason = "the worker replied ok: false"
     return Reply(ok=ok, reason=reason, result=result)
+
+
+def _later_reply(value: dict[str, Any], line: bytes) -> Reply:
+    """A reply that asks for its item to be tried later; BadReply if malformed."""
+    later = value["later"]
+    if later is None or later is True:
+        seconds = None  # the runner's adaptive backoff
+    elif isinstance(later, int | float) and not isinstance(later, bool):
+        if not (math.isfinite(later) and later >= 0):
+            raise BadReply(f'reply\'s "later" is not a number of seconds >= 0: {_quote(line)}')
+        seconds = float(later)
+    else:
+        raise BadReply(
+            f'reply\'s "later" is not seconds (a number >= 0), null or true: {_quote(line)}'
+        )
+    if value.get("ok", False) is not False or "result" in value:
+        raise BadReply(f'a "later" reply has no "ok": true and no "result": {_quote(line)}')
+    reason = value.get("reason", "")
+    if not isinstance(reason, str):
+        raise BadReply(f'reply\'s "reason" is not a string: {_quote(line)}')
+    return Reply(ok=False, reason=reason, later=True, retry_after=seconds)
 
 
 def _quote(line: bytes) -> str:
