@@ -60,6 +60,14 @@ def handle(item: str):
         return os.system("echo from a child")
     if item == "exit":
         sys.exit(3)
+    if item == "later":
+        raise statequeue.TryLater(1.5)
+    if item == "later-backoff":
+        raise statequeue.TryLater(message="HTTP 429")
+    if item == "later-bad":
+        raise statequeue.TryLater(-1)
+    if item == "later-once" and os.environ["STATEQUEUE_ATTEMPT"] == "1":
+        raise statequeue.TryLater(0.5)
     return {"hex": os.fsencode(item).hex()}
 
 
@@ -387,3 +395,52 @@ def test_the_pages_sh_worker_speaks_the_protocol(tmp_path: Path) -> None:
     assert w.reply() == {"id": 6, "ok": True, "result": {"bytes": 5}}
     code, _, _, rest = w.finish()
     assert (code, rest) == (0, b"")
+
+
+# -- TryLater (issue 24): one worker file defers in both modes ---------------------------
+
+
+def test_try_later_replies_later_with_its_seconds(worker: Path) -> None:
+    w = persistent(worker)
+    assert w.ask(1, "later") == {"id": 1, "later": 1.5}
+    assert w.ask(2, "later-backoff") == {"id": 2, "later": None, "reason": "HTTP 429"}
+    why = "TryLater: seconds must be a number >= 0, not -1"
+    assert w.ask(3, "later-bad") == {"id": 3, "ok": False, "reason": why}
+    assert w.ask(4, "a") == {"id": 4, "ok": True, "result": {"hex": "61"}}
+    w.end_stdin()
+    assert w.finish()[0] == 0
+
+
+def test_try_later_in_argv_mode_exits_75_with_retry_after(worker: Path, tmp_path: Path) -> None:
+    path = tmp_path / "1.1.result"
+    out = argv_run(worker, "later", STATEQUEUE_RESULT=str(path))
+    assert out.returncode == 75, out.stderr
+    assert json.loads(path.read_bytes()) == {"retry_after": 1.5}
+    assert "later: try later (after 1.5s)" in out.stderr
+    path.unlink()
+    out = argv_run(worker, "later-backoff", STATEQUEUE_RESULT=str(path))
+    assert out.returncode == 75 and not path.exists()  # no retry_after: run's backoff
+    out = argv_run(worker, "later-bad", STATEQUEUE_RESULT=str(path))
+    assert out.returncode == 1 and "seconds must be a number >= 0" in out.stderr
+
+
+@needs_the_runner
+@pytest.mark.parametrize("persistent_mode", [False, True], ids=["per-item", "persistent"])
+def test_one_file_defers_under_run_in_both_modes(
+    worker: Path, sq_env: dict[str, str], persistent_mode: bool
+) -> None:
+    """TryLater(0.5) on the first attempt under the real `run`: deferred for 0.5 s, not
+    failed (--retries 0), then done on the next attempt."""
+    with Queue("serve-later") as queue:
+        queue.enqueue(["later-once"])
+    mode = ["--persistent"] if persistent_mode else []
+    command = ["statequeue", "-q", "serve-later", "run", "--retries", "0", *mode, "--"]
+    argv = [sys.executable, str(worker)] + ([] if persistent_mode else ["{}"])
+    out = subprocess.run([*command, *argv], env=sq_env, capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    listed = subprocess.run(
+        ["statequeue", "-q", "serve-later", "events", "--json"], env=sq_env, capture_output=True
+    )
+    records = [r for line in listed.stdout.splitlines() if (r := json.loads(line)).get("id") == 1]
+    assert [r["t"] for r in records] == ["enq", "start", "defer", "start", "end"]
+    assert (records[2]["delay"], records[2]["exit"], records[4]["state"]) == (0.5, 75, "done")
