@@ -22,7 +22,8 @@ from tests.conftest import STATEQUEUE
 Env = dict[str, str]
 
 # Each item's prefix says what to reply: "later1.5-" asks for 1.5 s on attempt 1,
-# "later-" asks with null (the backoff) on attempt 1, "always-" asks every time,
+# "later-" asks with null (the backoff) on attempt 1, "hour-" asks for an hour,
+# "always-" asks for 0 s every time,
 # "bad:<json>-" replies {"id", "later": <json>} (a malformed reply), anything else is
 # done. Every item appends the worker's pid to MARKS/<item>.pid.
 WORKER = r"""
@@ -40,6 +41,8 @@ for line in sys.stdin:
         answer = {"id": req["id"], "later": 1.5, "reason": "HTTP 429"}
     elif item.startswith("later-") and first:
         answer = {"id": req["id"], "later": None}
+    elif item.startswith("hour-"):
+        answer = {"id": req["id"], "later": 3600}
     elif item.startswith("always-"):
         answer = {"id": req["id"], "later": 0}
     elif item.startswith("bad:"):
@@ -155,6 +158,19 @@ def test_later_replies_count_toward_max_deferrals(sq_env: Env, tmp_path: Path) -
     assert kinds == ["enq", "start", "defer", "start", "defer", "start", "end"]
     status = json.loads(sq(sq_env, "status", "--json").stdout)
     assert status["counts"]["failed"] == 1
+
+
+def test_later_replies_halve_the_queues_rate(sq_env: Env, tmp_path: Path) -> None:
+    """Each deferral feeds the AIMD as exit 75 does: the rate `status` shows is halved."""
+    enqueue(sq_env, ["hour-a", "hour-b"])
+    # Both items ask to wait an hour: the run stops taking items after 1 s.
+    done = run_persistent(sq_env, tmp_path, "--rate", "50/s", "--max-time", "1s")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["deferred"] == 2
+    assert status["rate_limit"]["limit_per_second"] == 50.0
+    current = status["rate_limit"]["current_per_second"]
+    assert current in (25.0, 12.5)  # halved by each deferral, unless within the hold
 
 
 @pytest.mark.parametrize(
