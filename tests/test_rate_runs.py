@@ -77,7 +77,10 @@ def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> 
     for r in records:
         if r["t"] == "start":
             by_runner[r["runner"]] = by_runner.get(r["runner"], 0) + 1
-    assert len(by_runner) == 2 and min(by_runner.values()) > 20, by_runner
+    # Both runners were up from the resume to the end of the queue, each with
+    # slots to fill: separate buckets would give about 40/s. How the shared
+    # starts split between them is not promised (one may win most of them).
+    assert len(by_runner) == 2, by_runner
 
 
 # -- exit 75: try later ----------------------------------------------------------------------
