@@ -13,7 +13,8 @@ attempts as ``tries`` summaries, and ``attempts_of`` reads all three alike.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, cast
+from itertools import compress
+from typing import Any, NamedTuple, cast
 
 from statequeue.core.exported import MAX_SECONDS
 from statequeue.core.records import Record
@@ -217,3 +218,14 @@ def _sane(column: Sequence[float | None]) -> Sequence[float | None]:
     if not given or (min(given) >= 0 and max(given) < MAX_SECONDS):  # C-level passes
         return column
     return [x if x is not None and 0 <= x < MAX_SECONDS else None for x in column]
+
+
+def ended_since(b: AttemptBatch, cutoff: float) -> AttemptBatch:
+    """The attempts of ``b`` that ended at ``cutoff`` or later (`stats --since`,
+    `report --since`)."""
+    keep = [at is not None and at >= cutoff for at in b.ended_at]
+    if all(keep):
+        return b
+    failures = [a for a in b.failures if a.ended_at is not None and a.ended_at >= cutoff]
+    columns: list[Any] = [list(compress(column, keep)) for column in b[:-1]]
+    return AttemptBatch._make([*columns, failures])

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any, cast
 
-from statequeue.stats.attempts import Attempt, AttemptBatch, batches_of, within_limits
+from statequeue.stats.attempts import Attempt, AttemptBatch, batches_of, ended_since, within_limits
 from statequeue.stats.histogram import histogram
 from statequeue.stats.json_schema import STATS_SCHEMA, stats_json
 from statequeue.stats.rates import (
@@ -195,7 +195,7 @@ class StatsBuilder:
         """Fold a batch of attempts in, each column with C-level passes."""
         b = within_limits(b)
         if self.cutoff is not None:
-            b = _within(b, self.cutoff)
+            b = ended_since(b, self.cutoff)
         if not b.item_id:
             return
         self.attempts += len(b.item_id)
@@ -374,16 +374,6 @@ def _slowest_rows(b: AttemptBatch, values: list[float]) -> list[tuple[float, int
                 found += 1
             start = pos + 1
     return rows
-
-
-def _within(b: AttemptBatch, cutoff: float) -> AttemptBatch:
-    """The attempts of ``b`` that ended at ``cutoff`` or later."""
-    keep = [at is not None and at >= cutoff for at in b.ended_at]
-    if all(keep):
-        return b
-    failures = [a for a in b.failures if a.ended_at is not None and a.ended_at >= cutoff]
-    columns: list[Any] = [list(compress(column, keep)) for column in b[:-1]]
-    return AttemptBatch._make([*columns, failures])
 
 
 def compute_stats(

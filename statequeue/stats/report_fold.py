@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from itertools import compress, pairwise
 from typing import Any, cast
 
-from statequeue.stats.attempts import Attempt, AttemptBatch, within_limits
+from statequeue.stats.attempts import Attempt, AttemptBatch, ended_since, within_limits
 from statequeue.stats.figures import MAX_GROUPS, OTHER, QUANTILES, normalise_reason
 from statequeue.stats.report_model import (
     DONE,
@@ -88,7 +88,7 @@ class ReportFold:
     def add_batch(self, b: AttemptBatch) -> None:
         b = within_limits(b)
         if self.cutoff is not None:
-            b = _ended_since(b, self.cutoff)
+            b = ended_since(b, self.cutoff)
         if not b.item_id:
             return
         kinds = self._kinds(b)
@@ -333,12 +333,3 @@ def _nice_width(seconds: float) -> int:
         if width >= seconds:
             return width
     return math.ceil(seconds / 86400) * 86400
-
-
-def _ended_since(b: AttemptBatch, cutoff: float) -> AttemptBatch:
-    keep = [at is not None and at >= cutoff for at in b.ended_at]
-    if all(keep):
-        return b
-    failures = [a for a in b.failures if a.ended_at is not None and a.ended_at >= cutoff]
-    columns: list[Any] = [list(compress(column, keep)) for column in b[:-1]]
-    return AttemptBatch._make([*columns, failures])
