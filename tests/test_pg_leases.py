@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,20 +24,10 @@ from tests.pg import sql as _sql
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore  # noqa: E402  (needs psycopg)
 from tests.pg_proxy import proxy_for  # noqa: E402
+from tests.waiting import until  # noqa: E402
 
 OK = Outcome(ok=True)
 DEADLINE = 30.0  # generous: the machine is shared
-
-
-def _until(check: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    """Poll ``check`` until it returns something truthy (no timing assertion)."""
-    end = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -140,7 +129,7 @@ def test_an_expired_lease_is_recovered_by_the_policy(
     assert dead.claim(new_runner()) is not None
     dead.close()  # no more renewals; its pid (ours) lives, so no same-host shortcut
     reaper = stores()
-    report = _until(
+    report = until(
         lambda: _total(reaper.recover(on_interrupted=policy)), "the lease to expire and be reaped"
     )
     assert report == 1
@@ -159,7 +148,7 @@ def test_poison_after_max_crashes_by_lease_expiry(
         assert dead.claim(new_runner(), max_crashes=2) is not None
         dead.close()
         reaper = stores()
-        _until(
+        until(
             lambda r=reaper: _total(r.recover(max_crashes=2)),  # type: ignore[misc]
             f"recovery after crash {crash}",
         )
@@ -252,7 +241,7 @@ def test_dead_runner_on_this_host_is_recovered_at_once(
         assert reaper.claim(new_runner()) is None
     finally:
         os.kill(child, signal.SIGKILL)
-        _until(lambda: _reaped(child), "the item's child to end")
+        until(lambda: _reaped(child), "the item's child to end")
     again = reaper.claim(new_runner())
     if same_host:  # at once, with 60 s of lease left
         assert again is not None and (again.attempt, again.interrupted) == (2, True)
@@ -281,7 +270,7 @@ def test_a_runner_row_deleted_by_hand_does_not_orphan_its_item(
     _sql(pg_url, "DELETE FROM statequeue.runners")
     dead.close()
     reaper = stores()
-    _until(lambda: _total(reaper.recover()), "the orphan's lease to expire")
+    until(lambda: _total(reaper.recover()), "the orphan's lease to expire")
     assert _state(pg_url, 1) == "pending"
 
 
@@ -372,7 +361,7 @@ def test_registering_a_runner_leaves_recovery_to_its_policy(
     dead.enqueue(["a"])
     assert dead.claim(new_runner()) is not None
     dead.close()
-    _until(
+    until(
         lambda: _sql(pg_url, "SELECT lease_until < clock_timestamp() FROM statequeue.live")[0][0],
         "the lease to end",
     )
