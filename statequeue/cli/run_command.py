@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from statequeue.cli.app import app
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json
 from statequeue.core.durations import parse_duration
 from statequeue.core.errors import UsageError
@@ -20,6 +20,7 @@ from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
 if TYPE_CHECKING:
     from statequeue.run.events import RunSummary
+    from statequeue.run.guard import GuardLink
 
 RUN_EPILOG = """\
 Examples:
@@ -279,6 +280,7 @@ def run(
     """
     # lazy: start-up time (the runner and its view, only for `run`)
     from statequeue.cli.progress import LiveSink, make_view
+    from statequeue.run.guard import report_runner_cpu
     from statequeue.run.options import RunOptions, parse_size, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
     from statequeue.run.runner import Runner
@@ -318,6 +320,7 @@ def run(
         recycle_after=recycle_after,
         recycle_rss=None if recycle_rss is None else parse_size(recycle_rss, "--recycle-rss"),
     )
+    link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
         tty = sys.stderr.isatty()
@@ -326,11 +329,13 @@ def run(
         view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
         sink = LiveSink() if show_live else None
         try:
-            runner = Runner(q, options, on_event=view.handle, live=sink)
+            runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
             runner.install_signal_handlers()
             summary = runner.run()
         finally:
             view.close()
+            if link is not None:
+                report_runner_cpu()
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if not json:
         view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
@@ -339,6 +344,20 @@ def run(
     with contextlib.suppress(BrokenPipeError):
         emit_json(_summary_json(summary, code))
     return code
+
+
+def _guard(has_leases: bool) -> GuardLink | None:
+    """Fork into the guarded shape (run/guard.py) when this process is the
+    console command's own (never inside a caller's process, e.g. a test's
+    CliRunner) and the store needs no fencing keeper (no leases: the
+    PostgreSQL store has them, see Store.has_leases)."""
+    # lazy: start-up time (only `run` forks)
+    from statequeue.cli import app as entry
+    from statequeue.run import guard
+
+    if not entry.OWNS_PROCESS or has_leases or not guard.available():
+        return None
+    return guard.launch()
 
 
 def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:

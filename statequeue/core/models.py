@@ -64,6 +64,9 @@ class RunnerInfo:
     boot_id: str
     started_at: float
     command: tuple[str, ...] = ()
+    guarded: bool = False
+    """Its liveness lock outlives it until its keeper has killed every
+    process it left (run/guard.py): its items stay claimed until then."""
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,10 @@ class Keeper:
                 self._lingering = True
         del self._inbox[:end]
 
+    def tend(self) -> None:
+        """Between wakeups of the runner: nothing here (the keeper process
+        keeps its own time); the runner's own keeper looks again."""
+
     def receive_within(self, timeout: float) -> None:
         """``receive``, waiting at most ``timeout`` seconds (TimeoutError)."""
         ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))

@@ -140,3 +140,12 @@ def report_cpu(path: str) -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
         f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")
+
+
+def append_cpu(path: str, role: str) -> None:
+    """Append ``ROLE SECONDS`` (this process's own user+sys CPU) to ``path`` (if set)."""
+    if not path:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with contextlib.suppress(OSError), open(path, "a", encoding="ascii") as f:
+        f.write(f"{role} {usage.ru_utime + usage.ru_stime:.6f}\n")

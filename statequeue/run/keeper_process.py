@@ -70,26 +70,38 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
     from statequeue.run import keeper_os
-    from statequeue.run.keeper_os import become_subreaper, children, claim_target, report_cpu
+    from statequeue.run.keeper_os import (
+        append_cpu,
+        become_subreaper,
+        children,
+        claim_target,
+        report_cpu,
+    )
 else:  # a script under -I -S: the package is not importable, its folders are
     # (appended: a standard module is never shadowed by one of ours)
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
     import keeper_os
     import lease_clock
-    from keeper_os import become_subreaper, children, claim_target, report_cpu
+    from keeper_os import append_cpu, become_subreaper, children, claim_target, report_cpu
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
+STATUS_FD = 4  # guard mode: where the runner's wait status goes (to the waiter, guard.py)
+GUARD = "--guard"  # argv: QUEUE --guard RUNNER_PID WAITER_PID
+RUNNER_TOKEN = 0  # guard mode: the token of the runner itself (the runner's own count from 1)
+WAITER_GONE = signal.SIGUSR1  # guard mode: our parent (the waiter) died (PR_SET_PDEATHSIG)
 
 # runner -> keeper: a header, then a marshal payload; fds ride on the header.
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
 SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
+LIVENESS, HOLD = 8, 9  # guard mode: the runner's liveness lock; a claim to keep at its end
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
 REPLY_FD, NO_ITEM = 3, -1  # a persistent worker's reply pipe; its item between two
 
 CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
+CPU_APPEND_ENV = "STATEQUEUE_BENCH_CPU"  # each process of a run appends "ROLE SECONDS"
 MAX_FDS = 8
 LOST = -1  # in the queue of received fds: some of the batch before it were lost
 FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
@@ -117,7 +129,7 @@ class Leader:
 class KeeperProcess:
     """The keeper's state: its children, and the claims it holds for them."""
 
-    def __init__(self, sock: socket.socket, queue: str) -> None:
+    def __init__(self, sock: socket.socket | None, queue: str) -> None:
         self.sock = sock
         self.queue = queue
         self.leaders: dict[int, Leader] = {}  # pid -> leader
@@ -141,10 +153,14 @@ class KeeperProcess:
         self.fencing: set[int] = set()  # held items whose deadline came: kill all of them
         self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
         self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
+        self.liveness: list[int] = []  # guard mode: the runner's liveness lock, held to the end
+        self.status_fd = -1  # guard mode: where the runner's exit code goes (the waiter)
+        self.runner = 0  # guard mode: the runner's pid (never killed for its own end)
 
     # -- requests -------------------------------------------------------------
 
     def receive(self) -> None:
+        assert self.sock is not None  # a keeper process always has its socket
         try:
             data, ancdata, flags, _ = self.sock.recvmsg(
                 65536, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
@@ -201,6 +217,14 @@ class KeeperProcess:
             return
         if request[0] == ASSIGN:
             return self.assign(request[1], request[2], fds)
+        if request[0] == LIVENESS:  # held until every process of the run is gone
+            self.liveness += [fd for fd in fds if fd >= 0]
+            self.queue = request[2]  # the name adopted orphans carry (STATEQUEUE_QUEUE)
+            return
+        if request[0] == HOLD:  # the run ended while a leftover of this item may live
+            self.hold(request[2], [fd for fd in fds if fd >= 0])
+            self.finished.add(request[2])
+            return
         if request[0] == GOODBYE:
             self.goodbye = True
             if self.has_children():
@@ -220,29 +244,37 @@ class KeeperProcess:
         # reply per spawn cost a wakeup of the runner per item).
 
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        """Start a requested child; our copies of its streams are closed (the
+        child has its own), its claim fds are held."""
+        nstreams = 2 + request[5] + (request[0] == WORKER)
+        self.launch(request, fds[:nstreams], fds[nstreams:])
+        for fd in fds[:nstreams]:
+            os.close(fd)
+
+    def launch(self, request: tuple[Any, ...], streams: list[int], claims: list[int]) -> int:
+        """posix_spawn the child of ``request`` with ``streams`` (stdout,
+        stderr, then stdin and a worker's reply pipe if any) and ``claims`` at
+        high fds; the caller keeps ``streams``, ``claims`` are held here from
+        now on. OSError if it cannot start (the caller closes the fds)."""
         kind, token, item, argv, item_env, has_stdin = request
         env = self.environ | item_env
-        nstreams = 2 + has_stdin + (kind == WORKER)  # a worker's reply pipe: at REPLY_FD
-        streams, claims = fds[:nstreams], fds[nstreams:]
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         if has_stdin:
             actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
         actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
-        if kind == WORKER:
+        if kind == WORKER:  # a worker's reply pipe: at REPLY_FD
             actions.append((os.POSIX_SPAWN_DUP2, streams[-1], REPLY_FD))
         actions += [
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
-        # On failure, ``handle`` closes every fd of the request.
         pid = self.start(argv, env, actions, bound=kind == WORKER)
-        for fd in streams:
-            os.close(fd)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
         self.hold(item, claims)
         if kind == WORKER:  # the runner watches its memory and shows its pid
             self.reply(STARTED, token, pid)
+        return pid
 
     def assign(self, token: int, item: int, claims: list[int]) -> None:
         """``token``'s worker (and what it starts) is now ``item``'s: its claim
@@ -286,6 +318,7 @@ class KeeperProcess:
             os.killpg(leader.pid, signum)
 
     def reply(self, kind: int, token: int, value: int) -> None:
+        assert self.sock is not None  # a keeper process always has its socket
         with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
             self.sock.sendall(REPLY.pack(kind, token, value))
 
@@ -309,6 +342,8 @@ class KeeperProcess:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
+            if leader is None:
+                self.reaped_other(pid, status)
             self.owners.pop(pid, None)
             self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
             if leader is not None:
@@ -319,10 +354,21 @@ class KeeperProcess:
                     self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
+    def reaped_other(self, pid: int, status: int) -> None:
+        """A child that was no leader was reaped: an adopted orphan (or, in
+        the runner's own keeper, a child some other code started)."""
+
     def report(self, exits: list[tuple[int, int]]) -> None:
         """Tell the runner of ``exits`` in one message (one wakeup of the
         runner for every child that ended since the last look)."""
-        if exits:
+        if self.status_fd >= 0:  # guard mode: the runner itself ended
+            for token, code in exits:
+                if token == RUNNER_TOKEN:
+                    tell_waiter(self.status_fd, f"exit {code}\n")
+                    os.close(self.status_fd)
+                    self.status_fd = -1
+            exits = [(t, c) for t, c in exits if t != RUNNER_TOKEN]
+        if exits and self.sock is not None:
             with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
                 self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
 
@@ -411,8 +457,14 @@ class KeeperProcess:
         if not self.has_children():
             return
         for pid in children():
-            # An unreaped child keeps its pid: this cannot hit another process.
+            if pid == self.runner:  # ending (its socket closed): its own exit code counts
+                continue
+            # An unreaped child keeps its pid, and so does the group it leads
+            # (an item's, adopted after the runner's death): neither signal
+            # can hit another process.
             with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
                 os.kill(pid, signal.SIGKILL)
 
     def enforce(self, now: float) -> None:
@@ -453,6 +505,12 @@ class KeeperProcess:
         return wait
 
 
+def tell_waiter(fd: int, line: str) -> None:
+    """A line for the waiter (guard.py): the runner's pid, then its exit code."""
+    with contextlib.suppress(OSError):  # the waiter is gone: nobody to tell
+        os.write(fd, line.encode("ascii"))
+
+
 def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)
@@ -463,6 +521,8 @@ def main() -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     keeper = KeeperProcess(sock, sys.argv[1] if len(sys.argv) > 1 else "")
+    if len(sys.argv) > 4 and sys.argv[2] == GUARD:
+        guard(keeper, int(sys.argv[3]), int(sys.argv[4]))
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     poller.register(wake_r, select.POLLIN)
@@ -493,7 +553,32 @@ def main() -> None:
         if (keeper.ending or keeper.goodbye) and not keeper.has_children():
             break
     keeper.release(set(keeper.held))
+    for fd in keeper.liveness:
+        os.close(fd)
     report_cpu(os.environ.get(CPU_REPORT_ENV, ""))
+    append_cpu(os.environ.get(CPU_APPEND_ENV, ""), "keeper")
+
+
+def guard(keeper: KeeperProcess, runner: int, waiter: int) -> None:
+    """Guard mode (guard.py): the runner is our child, started before our
+    exec; its exit code goes to the waiter, and the waiter's death (our
+    parent's: the parent-death signal) is the runner's, as a kill -9 of the
+    run's visible pid was before."""
+    keeper.status_fd = STATUS_FD
+    keeper.runner = runner
+    os.set_inheritable(STATUS_FD, False)
+    keeper.leaders[runner] = keeper.by_token[RUNNER_TOKEN] = Leader(RUNNER_TOKEN, NO_ITEM, runner)
+
+    def waiter_gone(signum: int, frame: object) -> None:
+        if runner in keeper.leaders:  # not reaped yet: its pid is still its own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signal.SIGKILL)
+
+    # Ignored until now (set before our exec): a death before this handler
+    # would have killed us; the check below catches one that came meanwhile.
+    signal.signal(WAITER_GONE, waiter_gone)
+    if os.getppid() != waiter:
+        waiter_gone(WAITER_GONE, None)
 
 
 if __name__ == "__main__":

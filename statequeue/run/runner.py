@@ -10,6 +10,7 @@ result recorder (recorder.py), fencing (fencing.py), the --verify step
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
@@ -22,8 +23,10 @@ from statequeue.core.models import Claim, Outcome, RunnerInfo
 from statequeue.run.checks import check_command, command_drift, recovery_notice
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.run.fencing import Fencing
+from statequeue.run.guard import GuardLink
 from statequeue.run.jobs import Job, JobSpec, OutputSink
 from statequeue.run.keeper import Keeper
+from statequeue.run.local_keeper import LocalKeeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
@@ -50,14 +53,20 @@ class Runner:
         *,
         on_event: Callable[[RunEvent], None] | None = None,
         live: OutputSink | None = None,
+        guard: GuardLink | None = None,
     ) -> None:
         self.queue = queue
+        # Under a guard (guard.py: the CLI's shape), this process starts each
+        # child itself (local_keeper.py); else a keeper process does.
+        self.guard = guard
         # Taken once: ``queue.store`` checks the process id on every use (for
         # a Queue used across a fork), a syscall the per-item path need not pay.
         self._store = queue.store
         self.options = options
         self.on_event = on_event or (lambda event: None)
         self.info: RunnerInfo = new_runner(command=options.command)
+        if guard is not None:
+            self.info = dataclasses.replace(self.info, guarded=True)
         folder = queue.path or Path(".")
         self.spec = JobSpec(
             template=options.command,
@@ -129,6 +138,8 @@ class Runner:
         store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (_ride_out)
         earlier = store.commands()
         store.register_runner(self.info, exclusive=self.options.single)
+        if self.guard is not None:  # held by the keeper too, until all we leave is gone
+            self.guard.send_liveness(self.queue.name, store.liveness_fds(self.info.runner_id))
         if drift := command_drift(earlier, self.options.command):
             self.on_event(Notice(drift))
         try:
@@ -148,6 +159,8 @@ class Runner:
                 # The keeper exits, or stays until a detached leftover of an
                 # item has ended, holding that item's claim.
                 self.keeper.close()
+            elif self.guard is not None:  # no child was started: nothing to hold
+                self.guard.close({})
             # Unreachable: its row is marked stopped once its pid or lease is seen gone.
             with contextlib.suppress(StoreUnreachable):
                 store.unregister_runner(self.info.runner_id)
@@ -405,7 +418,10 @@ class Runner:
         self.fencing.fence(self.jobs.values())
 
     def _keeper(self) -> Keeper:
-        if self.keeper is None:
+        if self.keeper is None and self.guard is not None:
+            self.keeper = LocalKeeper(self.queue.name, environ=self.spec.base_env, guard=self.guard)
+            self._watch.watch_keeper(self.keeper)
+        elif self.keeper is None:
             # Started with the first child, not before; it is the parent of
             # every child, so nothing of an item ever runs unwatched.
             self.keeper = Keeper(self.queue.name, environ=self.spec.base_env)
@@ -416,6 +432,8 @@ class Runner:
         return self._watch.wait(timeout)
 
     def _reap(self) -> None:
+        if self.keeper is not None:
+            self.keeper.tend()
         now = time.monotonic()
         finished: list[Job] = []
         for job in self.jobs.values():

@@ -63,6 +63,10 @@ class Store(ABC):
     url: str | None = None
     """The URL of a store reached by one (PostgreSQL), whose database holds
     the queue; None for a store held in a folder or in memory."""
+    has_leases: bool = False
+    """Claims are leases that expire unless renewed (PostgreSQL): the run's
+    keeper process must be able to fence a frozen runner's children, so
+    such a run keeps the shape where that keeper starts every child."""
     folder: Path | None = None
     """This host's folder for the queue, where it has one: the journal's own
     folder (see ``journal_folder``), or a database store's scratch folder
@@ -425,6 +429,12 @@ class Store(ABC):
         MIN_LEASE). Stores without leases (journal, memory) ignore it."""
         if not seconds >= MIN_LEASE:
             raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
+
+    def liveness_fds(self, runner_id: str) -> tuple[int, ...]:
+        """The fds by which this process holds ``runner_id``'s liveness lock,
+        for the run's keeper to hold too, until every process the runner
+        left is gone (run/guard.py). Default: none (no such lock)."""
+        return ()
 
     def handed_over(self, claim: Claim) -> None:
         """``claim.inherit_fds`` were passed on to the process that holds them

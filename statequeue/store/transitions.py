@@ -258,7 +258,7 @@ def unknown_item(item_id: int, queue: str) -> ItemNotFound:
 
 def runner_record(runner: RunnerInfo) -> Record:
     """The ``run`` record of a runner that starts (never its environment)."""
-    return {
+    rec: Record = {
         "t": "run",
         "runner": runner.runner_id,
         "pid": runner.pid,
@@ -267,6 +267,9 @@ def runner_record(runner: RunnerInfo) -> Record:
         "since": runner.started_at,
         "cmd": list(runner.command),
     }
+    if runner.guarded:  # see RunnerInfo.guarded (absent: as before)
+        rec["guard"] = True
+    return rec
 
 
 def runner_stopped_record(runner_id: str, *, at: float) -> Record:

@@ -385,6 +385,9 @@ class _KeeperOutOfProcesses:
     def receive(self) -> None:
         os.read(self._r, 4096)
 
+    def tend(self) -> None:
+        pass
+
     def close(self) -> None:
         os.close(self._r)
         os.close(self._w)

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from statequeue.core import child_exits
 from statequeue.store.journal.online_compaction import compaction_lock
 
 if TYPE_CHECKING:
@@ -91,7 +92,14 @@ class BackgroundCompaction:
 
     def _reap(self) -> str | None:
         child, self.child = self.child, None
-        if child is None or child.returncode == 0:
+        if child is None:
+            return None
+        # Reaped by the runner (a subreaper that reaps all its children):
+        # Popen saw ECHILD and says 0; the real code was kept for us.
+        code = child_exits.take(child.pid)
+        if code is not None:
+            child.returncode = code
+        if child.returncode == 0:
             return None
         return (
             f"automatic compaction failed (exit {child.returncode}); the queue is unchanged: "

@@ -90,6 +90,12 @@ class ClaimLocks:
             return True
         return not lock_is_free(self.folder, "runners", f"{runner_id}.lock")
 
+    def liveness_fds(self, runner_id: str) -> tuple[int, ...]:
+        """The fd holding ``runner_id``'s liveness lock (a flock: shared by
+        every copy of the fd, so held while any of them is open)."""
+        fd = self._runner_locks.get(runner_id)
+        return () if fd is None else (fd,)
+
     def forget_runner(self, runner_id: str) -> None:
         """Remove a dead runner's lock file (if nobody holds it)."""
         unlink_if_free(self.folder, "runners", f"{runner_id}.lock")

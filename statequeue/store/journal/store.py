@@ -321,6 +321,9 @@ class JournalStore(RecordStore):
             self.claims.undo_lock_runner(runner.runner_id)
             raise
 
+    def liveness_fds(self, runner_id: str) -> tuple[int, ...]:
+        return self.claims.liveness_fds(runner_id)
+
     def unregister_runner(self, runner_id: str) -> None:
         super().unregister_runner(runner_id)
         # The end of a run leaves a checkpoint (and so the stats summary) at

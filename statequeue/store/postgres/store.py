@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
+    has_leases = True
+
     stores_logs = True
     url: str  # always set: the database holds the queue
     folder: Path | None

@@ -29,7 +29,13 @@ class Recovery:
         # as they are (this runs with every claim); read only for a recovery.
         hosts = dict(state.runners)
         self.runners.prune_dead(state)
+        alive = state.runners  # pruned: the live ones (the liveness lock is held)
         for item in state.running():
+            # A guarded runner's lock is held by its keeper after its death
+            # until no process it left is alive: its items wait for that,
+            # even those whose last process closed its claim fd.
+            if item.runner in alive and alive[item.runner].get("guard"):
+                continue
             if not self.backend.claim_free(item):
                 continue
             why = f"interrupted: its runner died during attempt {item.attempts}"

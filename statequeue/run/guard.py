@@ -1,0 +1,265 @@
+"""The run's process shape: a waiter, the keeper as guard, and the runner below it.
+
+``statequeue run`` forks once, early, into three processes:
+
+    waiter (the pid the shell knows)
+      keeper, in guard mode (keeper_process.py; own session; a subreaper)
+        runner (this code goes on here; a subreaper too)
+          each item's child, started by the runner itself (local_keeper.py)
+
+so an item's path has one wakeup, the runner's at the child's exit, while the
+keeper stays what enforces promise 4 after a kill -9: it is the runner's
+parent and an ancestor of every child, so whatever the runner leaves behind
+-- its children, and the orphans it had adopted -- is reparented to the
+keeper when the runner dies. The keeper holds a copy of the runner's liveness
+lock (sent once, ``send_liveness``), so the items of a dead runner stay
+claimed until the keeper has killed every descendant left; then it lets go,
+and the next runner recovers them.
+
+The waiter forwards the signals it gets (Ctrl-C, SIGTERM by pid or to its
+group, SIGHUP) to the runner, once each, suspends the runner with itself on
+Ctrl-Z, and exits with the runner's exit code (dying by the same signal if the
+runner died by one). Its death, even by SIGKILL, kills the runner (the
+keeper's parent-death signal), as a kill -9 of the run's pid did before.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import fcntl
+import marshal
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from statequeue.run import keeper_process as kp
+
+_PROGRAM = str(Path(kp.__file__).resolve())
+_HIGH = 10  # above the keeper's fds (kp.SOCKET_FD, kp.STATUS_FD)
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+GUARD_LOST = signal.SIGUSR2  # the runner's parent-death signal: the keeper died
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+CPU_ENV = "STATEQUEUE_BENCH_CPU"  # scripts/bench.py: each process appends "ROLE SECONDS"
+NO_GUARD_ENV = "STATEQUEUE_NO_GUARD"  # "1": the older shape (the keeper spawns each child)
+
+
+def available() -> bool:
+    """Whether this system can run the guarded shape (Linux: prctl)."""
+    if os.environ.get(NO_GUARD_ENV, "") == "1" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        return hasattr(ctypes.CDLL(None), "prctl")
+    except OSError:
+        return False
+
+
+class GuardLink:
+    """The runner's side of the keeper in guard mode: a socket for the few
+    messages of a run (never one per item), and whether the keeper died."""
+
+    lost = False  # set by the parent-death signal: the keeper is gone
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.wake: Callable[[], None] = _nothing  # set by the runner's keeper: wakes its loop
+
+    def send(self, request: tuple[Any, ...], fds: Sequence[int] = ()) -> bool:
+        """Send ``request`` with ``fds``; False if the keeper is gone."""
+        payload = marshal.dumps(request)
+        head = kp.HEADER.pack(len(payload), len(fds))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        try:
+            sent = self.sock.sendmsg([head, payload], rights if fds else [])
+            whole = head + payload
+            if sent < len(whole):
+                self.sock.sendall(whole[sent:])
+        except OSError:
+            return False
+        return True
+
+    def send_liveness(self, queue: str, fds: Sequence[int]) -> None:
+        """Tell the keeper the queue's name (it attributes adopted orphans by
+        it) and have it hold the runner's liveness lock (``fds``) until every
+        process of the run is gone."""
+        self.send((kp.LIVENESS, 0, queue), fds)
+
+    def close(self, held: dict[int, list[int]]) -> None:
+        """End the run: the claims of items a leftover may still run for go to
+        the keeper, which holds each until no process of its item is left."""
+        for item, fds in held.items():
+            self.send((kp.HOLD, 0, item), fds)
+        self.send((kp.GOODBYE, 0, 0))
+        self.sock.close()
+
+
+def launch() -> GuardLink:
+    """Fork into the waiter, the keeper and the runner (see the module's
+    docstring); returns in the runner only. Call it with no thread running
+    and nothing buffered for stdout or stderr."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    waiter = os.getpid()
+    if os.fork() != 0:
+        os.close(status_w)
+        _wait_for_runner(status_r)  # never returns
+    os.close(status_r)
+    # The keeper-to-be: its own session (terminal signals reach the waiter
+    # alone, which forwards them once), a subreaper, and told of the waiter's
+    # death (ignored until the keeper's handler is set: it checks then).
+    os.setsid()
+    signal.signal(kp.WAITER_GONE, signal.SIG_IGN)
+    _prctl(_PR_SET_PDEATHSIG, kp.WAITER_GONE)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    runner = os.fork()
+    if runner == 0:
+        signal.signal(kp.WAITER_GONE, signal.SIG_DFL)  # our children must not inherit SIG_IGN
+        theirs.close()
+        os.close(status_w)
+        return _become_runner(mine)
+    mine.close()
+    with contextlib.suppress(OSError):
+        os.write(status_w, f"pid {runner}\n".encode("ascii"))
+    # Both above the targets first: either may sit at the other's target.
+    sock_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, _HIGH)
+    status_fd = fcntl.fcntl(status_w, fcntl.F_DUPFD_CLOEXEC, _HIGH)
+    os.dup2(sock_fd, kp.SOCKET_FD)
+    os.dup2(status_fd, kp.STATUS_FD)
+    program = [sys.executable, "-I", "-S", _PROGRAM, "", kp.GUARD, str(runner), str(waiter)]
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        # Not our stdio: a keeper that stays for a detached leftover would
+        # hold `statequeue run 2>&1 | cat` open.
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.execv(sys.executable, program)
+    finally:
+        os._exit(70)  # the exec failed: the runner sees its parent die
+
+
+def _nothing() -> None:
+    pass
+
+
+def _become_runner(sock: socket.socket) -> GuardLink:
+    link = GuardLink(sock)
+
+    def keeper_gone(signum: int, frame: object) -> None:
+        GuardLink.lost = True
+        link.wake()
+
+    signal.signal(GUARD_LOST, keeper_gone)
+    parent = os.getppid()
+    _prctl(_PR_SET_PDEATHSIG, GUARD_LOST)
+    # Orphans of our own children come to us, so an item's claim is held
+    # until no process of it is left (local_keeper.py).
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if os.getppid() != parent:
+        keeper_gone(GUARD_LOST, None)
+    return link
+
+
+def _wait_for_runner(status: int) -> None:
+    """The waiter: forward signals to the runner, exit as it did."""
+    runner = 0
+    pending: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if runner:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signum)
+        else:
+            pending.append(signum)
+
+    def suspend(signum: int, frame: object) -> None:
+        if runner:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def resume(signum: int, frame: object) -> None:
+        if runner:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner, signal.SIGCONT)
+
+    for sig in FORWARDED:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # `nohup`, `&`: stays ignored
+            signal.signal(sig, forward)
+    signal.signal(signal.SIGTSTP, suspend)
+    signal.signal(signal.SIGCONT, resume)
+    os.closerange(3, status)
+    os.closerange(status + 1, _fd_limit())
+    code: int | None = None
+    buffer = b""
+    while code is None:
+        try:
+            data = os.read(status, 256)
+        except OSError:
+            data = b""
+        if not data:
+            break
+        buffer += data
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            word, _, value = line.partition(b" ")
+            if word == b"pid":
+                runner = int(value)
+                for signum in pending:
+                    forward(signum, None)
+            elif word == b"exit":
+                code = int(value)
+    _report_cpu("waiter")
+    if code is None:  # the keeper died before the runner: it stops (KeeperLost)
+        os._exit(1)
+    if code < 0:  # died by a signal: so do we, as a shell reports it
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
+            os.kill(os.getpid(), -code)
+        os._exit(128 - code)
+    os._exit(code)
+
+
+def report_runner_cpu() -> None:
+    """Append the runner's own CPU seconds to $STATEQUEUE_BENCH_CPU (if set)."""
+    _report_cpu("runner")
+
+
+def _report_cpu(role: str) -> None:
+    path = os.environ.get(CPU_ENV, "")
+    if not path:
+        return
+    import resource  # lazy: only for the benchmark
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{role} {usage.ru_utime + usage.ru_stime:.6f}\n".encode("ascii"))
+        finally:
+            os.close(fd)
+
+
+def _fd_limit() -> int:
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 1 << 16)
+    except (OSError, ValueError):
+        return 1024
+
+
+def _prctl(option: int, value: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    result: int = libc.prctl(option, value, 0, 0, 0)
+    if result != 0:
+        raise OSError(ctypes.get_errno(), "prctl failed")
+    return result
