@@ -55,7 +55,11 @@ def test_status_and_stats_show_the_workers_of_an_active_persistent_run(
             def shown() -> list[dict[str, object]] | None:
                 runners = json.loads(_cli(sq_env, "status", "--json"))["runners"]
                 workers = runners[0]["workers"] if runners else []
-                return workers if {w["pid"] for w in workers} == pids else None
+                if {w["pid"] for w in workers} != pids:
+                    return None
+                # Figures are published at most once a second: wait for the
+                # first view after ok-1..3 were answered.
+                return workers if sum(int(w["items"]) for w in workers) == 3 else None
 
             workers = until(shown, "status to show both workers")
             assert isinstance(workers, list)

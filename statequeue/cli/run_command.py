@@ -320,8 +320,8 @@ def run(
         recycle_after=recycle_after,
         recycle_rss=None if recycle_rss is None else parse_size(recycle_rss, "--recycle-rss"),
     )
-    link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
+        link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
         tty = sys.stderr.isatty()
         show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty() and not quiet)
@@ -334,8 +334,7 @@ def run(
             summary = runner.run()
         finally:
             view.close()
-            if link is not None:
-                report_runner_cpu()
+            report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
     code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
     if not json:
         view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)

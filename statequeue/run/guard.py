@@ -28,6 +28,7 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
+import errno
 import fcntl
 import marshal
 import os
@@ -102,56 +103,95 @@ class GuardLink:
 def launch() -> GuardLink:
     """Fork into the waiter, the keeper and the runner (see the module's
     docstring); returns in the runner only. Call it with no thread running
-    and nothing buffered for stdout or stderr."""
+    and nothing buffered for stdout or stderr. Every fd is made here, before
+    the first fork: running short of them (OSError, EMFILE) happens in this
+    process, which reports it as any command does."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    status_r, status_w = _high(*os.pipe2(os.O_CLOEXEC))
+    mine, theirs = _high(*socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
     waiter = os.getpid()
     if os.fork() != 0:
-        os.close(status_w)
+        for fd in (status_w, mine, theirs):
+            os.close(fd)
         _wait_for_runner(status_r)  # never returns
-    os.close(status_r)
-    # The keeper-to-be: its own session (terminal signals reach the waiter
-    # alone, which forwards them once), a subreaper, and told of the waiter's
-    # death (ignored until the keeper's handler is set: it checks then).
+    try:
+        os.close(status_r)
+        runner = _become_keeper(status_w, mine, theirs)
+    except BaseException:  # tell the waiter (it exits 1), and never return as a runner
+        os._exit(70)
+    if runner == 0:
+        return _become_runner(mine)
+    try:
+        _exec_keeper(runner, waiter)
+    finally:
+        os._exit(70)  # the exec failed: the runner sees its parent die, and stops
+
+
+def _become_keeper(status_w: int, mine: int, theirs: int) -> int:
+    """The keeper-to-be: its own session (terminal signals reach the waiter
+    alone, which forwards them once), a subreaper, told of the waiter's death
+    (ignored until the keeper's handler is set: it checks then); then the
+    fork of the runner (0 in the runner, which keeps ``mine`` only)."""
     os.setsid()
     signal.signal(kp.WAITER_GONE, signal.SIG_IGN)
     _prctl(_PR_SET_PDEATHSIG, kp.WAITER_GONE)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     runner = os.fork()
     if runner == 0:
         signal.signal(kp.WAITER_GONE, signal.SIG_DFL)  # our children must not inherit SIG_IGN
-        theirs.close()
+        os.close(theirs)
         os.close(status_w)
-        return _become_runner(mine)
-    mine.close()
+        return 0
+    os.close(mine)
     with contextlib.suppress(OSError):
         os.write(status_w, f"pid {runner}\n".encode("ascii"))
-    # Both above the targets first: either may sit at the other's target.
-    sock_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, _HIGH)
-    status_fd = fcntl.fcntl(status_w, fcntl.F_DUPFD_CLOEXEC, _HIGH)
-    os.dup2(sock_fd, kp.SOCKET_FD)
-    os.dup2(status_fd, kp.STATUS_FD)
+    # Both are above the targets (``_high``): neither overwrites the other.
+    os.dup2(theirs, kp.SOCKET_FD)
+    os.dup2(status_w, kp.STATUS_FD)
+    return runner
+
+
+def _exec_keeper(runner: int, waiter: int) -> None:
     program = [sys.executable, "-I", "-S", _PROGRAM, "", kp.GUARD, str(runner), str(waiter)]
     null = os.open(os.devnull, os.O_RDWR)
+    # Not our stdio: a keeper that stays for a detached leftover would hold
+    # `statequeue run 2>&1 | cat` open.
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.execv(sys.executable, program)
+
+
+def _high(*fds: int | socket.socket) -> list[int]:
+    """``fds`` moved above the keeper's fixed ones (close-on-exec)."""
+    moved = []
     try:
-        # Not our stdio: a keeper that stays for a detached leftover would
-        # hold `statequeue run 2>&1 | cat` open.
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.execv(sys.executable, program)
+        for fd in fds:
+            number = fd.fileno() if isinstance(fd, socket.socket) else fd
+            try:
+                moved.append(fcntl.fcntl(number, fcntl.F_DUPFD_CLOEXEC, _HIGH))
+            except OSError as exc:  # EINVAL: the fd limit is below _HIGH
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE)) from exc
+    except BaseException:
+        for number in moved:
+            os.close(number)
+        raise
     finally:
-        os._exit(70)  # the exec failed: the runner sees its parent die
+        for fd in fds:
+            if isinstance(fd, socket.socket):
+                fd.close()
+            else:
+                os.close(fd)
+    return moved
 
 
 def _nothing() -> None:
     pass
 
 
-def _become_runner(sock: socket.socket) -> GuardLink:
-    link = GuardLink(sock)
+def _become_runner(fd: int) -> GuardLink:
+    link = GuardLink(socket.socket(fileno=fd))
 
     def keeper_gone(signum: int, frame: object) -> None:
         GuardLink.lost = True
