@@ -32,6 +32,7 @@ import errno
 import fcntl
 import marshal
 import os
+import select
 import signal
 import socket
 import sys
@@ -46,7 +47,14 @@ _HIGH = 10  # above the keeper's fds (kp.SOCKET_FD, kp.STATUS_FD)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 GUARD_LOST = signal.SIGUSR2  # the runner's parent-death signal: the keeper died
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGWINCH,  # the terminal's size, for the live view
+)
 CPU_ENV = "STATEQUEUE_BENCH_CPU"  # scripts/bench.py: each process appends "ROLE SECONDS"
 NO_GUARD_ENV = "STATEQUEUE_NO_GUARD"  # "1": the older shape (the keeper spawns each child)
 
@@ -259,6 +267,8 @@ def _wait_for_runner(status: int) -> None:
                 code = int(value)
     _report_cpu("waiter")
     if code is None:  # the keeper died before the runner: it stops (KeeperLost)
+        if runner:
+            _wait_gone(runner)
         os._exit(1)
     if code < 0:  # died by a signal: so do we, as a shell reports it
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs
@@ -268,6 +278,22 @@ def _wait_for_runner(status: int) -> None:
             os.kill(os.getpid(), -code)
         os._exit(128 - code)
     os._exit(code)
+
+
+def _wait_gone(pid: int) -> None:
+    """Wait for ``pid`` (not our child) to end: the runner stopping after
+    its keeper died, so the shell gets its prompt back when the run is over."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already (or no pidfd here: then we do not wait)
+        return
+    try:
+        while not select.select([fd], [], [], None)[0]:
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def report_runner_cpu() -> None:

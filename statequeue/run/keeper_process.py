@@ -156,6 +156,7 @@ class KeeperProcess:
         self.liveness: list[int] = []  # guard mode: the runner's liveness lock, held to the end
         self.status_fd = -1  # guard mode: where the runner's exit code goes (the waiter)
         self.runner = 0  # guard mode: the runner's pid (never killed for its own end)
+        self.childless = False  # the last ``reap`` found no child at all
 
     # -- requests -------------------------------------------------------------
 
@@ -333,7 +334,9 @@ class KeeperProcess:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
+                self.childless = True  # as of now: saves the runner's keeper a look
                 return exits
+            self.childless = False
             if info is None:
                 return exits
             pid = info.si_pid

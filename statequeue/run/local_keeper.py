@@ -143,7 +143,11 @@ class LocalKeeper(Keeper):
             raise KeeperLost()
         state = self._state
         exits = state.reap()
-        state.settle_if_childless()
+        if state.childless:  # nothing of any item is left: every finished one is free
+            if state.finished:
+                state.release(set(state.finished))
+        else:
+            state.settle_if_childless()
         self.exits.update(exits)
         state.settle(time.monotonic())
 
