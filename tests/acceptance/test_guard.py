@@ -208,3 +208,39 @@ def test_a_signal_to_the_waiter_or_its_group_reaches_the_runner_once(
     code, _, err = finish(waiter)
     assert lines(work / "events") == ["ready", "term", "clean"], err
     assert code == 143, err  # the runner's own exit code for a stop by SIGTERM
+
+
+# Holds its claim fd (inherited, at a high number) and sleeps: no detaching.
+PLAIN_WORKER = """
+echo "$STATEQUEUE_ATTEMPT" >> "$SQT_DIR/starts"
+if [ "$STATEQUEUE_ATTEMPT" = 1 ]; then
+  echo $$ >> "$SQT_DIR/pids/leader"
+  exec sleep 30
+fi
+"""
+
+
+def test_with_keeper_and_runner_killed_the_child_keeps_its_claim(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # No process of the run is left to kill the child: it keeps the claim it
+    # inherited, so the next run waits for it instead of starting a copy.
+    enqueue(env, "a")
+    waiter = procs.start("run", "--", "sh", "-c", PLAIN_WORKER)
+    wait_for(lambda: pids_in(work / "pids" / "leader"), "the item to start")
+    keeper, runner = shape(waiter.pid)
+    leader = pids_in(work / "pids" / "leader")[0]
+    os.kill(keeper, signal.SIGKILL)
+    os.kill(runner, signal.SIGKILL)
+    finish(waiter)
+    assert alive(leader)
+    second = sq(env, "run", "--exit-empty", "3", "--", "sh", "-c", PLAIN_WORKER)
+    assert second.returncode == 3, second.stderr
+    assert lines(work / "starts") == ["1"], "a second copy started beside the first"
+    os.kill(leader, signal.SIGKILL)
+    wait_for(lambda: not alive(leader), "the child to die")
+    wait_for(
+        lambda: sq(env, "run", "--exit-empty", "3", "--", "sh", "-c", PLAIN_WORKER).returncode == 0,
+        "the item to run again",
+    )
+    assert lines(work / "starts") == ["1", "2"]
