@@ -47,12 +47,16 @@ STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or "statequeue"
 
 # The worker: $0 is the item; KILLLOOP_LOG and KILLLOOP_WORK come from the
 # runner's environment. `echo ... >>` is one O_APPEND write.
-# The runner's pid: the parent of the run's keeper, which is the parent of sh.
+# The run's pid (the one the loop started) is the grandparent of sh (sh,
+# runner, keeper, then the waiter: run/guard.py), or its parent's parent
+# with a PostgreSQL store (sh, keeper, runner): both are written, as
+# "PARENT,GRANDPARENT" of sh's parent, and the line counts for either.
 _WORK = (
-    'read -r _ _ _ runner _ < "/proc/$PPID/stat"; '
-    'echo "start $0 $STATEQUEUE_ATTEMPT $runner" >> "$KILLLOOP_LOG"; '
+    'read -r _ _ _ up1 _ < "/proc/$PPID/stat"; '
+    'read -r _ _ _ up2 _ < "/proc/$up1/stat" 2>/dev/null; '
+    'echo "start $0 $STATEQUEUE_ATTEMPT $up1,$up2" >> "$KILLLOOP_LOG"; '
     'sleep "$KILLLOOP_WORK"; '
-    'echo "end $0 $STATEQUEUE_ATTEMPT $runner" >> "$KILLLOOP_LOG"'
+    'echo "end $0 $STATEQUEUE_ATTEMPT $up1,$up2" >> "$KILLLOOP_LOG"'
 )
 # The same work in a background subshell, which may outlive `sh`; the keeper
 # holds the item's claim until it has ended (or killed it with the runner).
@@ -125,10 +129,11 @@ class WorkLog:
         if len(parts) != 4 or parts[0] not in ("start", "end"):
             self.malformed.append(line)
             return
-        kind, item, attempt, pid = parts[0], parts[1], int(parts[2]), int(parts[3])
+        kind, item, attempt = parts[0], parts[1], int(parts[2])
         self._events += 1
         self.events.setdefault(item, []).append((kind, attempt, self._events))
-        self.by_pid[kind, pid] = self.by_pid.get((kind, pid), 0) + 1
+        for pid in {int(p) for p in parts[3].split(",") if p.isdigit()}:
+            self.by_pid[kind, pid] = self.by_pid.get((kind, pid), 0) + 1
         if kind == "start":
             self.starts += 1
         else:
@@ -500,14 +505,20 @@ class Harness:
     # -- waiting -------------------------------------------------------------------
 
     def claims_free(self) -> bool:
-        """True when no process holds an item's claim lock (no attempt is alive)."""
+        """True when no process holds an item's claim lock (no attempt is
+        alive), nor a killed runner's keeper its liveness lock (it holds it
+        until it has killed everything the runner left: run/guard.py). Only
+        while no runner is alive."""
         if not _ofd_claims_free(self.home / self.queue / "claims.lock"):
             return False
         # The journal's claim files, or the PostgreSQL store's on this host.
-        return all(self._flocks_free(f) for f in (self.queue, f".postgres/{self.queue}"))
+        subs = (self.queue, f".postgres/{self.queue}")
+        if not all(self._flocks_free(f) for f in subs):
+            return False
+        return self._flocks_free(self.queue, "runners")
 
-    def _flocks_free(self, sub: str) -> bool:
-        folder = self.home / sub / "claims"
+    def _flocks_free(self, sub: str, kind: str = "claims") -> bool:
+        folder = self.home / sub / kind
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
@@ -674,6 +685,7 @@ class Harness:
         The state counts must be the same after every one (compaction changes
         the representation, never the state), and the queue must open.
         """
+        self.wait_claims_free()  # the keepers of killed runs let go first
         before = self.library_counts()
         for kind in kinds:
             for k in range(1, 50):
