@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from statequeue.core.errors import UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, Outcome
 from statequeue.core.rates import RateLimit, as_rate, parse_rate
+from statequeue.run.options import RunOptions
+from statequeue.run.pacing import Pacing
 from statequeue.store import rate_bucket
 from statequeue.store.base import Store
 from statequeue.store.journal.store import JournalStore
@@ -384,3 +387,27 @@ def test_work_async_and_map_async_defer_on_try_later(sq_home: Path) -> None:
         return await statequeue.map_async(fn, ["x", "y"], queue="am", rate="100/s")
 
     assert asyncio.run(main()) == ["x", "y"]
+
+
+class _SlowBucket:
+    """A store's bucket that has no start for 10 ms, then one."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def take_start(self, limit: RateLimit) -> tuple[float, float]:
+        self.calls += 1
+        return (0.01 if self.calls == 1 else 0.0), limit.per_second
+
+
+def test_a_refused_start_is_looked_for_again_even_once_its_time_has_passed() -> None:
+    # A loaded machine: by the time the runner asks when to look again, the
+    # refused start's time has passed. It must still be told to look (a time),
+    # not that nothing is due, which ended the run with items pending.
+    bucket = _SlowBucket()
+    pacing = Pacing(bucket, RunOptions(command=("true",), rate=parse_rate("20/s", 1)))  # type: ignore[arg-type]
+    assert not pacing.may_start()
+    time.sleep(0.02)
+    assert pacing.due(None) is not None
+    assert pacing.may_start()
+    assert pacing.due(None) is None  # taken: nothing to wake for

@@ -52,6 +52,7 @@ class Pacing:
         self.limit = options.rate
         self._current = options.rate.per_second if options.rate else 0.0
         self._next_at = 0.0  # wall-clock time before which no start is there to take
+        self._refused = False  # the last look found no start: the runner must look again
         self._concurrency = options.jobs  # AIMD on concurrency (no --rate)
         self._cut_at = -math.inf
         self._successes = 0
@@ -73,16 +74,20 @@ class Pacing:
         if self.limit is None:
             return True
         if time.time() < self._next_at:
+            self._refused = True
             return False
         wait, self._current = self._store.take_start(self.limit)
         self._next_at = time.time() + wait
-        return wait <= 0
+        self._refused = wait > 0
+        return not self._refused
 
     def due(self, retry_due: float | None) -> float | None:
         """The wall-clock time the runner must look again: ``retry_due`` (the
         next retry), or sooner when a start comes due in the bucket."""
-        if self.limit is None or self._next_at <= time.time():
-            return retry_due  # a start is there to take: nothing to wake for
+        if self.limit is None or not self._refused:
+            return retry_due  # no start was refused: nothing to wake for
+        # Refused, so items wait for it: look again at that time, even when
+        # it has passed meanwhile (a loaded machine: the run must not end).
         return self._next_at if retry_due is None else min(retry_due, self._next_at)
 
     def delay(self, outcome: Outcome) -> float:
