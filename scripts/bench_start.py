@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 GOAL_START_VS_PYTHON = 3.0
 GOAL_ENQUEUE_VS_FLOOR = 1.5
@@ -60,17 +61,22 @@ print(len(lines))
 """
 
 
-def timed(argv: Sequence[str], env: dict[str, str], workdir: Path, stdin: Path | None) -> float:
-    """Wall seconds of ``argv`` as a whole process; exits the script if it fails."""
+class Sample(NamedTuple):
+    wall: float  # seconds
+    cpu: float  # user + sys seconds of the process (less sensitive to a busy machine)
+
+
+def timed(argv: Sequence[str], env: dict[str, str], workdir: Path, stdin: Path | None) -> Sample:
+    """``argv`` run as a whole process; exits the script if it fails."""
     with open(stdin or os.devnull, "rb") as inp, open(workdir / "err", "wb") as err:
         started = time.perf_counter()
-        done = subprocess.run(
-            argv, stdin=inp, stdout=subprocess.DEVNULL, stderr=err, env=env, check=False
-        )
+        proc = subprocess.Popen(argv, stdin=inp, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)}: exit {done.returncode}: {(workdir / 'err').read_text()}")
-    return wall
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"{' '.join(argv)}: exit {code}: {(workdir / 'err').read_text()}")
+    return Sample(wall, usage.ru_utime + usage.ru_stime)
 
 
 class Setup:
@@ -105,8 +111,8 @@ def start_figure(setup: Setup, rounds: int) -> None:
     """Figure 1: each tree's `enqueue ITEM` of one new item on an existing queue."""
     for label, env in setup.trees:
         timed([setup.exe, "-q", f"start-{label}", "enqueue", "first"], env, setup.workdir, None)
-    ours: dict[str, list[float]] = {label: [] for label, _ in setup.trees}
-    python: list[float] = []
+    ours: dict[str, list[Sample]] = {label: [] for label, _ in setup.trees}
+    python: list[Sample] = []
     for r in range(rounds):
         for label, env in setup.trees:
             argv = [setup.exe, "-q", f"start-{label}", "enqueue", f"item-{r}"]
@@ -121,8 +127,8 @@ def enqueue_figure(setup: Setup, items: int, rounds: int) -> None:
     """Figure 2: each tree's enqueue of ``items`` from stdin, and the floor."""
     source = setup.workdir / "items.txt"
     source.write_bytes(b"".join(b"%d\n" % i for i in range(1, items + 1)))
-    ours: dict[str, list[float]] = {label: [] for label, _ in setup.trees}
-    floor: list[float] = []
+    ours: dict[str, list[Sample]] = {label: [] for label, _ in setup.trees}
+    floor: list[Sample] = []
     for r in range(rounds):
         for label, env in setup.trees:
             shutil.rmtree(setup.workdir / "home" / "big", ignore_errors=True)
@@ -140,18 +146,21 @@ def enqueue_figure(setup: Setup, items: int, rounds: int) -> None:
 def show(
     what: str,
     baseline: str,
-    ours: list[float],
-    base: list[float],
+    ours: list[Sample],
+    base: list[Sample],
     scale: float,
     unit: str,
     goal: float,
 ) -> None:
-    a, b = statistics.median(ours) * scale, statistics.median(base) * scale
+    a = statistics.median(x.wall for x in ours) * scale
+    b = statistics.median(x.wall for x in base) * scale
     ratio = a / b
+    cpu = statistics.median(x.cpu for x in ours) / statistics.median(x.cpu for x in base)
     verdict = "met" if ratio <= goal else "missed"
     print(
         f"{what}: {a:.3g} {unit} | {baseline}: {b:.3g} {unit} | "
-        f"{ratio:.2f}x (goal <= {goal:g}x: {verdict}) | medians of {len(ours)} interleaved rounds",
+        f"{ratio:.2f}x (goal <= {goal:g}x: {verdict}; CPU time {cpu:.2f}x) | "
+        f"medians of {len(ours)} interleaved rounds",
         flush=True,
     )
 
