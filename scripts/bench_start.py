@@ -10,13 +10,20 @@
    and fsyncing it once. Goal: at most 1.5x.
 
 Rounds are interleaved (A, B, A, B, ...) and each figure is the ratio of the
-medians. ``--before DIR`` also runs, in the same rounds, the package found in
-DIR (e.g. ``git archive OLDREV statequeue | tar -x -C DIR``) through
-PYTHONPATH, and this checkout's the same way, so that a change is shown as
-before and after measured side by side. Every command runs as a whole
-process with stdout and stderr to files; a failed command stops the script.
-Queue data lives in a temporary folder under /var/tmp (or --workdir),
-removed at the end.
+medians of wall time, with the ratio of CPU time (user + sys) beside it: on a
+shared machine the wall time swings. The package is byte-compiled first and
+PYTHONDONTWRITEBYTECODE is dropped, as for an installed package: otherwise
+every start compiles every module (an editable install under that setting
+measures the compiler, not statequeue).
+
+``--before DIR`` also runs, in the same rounds, the package found in DIR
+(e.g. from ``git archive OLDREV statequeue | tar -x -C DIR``) through
+PYTHONPATH, and this checkout's the same way: a change is shown as before
+and after, measured side by side.
+
+Every command runs as a whole process with stdout and stderr to files; a
+failed command stops the script. Queue data lives in a temporary folder
+under /var/tmp (or --workdir), removed at the end.
 
 Examples:
 
