@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from statequeue.api.map_async import map_async
     from statequeue.api.mapping import map, resumable
-    from statequeue.api.queue import Queue, WorkItem
+    from statequeue.api.queue import Queue
     from statequeue.api.serve import serve
-    from statequeue.api.work import WorkPolicy
+    from statequeue.api.work import WorkItem, WorkPolicy
     from statequeue.api.work_async import AsyncWorkItem
     from statequeue.core.errors import (
         InvalidResult,
@@ -39,7 +39,7 @@ _LAZY = {
     **dict.fromkeys((*_ERRORS, "StateQueueError", "UsageError"), "statequeue.core.errors"),
     **dict.fromkeys(_MODELS, "statequeue.core.models"),
     "Queue": "statequeue.api.queue",
-    "WorkItem": "statequeue.api.queue",
+    "WorkItem": "statequeue.api.work",
     "WorkPolicy": "statequeue.api.work",
     "AsyncWorkItem": "statequeue.api.work_async",
     "map_async": "statequeue.api.map_async",

@@ -25,8 +25,6 @@ from typing import IO, TYPE_CHECKING
 from statequeue.api import queue_reading as reading
 from statequeue.api.queue_whole import check_store, drop_store
 from statequeue.api.shared_store import SharedStore
-from statequeue.api.work import WorkItem as WorkItem  # re-exported: public API
-from statequeue.api.work import WorkPolicy, work_loop
 from statequeue.core.errors import UsageError
 from statequeue.core.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exported: public API
 from statequeue.core.items import check_item as check_item
@@ -49,6 +47,9 @@ KEEP_LOGS = 7 * 86400.0
 
 if TYPE_CHECKING:
     from statequeue.api.transfer import CheckedExport, ImportResult
+    from statequeue.api.work import (
+        WorkItem as WorkItem,  # re-exported: public API (see __getattr__)
+    )
     from statequeue.api.work_async import AsyncWorkItem
     from statequeue.core.views import (
         CompactResult,
@@ -60,6 +61,16 @@ if TYPE_CHECKING:
     )
     from statequeue.stats.figures import Stats
     from statequeue.stats.report_model import Report
+
+
+def __getattr__(name: str) -> object:
+    # The work loop (and its traceback logging) loads on first use: `enqueue`
+    # never needs it. ``WorkItem`` stays importable from here (public API).
+    if name == "WorkItem":
+        from statequeue.api.work import WorkItem  # lazy: start-up time
+
+        return WorkItem
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def refuse_single_text(items: object, what: str) -> None:
@@ -311,6 +322,8 @@ class Queue:
         inside ``with item:``, or ``item.later(seconds)``, puts the item back
         without spending a retry, up to ``max_deferrals`` times.
         """
+        from statequeue.api.work import WorkPolicy, work_loop  # lazy: start-up time
+
         policy = WorkPolicy(
             retries=retries,
             retry_delay=retry_delay,
@@ -341,6 +354,7 @@ class Queue:
         ends when no item is left and every item out is settled. Store calls
         run in worker threads, never on the event loop. Leaving the loop early
         gives back the items not settled yet. ``verify`` runs in a thread."""
+        from statequeue.api.work import WorkPolicy  # lazy: start-up time
         from statequeue.api.work_async import work_loop_async  # lazy: start-up time (asyncio)
 
         policy = WorkPolicy(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from statequeue.core.errors import InvalidItem, UsageError
@@ -12,17 +11,25 @@ from statequeue.core.errors import InvalidItem, UsageError
 _CHUNK = 1 << 22  # bytes read at a time: blank lines never pile up beyond one chunk
 
 
-@dataclass(frozen=True)
 class Positions:
-    """Where each item came from, to name a bad one by its line."""
+    """Where each item came from, to name a bad one by its line.
 
-    source: str
-    """"argument", "line" or "item" (NUL-separated)."""
-    where: str = ""
-    """"" for arguments and stdin, else the file's name."""
-    gaps: list[tuple[int, int]] = field(default_factory=list)
-    """Runs of skipped empty lines (or arguments): (items before the run, its
-    length). One pair per run, so 100 million blank lines cost one pair."""
+    ``source``: "argument", "line" or "item" (NUL-separated). ``where``: ""
+    for arguments and stdin, else the file's name. ``gaps``: runs of skipped
+    empty lines (or arguments): (items before the run, its length); one pair
+    per run, so 100 million blank lines cost one pair.
+    """
+
+    # A plain class, not a dataclass: every `enqueue` imports this module,
+    # and a dataclass costs a compile per generated method at import.
+    __slots__ = ("gaps", "source", "where")
+
+    def __init__(
+        self, source: str, where: str = "", gaps: list[tuple[int, int]] | None = None
+    ) -> None:
+        self.source = source
+        self.where = where
+        self.gaps = [] if gaps is None else gaps
 
     def name(self, index: int) -> str:
         """How the user finds item ``index`` (0-based) of the input."""

@@ -19,7 +19,8 @@ DEFAULT_MAX_DEFERRALS = 100
 """How many times an item may be deferred (``--max-deferrals``) before it fails."""
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)")
+# Compiled on first use (re caches it): most commands never parse a rate.
+_RATE = r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)"
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def parse_rate(text: str, burst: int = 1) -> RateLimit:
     raw = text.strip().lower()
     if raw.startswith("-") or raw in ("0", "0.0"):
         raise UsageError(f"invalid rate {text!r}: must be above 0 (e.g. 20/s, 90/m, 1000/h)")
-    match = _RATE.fullmatch(raw)
+    match = re.fullmatch(_RATE, raw)
     if match is None:
         raise UsageError(
             f"invalid rate {text!r}: use a number per second, minute or hour: 20/s, 90/m, 1000/h"

@@ -218,7 +218,7 @@ def test_auto_compaction_runs_beside_the_runner(tmp_path: Path) -> None:
     runner = new_runner()
     while (claim := store.claim(runner)) is not None:
         store.finish(claim, Outcome(ok=True, result={"n": claim.item_id}))
-    started = store._background.started
+    started = store._background.started if store._background is not None else 0
     store.close()
     assert started >= 1
     store = JournalStore(folder, create=False, auto_compact=0)

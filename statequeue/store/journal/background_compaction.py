@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from statequeue.core import child_exits
-from statequeue.store.journal.online_compaction import compaction_lock
+from statequeue.store.journal.compaction_files import compaction_lock
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder

@@ -22,7 +22,6 @@ locators, CRC32 of everything before it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statequeue.store.journal.cache_file import (
@@ -70,13 +69,17 @@ def texts_by_id(keys: dict[str, int], next_id: int) -> list[str]:
     return texts
 
 
-@dataclass(frozen=True)
 class Restore:
     """The verdict on the checkpoint, and the journal position it names."""
 
-    found: Found
-    offset: int = 0
-    lines: int = 0
+    # A plain class, not a dataclass: every open imports this module, and a
+    # dataclass costs a compile per generated method (start-up of `enqueue`).
+    __slots__ = ("found", "lines", "offset")
+
+    def __init__(self, found: Found, offset: int = 0, lines: int = 0) -> None:
+        self.found = found
+        self.offset = offset
+        self.lines = lines
 
 
 def restore(folder: QueueFolder, journal: JournalFile, state: QueueState) -> Restore:

@@ -26,6 +26,7 @@ from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.records import Record
 from statequeue.store.journal import checkpoint
 from statequeue.store.journal.cache_file import Found
+from statequeue.store.journal.compaction_files import compaction_lock
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE, JOURNAL, queue_history
 from statequeue.store.journal.journal_file import (
@@ -35,7 +36,6 @@ from statequeue.store.journal.journal_file import (
     looks_like_record,
 )
 from statequeue.store.journal.locks import lock_timeout, wait_for_lock
-from statequeue.store.journal.online_compaction import compaction_lock
 from statequeue.store.records.state import QueueState, id_runs
 
 

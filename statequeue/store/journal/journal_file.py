@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,13 +29,17 @@ _READ_CHUNK = 1 << 20
 _REPLAY_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
 class TornTail:
     """Bytes cut from the end of a file on open: a crash mid-append left them."""
 
-    path: str
-    offset: int
-    length: int
+    # A plain class, not a dataclass: every open imports this module, and a
+    # dataclass costs a compile per generated method (start-up of `enqueue`).
+    __slots__ = ("length", "offset", "path")
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.length = length
 
     def describe(self, *, cut: bool = True) -> str:
         """The notice for it: ``cut`` says whether it was cut (a read-only

@@ -13,8 +13,8 @@ Who holds what, and for how long:
 Lock order is always ``compact.lock`` then ``lock``; a holder of the queue
 lock only ever tries ``compact.lock`` without waiting, so they cannot deadlock.
 
-The temp files of a compaction (``COMPACTING``) are written without the queue
-lock, so an opener removes stale ones only while it can take ``compact.lock``.
+The temp files of a compaction (``COMPACTING``) and their clean-up by an
+opener are in ``compaction_files``.
 
 The store hands compaction a ``CompactionSite``: its files, its settings and
 the few of its steps compaction takes part in, and nothing else of it.
@@ -26,8 +26,8 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,22 +37,20 @@ from statequeue.core.records import decode, item_text
 from statequeue.core.views import CompactResult
 from statequeue.store.journal import checkpoint, key_index, stats_cache
 from statequeue.store.journal.compaction import Built, Position, build
-from statequeue.store.journal.integrity import ARCHIVE, ARCHIVE_INDEX, JOURNAL, STATS_CACHE
+from statequeue.store.journal.compaction_files import (
+    NEW_JOURNAL,
+    NEW_KEYS,
+    NEW_STATE,
+    compaction_lock,
+    remove_compacting,
+)
+from statequeue.store.journal.integrity import ARCHIVE, JOURNAL
 from statequeue.store.journal.journal_file import JournalFile, parse, read_from, read_line
-from statequeue.store.journal.locks import wait_for_lock
 from statequeue.store.records.state import QueueState, TextLoader
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
     from statequeue.store.journal.settings import JournalSettings
-
-COMPACT_LOCK = "compact.lock"
-MARK = ".compacting."
-NEW_JOURNAL = f".{JOURNAL}{MARK}tmp"
-NEW_STATE = f".{checkpoint.NAME}{MARK}tmp"
-NEW_KEYS = f".{key_index.KEYS_NAME}{MARK}tmp"
-COMPACTING = (NEW_JOURNAL, NEW_STATE, NEW_KEYS, stats_cache.STAGED)
-
 
 ATTEMPTS = 3  # a repair that replaced the journal meanwhile: start again from it
 
@@ -83,67 +81,6 @@ class CompactionSite:
     the keys are known without reading the files (``DedupeKeys.stage``)."""
 
 
-@contextmanager
-def compaction_lock(folder: QueueFolder, *, wait: float | None) -> Iterator[bool]:
-    """Hold ``compact.lock``: yields False at once, holding nothing, if
-    another compaction holds it and ``wait`` is None; else waits up to
-    ``wait`` seconds (LockTimeout after)."""
-    fd = folder.open_file(COMPACT_LOCK, os.O_RDWR | os.O_CREAT)
-    try:
-        if wait is None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-        else:
-            wait_for_lock(fd, folder.path / COMPACT_LOCK, wait)
-        yield True
-    finally:
-        os.close(fd)  # drops the lock
-
-
-def remove_stale_compaction(folder: QueueFolder) -> None:
-    """Remove the temp files of a compaction that died, if none runs now
-    (caller holds the queue lock; ``compact.lock`` is only tried)."""
-    if not any(folder.exists(name) for name in COMPACTING):
-        return
-    with contextlib.suppress(OSError), compaction_lock(folder, wait=None) as held:
-        if held:
-            _remove(folder)
-
-
-def remove_stale_temp_files(folder: QueueFolder) -> None:
-    """Remove the temp files of rewrites that died (caller holds the queue
-    lock, and may write the queue)."""
-    # Temp files are written only under the queue lock, which the caller
-    # holds: any found now was left by a process that died mid-rewrite.
-    # A compaction's are written without it (under compact.lock): those
-    # only while no compaction runs.
-    # stats.ckpt's are written without the queue lock: removing one being
-    # written costs that `stats` its cache save, nothing more.
-    kinds = (
-        JOURNAL,
-        ARCHIVE,
-        checkpoint.NAME,
-        key_index.KEYS_NAME,
-        STATS_CACHE,
-        ARCHIVE_INDEX,
-    )
-    prefixes = tuple(f".{name}." for name in kinds)
-    for tmp in folder.names():
-        if tmp.startswith(prefixes) and tmp.endswith(".tmp") and MARK not in tmp:
-            with contextlib.suppress(FileNotFoundError):
-                folder.unlink(tmp)
-    remove_stale_compaction(folder)
-
-
-def _remove(folder: QueueFolder) -> None:
-    for name in COMPACTING:
-        with contextlib.suppress(FileNotFoundError):
-            folder.unlink(name)
-
-
 def compact_online(site: CompactionSite, *, wait: float | None) -> CompactResult | None:
     """Compact the journal of the store that handed over ``site``, holding
     the queue lock only at the ends. None if another compaction runs and
@@ -163,7 +100,7 @@ def compact_online(site: CompactionSite, *, wait: float | None) -> CompactResult
 def _compact(site: CompactionSite) -> CompactResult:
     """One compaction, holding ``compact.lock``; _Superseded if another
     process replaced the journal or the archive meanwhile (nothing changed)."""
-    _remove(site.folder)  # a crashed compaction's (we hold compact.lock)
+    remove_compacting(site.folder)  # a crashed compaction's (we hold compact.lock)
     pos, snapshot = _note_position(site)
     new = JournalFile(site.folder, NEW_JOURNAL, ops=site.ops)
     try:
@@ -174,7 +111,7 @@ def _compact(site: CompactionSite) -> CompactResult:
     finally:
         new.close()
         os.close(pos.fd)
-        _remove(site.folder)  # left only if the swap did not happen
+        remove_compacting(site.folder)  # left only if the swap did not happen
 
 
 def _note_position(site: CompactionSite) -> tuple[Position, QueueState]:

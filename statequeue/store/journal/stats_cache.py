@@ -45,6 +45,7 @@ from statequeue.stats.rates import RecentRate, Throughput
 from statequeue.stats.sketch import QuantileSketch
 from statequeue.store.journal.attempt_scan import scan_range_batches
 from statequeue.store.journal.cache_file import write_cache
+from statequeue.store.journal.compaction_files import NEW_STATS
 from statequeue.store.journal.integrity import ARCHIVE, STATS_CACHE
 from statequeue.store.journal.journal_file import read_line
 
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 NAME = STATS_CACHE
 MAGIC = b"SQSTATS1\n"
-STAGED = f".{NAME}.compacting.tmp"
+STAGED = NEW_STATS
 """A compaction's staged cache (``online_compaction.MARK`` names its temp files so)."""
 _TAIL = 32  # bytes just before a position that must still be there
 

@@ -21,8 +21,6 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from statequeue.store.journal import stats_cache
-
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
     from statequeue.store.journal.stats_cache import File
@@ -68,6 +66,8 @@ class StatsRefresher:
 
 
 def _refresh(folder: QueueFolder, files: Files) -> None:
+    from statequeue.store.journal import stats_cache  # lazy: start-up time (stats modules)
+
     archive, journal = files
     try:
         # A compaction replaced the journal meanwhile: its own summary is newer.

@@ -17,15 +17,16 @@ from itertools import chain
 from typing import TYPE_CHECKING, TypeVar
 
 from statequeue.core.errors import DamagedState, StateQueueError
-from statequeue.store.journal import stats_cache
-from statequeue.store.journal.attempt_scan import scan_attempt_batches
 from statequeue.store.journal.integrity import ARCHIVE
 from statequeue.store.journal.journal_file import JournalFile
 from statequeue.store.journal.stats_refresh import StatsRefresher
 from statequeue.store.records.state import QueueState
 
+# The cache's modules (stats, sketches, the attempt scan) are imported where
+# used (``# lazy: start-up time``): `enqueue` never folds attempts.
 if TYPE_CHECKING:
     from statequeue.stats.figures import StatsBuilder
+    from statequeue.store.journal import stats_cache
     from statequeue.store.journal.folder import QueueFolder
     from statequeue.store.journal.settings import JournalSettings
 
@@ -70,6 +71,9 @@ class StatsSummary:
         unfiltered), from the stats cache plus the records after it; the cache
         is brought up to date. The files are noted under the lock and read
         from duplicates after it, as ``scan`` does."""
+        from statequeue.store.journal import stats_cache  # lazy: start-up time
+        from statequeue.store.journal.attempt_scan import scan_attempt_batches  # lazy: start-up
+
         if not self.settings.caches:  # caches off: the files alone
             from statequeue.stats.figures import StatsBuilder  # lazy: start-up time
 
@@ -95,6 +99,8 @@ class StatsSummary:
         self, state: QueueState
     ) -> tuple[stats_cache.File | None, stats_cache.File]:
         """``_note_files``, for a caller holding the queue lock."""
+        from statequeue.store.journal import stats_cache  # lazy: start-up time
+
         j = self.journal
         journal = stats_cache.File(os.dup(j.fd), j.inode, j.offset, str(j.path))
         if not state.archive_size:

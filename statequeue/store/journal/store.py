@@ -40,15 +40,10 @@ from statequeue.core.errors import (
 from statequeue.core.fileio import DEFAULT_OPS, FileOps
 from statequeue.core.models import EnqueueResult, ItemState, RunnerInfo
 from statequeue.core.records import Record, decode, encode_enqueued, item_text
-from statequeue.core.views import ItemView, LogsRemoved, WorkerView
 from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
-from statequeue.store.journal.archive_index import ArchiveIndex, archived_result
-from statequeue.store.journal.attempt_scan import scan_attempt_batches, scan_attempts
-from statequeue.store.journal.background_compaction import BackgroundCompaction
 from statequeue.store.journal.claims import ClaimLocks
-from statequeue.store.journal.compaction import unseen_after_compaction
-from statequeue.store.journal.compaction_logs import remove_archived_logs
+from statequeue.store.journal.compaction_files import remove_stale_temp_files
 from statequeue.store.journal.dedupe_keys import FEW_ITEMS, DedupeKeys
 from statequeue.store.journal.folder import SUBFOLDERS, QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE as ARCHIVE  # the names live with the checks
@@ -64,11 +59,6 @@ from statequeue.store.journal.journal_file import (
     read_line,
 )
 from statequeue.store.journal.locks import wait_for_lock
-from statequeue.store.journal.online_compaction import (
-    CompactionSite,
-    compact_online,
-    remove_stale_temp_files,
-)
 from statequeue.store.journal.rate_file import RateFile
 from statequeue.store.journal.replay import Replay
 from statequeue.store.journal.settings import JournalSettings
@@ -77,10 +67,15 @@ from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.record_store import RecordStore
 from statequeue.store.records.state import LiveItem, QueueState
 
+# What only reading, stats, logs and compaction need is imported where used
+# (each ``# lazy: start-up time``): a plain `enqueue` loads none of it.
 if TYPE_CHECKING:
-    from statequeue.core.views import CompactResult, ItemResult
+    from statequeue.core.views import CompactResult, ItemResult, ItemView, LogsRemoved, WorkerView
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
+    from statequeue.store.journal.archive_index import ArchiveIndex
+    from statequeue.store.journal.background_compaction import BackgroundCompaction
+    from statequeue.store.journal.online_compaction import CompactionSite
 
 LOCK = "lock"
 
@@ -127,7 +122,7 @@ class JournalStore(RecordStore):
         )
         self._lock_fd = -1
         self._lock_path = folder / LOCK  # for the message only: built once, not per lock
-        self._background = BackgroundCompaction()
+        self._background: BackgroundCompaction | None = None  # made when first due
         try:
             if not self.dir.exists(JOURNAL):
                 refuse_if_not_new(self.dir)
@@ -275,6 +270,8 @@ class JournalStore(RecordStore):
         return record
 
     def _archived_result(self, item_id: int) -> ItemResult | None:
+        from statequeue.store.journal.archive_index import archived_result  # lazy: start-up time
+
         found, self._archive_index = archived_result(
             self.dir, self.state.archive_size, item_id, self._archive_index, save=not self.read_only
         )
@@ -309,6 +306,8 @@ class JournalStore(RecordStore):
         self.claims.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
 
     def published_workers(self, runner_id: str) -> tuple[WorkerView, ...]:
+        from statequeue.core.views import WorkerView  # lazy: start-up time
+
         with suppress(TypeError):  # rows not as written: nothing shown
             return tuple(WorkerView(*row) for row in self.claims.published(runner_id))
         return ()
@@ -341,6 +340,8 @@ class JournalStore(RecordStore):
     def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
         if state not in (None, ItemState.DONE):
             return
+        from statequeue.core.views import ItemView  # lazy: start-up time
+
         rows = [
             (r["id"], item_text(r), r.get("attempt", 0))
             for r in read_archive(self.dir, ARCHIVE, self.state.archive_size)
@@ -363,9 +364,13 @@ class JournalStore(RecordStore):
         return deferrals_in(chain(self._archive_records(), journal), since)
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.journal.attempt_scan import scan_attempts  # lazy: start-up time
+
         return attempts_since(self.summary.scan(scan_attempts), since)
 
     def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        from statequeue.store.journal.attempt_scan import scan_attempt_batches  # lazy: start-up
+
         return self.summary.scan(scan_attempt_batches)  # `stats` applies ``since`` itself
 
     def stats_summary(self) -> StatsBuilder:
@@ -396,6 +401,8 @@ class JournalStore(RecordStore):
         return tuple(self.dir.shown(n, "logs") for n in found)
 
     def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        from statequeue.store.journal.compaction_logs import remove_archived_logs  # lazy: start-up
+
         def archived(item_id: int) -> bool:
             # Done with no result left in the journal: compaction moved it out.
             state = self.state
@@ -422,6 +429,9 @@ class JournalStore(RecordStore):
             data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
             found = [r for r in map(decode, data.splitlines()) if r is not None]
             if compacted and found:
+                # lazy: start-up time (compaction's modules, only after one)
+                from statequeue.store.journal.compaction import unseen_after_compaction
+
                 found = unseen_after_compaction(found, inode, seen)
             return found, (self.journal.inode, self.journal.offset, self.journal.last_seq)
 
@@ -430,6 +440,11 @@ class JournalStore(RecordStore):
     def _maybe_compact(self, state: QueueState) -> None:
         # A checkpoint first, so that the child opens the queue without
         # replaying (under the queue lock) what this store has read.
+        if self._background is None:
+            # lazy: start-up time (subprocess and online compaction's modules)
+            from statequeue.store.journal.background_compaction import BackgroundCompaction
+
+            self._background = BackgroundCompaction()
         notice = self._background.start_if_due(
             self.dir,
             state,
@@ -452,6 +467,8 @@ class JournalStore(RecordStore):
     def _compact_online(self, *, wait: float | None) -> CompactResult | None:
         if self._broken is not None:
             raise self._broken
+        from statequeue.store.journal.online_compaction import compact_online  # lazy: start-up
+
         try:
             return compact_online(self._compaction_site(), wait=wait)
         except DurabilityError as exc:
@@ -460,6 +477,8 @@ class JournalStore(RecordStore):
 
     def _compaction_site(self) -> CompactionSite:
         """What compaction needs of this store, and nothing more."""
+        from statequeue.store.journal.online_compaction import CompactionSite  # lazy: start-up
+
         return CompactionSite(
             folder=self.dir,
             ops=self.ops,
@@ -490,7 +509,8 @@ class JournalStore(RecordStore):
             # Leave a checkpoint for the next opener (status, run) to start from.
             with suppress(StateQueueError), self._locked():
                 self._maybe_checkpoint(self.replay.least_on_close())
-        self._background.wait()
+        if self._background is not None:
+            self._background.wait()
         self.dedupe.forget()
         self._close_files()
         # The state points back at this store (its text loader), a cycle that
