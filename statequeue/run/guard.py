@@ -120,10 +120,11 @@ def launch() -> GuardLink:
     status_r, status_w = _high(*os.pipe2(os.O_CLOEXEC))
     mine, theirs = _high(*socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
     waiter = os.getpid()
-    if os.fork() != 0:
+    keeper = os.fork()
+    if keeper != 0:
         for fd in (status_w, mine, theirs):
             os.close(fd)
-        _wait_for_runner(status_r)  # never returns
+        _wait_for_runner(status_r, keeper)  # never returns
     try:
         os.close(status_r)
         runner = _become_keeper(status_w, mine, theirs)
@@ -216,8 +217,10 @@ def _become_runner(fd: int) -> GuardLink:
     return link
 
 
-def _wait_for_runner(status: int) -> None:
-    """The waiter: forward signals to the runner, exit as it did."""
+def _wait_for_runner(status: int, keeper: int) -> None:
+    """The waiter: forward signals to the runner, exit as it did. The keeper
+    says the runner's exit code as it exits itself (then it is reaped here),
+    or at once if a detached leftover keeps it ("detached": not waited for)."""
     runner = 0
     pending: list[int] = []
 
@@ -264,7 +267,10 @@ def _wait_for_runner(status: int) -> None:
                 for signum in pending:
                     forward(signum, None)
             elif word == b"exit":
-                code = int(value)
+                code = int(value.split()[0])
+                if not value.endswith(b"detached"):
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(keeper, 0)
     _report_cpu("waiter")
     if code is None:  # the keeper died before the runner: it stops (KeeperLost)
         if runner:

@@ -157,6 +157,7 @@ class KeeperProcess:
         self.status_fd = -1  # guard mode: where the runner's exit code goes (the waiter)
         self.runner = 0  # guard mode: the runner's pid (never killed for its own end)
         self.childless = False  # the last ``reap`` found no child at all
+        self.runner_code: int | None = None  # guard mode: the runner's exit code, once reaped
 
     # -- requests -------------------------------------------------------------
 
@@ -357,6 +358,13 @@ class KeeperProcess:
                     self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
+    def tell_runner_code(self, how: str = "") -> None:
+        """Guard mode: give the waiter the runner's exit code (once)."""
+        if self.status_fd >= 0 and self.runner_code is not None:
+            tell_waiter(self.status_fd, f"exit {self.runner_code}{how}\n")
+            os.close(self.status_fd)
+            self.status_fd = -1
+
     def reaped_other(self, pid: int, status: int) -> None:
         """A child that was no leader was reaped: an adopted orphan (or, in
         the runner's own keeper, a child some other code started)."""
@@ -367,10 +375,12 @@ class KeeperProcess:
         if self.status_fd >= 0:  # guard mode: the runner itself ended
             for token, code in exits:
                 if token == RUNNER_TOKEN:
-                    tell_waiter(self.status_fd, f"exit {code}\n")
-                    os.close(self.status_fd)
-                    self.status_fd = -1
+                    self.runner_code = code
             exits = [(t, c) for t, c in exits if t != RUNNER_TOKEN]
+            if self.runner_code is not None and self.goodbye and self.has_children():
+                # Detached leftovers of settled items may run on: the waiter
+                # (the shell) must not wait for them, nor for us.
+                self.tell_runner_code(" detached")
         if exits and self.sock is not None:
             with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
                 self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
@@ -560,6 +570,9 @@ def main() -> None:
         os.close(fd)
     report_cpu(os.environ.get(CPU_REPORT_ENV, ""))
     append_cpu(os.environ.get(CPU_APPEND_ENV, ""), "keeper")
+    # Last: the waiter then reaps us (the whole run's CPU is in its rusage),
+    # and the shell's prompt comes back with nothing of the run left.
+    keeper.tell_runner_code()
 
 
 def guard(keeper: KeeperProcess, runner: int, waiter: int) -> None:

@@ -244,3 +244,26 @@ def test_with_keeper_and_runner_killed_the_child_keeps_its_claim(
         "the item to run again",
     )
     assert lines(work / "starts") == ["1", "2"]
+
+
+# Ends at once, leaving a detached sleeper (new session, fds closed).
+DETACH_AND_END = (
+    """
+SLEEP=30
+"""
+    + SH_DETACHED_SLEEPER
+)
+
+
+def test_the_run_returns_while_a_detached_leftover_runs_on(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # The keeper stays for the leftover (holding its item's claim); the pid
+    # the shell waits for exits with the runner's code, without waiting for it.
+    enqueue(env, "a")
+    waiter = procs.start("run", "--", "sh", "-c", DETACH_AND_END)
+    code, _, err = finish(waiter, timeout=20)
+    assert code == 0, err
+    assert escaped_alive(work), "the leftover was killed at a normal end"
+    for pid in pids_in(work / "escaped"):
+        os.kill(pid, signal.SIGKILL)
