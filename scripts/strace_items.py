@@ -39,6 +39,9 @@ CLONE_THREAD makes a thread, counted with its process):
   - any other process forked without an exec takes its parent's role with
     ` (fork)` after it; `work loop` is the Python program of the work shape.
 
+A fourth shape, `floor`, counts the durable floor loop of scripts/bench.py at
+-j1 (no statequeue at all) the same way, for comparison.
+
 The table lists every role found, one column each, and their total; rows
 are system call names, largest total first, then the total per item. The
 processes of the N-item run, with the role given to each and why, follow,
@@ -67,7 +70,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or shutil.which("statequeue") or ""
-SHAPES = ("per-item", "persistent", "work")
+SHAPES = ("per-item", "persistent", "work", "floor")
 
 WORKER = """\
 import json, os, sys
@@ -76,6 +79,20 @@ for line in sys.stdin:
     request = json.loads(line)
     reply.write(json.dumps({"id": request["id"], "ok": True}) + "\\n")
     reply.flush()
+"""
+# The durable floor of scripts/bench.py at -j1 (append a start record,
+# posix_spawn, waitpid, append an end record, fdatasync): the least a durable
+# runner does per item, for comparison.
+FLOOR = """\
+import os, shutil, sys
+program = shutil.which("true")
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+for item in sys.stdin.buffer.read().splitlines():
+    os.write(fd, b'{"t":"start","item":"%s"}\\n' % item)
+    pid = os.posix_spawn(program, [program, item.decode()], os.environ)
+    _, status = os.waitpid(pid, 0)
+    os.write(fd, b'{"t":"end","item":"%s","status":%d}\\n' % (item, status))
+    os.fdatasync(fd)
 """
 WORK_LOOP = """\
 import sys
@@ -181,8 +198,8 @@ def assign_roles(
         if any(procs[c].role == "child pre-exec" for c in p.children if c in procs)
     }
     top = procs[root]
-    if shape == "work":
-        top.role, top.why = "work loop", "the program strace started"
+    if shape in ("work", "floor"):
+        top.role, top.why = f"{shape} loop", "the program strace started"
     elif root in spawners or any(procs[s].role == "keeper" for s in spawners):
         top.role, top.why = "runner", "started by strace; it or its exec'd keeper starts the items"
     else:
@@ -240,6 +257,10 @@ def shape_of(name: str) -> Shape:
         return Shape(
             name, "statequeue run --persistent -j1 --no-live -- python worker.py", ("worker.py",)
         )
+    if name == "floor":
+        return Shape(
+            name, "the durable floor loop of bench.py, -j1, -- true (no statequeue)", ("true",)
+        )
     return Shape(name, "Queue.work() loop (python loop.py): item.done(None)", ("loop-never",))
 
 
@@ -253,9 +274,19 @@ def trace_run(
     env = {**env, "STATEQUEUE_HOME": str(home)}
     queue = "q"
     lines = "".join(f"item-{n}\n" for n in range(items))
-    enqueue = [STATEQUEUE, "-q", queue, "enqueue"]
-    subprocess.run(enqueue, input=lines.encode(), env=env, check=True, stdout=subprocess.DEVNULL)
-    if shape.name == "work":
+    stdin = None
+    if shape.name == "floor":
+        (work / f"items-{items}").write_text(lines)
+        stdin = (work / f"items-{items}").open("rb")
+        command = [sys.executable, str(work / "floor.py"), str(work / f"floor-{items}.jsonl")]
+    else:
+        enqueue = [STATEQUEUE, "-q", queue, "enqueue"]
+        subprocess.run(
+            enqueue, input=lines.encode(), env=env, check=True, stdout=subprocess.DEVNULL
+        )
+    if shape.name == "floor":
+        pass
+    elif shape.name == "work":
         command = [sys.executable, str(work / "loop.py"), queue]
     elif shape.name == "persistent":
         command = [
@@ -274,8 +305,10 @@ def trace_run(
         command = [STATEQUEUE, "-q", queue, "run", "--no-live", "-j1", "--", "true", "{}"]
     strace = ["strace", "-f", "-ff", "-qq", "-s", "200", "-o", str(traces / "tr")]
     out = subprocess.run(
-        [*strace, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*strace, *command], env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    if stdin is not None:
+        stdin.close()
     if out.returncode != 0:
         raise SystemExit(
             f"{shape.name}, {items} items: exit {out.returncode}: "
@@ -288,6 +321,8 @@ def trace_run(
         done = json.loads(status.stdout)["counts"].get("done")
     except (ValueError, KeyError, TypeError):
         done = None
+    if shape.name == "floor":
+        done = (work / f"floor-{items}.jsonl").read_bytes().count(b'"t":"end"')
     if done != items:
         raise SystemExit(
             f"{shape.name}: {done} of {items} items done: {status.stdout.strip()[:300]}"
@@ -329,7 +364,7 @@ def report(
     out = [
         f"## {shape.title}",
         f"system calls per item: ({items:,}-item run - 1-item run) / {items - 1:,}, "
-        "statequeue's own processes",
+        "the launcher's own processes (statequeue's; the floor loop's)",
         "",
         "  ".join(
             [f"{'syscall':<{width}}", *(f"{c:>{w}}" for c, w in zip(columns, colw, strict=True))]
@@ -420,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="statequeue-strace-", dir=args.workdir))
     (work / "worker.py").write_text(WORKER)
     (work / "loop.py").write_text(WORK_LOOP)
+    (work / "floor.py").write_text(FLOOR)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEQUEUE_")}
     env["NO_COLOR"] = "1"
     try:
