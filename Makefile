@@ -53,6 +53,10 @@ $(BENCH_STAMP): pyproject.toml
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m compileall -q statequeue  # as an installed package would be
 	$(BENCH_VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
+	@if command -v strace >/dev/null 2>&1; then \
+		$(BENCH_VENV)/bin/python scripts/strace_items.py --shapes per-item,persistent,work,floor \
+			$(filter --quick,$(BENCH_ARGS)); \
+	else echo "strace is not installed: scripts/strace_items.py (system calls per item) skipped"; fi
 	$(BENCH_VENV)/bin/python scripts/bench_pg_ops.py $(if $(findstring --quick,$(BENCH_ARGS)),--quick)
 	$(BENCH_VENV)/bin/python scripts/bench_transfer.py
 	$(BENCH_VENV)/bin/python scripts/bench_library.py

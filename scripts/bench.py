@@ -8,26 +8,39 @@ and the issue's goal with an honest met/missed. Figures also go to JSON.
 Cases (sizes of a full run; --quick uses 100k instead of 1M and 200 instead of 1000):
 
   1  run 1000 `true` items: statequeue run -j1/-j2 against the durable floor
-     (a minimal loop: append a start line, posix_spawn, waitpid, append an end
-     line, fdatasync; -j1 and -j2), xargs -P1/-P2 and GNU parallel -j1/-j2
-     --joblog (fresh queue each round, enqueued untimed); and the runner's own
-     CPU per item (user+sys of the runner process alone, children excluded:
-     read from /proc/PID/stat while it is a zombie, minus a 1-item run),
-     shown beside the runner plus its keeper (the keeper, statequeue's own
-     process that spawns each child, writes its CPU time as it exits) and
-     beside the floor loop's own CPU per item
-  2  enqueue 1M items from stdin against litequeue (all puts in one
+     (a minimal loop: append a start line, posix_spawn, waitpid, append the
+     end lines of the children found exited, one fdatasync for them; -j1 and
+     -j2), xargs -P1/-P2 and GNU parallel -j1/-j2 --joblog (fresh queue each
+     round, enqueued untimed); and CPU per item of statequeue's processes
+     against the floor loop's (cpu_rows says exactly how: the whole tree of
+     each, less what the same `true` children cost under xargs, less a 1-item
+     run; then each process's own CPU per role: runner, keeper, waiter)
+  2  enqueue 1M items from stdin against an orjson loop writing the same
+     records to a file and fsyncing once, litequeue (all puts in one
      transaction) and persist-queue (put() per item); re-enqueue (all skipped)
   3  status and status --json on a 1M-item queue: all pending, all done
      before compaction, all done after compaction
   4  resume check: `run` on 1M done (compacted) items, nothing pending,
      against `parallel --joblog F --resume` over 100k done jobs
-  5  cold start of `statequeue enqueue x` against `python -c pass` and a
-     one-command typer app
+  5  cold start of `statequeue enqueue x` on an existing queue against
+     `python -c pass` (the same interpreter) and a one-command typer app
   6  peak RSS of run (case 4) and status (case 3)
   7  compact time and file sizes on the 1M-done queue
   8  run -j16 -- sh -c 'sleep 0.02' over 2000 items against xargs -n1 -P16
      on the same command (400 items with --quick)
+
+Issue 27's figures (run -j1 / floor, run -j2 / xargs -P2, CPU per item /
+the floor's, -j16 sleeps / xargs -P16, cold start / python -c pass, enqueue
+1M / the orjson loop) are repeated at the end, one line each, beside their
+goals. The persistent workers' per-request cost against a Queue.work() loop
+is scripts/bench_persistent.py's (make bench runs both).
+
+statequeue's own CPU: the bench starts `run` with STATEQUEUE_BENCH_CPU=FILE;
+each statequeue process of the run appends `ROLE SECONDS` (its own user+sys)
+to FILE as it exits, and the bench sums the lines per role. When FILE stays
+empty (code from before issue 27), the keeper's seconds come from the file in
+STATEQUEUE_BENCH_KEEPER_CPU and the runner's from /proc/PID/schedstat of the
+process the bench started, read while it is a zombie.
 
 Peak RSS is measured in separate runs, each under a fresh small wrapper
 (`/usr/bin/time -f %M`, else a tiny Python one): a child forked straight from
@@ -93,14 +106,17 @@ GOAL_ENQUEUE_VS_LITEQUEUE = 5.0  # litequeue wall / statequeue wall, at least
 GOAL_STATUS_COMPACTED_S = 0.3
 GOAL_STATUS_UNCOMPACTED_S = 1.5
 GOAL_RESUME_S = 0.5
-GOAL_COLD_MS = 120.0
 GOAL_RSS_MB = 300.0
-# issue 14: ratios against the durable floor and xargs, measured in the same rounds
+# issue 27: every goal a ratio against a baseline measured in the same rounds
 GOAL_RUN_J1_VS_FLOOR = 1.15  # statequeue run -j1 wall / floor -j1 wall, at most
-GOAL_RUN_J2_VS_XARGS = 1.3  # statequeue run -j2 wall / xargs -P2 wall, at most
-GOAL_RUNNER_CPU_MS = 0.15  # the runner's own user+sys per item, at most
-GOAL_SLEEP_J16_VS_XARGS = 1.1  # run -j16 sleep 0.02 wall / xargs -P16 wall, at most
-KEEPER_CPU_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"  # where the keeper writes its CPU seconds
+GOAL_RUN_J2_VS_XARGS = 1.5  # statequeue run -j2 wall / xargs -P2 wall, at most
+GOAL_CPU_VS_FLOOR = 2.0  # statequeue's CPU per item / the floor loop's, at most (cpu_rows)
+GOAL_SLEEP_J16_VS_XARGS = 1.05  # run -j16 sleep 0.02 wall / xargs -P16 wall, at most
+GOAL_COLD_VS_PYTHON = 3.0  # `statequeue enqueue x` wall / `python -c pass` wall, at most
+GOAL_ENQUEUE_VS_ORJSON = 1.5  # enqueue 1M wall / the orjson write loop's wall, at most
+CPU_ENV = "STATEQUEUE_BENCH_CPU"  # each statequeue process of a run appends "ROLE SECONDS\n"
+# before issue 27 only the keeper wrote its CPU seconds, one number, to this file
+KEEPER_CPU_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
 
 
 @dataclass(frozen=True)
@@ -164,9 +180,12 @@ print(time.perf_counter() - started)
 """
 
 # The durable floor: what any runner that records each result durably must do
-# per item, and nothing more. No claim, no lock, no checksum, no keeper.
+# per item, and nothing more. No claim, no lock, no checksum, no keeper. The
+# end records of the children found exited at one wakeup share one fdatasync
+# (group commit: at -j1 there is only ever one). At its end it prints its own
+# user+sys seconds (its children excluded), for the CPU rows.
 FLOOR_SCRIPT = """
-import os, shutil, sys
+import os, resource, shutil, sys
 path, jobs = sys.argv[1], int(sys.argv[2])
 program = shutil.which(sys.argv[3])
 items = sys.stdin.buffer.read().splitlines()
@@ -175,8 +194,16 @@ env = dict(os.environ)
 running = {}
 
 def reap():
-    pid, status = os.waitpid(-1, 0)
-    os.write(fd, b'{"t":"end","item":"%s","status":%d}\\n' % (running.pop(pid), status))
+    ended = [os.waitpid(-1, 0)]
+    while len(ended) < len(running):
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        ended.append((pid, status))
+    os.write(fd, b"".join(
+        b'{"t":"end","item":"%s","status":%d}\\n' % (running.pop(pid), status)
+        for pid, status in ended
+    ))
     os.fdatasync(fd)
 
 for item in items:
@@ -186,6 +213,24 @@ for item in items:
     running[os.posix_spawn(program, [program, *sys.argv[4:], item.decode()], env)] = item
 while running:
     reap()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime)
+"""
+
+# The baseline of enqueue: the records `statequeue enqueue` appends for items
+# read from stdin (the same bytes: an enq record per item, its checksum
+# field too), built with orjson one by one, written to a new file through a
+# buffer, fsynced once. No dedupe, no lock, no index.
+ORJSON_WRITE_SCRIPT = """
+import os, sys, zlib
+import orjson
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+with os.fdopen(fd, "wb", buffering=1 << 20) as out:
+    for n, line in enumerate(sys.stdin.buffer.read().decode().splitlines(), 1):
+        raw = orjson.dumps({"t": "enq", "id": n, "item": line, "seq": n + 1})
+        out.write(b'%s,"crc":"%08x"}\\n' % (raw[:-1], zlib.crc32(raw)))
+    out.flush()
+    os.fsync(fd)
 """
 
 TYPER_APP = """
@@ -211,7 +256,8 @@ class Sample:
     rss_kb: int  # 0 unless measured under the RSS wrapper
     rc: int
     own_cpu: float = 0.0  # user+sys seconds of the process alone (Invocation.own_cpu)
-    keeper_cpu: float = 0.0  # user+sys seconds of statequeue's keeper (fresh_run)
+    tree_cpu: float = 0.0  # user+sys of the process and every descendant waited for (wait4)
+    roles: dict[str, float] = field(default_factory=dict)  # statequeue's processes (fresh_run)
     stdout: str = ""
     stderr: str = ""
 
@@ -272,7 +318,7 @@ class Bench:
                 if inv.own_cpu:
                     os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
                     own_cpu = zombie_cpu(proc.pid)
-                _, status, _ = os.wait4(proc.pid, 0)
+                _, status, usage = os.wait4(proc.pid, 0)
             finally:
                 timer.cancel()
             wall = time.perf_counter() - started
@@ -282,6 +328,7 @@ class Bench:
             rss_kb=read_rss(rss_file) if rss else 0,
             rc=proc.returncode,
             own_cpu=own_cpu,
+            tree_cpu=usage.ru_utime + usage.ru_stime,
             stdout=self._out.read_text(errors="replace"),
             stderr=self._err.read_text(errors="replace"),
         )
@@ -397,9 +444,12 @@ def read_rss(path: Path) -> int:
 
 
 def zombie_cpu(pid: int) -> float:
-    """User+sys seconds of exited (not yet reaped) process ``pid`` itself: the
-    utime and stime of /proc/PID/stat, which leave out its children (wait4's
-    rusage would include the keeper and, through it, every item's command)."""
+    """User+sys seconds of exited (not yet reaped) process ``pid`` itself, its
+    children left out (wait4's rusage would include them): the time on CPU in
+    /proc/PID/schedstat (nanoseconds), else utime and stime of /proc/PID/stat
+    (clock ticks: 10 ms steps)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -531,6 +581,7 @@ class Row:
     verdict: str = ""
     ratio: float | None = None
     ratio_of: str = ""
+    issue27: bool = False  # one of issue 27's figures: repeated in the summary at the end
 
     def value(self, i: int) -> float | None:
         return self.cells[i].median if i < len(self.cells) else None
@@ -580,32 +631,53 @@ def python_module_missing(module: str) -> str:
 
 def fresh_run(bench: Bench, name: str, items: Path, argv: list[str], n: int) -> Invocation:
     """``statequeue run`` on a fresh queue ``name`` holding ``items`` (enqueued
-    untimed); checks afterwards that all ``n`` are done, then drops it."""
+    untimed); checks afterwards that all ``n`` are done, then drops it. The
+    sample's ``roles`` get the CPU of statequeue's own processes (run_roles)."""
     bench.drop_queue(name)
     bench.sq_quiet("-q", name, "enqueue", stdin=items)
-    keeper_cpu = bench.workdir / f"{name}.keeper-cpu"
-    keeper_cpu.unlink(missing_ok=True)
+    cpu_file = bench.workdir / f"{name}.cpu"
+    keeper_file = bench.workdir / f"{name}.keeper-cpu"
+    for path in (cpu_file, keeper_file):
+        path.unlink(missing_ok=True)
 
     def check(s: Sample) -> None:
-        s.keeper_cpu = read_keeper_cpu(keeper_cpu)
+        s.roles = run_roles(cpu_file, keeper_file, s.own_cpu)
         st = bench.sq_quiet("-q", name, "status", "--json")
         done = _json_or_empty(st.stdout).get("counts", {}).get("done")
         if done != n:
             bench.note(f"{name}: {done} done, expected {n}")
         bench.drop_queue(name)
 
-    env = {KEEPER_CPU_ENV: str(keeper_cpu)}
+    env = {CPU_ENV: str(cpu_file), KEEPER_CPU_ENV: str(keeper_file)}
     return Invocation(bench.sq("-q", name, "run", *argv), after=check, own_cpu=True, env=env)
 
 
-def read_keeper_cpu(path: Path) -> float:
-    """The keeper's own user+sys seconds, as it wrote them on exit (0 if it did not)."""
-    try:
-        found = float(path.read_text())
-    except (OSError, ValueError):
-        return 0.0
-    path.unlink(missing_ok=True)
-    return found
+def run_roles(cpu_file: Path, keeper_file: Path, started_cpu: float) -> dict[str, float]:
+    """User+sys seconds of each statequeue process of one run, summed per role.
+
+    Each process appends ``ROLE SECONDS`` to the file named by
+    STATEQUEUE_BENCH_CPU as it exits (its own CPU only, children left out).
+    Code from before issue 27 does not: then only the keeper writes its
+    seconds (STATEQUEUE_BENCH_KEEPER_CPU), and the runner is the process the
+    bench started, its CPU read while it was a zombie (``started_cpu``).
+    A line that does not parse is counted under the role ``unreadable``
+    (the figure stays, the table shows the role).
+    """
+    roles: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for line in cpu_file.read_text(errors="replace").splitlines():
+            role, _, seconds = line.strip().rpartition(" ")
+            try:
+                value = float(seconds)
+            except ValueError:
+                role, value = "unreadable", 0.0
+            roles[role or "unnamed"] = roles.get(role or "unnamed", 0.0) + value
+    if roles:
+        return roles
+    roles["runner"] = started_cpu
+    with contextlib.suppress(OSError, ValueError):
+        roles["keeper"] = float(keeper_file.read_text())
+    return roles
 
 
 def floor_make(
@@ -622,9 +694,17 @@ def floor_make(
         journal.unlink(missing_ok=True)
         argv = [sys.executable, "-c", FLOOR_SCRIPT, str(journal), str(jobs), *command]
         after = lambda s: journal.unlink(missing_ok=True)  # noqa: E731
-        return Invocation(argv, stdin=items, after=after, own_cpu=True)
+        return Invocation(argv, stdin=items, after=after)
 
     return Contender(tool or f"durable floor -j{jobs}", make, transform=transform)
+
+
+def floor_own_cpu(s: Sample) -> float:
+    """The floor loop's own user+sys seconds, as it printed them at its end."""
+    try:
+        return float(s.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return 0.0
 
 
 def case_run(bench: Bench) -> list[Row]:
@@ -633,14 +713,21 @@ def case_run(bench: Bench) -> list[Row]:
     one = bench.items_file(1)
     rows = []
     par = parallel_missing()
-    own: dict[str, list[float]] = {
-        "run": [],
-        "one": [],
-        "floor": [],
-        "floor_one": [],
-        "run_keeper": [],
-        "one_keeper": [],
-    }
+    kept: dict[str, list[Sample]] = {}
+
+    def keep(key: str) -> Callable[[Sample], float]:
+        def take(s: Sample) -> float:
+            kept.setdefault(key, []).append(s)
+            return s.wall
+
+        return take
+
+    def xargs_make(source: Path, jobs: int) -> Callable[[int], Invocation]:
+        def make(r: int) -> Invocation:
+            return Invocation(["xargs", "-n1", f"-P{jobs}", "true"], stdin=source, own_cpu=True)
+
+        return make
+
     for jobs in (1, 2):
 
         def sq_make(r: int, jobs: int = jobs) -> Invocation:
@@ -650,50 +737,40 @@ def case_run(bench: Bench) -> list[Row]:
         def sq_one(r: int) -> Invocation:
             return fresh_run(bench, f"run-one-r{r}", one, ["--no-live", "--", "true"], 1)
 
-        def xargs_make(r: int, jobs: int = jobs) -> Invocation:
-            return Invocation(["xargs", "-n1", f"-P{jobs}", "true"], stdin=items)
-
         def par_make(r: int, jobs: int = jobs) -> Invocation:
             joblog = bench.workdir / f"joblog-j{jobs}-r{r}"
             joblog.unlink(missing_ok=True)
             argv = ["parallel", f"-j{jobs}", "--joblog", str(joblog), "true"]
             return Invocation(argv, stdin=items, after=lambda s: joblog.unlink(missing_ok=True))
 
-        def keep(key: str) -> Callable[[Sample], float]:
-            def take(s: Sample) -> float:
-                own[key].append(s.own_cpu)
-                if f"{key}_keeper" in own:
-                    own[f"{key}_keeper"].append(s.own_cpu + s.keeper_cpu)
-                return s.wall
-
-            return take
-
-        floor_cpu = keep("floor") if jobs == 1 else None
         contenders = [
-            Contender(f"statequeue run -j{jobs}", sq_make, transform=keep("run")),
-            floor_make(bench, items, jobs, ["true"], transform=floor_cpu),
-            Contender(f"xargs -P{jobs}", xargs_make),
+            Contender(f"statequeue run -j{jobs}", sq_make, transform=keep(f"run-j{jobs}")),
+            floor_make(bench, items, jobs, ["true"], transform=keep(f"floor-j{jobs}")),
+            Contender(f"xargs -P{jobs}", xargs_make(items, jobs), transform=keep(f"xargs-j{jobs}")),
             Contender(f"parallel -j{jobs} --joblog", None if par else par_make, par),
         ]
         if jobs == 1:
-            contenders.append(Contender("run, 1 item", sq_one, transform=keep("one")))
-            floor_one = floor_make(bench, one, 1, ["true"], tool="floor, 1 item")
-            floor_one.transform = keep("floor_one")
-            contenders.append(floor_one)
+            contenders += [
+                Contender("run, 1 item", sq_one, transform=keep("run-one")),
+                floor_make(
+                    bench, one, 1, ["true"], tool="floor, 1 item", transform=keep("floor-one")
+                ),
+                Contender("xargs, 1 item", xargs_make(one, 1), transform=keep("xargs-one")),
+            ]
         cells = interleave(bench, 1, contenders, bench.rounds)
         if jobs == 1:
             rows.extend(run_j1_rows(n, cells))
-            rows.append(runner_cpu_row(n, own))
+            rows.extend(cpu_rows(bench, n, kept))
         else:
             rows.append(run_j2_row(n, cells))
     return rows
 
 
 def run_j1_rows(n: int, cells: list[Cell]) -> list[Row]:
-    """The -j1 rows: against the durable floor (issue 14), and the earlier
+    """The -j1 rows: against the durable floor (issue 27), and the earlier
     goal against xargs and parallel."""
     sq, floor, xa, pa = cells[0], cells[1], cells[2], cells[3]
-    row = Row(1, f"run -j1, {n:,} x true (wall)", "s", [sq, floor, xa])
+    row = Row(1, f"run -j1, {n:,} x true (wall)", "s", [sq, floor, xa], issue27=True)
     set_ratio(row, 1)
     row.goal = f"<= {GOAL_RUN_J1_VS_FLOOR:.2f}x the durable floor"
     if row.ratio is not None:
@@ -719,41 +796,118 @@ def run_j1_rows(n: int, cells: list[Cell]) -> list[Row]:
 
 def run_j2_row(n: int, cells: list[Cell]) -> Row:
     sq, floor, xa, pa = cells
-    row = Row(1, f"run -j2, {n:,} x true (wall)", "s", [sq, xa, floor, pa])
+    row = Row(1, f"run -j2, {n:,} x true (wall)", "s", [sq, xa, floor, pa], issue27=True)
     set_ratio(row, 1)
     row.goal = f"<= {GOAL_RUN_J2_VS_XARGS:.1f}x xargs -P2"
     if row.ratio is not None:
         set_verdict(row, [(row.ratio <= GOAL_RUN_J2_VS_XARGS, f"{row.ratio:.2f}x xargs -P2")])
+        if floor.median is not None and xa.median:  # shown beside, not judged
+            row.verdict += f"; the floor -j2 is {floor.median / xa.median:.2f}x"
     return row
 
 
-def per_item_cpu(tool: str, n: int, full: list[float], one: list[float]) -> Cell:
-    """CPU per item of a process alone: its n-item run's minus its 1-item
-    run's of the same round (start-up, imports), over n - 1."""
-    per_item = [(a - b) * 1000 / (n - 1) for a, b in zip(full, one, strict=False)]
-    cell = Cell(tool, samples=per_item)
-    spread = f"; rounds {', '.join(f'{v:.3f}' for v in per_item)}" if per_item else ""
-    cell.note = f"1-item run {statistics.median(one) * 1000:.0f} ms CPU{spread}" if one else ""
-    return cell
+def per_item(full: list[float], one: list[float], n: int) -> list[float]:
+    """Milliseconds per item, round by round: the n-item figure less the
+    1-item figure of the same round (start-up, imports), over n - 1."""
+    return [(a - b) * 1000 / (n - 1) for a, b in zip(full, one, strict=False)]
 
 
-def runner_cpu_row(n: int, own: dict[str, list[float]]) -> Row:
-    """The runner's own CPU per item, beside the runner and its keeper
-    together (the keeper spawns and reaps each child for the runner: its
-    work is statequeue's too) and the floor loop's (which spawns each child
-    itself)."""
-    cell = per_item_cpu("statequeue", n, own["run"], own["one"])
-    floor = per_item_cpu("durable floor -j1 (its own loop)", n, own["floor"], own["floor_one"])
-    both = per_item_cpu("runner + keeper", n, own["run_keeper"], own["one_keeper"])
-    if not any(own["run_keeper"][i] > own["run"][i] for i in range(len(own["run"]))):
-        both = Cell("runner + keeper", missing="missing: the keeper reported no CPU time")
-    row = Row(1, "runner CPU per item, -j1 (user+sys, runner alone)", "ms", [cell, floor, both])
-    set_ratio(row, 1)
-    row.goal = f"<= {GOAL_RUNNER_CPU_MS:.2f} ms"
-    v = cell.median
-    if v is not None:
-        set_verdict(row, [(v <= GOAL_RUNNER_CPU_MS, f"{v:.3f} ms")])
-    return row
+def cpu_rows(bench: Bench, n: int, kept: dict[str, list[Sample]]) -> list[Row]:
+    """CPU per item at -j1: statequeue's processes against the floor loop.
+
+    The figure judged (the first row): for each of `statequeue run -j1` and
+    the floor loop, the user+sys of its whole tree (wait4's rusage of the
+    process the bench started: itself and every descendant reaped below it,
+    so the runner, the keeper, a waiter, and the `true` children) less what
+    the same `true` children cost under `xargs -n1 -P1 true` on the same items
+    in the same round (xargs's rusage less its own CPU, read from
+    /proc/PID/schedstat while it is a zombie). Each is per item: the n-item
+    run less the 1-item run of the same round, over n - 1, so start-up and
+    imports drop out. What is left is the launcher's own work per item, plus
+    any work its children do for it before they exec (file actions, fd
+    closing, prlimit), which a count of its own processes alone would miss.
+
+    The breakdown (the second row): each process's own user+sys only, per
+    item the same way: statequeue's per role from its STATEQUEUE_BENCH_CPU
+    lines (run_roles), the floor's as it printed it. The two rows differ by
+    the children's pre-exec work; a tree figure below the role total means a
+    process of the run was not reaped inside the tree (noted as an anomaly).
+    """
+    sq, one = kept.get("run-j1", []), kept.get("run-one", [])
+    fl, fl_one = kept.get("floor-j1", []), kept.get("floor-one", [])
+    xa, xa_one = kept.get("xargs-j1", []), kept.get("xargs-one", [])
+
+    def children(samples: list[Sample]) -> list[float]:
+        return [s.tree_cpu - s.own_cpu for s in samples]
+
+    true_per_item = per_item(children(xa), children(xa_one), n)
+    sq_tree = [
+        a - c
+        for a, c in zip(
+            per_item([s.tree_cpu for s in sq], [s.tree_cpu for s in one], n),
+            true_per_item,
+            strict=False,
+        )
+    ]
+    fl_tree = [
+        a - c
+        for a, c in zip(
+            per_item([s.tree_cpu for s in fl], [s.tree_cpu for s in fl_one], n),
+            true_per_item,
+            strict=False,
+        )
+    ]
+
+    def cell(tool: str, values: list[float], kind: str) -> Cell:
+        rounds = ", ".join(f"{v:.3f}" for v in values)
+        return Cell(tool, samples=values, note=f"{kind}, ms per item in each round: {rounds}")
+
+    tree = Row(
+        1,
+        "CPU per item, -j1, whole tree less the `true` children",
+        "ms",
+        [
+            cell("statequeue", sq_tree, "whole tree"),
+            cell("durable floor -j1", fl_tree, "whole tree"),
+            cell("`true` children under xargs", true_per_item, "subtracted from both"),
+        ],
+        issue27=True,
+    )
+    set_ratio(tree, 1)
+    tree.goal = f"<= {GOAL_CPU_VS_FLOOR:g}x the floor loop's"
+    if tree.ratio is not None:
+        set_verdict(tree, [(tree.ratio <= GOAL_CPU_VS_FLOOR, f"{tree.ratio:.2f}x floor")])
+
+    roles = sorted({role for s in [*sq, *one] for role in s.roles})
+    by_role = {
+        role: per_item(
+            [s.roles.get(role, 0.0) for s in sq], [s.roles.get(role, 0.0) for s in one], n
+        )
+        for role in roles
+    }
+    total = per_item([sum(s.roles.values()) for s in sq], [sum(s.roles.values()) for s in one], n)
+    fl_own = per_item([floor_own_cpu(s) for s in fl], [floor_own_cpu(s) for s in fl_one], n)
+    own = Row(
+        1,
+        "CPU per item, -j1, own processes only (runner + keeper + ...)",
+        "ms",
+        [
+            cell("statequeue", total, "own processes"),
+            cell("durable floor -j1 (its loop)", fl_own, "own process"),
+            *(cell(role, by_role[role], "own process") for role in roles),
+        ],
+    )
+    set_ratio(own, 1)
+    own.goal = f"(breakdown of the row above) <= {GOAL_CPU_VS_FLOOR:g}x"
+    if own.ratio is not None:
+        set_verdict(own, [(own.ratio <= GOAL_CPU_VS_FLOOR, f"{own.ratio:.2f}x floor")])
+    for k, (t, o) in enumerate(zip(sq_tree, total, strict=False)):
+        if t < o * 0.9 - 0.005:
+            bench.note(
+                f"CPU per item round {k + 1}: whole tree {t:.3f} ms < own processes {o:.3f} ms: "
+                "a statequeue process was not reaped inside the tree the bench started"
+            )
+    return [tree, own]
 
 
 def case_sleep(bench: Bench) -> list[Row]:
@@ -774,9 +928,9 @@ def case_sleep(bench: Bench) -> list[Row]:
         floor_make(bench, items, 16, command),
     ]
     cells = interleave(bench, 8, contenders, bench.rounds)
-    row = Row(8, f"run -j16, {n:,} x sh -c 'sleep 0.02' (wall)", "s", cells)
+    row = Row(8, f"run -j16, {n:,} x sh -c 'sleep 0.02' (wall)", "s", cells, issue27=True)
     set_ratio(row, 1)
-    row.goal = f"<= {GOAL_SLEEP_J16_VS_XARGS:.1f}x xargs -P16"
+    row.goal = f"<= {GOAL_SLEEP_J16_VS_XARGS:.2f}x xargs -P16"
     if row.ratio is not None:
         set_verdict(row, [(row.ratio <= GOAL_SLEEP_J16_VS_XARGS, f"{row.ratio:.2f}x xargs -P16")])
     return [row]
@@ -833,6 +987,12 @@ def case_enqueue(bench: Bench) -> list[Row]:
             return s.wall
         return s.wall + loop * (n / pq_n - 1)
 
+    def orjson_make(r: int) -> Invocation:
+        out = bench.workdir / f"orjson-r{r}.jsonl"
+        out.unlink(missing_ok=True)
+        argv = [sys.executable, "-c", ORJSON_WRITE_SCRIPT, str(out)]
+        return Invocation(argv, stdin=items, after=lambda s: out.unlink(missing_ok=True))
+
     lq_missing = python_module_missing("litequeue")
     pq_missing = python_module_missing("persistqueue")
     contenders = [
@@ -840,8 +1000,15 @@ def case_enqueue(bench: Bench) -> list[Row]:
         Contender("litequeue 1 tx", None if lq_missing else lq_make, lq_missing),
         Contender("persist-queue", None if pq_missing else pq_make, pq_missing, transform=pq_scale),
         Contender("statequeue re-enqueue", again_make),
+        Contender("orjson write + 1 fsync", orjson_make),
     ]
     cells = interleave(bench, 2, contenders, bench.rounds)
+    floor = Row(2, f"enqueue {n:,} from stdin", "s", [cells[0], cells[4]], issue27=True)
+    set_ratio(floor, 1)
+    floor.goal = f"<= {GOAL_ENQUEUE_VS_ORJSON:g}x the orjson write loop"
+    if floor.ratio is not None:
+        verdict = f"{floor.ratio:.2f}x orjson"
+        set_verdict(floor, [(floor.ratio <= GOAL_ENQUEUE_VS_ORJSON, verdict)])
     if pq_n < n and not pq_missing:
         cells[2].note = f"put() x {pq_n:,} (a commit each), loop scaled to {n:,}"
     fresh = Row(2, f"enqueue {n:,} from stdin", "s", cells[:3])
@@ -865,7 +1032,7 @@ def case_enqueue(bench: Bench) -> list[Row]:
     again.goal = f"<= {GOAL_ENQUEUE_S:.0f} s (dedupe)"
     if sq2 is not None:
         set_verdict(again, [(sq2 <= GOAL_ENQUEUE_S, f"{sq2:.2f} s")])
-    return [fresh, again]
+    return [floor, fresh, again]
 
 
 SHAPES = (
@@ -937,8 +1104,9 @@ def case_resume(bench: Bench) -> list[Row]:
     pitems = bench.items_file(pn)
 
     def sq_make(r: int) -> Invocation:
+        # nothing to do exits 0 (3 only with --exit-empty 3, and before that existed)
         return Invocation(
-            bench.sq("-q", folder.name, "run", "--no-live", "--", "true"), ok_codes=(3,)
+            bench.sq("-q", folder.name, "run", "--no-live", "--", "true"), ok_codes=(0, 3)
         )
 
     def par_make(r: int) -> Invocation:
@@ -964,6 +1132,7 @@ def case_cold(bench: Bench) -> list[Row]:
     app.write_text(TYPER_APP)
     typer_missing = python_module_missing("typer")
     ms: Callable[[Sample], float] = lambda s: s.wall * 1000  # noqa: E731
+    bench.sq_quiet("-q", "cold", "enqueue", "x")  # every timed run finds the queue (and x) there
     contenders = [
         Contender(
             "statequeue enqueue x",
@@ -982,12 +1151,13 @@ def case_cold(bench: Bench) -> list[Row]:
     ]
     runs = max(bench.sizes.cold_runs, bench.rounds)
     cells = interleave(bench, 5, contenders, runs)
-    row = Row(5, f"cold start, median of {runs} runs", "ms", cells)
+    row = Row(5, f"cold start, median of {runs} runs", "ms", cells, issue27=True)
     set_ratio(row, 1)
-    row.goal = f"<= {GOAL_COLD_MS:.0f} ms"
+    row.goal = f"<= {GOAL_COLD_VS_PYTHON:g}x python -c pass"
     v = row.value(0)
-    if v is not None:
-        set_verdict(row, [(v <= GOAL_COLD_MS, f"{v:.0f} ms")])
+    if v is not None and row.ratio is not None:
+        verdict = f"{row.ratio:.2f}x python -c pass ({v:.0f} ms)"
+        set_verdict(row, [(row.ratio <= GOAL_COLD_VS_PYTHON, verdict)])
     return [row]
 
 
@@ -1020,7 +1190,7 @@ def case_rss(bench: Bench) -> list[Row]:
 
     run_argv = bench.sq("-q", compacted.name, "run", "--no-live", "--", "true")
     contenders = [
-        Contender("statequeue run", fixed(run_argv, ok_codes=(3,)), rss=True),
+        Contender("statequeue run", fixed(run_argv, ok_codes=(0, 3)), rss=True),
         Contender(f"parallel --resume ({pn:,} done)", None if par else par_make, par, rss=True),
     ]
     for key, _, _ in SHAPES:
@@ -1205,6 +1375,26 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+def summary(rows: list[Row]) -> str:
+    """Issue 27's figures alone, one line each, ready to paste."""
+    picked = [r for r in rows if r.issue27]
+    if not picked:
+        return ""
+    lines = ["issue 27 (ratio = statequeue / the baseline of the same run):"]
+    for r in picked:
+        base = r.cells[1] if len(r.cells) > 1 else None
+        value = cell_text(r.cells[0], r.unit, with_tool=False)
+        against = cell_text(base, r.unit, with_tool=True)
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        met = "?" if r.met is None else ("met" if r.met else "MISSED")
+        lines.append(f"  {r.label}: {value} vs {against} = {ratio}; goal {r.goal}: {met}")
+    lines.append(
+        "  (persistent per-request cost vs a Queue.work() loop, goal <= 1.5x: "
+        "scripts/bench_persistent.py, further down in make bench)"
+    )
+    return "\n".join(lines)
+
+
 CAVEATS = """\
 caveats: statequeue fsyncs every result and every enqueue; xargs records nothing;
   parallel's joblog is not fsynced; litequeue commits without fsync (WAL,
@@ -1358,6 +1548,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(table(rows))
     print(CAVEATS)
+    if text := summary(rows):
+        print(text)
     if args.quick:
         print("(quick run: smaller sizes than the goals are set for; verdicts are indicative only)")
     if bench.anomalies:
@@ -1398,6 +1590,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "goal": row.goal,
         "met": row.met,
         "verdict": row.verdict,
+        "issue27": row.issue27,
     }
 
 
