@@ -21,6 +21,7 @@ Examples:
   .venv-bench/bin/python scripts/bench_persistent.py
   .venv-bench/bin/python scripts/bench_persistent.py --quick
   .venv-bench/bin/python scripts/bench_persistent.py --rounds 5 --json out.json
+  .venv-bench/bin/python scripts/bench_persistent.py --overhead-only --rounds 9
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
     """In the order they run: each figure's two sides next to each other."""
     python = sys.executable
     found = []
+    if args.overhead_only:  # the last figure's two sides only, in the same order
+        script = str(folder / "noop.py")
+        persistent = ["--persistent", "-j1", "--", python, script]
+        loop = [python, str(folder / "loop.py")]
+        return [
+            Case("noop persistent -j1", args.items, persistent),
+            Case(LOOP, args.items, loop, loop=True),
+        ]
     for worker in WORKERS:
         script = str(folder / f"{worker}.py")
         few = args.slow_items if worker == "slow-import" else args.per_item_items
@@ -148,6 +157,8 @@ def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str
     print(f"\n{'figure (median of per-round ratios)':<46} {'value':>8}  goal")
     figures = []
     for name, over, under, sense, goal in FIGURES:
+        if args.overhead_only and over != "noop persistent -j1":
+            continue
         ratios = [r[over] / r[under] for r in rounds]
         value = statistics.median(ratios)
         met = value >= goal if sense == ">=" else value <= goal
@@ -177,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-items", type=int, default=12, help="per slow-import per-item case")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one round, fewer items")
+    parser.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="only the last figure (persistent -j1 against the Queue.work() loop)",
+    )
     parser.add_argument("--workdir", default="/var/tmp")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     args = parser.parse_args(argv)
