@@ -121,7 +121,7 @@ class OutputWatch:
         (its data waits for the next attempt, the next request's check finds
         a reply sent without one) and comes back with the next attempt."""
         attempt = worker.attempt
-        if attempt is None:
+        if attempt is None or fd not in attempt.pipes:
             self._selector.unwatch(fd)
             return False
         if not attempt.read(fd):
