@@ -42,14 +42,24 @@ class StandInKeeper:
         pass
 
 
-def _epoll_set() -> set[int]:
-    """The fds in this process's one epoll set (the OutputWatch's), as the kernel has them."""
-    found = [
+def _new_watch() -> tuple[OutputWatch, int]:
+    """An OutputWatch and its epoll fd (found as the one it added to this process)."""
+    known = _epoll_fds()
+    watch = OutputWatch(MemoryStore())
+    (epoll_fd,) = _epoll_fds() - known
+    return watch, epoll_fd
+
+
+def _epoll_fds() -> set[int]:
+    return {
         fd for fd in map(int, os.listdir("/proc/self/fd"))
         if _link(fd) == "anon_inode:[eventpoll]"
-    ]  # fmt: skip
-    assert len(found) == 1, found
-    info = Path(f"/proc/self/fdinfo/{found[0]}").read_text()
+    }  # fmt: skip
+
+
+def _epoll_set(epoll_fd: int) -> set[int]:
+    """The fds in that epoll set, as the kernel has them."""
+    info = Path(f"/proc/self/fdinfo/{epoll_fd}").read_text()
     return {int(line.split()[1]) for line in info.splitlines() if line.startswith("tfd:")}
 
 
@@ -113,18 +123,18 @@ def test_a_workers_pipes_stay_in_the_epoll_set_between_its_items(tmp_path: Path)
     spec = JobSpec(template=("worker",), queue="q", log_dir=tmp_path)
     pool = WorkerPool(spec, WorkerSettings(), 1)
     keeper: Any = StandInKeeper()
-    watch = OutputWatch(MemoryStore())
-    before = _epoll_set()
+    watch, epoll_fd = _new_watch()
+    before = _epoll_set(epoll_fd)
     for item_id in (1, 2, 3):
         attempt = pool.attempt(Claim(item_id, "a", 1, "r"), keeper, 1)
         watch.started(attempt)
         pipes = set(attempt.pipes)
-        assert _epoll_set() == before | pipes
+        assert _epoll_set(epoll_fd) == before | pipes
         os.write(keeper.ends[3], b'{"id": %d, "ok": true}\n' % item_id)
         _until_replied(watch, attempt)
         watch.forget_output(attempt)
         assert attempt.finish().ok
-        assert _epoll_set() == before | pipes, "the pipes left the set at the attempt's end"
+        assert _epoll_set(epoll_fd) == before | pipes, "the pipes left the set at the attempt's end"
     os.write(keeper.ends[3], b"not json\n")  # unsolicited: the worker is replaced
     for end in keeper.ends:
         os.close(end)
@@ -132,11 +142,11 @@ def test_a_workers_pipes_stay_in_the_epoll_set_between_its_items(tmp_path: Path)
     assert broken.exited() and broken.bad
     watch.forget_output(broken)
     broken.finish()
-    assert _epoll_set() == before
+    assert _epoll_set(epoll_fd) == before
     fresh = pool.attempt(Claim(5, "a", 1, "r"), keeper, 1)
     assert fresh.worker is not broken.worker
     watch.started(fresh)
-    assert _epoll_set() == before | set(fresh.pipes)
+    assert _epoll_set(epoll_fd) == before | set(fresh.pipes)
     os.write(keeper.ends[3], b'{"id": 5, "ok": true}\n')
     _until_replied(watch, fresh)
     watch.close()
@@ -149,7 +159,7 @@ def test_output_between_items_waits_in_the_pipe_for_the_next_attempt(tmp_path: P
     spec = JobSpec(template=("worker",), queue="q", log_dir=tmp_path)
     pool = WorkerPool(spec, WorkerSettings(), 1)
     keeper: Any = StandInKeeper()
-    watch = OutputWatch(MemoryStore())
+    watch, epoll_fd = _new_watch()
     first = pool.attempt(Claim(1, "a", 1, "r"), keeper, 1)
     watch.started(first)
     out_fd = _pipe(first, 1)
@@ -159,10 +169,10 @@ def test_output_between_items_waits_in_the_pipe_for_the_next_attempt(tmp_path: P
     first.finish()
     os.write(keeper.ends[0], b"idle talk\n")
     assert not watch.wait(5.0)  # only output came
-    assert out_fd not in _epoll_set()
+    assert out_fd not in _epoll_set(epoll_fd)
     second = pool.attempt(Claim(2, "b", 1, "r"), keeper, 1)
     watch.started(second)
-    assert out_fd in _epoll_set()
+    assert out_fd in _epoll_set(epoll_fd)
     os.write(keeper.ends[3], b'{"id": 2, "ok": true}\n')
     _until_replied(watch, second)
     watch.forget_output(second)
