@@ -55,7 +55,8 @@ class OutputWatch:
         self._selector.watch(keeper.fileno(), _KEEPER)
 
     def started(self, job: Job) -> None:
-        """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY."""
+        """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY
+        (a persistent worker's at once, and for the worker's life)."""
         if isinstance(job, WorkerAttempt):
             self._watch_worker(job.worker)
         elif job.watch_now:
