@@ -6,7 +6,8 @@ and -j2, for two workers written with ``statequeue.serve``: a no-op (goal: at le
 20x the items/s) and one whose imports take 0.3 s (``time.sleep(0.3)`` at import;
 goal: at least 100x; the per-item side gets fewer items so that it ends). Then the
 time per item of `run --persistent -j1` against a ``Queue.work()`` loop doing the same
-no-op on the same store, each a whole process from start to end (goal: within 1.5x).
+no-op on the same store, each a whole process from start to end (goal: within 1.5x),
+and the same two cases' CPU per item (every process of each; no goal).
 
 Every case runs the installed `statequeue` on a fresh queue of the journal store in a
 temporary STATEQUEUE_HOME under /var/tmp (or --workdir). Cases are interleaved round by
@@ -21,6 +22,7 @@ Examples:
   .venv-bench/bin/python scripts/bench_persistent.py
   .venv-bench/bin/python scripts/bench_persistent.py --quick
   .venv-bench/bin/python scripts/bench_persistent.py --rounds 5 --json out.json
+  .venv-bench/bin/python scripts/bench_persistent.py --overhead-only --rounds 9
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Case:
 
 
 LOOP = "Queue.work() loop"
+CPU = " (CPU)"
 FIGURES = [
     *(
         (f"{worker}: persistent / per item items/s, -j{jobs}",
@@ -87,6 +90,14 @@ def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
     """In the order they run: each figure's two sides next to each other."""
     python = sys.executable
     found = []
+    if args.overhead_only:  # the last figure's two sides only, in the same order
+        script = str(folder / "noop.py")
+        persistent = ["--persistent", "-j1", "--", python, script]
+        loop = [python, str(folder / "loop.py")]
+        return [
+            Case("noop persistent -j1", args.items, persistent),
+            Case(LOOP, args.items, loop, loop=True),
+        ]
     for worker in WORKERS:
         script = str(folder / f"{worker}.py")
         few = args.slow_items if worker == "slow-import" else args.per_item_items
@@ -101,8 +112,10 @@ def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
     return found
 
 
-def run_case(case: Case, home: Path) -> float:
-    """Seconds for ``case`` on a fresh queue in ``home``, from process start to end."""
+def run_case(case: Case, home: Path) -> tuple[float, float]:
+    """Seconds for ``case`` on a fresh queue in ``home``, from process start to end,
+    and the CPU seconds (user + sys) of its process and every descendant it
+    waited for (the keeper and, through it, the workers)."""
     queue_name = "bench"
     with Queue(queue_name, home=home) as queue:
         queue.enqueue([f"item-{n}" for n in range(case.items)])
@@ -111,19 +124,24 @@ def run_case(case: Case, home: Path) -> float:
         [*case.command, queue_name] if case.loop else [STATEQUEUE, "run", "--quiet", *case.command]
     )
     start = time.perf_counter()
-    out = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    seconds = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"{case.name}: exit {out.returncode}: {out.stderr.decode().strip()}")
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{case.name}: exit {code}: {err.read().decode().strip()}")
     with Queue(queue_name, home=home) as queue:
         done = queue.status().counts.get("done", 0)
     if done != case.items:
         raise SystemExit(f"{case.name}: {done} of {case.items} items done")
-    return seconds
+    return seconds, usage.ru_utime + usage.ru_stime
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
-    """Per round: each case's seconds per item."""
+    """Per round: each case's seconds per item (and its CPU seconds per item,
+    under the case's name + CPU)."""
     for worker, text in WORKERS.items():
         (workdir / f"{worker}.py").write_text(text)
     (workdir / "loop.py").write_text(WORK_LOOP)
@@ -132,7 +150,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
         per_item = {}
         for n, case in enumerate(cases(args, workdir)):
             home = workdir / f"home-{round_no}-{n}"
-            per_item[case.name] = run_case(case, home) / case.items
+            seconds, cpu = run_case(case, home)
+            per_item[case.name] = seconds / case.items
+            per_item[case.name + CPU] = cpu / case.items
             shutil.rmtree(home)
         rounds.append(per_item)
     return rounds
@@ -140,14 +160,20 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
 
 def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str, object]:
     print(f"{args.rounds} round(s); journal store; per item = whole run / items; medians")
-    print(f"{'case':<28} {'items':>6} {'per item':>11} {'items/s':>9}")
+    print(f"{'case':<28} {'items':>6} {'per item':>11} {'items/s':>9} {'CPU/item':>11}")
     median = {}
     for case in cases(args, Path()):
         seconds = median[case.name] = statistics.median(r[case.name] for r in rounds)
-        print(f"{case.name:<28} {case.items:>6} {seconds * 1e3:>9.2f}ms {1 / seconds:>9.1f}")
+        cpu = median[case.name + CPU] = statistics.median(r[case.name + CPU] for r in rounds)
+        print(
+            f"{case.name:<28} {case.items:>6} {seconds * 1e3:>9.2f}ms {1 / seconds:>9.1f}"
+            f" {cpu * 1e3:>9.2f}ms"
+        )
     print(f"\n{'figure (median of per-round ratios)':<46} {'value':>8}  goal")
     figures = []
     for name, over, under, sense, goal in FIGURES:
+        if args.overhead_only and over != "noop persistent -j1":
+            continue
         ratios = [r[over] / r[under] for r in rounds]
         value = statistics.median(ratios)
         met = value >= goal if sense == ">=" else value <= goal
@@ -158,6 +184,14 @@ def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str
         figures.append(
             {"figure": name, "value": value, "rounds": ratios, "goal": goal_text, "met": met}
         )
+    # No goal: CPU (runner, keeper and workers together) is less moved than wall
+    # time by other work on the machine, so it shows a change a loaded run hides.
+    cpu_ratios = [r["noop persistent -j1" + CPU] / r[LOOP + CPU] for r in rounds]
+    cpu_value = statistics.median(cpu_ratios)
+    cpu_name = "CPU per item: persistent -j1 / work() loop"
+    print(f"{cpu_name:<46} {cpu_value:>7.1f}x  (no goal)  rounds "
+          f"{min(cpu_ratios):.1f}-{max(cpu_ratios):.1f}")  # fmt: skip
+    figures.append({"figure": cpu_name, "value": cpu_value, "rounds": cpu_ratios})
     return {"rounds": args.rounds, "per_item_s": median, "figures": figures}
 
 
@@ -177,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-items", type=int, default=12, help="per slow-import per-item case")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one round, fewer items")
+    parser.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="only the last figure (persistent -j1 against the Queue.work() loop)",
+    )
     parser.add_argument("--workdir", default="/var/tmp")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     args = parser.parse_args(argv)

@@ -21,7 +21,6 @@ from typing import Any, BinaryIO, NoReturn, TypeGuard
 
 import orjson
 
-from statequeue.api.work import failure_reason
 from statequeue.core.errors import TryLater
 from statequeue.core.rates import TRY_LATER_EXIT
 from statequeue.core.records import json_problem
@@ -71,6 +70,9 @@ def _attempt(fn: Callable[[str], Any], item: str) -> Reply:
     except TryLater as exc:  # not a failure: run defers the item (exit 75 per item)
         return _later(exc)
     except Exception as exc:
+        # lazy: api.work brings the store's interface, some 40 ms of a worker's start
+        from statequeue.api.work import failure_reason
+
         traceback.print_exc()  # to stderr: the attempt's log, and its stderr tail
         return {"ok": False, "reason": _json_text(failure_reason(exc))}
     problem = json_problem(value)

@@ -13,8 +13,10 @@ import os
 
 from statequeue.run.jobs import Job
 from statequeue.run.keeper import Keeper
+from statequeue.run.persistent import WorkerAttempt
 from statequeue.run.poller import Poller
 from statequeue.run.wakeup import StoreWake
+from statequeue.run.worker_process import Worker
 from statequeue.store.base import Store
 
 __all__ = ["OUTPUT_WATCH_DELAY", "OutputWatch"]
@@ -53,8 +55,11 @@ class OutputWatch:
         self._selector.watch(keeper.fileno(), _KEEPER)
 
     def started(self, job: Job) -> None:
-        """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY."""
-        if job.watch_now:
+        """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY
+        (a persistent worker's at once, and for the worker's life)."""
+        if isinstance(job, WorkerAttempt):
+            self._watch_worker(job.worker)
+        elif job.watch_now:
             self.watch_output(job)
         else:
             job.watch_at = job.started + OUTPUT_WATCH_DELAY
@@ -65,14 +70,22 @@ class OutputWatch:
         for fd in job.pipes:
             self._selector.watch(fd, job)
 
+    def _watch_worker(self, worker: Worker) -> None:
+        """Watch a persistent worker's pipes, once for its life: they outlive
+        each attempt, and what they report goes to its attempt of the moment
+        (``_worker_output``). Only a pipe set aside between its items (or a
+        new worker's) is added: most attempts cost the selector no syscall."""
+        for fd in worker.pipes:
+            if self._selector.tag(fd) is not worker:
+                self._selector.watch(fd, worker)
+        worker.on_close = self._selector.forget  # its close takes them out of the set
+
     def forget_output(self, job: Job) -> None:
-        """``job`` is over: its pipes leave the selector (before they are closed)."""
-        if job.watch_at is None:  # watched: pipes at end of file were forgotten already
-            for fd in job.pipes:
-                if job.watch_now:  # a persistent worker's: they outlive the attempt
-                    self._selector.unwatch(fd)
-                else:
-                    self._selector.forget(fd)
+        """``job`` is over: its pipes leave the selector (before they are closed);
+        a persistent worker's stay, for its next attempt."""
+        if job.watch_at is None and not isinstance(job, WorkerAttempt):
+            for fd in job.pipes:  # pipes at end of file were forgotten already
+                self._selector.forget(fd)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds and take in what came. False if only
@@ -91,13 +104,31 @@ class OutputWatch:
             elif job is _STORE_WAKE:
                 self._store_wake.woke()  # the next pass of the loop claims
                 news = True
-            elif fd in job.pipes:
-                if not job.read(fd):
-                    self._selector.forget(fd)  # closing it takes it out of the epoll set
-                    job.close_pipe(fd)
-                # A persistent worker's reply ends its attempt (persistent.py).
-                news = news or (job.watch_now and job.exited())
+            elif isinstance(job, Worker):
+                news = self._worker_output(fd, job) or news
+            elif fd in job.pipes and not job.read(fd):
+                self._selector.forget(fd)  # closing it takes it out of the epoll set
+                job.close_pipe(fd)
         return news
+
+    def _worker_output(self, fd: int, worker: Worker) -> bool:
+        """Read a persistent worker's pipe for its attempt of the moment;
+        True once that attempt has its reply (it ends the attempt).
+
+        All of a batch's ready fds are read before the runner ends an attempt,
+        and the worker wrote its output before its reply: so what it wrote
+        before replying is in this attempt's log with no read that finds the
+        pipes empty. Between its items nobody reads: the pipe leaves the set
+        (its data waits for the next attempt, the next request's check finds
+        a reply sent without one) and comes back with the next attempt."""
+        attempt = worker.attempt
+        if attempt is None or fd not in attempt.pipes:
+            self._selector.unwatch(fd)
+            return False
+        if not attempt.read(fd):
+            self._selector.forget(fd)  # closing it takes it out of the epoll set
+            attempt.close_pipe(fd)
+        return attempt.exited()
 
     def close(self) -> None:
         """Close the selector and the wake-up pipe (the run is over)."""

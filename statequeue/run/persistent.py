@@ -220,6 +220,7 @@ class WorkerAttempt(Job):
     def _spawn(self) -> int:
         self.worker = self._pool.worker_for(self.slot, self.keeper)
         self.worker.busy = True
+        self.worker.attempt = self  # what its pipes report is this attempt's
         self._answered_before = self.worker.done > 0
         self.program = self.spec.template[0]
         self.pipes = dict(self.worker.pipes)
@@ -236,9 +237,7 @@ class WorkerAttempt(Job):
     def read(self, fd: int) -> bool:
         stream = self.pipes[fd]
         if stream != 3:
-            if self.reply is not None or self.bad:
-                return True  # after the reply: the next item's (left in the pipe)
-            return super().read(fd)
+            return self._read_output(fd, stream)
         try:
             data = os.read(fd, _READ)
         except BlockingIOError:
@@ -248,6 +247,22 @@ class WorkerAttempt(Job):
         if self.reply is None and not self.bad:
             self._take(data)
         return True
+
+    def _read_output(self, fd: int, stream: int) -> bool:
+        """Read what the worker wrote on stdout or stderr: all of it, so that
+        output it wrote before its reply, read in the reply's batch, is this
+        attempt's log (output_watch.py); a read that fills the buffer may have
+        left more. False at end of file."""
+        while True:
+            try:
+                data = os.read(fd, _READ)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self._consume(stream, data)
+            if len(data) < _READ:
+                return True
 
     def _take(self, data: bytes) -> None:
         try:
@@ -259,26 +274,9 @@ class WorkerAttempt(Job):
             self._broken(str(exc))
             return
         if reply is not None:
-            self._drain_output()
             self.reply = reply
             self.worker.done += 1
             self._pool.start_failures = 0
-
-    def _drain_output(self) -> None:
-        """Read what the worker wrote on stdout and stderr before its reply:
-        it is in the pipes by now (written first), and is this attempt's log.
-        (A worker must flush its stdout before it replies.)"""
-        for fd, stream in self.pipes.items():
-            if stream == 3:
-                continue
-            while True:
-                try:
-                    data = os.read(fd, _READ)
-                except BlockingIOError:
-                    break
-                if not data:
-                    break  # end of file: the watch closes it
-                self._consume(stream, data)
 
     def _broken(self, problem: str) -> None:
         self.bad = f"bad reply from the persistent worker: {problem}"
@@ -298,6 +296,8 @@ class WorkerAttempt(Job):
     def close(self) -> None:
         """Close this attempt's log; the worker's pipes only if it is leaving."""
         self.pipes = {}
+        if self.worker.attempt is self:
+            self.worker.attempt = None  # what its pipes say now is no attempt's
         super().close()
         if self.worker.retired:
             self.worker.close()

@@ -4,7 +4,9 @@
 ``unregister`` (one syscall) before each close; the runner registers and drops
 two pipes per item. Here a pipe that reached end of file is simply forgotten
 and closed: closing the only descriptor of an open file removes it from every
-epoll set, so the kernel does the unregistering for free.
+epoll set, so the kernel does the unregistering for free. A persistent worker's
+pipes are watched once for the worker's life (output_watch.py), with no
+syscall per item.
 """
 
 from __future__ import annotations
@@ -29,13 +31,20 @@ class Poller(selectors.BaseSelector):
 
     def watch(self, fd: int, tag: Any) -> None:
         """Report ``fd`` (readable, or at end of file) with ``tag``."""
-        self._epoll.register(fd, select.EPOLLIN)
+        try:
+            self._epoll.register(fd, select.EPOLLIN)
+        except FileExistsError:  # in the set already (under another tag): only the tag changes
+            self._epoll.modify(fd, select.EPOLLIN)
         self._tags[fd] = tag
+
+    def tag(self, fd: int) -> Any:
+        """The tag ``fd`` is reported with (None if it is not watched)."""
+        return self._tags.get(fd)
 
     def forget(self, fd: int) -> None:
         """Stop reporting ``fd``, which the caller closes next and holds no
         other descriptor of (the close takes it out of the epoll set)."""
-        del self._tags[fd]
+        self._tags.pop(fd, None)
 
     def unwatch(self, fd: int) -> None:
         """Stop reporting ``fd``, which stays open (a persistent worker's pipe
@@ -46,7 +55,9 @@ class Poller(selectors.BaseSelector):
     def ready(self, timeout: float | None) -> list[tuple[int, Any]]:
         """(fd, tag) of every fd ready within ``timeout`` seconds (None: no limit)."""
         tags = self._tags
-        found = self._epoll.poll(-1 if timeout is None else timeout)
+        # Room for every fd in one batch: a persistent worker's output written
+        # before its reply is then read in the reply's batch (output_watch.py).
+        found = self._epoll.poll(-1 if timeout is None else timeout, len(tags) + 1)
         return [(fd, tags[fd]) for fd, _ in found if fd in tags]
 
     # -- the selectors interface ---------------------------------------------------

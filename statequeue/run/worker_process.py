@@ -14,11 +14,12 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
 
 from statequeue.core.errors import KeeperLost
 from statequeue.core.models import Claim
 from statequeue.run import keeper_process as kp
-from statequeue.run.jobs import JobSpec
+from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper
 from statequeue.run.protocol import ReplyReader, request_line
 from statequeue.run.replacements import JobItem, replace, template_tokens
@@ -50,6 +51,10 @@ class Worker:
         self.retired = False
         self.busy = False  # an attempt of the runner's is on it
         self.owes_idle = False  # answered, and the keeper not told it left the item
+        self.attempt: Job | None = None  # its attempt of the moment (persistent.py)
+        # Told of each of our pipe ends before it is closed: the runner's
+        # selector watches them for the worker's life (output_watch.py).
+        self.on_close: Callable[[int], None] = lambda fd: None
         self.reader = ReplyReader()
         env = {
             "STATEQUEUE_QUEUE": spec.queue,
@@ -176,6 +181,7 @@ class Worker:
     def close(self) -> None:
         """Close our ends of its pipes."""
         for fd in self.pipes:
+            self.on_close(fd)
             os.close(fd)
         self.pipes.clear()
         self.stdin_eof()
