@@ -127,12 +127,14 @@ def test_a_killed_runner_keeps_its_items_until_its_keeper_has_killed_what_it_lef
         assert second.returncode == 3, second.stderr
         assert lines(work / "starts") == ["1"], "a second copy started beside the leftover"
         assert escaped_alive(work)
+        assert status(env)["interrupted"] == []  # nor does `status` say it will run again
     finally:
         os.kill(keeper, signal.SIGCONT)
     # Thawed, the keeper kills the leftover, then lets go: the item runs again.
     wait_for(lambda: not escaped_alive(work), "the keeper to kill the leftover")
     code, _, _ = finish(waiter)
-    assert code == 128 + signal.SIGKILL or code == -signal.SIGKILL  # as the runner died
+    assert code == -signal.SIGKILL  # as the runner died
+    assert status(env)["interrupted"] == [1]  # the keeper has let go
     wait_for(
         lambda: (
             sq(env, "run", "--exit-empty", "3", "--", "sh", "-c", LEFTOVER_WORKER).returncode == 0

@@ -36,7 +36,7 @@ from statequeue.store import transitions
 from statequeue.store.base import Store, attempts_since
 from statequeue.store.records.backend import record_time
 from statequeue.store.records.history import item_history, iter_results, located_result
-from statequeue.store.records.recovery import Recovery, crash_record
+from statequeue.store.records.recovery import Recovery, crash_record, kept_by_keeper
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
 from statequeue.store.records.user_actions import UserActions
@@ -344,8 +344,14 @@ class RecordStore(Store):
         from statequeue.store.records.listing import status_view  # lazy: start-up time
 
         with self._locked() as state:
-            interrupted = [i.id for i in state.running() if self._claim_free(i)]
-            return status_view(self.name, state, self._registry.active(state), interrupted)
+            active = self._registry.active(state)
+            alive = {r.runner_id for r in active}
+            interrupted = [
+                i.id
+                for i in state.running()
+                if not kept_by_keeper(state, i, alive) and self._claim_free(i)
+            ]
+            return status_view(self.name, state, active, interrupted)
 
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""

@@ -3,6 +3,8 @@ children) are gone are settled by the policy (store/transitions.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from statequeue.core.models import ItemState, OnInterrupted
 from statequeue.core.records import Record
 from statequeue.core.views import RecoveryReport
@@ -29,14 +31,9 @@ class Recovery:
         # as they are (this runs with every claim); read only for a recovery.
         hosts = dict(state.runners)
         self.runners.prune_dead(state)
-        alive = state.runners  # pruned: the live ones (the liveness lock is held)
+        alive = state.runners  # pruned: only the live ones are left
         for item in state.running():
-            # A guarded runner's lock is held by its keeper after its death
-            # until no process it left is alive: its items wait for that,
-            # even those whose last process closed its claim fd.
-            if item.runner in alive and alive[item.runner].get("guard"):
-                continue
-            if not self.backend.claim_free(item):
+            if kept_by_keeper(state, item, alive) or not self.backend.claim_free(item):
                 continue
             why = f"interrupted: its runner died during attempt {item.attempts}"
             # The runner that died (for `stats`).
@@ -47,6 +44,17 @@ class Recovery:
             self.backend.write([rec], sync=False)
             transitions.recovery_bucket(report, target).append(item.id)
         return report
+
+
+def kept_by_keeper(state: QueueState, item: LiveItem, alive: Container[str]) -> bool:
+    """Whether ``item`` is still its runner's: a guarded runner's liveness
+    lock is held by its keeper after its death until no process it left is
+    alive, so its items wait for that, even those whose last process closed
+    its claim fd (run/guard.py). ``alive``: the ids of live runners."""
+    if item.runner not in alive:
+        return False
+    rec = state.runners.get(item.runner)
+    return rec is not None and bool(rec.get("guard"))
 
 
 def crash_record(
