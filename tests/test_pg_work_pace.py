@@ -5,19 +5,26 @@ floor): what the changes for it must keep doing, each shown on a real server
 - Opening a queue whose schema is up to date takes no migration lock: sixteen
   runners starting together no longer wait on each other for it, and an open
   is not held up by a migration another process has under way elsewhere.
+- Schema version 10: the results' BRIN index (results_at) has no summary of
+  its first page range while that range is not full, so a finish there does
+  not widen one (a WAL record each, on one index page every runner locks).
+  A version 9 database migrates with its data and held claims.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from statequeue.core.identity import new_runner
+from statequeue.core.models import Claim, ItemState, Outcome
 from tests.pg import sql as _sql
 from tests.waiting import until
 
 psycopg = pytest.importorskip("psycopg")
-from statequeue.store.postgres import PostgresStore  # noqa: E402
+from statequeue.store.postgres import PostgresStore, functions, writes  # noqa: E402
 from statequeue.store.postgres.connection import connect  # noqa: E402
 from statequeue.store.postgres.schema import (  # noqa: E402
     LOCK_CLASS,
@@ -83,3 +90,112 @@ def test_an_older_schema_is_still_migrated_under_the_lock(pg_url: str) -> None:
     assert done.is_set()
     versions = _sql(pg_url, "SELECT max(version) FROM statequeue.schema_version")
     assert versions == [(len(MIGRATIONS),)]
+
+
+OK = Outcome(ok=True, exit_code=0, result={"n": 1})
+V9 = len(MIGRATIONS) - 1
+"""The version before the results' first range lost its summary (10)."""
+SUMMARIZE_FIRST_RANGE = "SELECT brin_summarize_range('statequeue.results_at', 0)"
+"""1 when the first range had no summary (it has one now), 0 when it had one."""
+
+
+def _first_range_summarized(url: str) -> bool:
+    return _sql(url, SUMMARIZE_FIRST_RANGE) == [(0,)]
+
+
+def test_a_new_database_s_first_results_widen_no_summary(pg_url: str) -> None:
+    store = PostgresStore(pg_url, "q")
+    try:
+        store.enqueue(["a", "b", "c"])
+        runner = new_runner(("true",))
+        store.register_runner(runner)
+        claim = store.claim(runner)
+        while claim is not None:
+            _, claim = store.finish_and_claim(claim, OK, runner=runner)
+        assert _counts(store) == {"done": 3}
+        assert store.status().rate  # the recent results, found through results_at
+    finally:
+        store.close()
+    assert not _first_range_summarized(pg_url)
+
+
+def _v9_claim(conn: psycopg.Connection[tuple[object, ...]], runner: str) -> Claim:
+    row = conn.execute(
+        functions.CLAIM,
+        {"q": "q", "now": time.time(), "runner": runner, "lease": 600.0, "among": None},
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    item_id, item, attempt, token, _, _ = row
+    return Claim(int(item_id), bytes(item).decode(), int(attempt), runner, token=int(token))
+
+
+def _version_9_queue(url: str, *, filler: int = 0) -> Claim:
+    """Queue q at schema version 9, written by its own functions: a done item
+    (its result summarized in results_at's first range), a running one (its
+    claim returned) and a pending one; ``filler`` results of another queue
+    before them."""
+    conn = connect(url)
+    try:
+        assert migrate(conn, upto=V9) == (0, V9)
+        conn.execute(
+            "INSERT INTO statequeue.results (token, queue, id, attempt, state, ok, at)"
+            " SELECT -n, 'filler', n, 1, 'done', true, n FROM generate_series(1, %s) n",
+            (filler,),
+        )
+        conn.execute("INSERT INTO statequeue.queues (name, next_id) VALUES ('q', 4)")
+        for item_id, item in enumerate("abc", start=1):
+            conn.execute(
+                "INSERT INTO statequeue.items (queue, id, item) VALUES ('q', %s, %s)",
+                (item_id, item.encode()),
+            )
+            conn.execute(
+                "INSERT INTO statequeue.live (queue, id, state) VALUES ('q', %s, 'pending')",
+                (item_id,),
+            )
+        conn.execute("INSERT INTO statequeue.count_deltas VALUES ('q', 'pending', 3)")
+        done = _v9_claim(conn, "r9")
+        params = writes.finish_params("q", done, OK, (ItemState.DONE, None))
+        row = conn.execute(functions.FINISH, {**params, "sync": True, "retried": False})
+        assert row.fetchone() == ("done",)
+        return _v9_claim(conn, "r9")
+    finally:
+        conn.close()
+
+
+def _counts(store: PostgresStore) -> dict[str, int]:
+    return {k: v for k, v in store.status().counts.items() if v}
+
+
+def test_a_version_9_database_migrates_with_its_data_and_claims(pg_url: str) -> None:
+    held = _version_9_queue(pg_url)
+    assert held.item == "b"
+    assert _first_range_summarized(pg_url)  # version 9's build left it one
+    store = PostgresStore(pg_url, "q")  # migrates to 10 on open
+    try:
+        versions = _sql(pg_url, "SELECT max(version) FROM statequeue.schema_version")
+        assert versions == [(len(MIGRATIONS),)]
+        assert _counts(store) == {"done": 1, "running": 1, "pending": 1}
+        first = store.result(1)
+        assert first is not None and first.result == {"n": 1}
+        assert [e["t"] for e in store.history(1).events] == ["enq", "start", "end"]
+        # The claim taken at version 9 finishes at version 10 with its token, once.
+        runner = new_runner(("true",))
+        store.register_runner(runner)
+        state, after = store.finish_and_claim(held, OK, runner=runner)
+        assert state is ItemState.DONE and after is not None and after.item == "c"
+        assert after.token is not None and held.token is not None and after.token > held.token
+        store.finish(after, OK)
+        assert _counts(store) == {"done": 3}
+        assert store.status().rate
+    finally:
+        store.close()
+    assert not _first_range_summarized(pg_url)
+
+
+def test_a_full_first_range_keeps_its_summary(pg_url: str) -> None:
+    # 15,000 results fill more than the first 128 pages.
+    _version_9_queue(pg_url, filler=15_000)
+    pages = _sql(pg_url, "SELECT pg_relation_size('statequeue.results') / 8192")
+    assert pages[0][0] > 128  # type: ignore[operator]  # a number
+    PostgresStore(pg_url, "q").close()  # migrates to 10
+    assert _first_range_summarized(pg_url)

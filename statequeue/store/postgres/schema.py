@@ -234,9 +234,23 @@ _V9_WORKERS = """
 ALTER TABLE statequeue.runners ADD COLUMN IF NOT EXISTS workers jsonb;
 """
 
+# Version 7 built results_at (a BRIN) on an empty table, and a BRIN build
+# ends with a summary of the range it stopped in, empty or not: so the first
+# page range (128 pages, ~7,000 results) had a summary that every finish
+# widened, its `at` being the newest: a WAL record (~70 B) per finish, and
+# one index page that every runner's finish locked in turn (issue 21
+# point 14). Without it the range is summarized once full (autosummarize),
+# as every later one is, and reads scan an unsummarized range whole. Only
+# while that range is not yet full: a full one keeps its summary.
+_V10_RESULTS_RANGE = """
+SELECT pg_catalog.brin_desummarize_range('statequeue.results_at', 0)
+WHERE pg_catalog.pg_relation_size('statequeue.results')
+    < 128 * pg_catalog.current_setting('block_size')::bigint;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
-    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS),
+    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS, _V10_RESULTS_RANGE),
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
