@@ -30,10 +30,16 @@ measures, on a fresh database each:
 Sizes: N = 1,000,000 and 5,000 items per claim run (--quick: 100,000 and
 2,000). procrastinate runs where it is installed (the bench environment). On a
 shared or small machine the absolute figures vary between runs: compare the
-ratios to the floor, measured in the same run.
+ratios to the floor, measured in the same run. ``--rounds R`` runs the
+claim+finish kinds R times over, each round the kinds one after the other, and
+shows the median rate and the median of the rounds' ratios to their own
+floor: one round's ratio swings by half and more where other work shares
+the CPUs, as the machine's load comes and goes between two kinds' runs.
 
   .venv/bin/python scripts/bench_pg.py --quick [--json PATH] [--no-cli] [--claims-only]
   .venv/bin/python scripts/bench_pg.py --quick --no-cli --claims-only --kinds floor,work
+  .venv/bin/python scripts/bench_pg.py --quick --no-cli --claims-only --kinds work \
+      --procs 1,16 --rounds 5
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -280,10 +287,14 @@ def kinds(cli: bool, only: list[str] | None) -> list[str]:
 
 
 def throughput(
-    cluster: PgCluster, n: int, cli: bool, only: list[str] | None = None
+    cluster: PgCluster,
+    n: int,
+    cli: bool,
+    only: list[str] | None = None,
+    processes: tuple[int, ...] = PROCESSES,
 ) -> dict[str, float]:
     figures: dict[str, float] = {}
-    for procs in PROCESSES:
+    for procs in processes:
         for kind in kinds(cli, only):
             url = cluster.new_database()
             FILLS.get(kind, filled_store)(url, n)
@@ -293,6 +304,20 @@ def throughput(
             figures[f"{kind}_{procs}_per_s"] = n / seconds
             print(f"  claim+finish {kind:13} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
     return figures
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds, and (``KIND_P_ratio``) the median
+    of each round's ratio to that round's floor."""
+    f = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    for key in rounds[0]:
+        kind, procs, _ = key.rsplit("_", 2)
+        if kind != "floor" and f"floor_{procs}_per_s" in rounds[0]:
+            ratios = [r[key] / r[f"floor_{procs}_per_s"] for r in rounds]
+            f[f"{kind}_{procs}_ratio"] = statistics.median(ratios)
+            f[f"{kind}_{procs}_ratio_min"] = min(ratios)
+            f[f"{kind}_{procs}_ratio_max"] = max(ratios)
+    return f
 
 
 def timed(call: Callable[[], Any]) -> float:
@@ -317,7 +342,9 @@ def verdict(met: bool) -> str:
 
 
 def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, str, str, str]]:
-    rows = []
+    rows: list[tuple[str, str, str, str]] = []
+    if f"floor_{procs}_per_s" not in f:  # not run (--procs)
+        return rows
     floor = f[f"floor_{procs}_per_s"]
     for kind in ("store", "fused", "work", "cli", "procrastinate"):
         rate = f.get(f"{kind}_{procs}_per_s")
@@ -328,12 +355,16 @@ def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, 
             goal = FLOOR_RATIO_GOAL
         elif kind == "work":
             goal = WORK_GOALS.get(procs)
+        ratio = f.get(f"{kind}_{procs}_ratio", rate / floor)
+        spread = ""
+        if f"{kind}_{procs}_ratio_min" in f:
+            spread = f" [{f[f'{kind}_{procs}_ratio_min']:.2f}-{f[f'{kind}_{procs}_ratio_max']:.2f}]"
         rows.append(
             (
                 f"claim+finish {kind} x{procs} ({claims:,} items)",
-                f"{rate:,.0f}/s = {rate / floor:.2f}x floor ({floor:,.0f}/s)",
+                f"{rate:,.0f}/s = {ratio:.2f}x{spread} floor ({floor:,.0f}/s)",
                 "-" if goal is None else f">= {goal}x floor",
-                "-" if goal is None else verdict(rate / floor >= goal),
+                "-" if goal is None else verdict(ratio >= goal),
             )
         )
     peer = f.get(f"procrastinate_{procs}_per_s")
@@ -400,7 +431,14 @@ def main() -> None:
     parser.add_argument(
         "--kinds", metavar="K,K", help="only these claim+finish kinds (the floor always runs)"
     )
+    parser.add_argument(
+        "--procs", metavar="P,P", default="1,4,16", help="the claim+finish process counts"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="claim+finish rounds: medians (shared machines)"
+    )
     args = parser.parse_args()
+    processes = tuple(int(p) for p in args.procs.split(","))
     only = args.kinds.split(",") if args.kinds else None
     n, claims = (100_000, 2_000) if args.quick else (1_000_000, 5_000)
     bin_dir = find_bin_dir()
@@ -409,7 +447,12 @@ def main() -> None:
     cluster = _start_cluster(bin_dir)
     try:
         print(f"PostgreSQL store figures ({bin_dir}), {os.cpu_count()} CPUs", flush=True)
-        f = throughput(cluster, claims, not args.no_cli, only)
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f" round {number} of {args.rounds}", flush=True)
+            rounds.append(throughput(cluster, claims, not args.no_cli, only, processes))
+        f = medians(rounds) if args.rounds > 1 else rounds[0]
         if not args.claims_only:
             f.update(big_queue(cluster.new_database(), n))
     finally:
