@@ -311,7 +311,7 @@ def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
     of each round's ratio to that round's floor."""
     f = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     for key in rounds[0]:
-        kind, procs, _ = key.rsplit("_", 2)
+        kind, procs = key.removesuffix("_per_s").rsplit("_", 1)
         if kind != "floor" and f"floor_{procs}_per_s" in rounds[0]:
             ratios = [r[key] / r[f"floor_{procs}_per_s"] for r in rounds]
             f[f"{kind}_{procs}_ratio"] = statistics.median(ratios)
