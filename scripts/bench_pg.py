@@ -99,7 +99,8 @@ def items(n: int) -> list[str]:
 
 # -- claim + finish: one function per kind of runner process -----------------
 # Each opens its connection first, waits at the barrier with the others (so
-# connecting is not timed), drains the queue and reports (done, end time).
+# connecting is not timed), drains the queue and reports (done, end time, CPU
+# seconds it spent from the barrier on).
 
 
 def store_runner(url: str, go: Barrier, out: Any) -> None:
@@ -109,10 +110,11 @@ def store_runner(url: str, go: Barrier, out: Any) -> None:
     ok = Outcome(ok=True, exit_code=0)
     done = 0
     go.wait()
+    cpu = time.process_time()
     while (claim := store.claim(runner)) is not None:
         store.finish(claim, ok, sync=True)
         done += 1
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -124,13 +126,14 @@ def fused_runner(url: str, go: Barrier, out: Any) -> None:
     ok = Outcome(ok=True, exit_code=0)
     done = 0
     go.wait()
+    cpu = time.process_time()
     claim = store.claim(runner)
     while claim is not None:
         _, claim = store.finish_and_claim(claim, ok, runner=runner)
         done += 1
         if claim is None:  # none due with the fused claim: a plain one recovers first
             claim = store.claim(runner)
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -146,10 +149,11 @@ def work_runner(url: str, go: Barrier, out: Any) -> None:
     q = Queue("q", store=url, home=home)
     done = 0
     go.wait()
+    cpu = time.process_time()
     for item in q.work():
         item.done()
         done += 1
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     q.close()
     shutil.rmtree(home, ignore_errors=True)
 
@@ -176,9 +180,12 @@ async def noop() -> None:
 def procrastinate_runner(url: str, go: Barrier, out: Any) -> None:
     app = procrastinate_app(url)
     go.wait()
+    cpu = time.process_time()
     # Not listening: like the store's runs here, it only claims until the queue is drained.
     app.run_worker(concurrency=1, wait=False, install_signal_handlers=False, listen_notify=False)
-    out.put((0, time.monotonic()))  # its jobs are counted in the database afterwards
+    out.put(
+        (0, time.monotonic(), time.process_time() - cpu)
+    )  # its jobs are counted in the database afterwards
 
 
 def floor_runner(url: str, go: Barrier, out: Any) -> None:
@@ -186,14 +193,23 @@ def floor_runner(url: str, go: Barrier, out: Any) -> None:
         conn.execute("SET synchronous_commit = on")
         done = 0
         go.wait()
+        cpu = time.process_time()
         while (row := conn.execute(FLOOR_CLAIM).fetchone()) is not None:
             conn.execute(FLOOR_FINISH, (row[0],))
             done += 1
-        out.put((done, time.monotonic()))
+        out.put((done, time.monotonic(), time.process_time() - cpu))
 
 
 def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> tuple[int, float]:
     """(items done, seconds) for ``procs`` processes running ``target`` at once."""
+    done, seconds, _ = drain_measured(target, url, procs)
+    return done, seconds
+
+
+def drain_measured(
+    target: Callable[[str, Barrier, Any], None], url: str, procs: int
+) -> tuple[int, float, float]:
+    """As ``drain``, and the CPU seconds the processes spent from the barrier on."""
     ctx = mp.get_context("spawn")  # no connection of this process leaks into a child
     go, out = ctx.Barrier(procs + 1), ctx.Queue()
     workers = [ctx.Process(target=target, args=(url, go, out)) for _ in range(procs)]
@@ -206,7 +222,11 @@ def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> 
         w.join(timeout=60)
         if w.exitcode != 0:
             raise SystemExit(f"bench_pg: a {target.__name__} process failed")
-    return sum(r[0] for r in reports), max(r[1] for r in reports) - start
+    return (
+        sum(r[0] for r in reports),
+        max(r[1] for r in reports) - start,
+        sum(r[2] for r in reports),
+    )
 
 
 def cli_drain(url: str, procs: int) -> tuple[int, float]:
