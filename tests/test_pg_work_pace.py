@@ -9,15 +9,24 @@ floor): what the changes for it must keep doing, each shown on a real server
   its first page range while that range is not full, so a finish there does
   not widen one (a WAL record each, on one index page every runner locks).
   A version 9 database migrates with its data and held claims.
+- Results and events go to the server encoded by orjson, as the journal
+  writes them: a result the library accepts (a datetime, a UUID) is stored
+  as on the journal store (the stdlib encoder raised TypeError), and a NaN
+  is still refused by the server.
 """
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
+from statequeue.api.queue import Queue
+from statequeue.core.errors import StateQueueError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, ItemState, Outcome
 from tests.pg import sql as _sql
@@ -199,3 +208,42 @@ def test_a_full_first_range_keeps_its_summary(pg_url: str) -> None:
     assert pages[0][0] > 128  # type: ignore[operator]  # a number
     PostgresStore(pg_url, "q").close()  # migrates to 10
     assert _first_range_summarized(pg_url)
+
+
+ODD = {"when": datetime.datetime(2026, 1, 2, 3, 4, 5), "id": uuid.UUID(int=5), "s": "ü\n"}
+
+
+def test_a_result_is_stored_as_the_journal_stores_it(pg_url: str, tmp_path: Path) -> None:
+    results = []
+    for store in (pg_url, None):
+        with Queue("q", store=store, home=tmp_path / "home") as q:
+            q.enqueue(["a"])
+            for item in q.work():
+                item.done(ODD)
+            found = q.result("a")
+            assert found is not None and found.state is ItemState.DONE
+            results.append(found.result)
+    assert (
+        results[0]
+        == results[1]
+        == {
+            "when": "2026-01-02T03:04:05",
+            "id": "00000000-0000-0000-0000-000000000005",
+            "s": "ü\n",
+        }
+    )
+
+
+def test_a_nan_result_is_still_refused_by_the_server(pg_url: str) -> None:
+    store = PostgresStore(pg_url, "q")
+    try:
+        store.enqueue(["a"])
+        runner = new_runner(("true",))
+        store.register_runner(runner)
+        claim = store.claim(runner)
+        assert claim is not None
+        with pytest.raises(StateQueueError):
+            store.finish(claim, Outcome(ok=True, result={"x": float("nan")}))
+        assert _counts(store) == {"running": 1}
+    finally:
+        store.close()
