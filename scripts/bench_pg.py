@@ -30,10 +30,16 @@ measures, on a fresh database each:
 Sizes: N = 1,000,000 and 5,000 items per claim run (--quick: 100,000 and
 2,000). procrastinate runs where it is installed (the bench environment). On a
 shared or small machine the absolute figures vary between runs: compare the
-ratios to the floor, measured in the same run.
+ratios to the floor, measured in the same run. ``--rounds R`` runs the
+claim+finish kinds R times over, each round the kinds one after the other, and
+shows the median rate and the median of the rounds' ratios to their own
+floor: one round's ratio swings by half and more where other work shares
+the CPUs, as the machine's load comes and goes between two kinds' runs.
 
   .venv/bin/python scripts/bench_pg.py --quick [--json PATH] [--no-cli] [--claims-only]
   .venv/bin/python scripts/bench_pg.py --quick --no-cli --claims-only --kinds floor,work
+  .venv/bin/python scripts/bench_pg.py --quick --no-cli --claims-only --kinds work \
+      --procs 1,16 --rounds 5
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,7 +99,8 @@ def items(n: int) -> list[str]:
 
 # -- claim + finish: one function per kind of runner process -----------------
 # Each opens its connection first, waits at the barrier with the others (so
-# connecting is not timed), drains the queue and reports (done, end time).
+# connecting is not timed), drains the queue and reports (done, end time, CPU
+# seconds it spent from the barrier on).
 
 
 def store_runner(url: str, go: Barrier, out: Any) -> None:
@@ -102,10 +110,11 @@ def store_runner(url: str, go: Barrier, out: Any) -> None:
     ok = Outcome(ok=True, exit_code=0)
     done = 0
     go.wait()
+    cpu = time.process_time()
     while (claim := store.claim(runner)) is not None:
         store.finish(claim, ok, sync=True)
         done += 1
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -117,13 +126,14 @@ def fused_runner(url: str, go: Barrier, out: Any) -> None:
     ok = Outcome(ok=True, exit_code=0)
     done = 0
     go.wait()
+    cpu = time.process_time()
     claim = store.claim(runner)
     while claim is not None:
         _, claim = store.finish_and_claim(claim, ok, runner=runner)
         done += 1
         if claim is None:  # none due with the fused claim: a plain one recovers first
             claim = store.claim(runner)
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -139,10 +149,11 @@ def work_runner(url: str, go: Barrier, out: Any) -> None:
     q = Queue("q", store=url, home=home)
     done = 0
     go.wait()
+    cpu = time.process_time()
     for item in q.work():
         item.done()
         done += 1
-    out.put((done, time.monotonic()))
+    out.put((done, time.monotonic(), time.process_time() - cpu))
     q.close()
     shutil.rmtree(home, ignore_errors=True)
 
@@ -169,9 +180,12 @@ async def noop() -> None:
 def procrastinate_runner(url: str, go: Barrier, out: Any) -> None:
     app = procrastinate_app(url)
     go.wait()
+    cpu = time.process_time()
     # Not listening: like the store's runs here, it only claims until the queue is drained.
     app.run_worker(concurrency=1, wait=False, install_signal_handlers=False, listen_notify=False)
-    out.put((0, time.monotonic()))  # its jobs are counted in the database afterwards
+    out.put(
+        (0, time.monotonic(), time.process_time() - cpu)
+    )  # its jobs are counted in the database afterwards
 
 
 def floor_runner(url: str, go: Barrier, out: Any) -> None:
@@ -179,14 +193,23 @@ def floor_runner(url: str, go: Barrier, out: Any) -> None:
         conn.execute("SET synchronous_commit = on")
         done = 0
         go.wait()
+        cpu = time.process_time()
         while (row := conn.execute(FLOOR_CLAIM).fetchone()) is not None:
             conn.execute(FLOOR_FINISH, (row[0],))
             done += 1
-        out.put((done, time.monotonic()))
+        out.put((done, time.monotonic(), time.process_time() - cpu))
 
 
 def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> tuple[int, float]:
     """(items done, seconds) for ``procs`` processes running ``target`` at once."""
+    done, seconds, _ = drain_measured(target, url, procs)
+    return done, seconds
+
+
+def drain_measured(
+    target: Callable[[str, Barrier, Any], None], url: str, procs: int
+) -> tuple[int, float, float]:
+    """As ``drain``, and the CPU seconds the processes spent from the barrier on."""
     ctx = mp.get_context("spawn")  # no connection of this process leaks into a child
     go, out = ctx.Barrier(procs + 1), ctx.Queue()
     workers = [ctx.Process(target=target, args=(url, go, out)) for _ in range(procs)]
@@ -199,7 +222,11 @@ def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> 
         w.join(timeout=60)
         if w.exitcode != 0:
             raise SystemExit(f"bench_pg: a {target.__name__} process failed")
-    return sum(r[0] for r in reports), max(r[1] for r in reports) - start
+    return (
+        sum(r[0] for r in reports),
+        max(r[1] for r in reports) - start,
+        sum(r[2] for r in reports),
+    )
 
 
 def cli_drain(url: str, procs: int) -> tuple[int, float]:
@@ -280,10 +307,14 @@ def kinds(cli: bool, only: list[str] | None) -> list[str]:
 
 
 def throughput(
-    cluster: PgCluster, n: int, cli: bool, only: list[str] | None = None
+    cluster: PgCluster,
+    n: int,
+    cli: bool,
+    only: list[str] | None = None,
+    processes: tuple[int, ...] = PROCESSES,
 ) -> dict[str, float]:
     figures: dict[str, float] = {}
-    for procs in PROCESSES:
+    for procs in processes:
         for kind in kinds(cli, only):
             url = cluster.new_database()
             FILLS.get(kind, filled_store)(url, n)
@@ -293,6 +324,20 @@ def throughput(
             figures[f"{kind}_{procs}_per_s"] = n / seconds
             print(f"  claim+finish {kind:13} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
     return figures
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds, and (``KIND_P_ratio``) the median
+    of each round's ratio to that round's floor."""
+    f = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    for key in rounds[0]:
+        kind, procs = key.removesuffix("_per_s").rsplit("_", 1)
+        if kind != "floor" and f"floor_{procs}_per_s" in rounds[0]:
+            ratios = [r[key] / r[f"floor_{procs}_per_s"] for r in rounds]
+            f[f"{kind}_{procs}_ratio"] = statistics.median(ratios)
+            f[f"{kind}_{procs}_ratio_min"] = min(ratios)
+            f[f"{kind}_{procs}_ratio_max"] = max(ratios)
+    return f
 
 
 def timed(call: Callable[[], Any]) -> float:
@@ -317,7 +362,9 @@ def verdict(met: bool) -> str:
 
 
 def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, str, str, str]]:
-    rows = []
+    rows: list[tuple[str, str, str, str]] = []
+    if f"floor_{procs}_per_s" not in f:  # not run (--procs)
+        return rows
     floor = f[f"floor_{procs}_per_s"]
     for kind in ("store", "fused", "work", "cli", "procrastinate"):
         rate = f.get(f"{kind}_{procs}_per_s")
@@ -328,12 +375,16 @@ def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, 
             goal = FLOOR_RATIO_GOAL
         elif kind == "work":
             goal = WORK_GOALS.get(procs)
+        ratio = f.get(f"{kind}_{procs}_ratio", rate / floor)
+        spread = ""
+        if f"{kind}_{procs}_ratio_min" in f:
+            spread = f" [{f[f'{kind}_{procs}_ratio_min']:.2f}-{f[f'{kind}_{procs}_ratio_max']:.2f}]"
         rows.append(
             (
                 f"claim+finish {kind} x{procs} ({claims:,} items)",
-                f"{rate:,.0f}/s = {rate / floor:.2f}x floor ({floor:,.0f}/s)",
+                f"{rate:,.0f}/s = {ratio:.2f}x{spread} floor ({floor:,.0f}/s)",
                 "-" if goal is None else f">= {goal}x floor",
-                "-" if goal is None else verdict(rate / floor >= goal),
+                "-" if goal is None else verdict(ratio >= goal),
             )
         )
     peer = f.get(f"procrastinate_{procs}_per_s")
@@ -400,7 +451,14 @@ def main() -> None:
     parser.add_argument(
         "--kinds", metavar="K,K", help="only these claim+finish kinds (the floor always runs)"
     )
+    parser.add_argument(
+        "--procs", metavar="P,P", default="1,4,16", help="the claim+finish process counts"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="claim+finish rounds: medians (shared machines)"
+    )
     args = parser.parse_args()
+    processes = tuple(int(p) for p in args.procs.split(","))
     only = args.kinds.split(",") if args.kinds else None
     n, claims = (100_000, 2_000) if args.quick else (1_000_000, 5_000)
     bin_dir = find_bin_dir()
@@ -409,7 +467,12 @@ def main() -> None:
     cluster = _start_cluster(bin_dir)
     try:
         print(f"PostgreSQL store figures ({bin_dir}), {os.cpu_count()} CPUs", flush=True)
-        f = throughput(cluster, claims, not args.no_cli, only)
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f" round {number} of {args.rounds}", flush=True)
+            rounds.append(throughput(cluster, claims, not args.no_cli, only, processes))
+        f = medians(rounds) if args.rounds > 1 else rounds[0]
         if not args.claims_only:
             f.update(big_queue(cluster.new_database(), n))
     finally:

@@ -11,7 +11,11 @@ every millisecond), and the statements that took the most server time, with
 their calls and mean milliseconds. Also prints the server settings that decide
 what a commit waits for. ``--wal-by-relation`` adds, from pg_waldump, the WAL
 bytes and records per item by kind of record and relation (record lengths,
-full-page images left out): which table or index each write goes to.
+full-page images left out): which table or index each write goes to. And the
+CPU per item: the loops' (from their start to their end) and the server's
+(every process of the cluster, the backends that exited included, less the
+sampler's own backend): where the loops run CPU-bound, as 16 of them on a
+small machine do, the sum of the two is what bounds the items per second.
 
   .venv/bin/python scripts/probe_pg_statements.py [--items 2000] [--top 12] [--loops 16]
   .venv/bin/python scripts/probe_pg_statements.py --kinds work --loops 4 --wal-by-relation
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import re
 import shutil
 import subprocess
@@ -132,6 +137,33 @@ def wal_by_relation(
     return "\n  ".join(["WAL by record and relation, per item:", *lines, total])
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int, *, reaped: bool = False) -> int:
+    """``pid``'s user + system CPU ticks (``reaped``: and its waited-for children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    # utime, stime, cutime, cstime are fields 14-17 of stat, 12-15 after the name
+    return sum(int(f) for f in fields[11 : 15 if reaped else 13])
+
+
+def server_cpu(data_dir: Path) -> float:
+    """CPU seconds spent by the cluster so far: the postmaster with the
+    children it reaped (backends that exited), and those still running."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    ticks = _cpu_ticks(postmaster, reaped=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        if int(stat.rsplit(") ", 1)[1].split()[1]) == postmaster:
+            ticks += _cpu_ticks(int(entry.name))
+    return ticks / _TICK
+
+
 class WaitSampler:
     """Samples what the database's active backends wait for, in a thread."""
 
@@ -141,6 +173,7 @@ class WaitSampler:
         self.locked: Counter[str] = Counter()  # the statements waiting for a lock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self.cpu = 0.0  # CPU seconds its own backend spent sampling
 
     def __enter__(self) -> WaitSampler:
         self._thread.start()
@@ -152,6 +185,8 @@ class WaitSampler:
 
     def _run(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            backend = int(row[0]) if row else 0
             while not self._stop.wait(0.001):
                 rows = conn.execute(
                     "SELECT coalesce(wait_event_type || ':' || wait_event, 'on CPU'),"
@@ -161,6 +196,7 @@ class WaitSampler:
                 ).fetchall()
                 self.seen.update(str(r[0]) for r in rows)
                 self.locked.update(str(r[2]) for r in rows if r[1])
+            self.cpu = _cpu_ticks(backend) / _TICK
 
     def line(self) -> str:
         total = sum(self.seen.values()) or 1
@@ -205,10 +241,19 @@ def main() -> None:
                 conn.execute("SELECT pg_stat_statements_reset()")
                 conn.execute("SELECT pg_stat_reset_shared('wal')")
             start = wal_lsn(url)
+            server = server_cpu(cluster.data_dir)
             with WaitSampler(url) as waits:
-                done, seconds = bench_pg.drain(bench_pg.RUNNERS[kind], url, args.loops)
+                runner = bench_pg.RUNNERS[kind]
+                done, seconds, client = bench_pg.drain_measured(runner, url, args.loops)
+            server = server_cpu(cluster.data_dir) - server - waits.cpu
             span = (start, wal_lsn(url))
             print(f"\n{kind} x{args.loops}: {done / seconds:,.0f} items/s ({seconds:.2f} s)")
+            n = max(done, 1)
+            print(
+                f"  CPU per item: loops {client / n * 1000:.3f} ms + server"
+                f" {server / n * 1000:.3f} ms = {(client + server) / n * 1000:.3f} ms"
+                f" ({os.cpu_count()} CPUs)"
+            )
             print("  " + wal_line(url, done, seconds))
             if args.wal_by_relation:
                 waldump = bin_dir / "pg_waldump"

@@ -19,7 +19,8 @@ as the user; one the owner added is as likely a mistake as not, and
 policies need the table's ownership, which the owner check already covers.
 
 All of it is one catalog query (a few hundred rows at most), made once per
-connection that opens the store, under the migration lock.
+connection that opens the store, before the schema's version is read, and
+again under the migration lock when a migration is due.
 """
 
 from __future__ import annotations

@@ -234,9 +234,23 @@ _V9_WORKERS = """
 ALTER TABLE statequeue.runners ADD COLUMN IF NOT EXISTS workers jsonb;
 """
 
+# Version 7 built results_at (a BRIN) on an empty table, and a BRIN build
+# ends with a summary of the range it stopped in, empty or not: so the first
+# page range (128 pages, ~7,000 results) had a summary that every finish
+# widened, its `at` being the newest: a WAL record (~70 B) per finish, and
+# one index page that every runner's finish locked in turn (issue 21
+# point 14). Without it the range is summarized once full (autosummarize),
+# as every later one is, and reads scan an unsummarized range whole. Only
+# while that range is not yet full: a full one keeps its summary.
+_V10_RESULTS_RANGE = """
+SELECT pg_catalog.brin_desummarize_range('statequeue.results_at', 0)
+WHERE pg_catalog.pg_relation_size('statequeue.results')
+    < 128 * pg_catalog.current_setting('block_size')::bigint;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
-    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS),
+    *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS, _V10_RESULTS_RANGE),
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
@@ -250,6 +264,21 @@ def schema_version(conn: Connection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def _checked_version(conn: Connection) -> int:
+    """The recorded version, once the schema's owners are checked; SchemaTooNew
+    when it is ahead of this code."""
+    # Before anything in the schema is read: a view or function of
+    # another role's would run as this one (owners.py).
+    check_owners(conn)
+    before = schema_version(conn)
+    if before > len(MIGRATIONS):
+        raise SchemaTooNew(
+            f"the database's statequeue schema is version {before}, newer than this "
+            f"statequeue knows (version {len(MIGRATIONS)}); upgrade statequeue"
+        )
+    return before
+
+
 def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
     """Bring the schema up to date (or to version ``upto``: tests build an
     older database so); returns (version before, version after).
@@ -257,18 +286,18 @@ def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
     SchemaTooNew when the database is ahead of this code (nothing is changed)."""
     last = len(MIGRATIONS) if upto is None else upto
     with conn.transaction():
+        # Up to date already (every open but the first): nothing to
+        # serialise, so the lock is not taken. Sixteen runners opening a
+        # queue at once queued on it for ~30 ms each (issue 21 point 14).
+        before = _checked_version(conn)
+        if before >= last:
+            return before, before
+    with conn.transaction():
         # Held to the end of the transaction: two processes opening an empty
-        # database at once migrate it once.
+        # database at once migrate it once. Read again under it: another
+        # process may have migrated since the look above.
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
-        # Before anything in the schema is read: a view or function of
-        # another role's would run as this one (owners.py).
-        check_owners(conn)
-        before = schema_version(conn)
-        if before > len(MIGRATIONS):
-            raise SchemaTooNew(
-                f"the database's statequeue schema is version {before}, newer than this "
-                f"statequeue knows (version {len(MIGRATIONS)}); upgrade statequeue"
-            )
+        before = _checked_version(conn)
         if before == 0:
             conn.execute("CREATE SCHEMA IF NOT EXISTS statequeue")
             # Another role may have made the schema since the check (IF NOT
