@@ -27,6 +27,7 @@ class _Owner:
 def test_a_failed_compaction_child_reaped_by_the_runner_is_still_reported() -> None:
     compaction = BackgroundCompaction()
     compaction.child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(4)"])
+    child_exits.expect(compaction.child.pid)  # as BackgroundCompaction.start does
     state = _State("q", _Owner())  # type: ignore[arg-type]
     # The runner's keeper reaps every child it has: this one is no item's.
     while state.reap() == [] and not state.childless:
@@ -36,7 +37,37 @@ def test_a_failed_compaction_child_reaped_by_the_runner_is_still_reported() -> N
     assert notice is not None and "exit 4" in notice
 
 
-def test_codes_are_taken_once() -> None:
+def test_codes_are_taken_once_and_kept_only_for_registered_children() -> None:
+    child_exits.record(12345, 3)  # an orphan's: its pid may be reused, so not kept
+    assert child_exits.take(12345) is None
+    child_exits.expect(12345)
     child_exits.record(12345, 3)
     assert child_exits.take(12345) == 3
     assert child_exits.take(12345) is None
+
+
+def test_the_runners_own_child_is_no_items_process() -> None:
+    # While a compaction child runs, a finished item's claim is still freed.
+    own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        child_exits.expect(own.pid)
+        state = _State("q", _Owner())  # type: ignore[arg-type]
+        state.held[7] = []
+        assert state.attribute([own.pid]) == {}
+    finally:
+        own.kill()
+        own.wait()
+        child_exits.take(own.pid)
+
+
+def test_an_in_process_call_of_the_cli_never_lets_run_fork() -> None:
+    # Only the console command's own process may fork (run/guard.py): a
+    # caller that runs the CLI in its process (a test) must not be forked.
+    import pytest
+
+    from statequeue.cli import app
+    from statequeue.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["help"])
+    assert app.OWNS_PROCESS is False

@@ -222,14 +222,13 @@ def _invoke(argv: Sequence[str]) -> int:
 
 
 OWNS_PROCESS = False
-"""True in the console command (``main``): `run` may fork (run/guard.py),
-which a caller's process (a test's CliRunner) must never see."""
+"""True in the console command only (cli/main.py, called with no argv):
+`run` may fork (run/guard.py), which a caller's process (a test calling
+``main([...])`` or a CliRunner) must never see."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    global OWNS_PROCESS
-    OWNS_PROCESS = True
     args = list(sys.argv[1:] if argv is None else argv)
     code = run_guarded(_invoke, args)
     try:

@@ -127,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if quick_exit:
             signal.signal(signal.SIGINT, previous)
     if opts is None:
+        if argv is None:  # the console command's own process: `run` may fork
+            from statequeue.cli import app  # lazy: loaded just above, off the fast path
+
+            app.OWNS_PROCESS = True
         full_main(args)
         return
     os._exit(_run_fast(opts))

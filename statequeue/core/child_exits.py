@@ -9,18 +9,32 @@ background compaction). That code finds its child gone (ECHILD, which
 
 from __future__ import annotations
 
-_MAX = 256  # codes kept; orphans' are never asked for, so the oldest go first
-
+_expected: set[int] = set()  # children this process's own code started and waits for
 _codes: dict[int, int] = {}
 
 
+def expect(pid: int) -> None:
+    """``pid`` is a child this process started for itself (no item's): the
+    runner's keeper neither counts it as an item's process nor keeps an
+    orphan's code under a pid that may be reused."""
+    _expected.add(pid)
+    _codes.pop(pid, None)
+
+
+def expected(pid: int) -> bool:
+    """Whether ``pid`` was registered with ``expect`` (and not taken yet)."""
+    return pid in _expected
+
+
 def record(pid: int, code: int) -> None:
-    """``pid`` was reaped with ``code`` (an exit code, or -signal)."""
-    _codes[pid] = code
-    if len(_codes) > _MAX:
-        del _codes[next(iter(_codes))]
+    """``pid`` was reaped with ``code`` (an exit code, or -signal); kept
+    only for a registered child."""
+    if pid in _expected:
+        _codes[pid] = code
 
 
 def take(pid: int) -> int | None:
-    """The code ``pid`` was reaped with elsewhere, once; None if it was not."""
+    """The code ``pid`` was reaped with elsewhere, once; None if it was not.
+    Ends the registration."""
+    _expected.discard(pid)
     return _codes.pop(pid, None)

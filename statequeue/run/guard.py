@@ -115,8 +115,9 @@ def launch() -> GuardLink:
     the first fork: running short of them (OSError, EMFILE) happens in this
     process, which reports it as any command does."""
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+        if stream is not None:  # None: started with that fd closed
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
     status_r, status_w = _high(*os.pipe2(os.O_CLOEXEC))
     mine, theirs = _high(*socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
     waiter = os.getpid()
@@ -164,11 +165,16 @@ def _become_keeper(status_w: int, mine: int, theirs: int) -> int:
 
 def _exec_keeper(runner: int, waiter: int) -> None:
     program = [sys.executable, "-I", "-S", _PROGRAM, "", kp.GUARD, str(runner), str(waiter)]
-    null = os.open(os.devnull, os.O_RDWR)
-    # Not our stdio: a keeper that stays for a detached leftover would hold
-    # `statequeue run 2>&1 | cat` open.
+    # Only its socket and the status pipe: a keeper that stays for a detached
+    # leftover must not hold the caller's pipes open (`statequeue run 2>&1 |
+    # cat`, an fd a harness waits on), its stdio included.
+    os.closerange(kp.STATUS_FD + 1, _fd_limit())
+    null = os.open(os.devnull, os.O_RDWR)  # may be 0-2 itself, if one was closed
     for fd in (0, 1, 2):
-        os.dup2(null, fd)
+        if fd == null:
+            os.set_inheritable(fd, True)
+        else:
+            os.dup2(null, fd)
     os.execv(sys.executable, program)
 
 
@@ -225,20 +231,20 @@ def _wait_for_runner(status: int, keeper: int) -> None:
     pending: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
-        if runner:
+        if runner > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner, signum)
-        else:
+        elif runner == 0:
             pending.append(signum)
 
     def suspend(signum: int, frame: object) -> None:
-        if runner:
+        if runner > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner, signal.SIGSTOP)
         os.kill(os.getpid(), signal.SIGSTOP)
 
     def resume(signum: int, frame: object) -> None:
-        if runner:
+        if runner > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner, signal.SIGCONT)
 
@@ -266,6 +272,8 @@ def _wait_for_runner(status: int, keeper: int) -> None:
                 runner = int(value)
                 for signum in pending:
                     forward(signum, None)
+            elif word == b"gone":  # reaped by the keeper: its pid is no longer its own
+                runner = -1
             elif word == b"exit":
                 code = int(value.split()[0])
                 if not value.endswith(b"detached"):
@@ -273,8 +281,11 @@ def _wait_for_runner(status: int, keeper: int) -> None:
                         os.waitpid(keeper, 0)
     _report_cpu("waiter")
     if code is None:  # the keeper died before the runner: it stops (KeeperLost)
-        if runner:
+        if runner > 0:
             _wait_gone(runner)
+        elif runner == 0:  # not even its pid came: it is in the keeper's group
+            with contextlib.suppress(OSError):
+                os.killpg(keeper, signal.SIGTERM)
         os._exit(1)
     if code < 0:  # died by a signal: so do we, as a shell reports it
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs

@@ -376,6 +376,8 @@ class KeeperProcess:
             for token, code in exits:
                 if token == RUNNER_TOKEN:
                     self.runner_code = code
+                    # Reaped: its pid may be reused, so no more signals to it.
+                    tell_waiter(self.status_fd, "gone\n")
             exits = [(t, c) for t, c in exits if t != RUNNER_TOKEN]
             if self.runner_code is not None and self.goodbye and self.has_children():
                 # Detached leftovers of settled items may run on: the waiter

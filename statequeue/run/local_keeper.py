@@ -51,6 +51,10 @@ class _State(kp.KeeperProcess):
     def report(self, exits: list[tuple[int, int]]) -> None:
         self.owner.exits.update(exits)
 
+    def attribute(self, children: list[int]) -> dict[int, frozenset[int]]:
+        # A child this process started for itself (a compaction) is no item's.
+        return super().attribute([pid for pid in children if not child_exits.expected(pid)])
+
     def reaped_other(self, pid: int, status: int) -> None:
         # Not an item's leader: an adopted orphan, or a child some other code
         # of this process started (a compaction child): its owner may ask.
@@ -70,7 +74,6 @@ class LocalKeeper(Keeper):
         self.pids: dict[int, int] = {}
         self._tokens = kp.RUNNER_TOKEN
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        guard.wake = self._poke
         self._previous = signal.signal(signal.SIGCHLD, lambda signum, frame: self._poke())
         self.pid = os.getpid()
 
@@ -159,6 +162,21 @@ class LocalKeeper(Keeper):
         if state.finished:
             state.settle(time.monotonic())
 
+    def _kill_everything(self) -> None:
+        """As the keeper does after the runner's death: kill every process
+        left of every item -- leaders' groups, then each child (orphans it
+        adopted included) as it appears -- until none is left, holding the
+        claims meanwhile."""
+        state = self._state
+        while True:
+            state.kill_all()
+            state.reap()
+            if not state.has_children():
+                return
+            with contextlib.suppress(OSError):
+                select.select([self._wake_r], [], [], kp.FENCE_POLL)
+                os.read(self._wake_r, 4096)
+
     def receive_within(self, timeout: float) -> None:
         ready, _, _ = select.select([self._wake_r], [], [], max(0.0, timeout))
         if not ready:
@@ -177,12 +195,16 @@ class LocalKeeper(Keeper):
 
     def close(self) -> None:
         """End the run: the claims of items a detached leftover may still run
-        for go to the guard, which holds each until no process of it is left."""
+        for go to the guard, which holds each until no process of it is left.
+        Without a guard (it died), nobody would: everything is killed first."""
         state = self._state
-        with contextlib.suppress(KeeperLost):
-            self.receive()
-        state.settle_if_childless()
-        self._guard.close({item: fds for item, fds in state.held.items()})
+        if GuardLink.lost:
+            self._kill_everything()
+        else:
+            with contextlib.suppress(KeeperLost):
+                self.receive()
+            state.settle_if_childless()
+            self._guard.close({item: fds for item, fds in state.held.items()})
         state.release(set(state.held))
         signal.signal(signal.SIGCHLD, self._previous)
         os.close(self._wake_r)

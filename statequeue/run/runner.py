@@ -107,6 +107,8 @@ class Runner:
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
         self.workers = WorkerPool.for_run(self.spec, options, self._stop_taking)  # --persistent
+        if guard is not None:  # the keeper's death wakes the loop (it stops: _pass)
+            guard.wake = self._watch.wake
 
     # -- signals ---------------------------------------------------------------
 
@@ -212,6 +214,8 @@ class Runner:
 
     def _pass(self) -> bool:
         """One pass of the loop; False when the run is over."""
+        if self.guard is not None and GuardLink.lost:
+            raise KeeperLost()  # nothing would keep promise 4 after our death: stop
         self._handle_stop()
         self.recorder.record_owed()
         if self._taking and self._out_of_time():

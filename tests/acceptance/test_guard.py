@@ -179,6 +179,8 @@ def test_a_killed_keeper_stops_the_runner(env: dict[str, str], work: Path, procs
     wait_for(lambda: not alive(runner), "the runner to stop")
     wait_for(lambda: not alive(leader), "the item's child to be killed")
     assert "keeper" in err, err
+    # Nothing the runner left may run on unwatched: it killed all of it.
+    wait_for(lambda: not escaped_alive(work), "the detached leftover to be killed")
     counts = status(env)["counts"]
     assert counts["running"] == 0 and counts["pending"] == 2, counts
     assert lines(work / "starts") == ["1"], "the runner went on without its keeper"
@@ -269,3 +271,47 @@ def test_the_run_returns_while_a_detached_leftover_runs_on(
     assert escaped_alive(work), "the leftover was killed at a normal end"
     for pid in pids_in(work / "escaped"):
         os.kill(pid, signal.SIGKILL)
+
+
+def test_an_idle_runner_stops_when_its_keeper_dies(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # Idle (its one item done, --follow): it still notices, and stops.
+    enqueue(env, "a")
+    waiter = procs.start("run", "--follow", "--", "true")
+    wait_for(lambda: status(env)["counts"]["done"] == 1, "the item to be done")
+    keeper, runner = shape(waiter.pid)
+    os.kill(keeper, signal.SIGKILL)
+    code, _, err = finish(waiter)
+    assert code == 1, err
+    assert "keeper" in err, err
+    wait_for(lambda: not alive(runner), "the runner to stop")
+
+
+def test_the_keeper_holds_none_of_the_callers_fds(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # A keeper staying for a detached leftover must not hold a caller's pipe.
+    enqueue(env, "a")
+    read_end, write_end = os.pipe()
+    try:
+        waiter = subprocess.Popen(
+            [STATEQUEUE, "run", "--", "sh", "-c", PLAIN_WORKER],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(write_end,),
+        )
+        procs.runners.append(waiter)
+        wait_for(lambda: pids_in(work / "pids" / "leader"), "the item to start")
+        keeper, _ = shape(waiter.pid)
+        held = {int(fd) for fd in os.listdir(f"/proc/{keeper}/fd")}
+        assert write_end not in held, held
+        assert {0, 1, 2, 3, 4} <= held
+        waiter.kill()
+        finish(waiter)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

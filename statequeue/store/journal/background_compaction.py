@@ -79,6 +79,7 @@ class BackgroundCompaction:
             stderr=subprocess.DEVNULL,
             close_fds=True,  # never the claims or runner locks: they must die with us
         )
+        child_exits.expect(self.child.pid)  # the runner's keeper: no item's process
         self.started += 1
         return None
 
