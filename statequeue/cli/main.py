@@ -103,7 +103,25 @@ def _fast_enqueue(opts: _Fast) -> int:
     return 0
 
 
+def _standard_fds() -> None:
+    """Started with stdin, stdout or stderr closed (`>&-`): put /dev/null
+    there, so no file this process opens later (a journal) takes fd 1 and
+    gets what a print writes, and the CLI has its streams."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (for the process's life)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    _standard_fds()
     args = list(sys.argv[1:] if argv is None else argv)
     # While the CLI imports its modules, SIGINT ends the process by the
     # kernel's default action: no Python code runs, so no KeyboardInterrupt

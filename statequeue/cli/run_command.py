@@ -323,8 +323,9 @@ def run(
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
-        tty = sys.stderr.isatty()
-        show_live = live if live is not None else (jobs == 1 and sys.stdout.isatty() and not quiet)
+        tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
+        on_tty = sys.stdout is not None and sys.stdout.isatty()
+        show_live = live if live is not None else (jobs == 1 and on_tty and not quiet)
         pending = q.status().counts["pending"]
         view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
         sink = LiveSink() if show_live else None
