@@ -28,11 +28,21 @@ def small_cache_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def indexed_queue(folder: Path, items: list[str] = ITEMS) -> None:
-    """A queue whose filling enqueue left a keys index behind."""
+    """A queue whose filling enqueue left a keys index behind, made whole
+    (with its sorted table) by the first small enqueue after it."""
     store = JournalStore(folder, create=True, auto_compact=0)
     store.enqueue(items)
     store.close()
-    assert (folder / KEYS_NAME).exists()
+    assert not _header(folder)["table"]
+    store = JournalStore(folder, create=False, auto_compact=0)
+    assert store.enqueue(items[:1]).added == 0
+    store.close()
+    assert _header(folder)["table"]
+
+
+def _header(folder: Path) -> dict[str, object]:
+    header, _ = key_index._read_head((folder / KEYS_NAME).read_bytes())
+    return header
 
 
 def probing(folder: Path) -> JournalStore:
@@ -235,5 +245,106 @@ def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) 
         assert cache_file.write_framed(store.dir, KEYS_NAME, b"SQKEYS1\n", header, (b"a\0b",))
         assert checkpoint.known_ids(store.dir) == 77
         assert store.enqueue(["item-1", "new"]).added == 1  # and it is not used for dedupe
+    finally:
+        store.close()
+
+
+def test_the_filling_enqueue_leaves_the_sort_to_the_first_small_one(tmp_path: Path) -> None:
+    """Filling a new queue writes the index without its sorted table (most of
+    that enqueue's cost); a re-enqueue of everything loads its texts and
+    leaves it so; the first small enqueue loads them too, dedupes exactly,
+    and writes the index whole, which the next small one probes."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    header = _header(folder)
+    assert header["table"] is False and header["entries"] == 0
+    store = probing(folder)
+    try:
+        assert store.enqueue(ITEMS).added == 0  # a cron job's re-enqueue: no sort
+        assert store.dedupe.from_cache
+    finally:
+        store.close()
+    assert _header(folder)["table"] is False
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-7", "new-1", "item-3000"]).added == 1
+        assert store.dedupe.index is None  # loaded, not probed
+    finally:
+        store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-8", "new-1", "new-2"]).added == 1
+        assert store.dedupe.index is not None  # probed
+        assert store.find_ids(["new-2", "item-2999"]) == {"new-2": 3002, "item-2999": 2999}
+    finally:
+        store.close()
+
+
+def test_an_index_without_a_table_is_never_probed(tmp_path: Path) -> None:
+    """Its empty table would answer "not queued" for every item: a probe
+    raises IndexDamaged instead (and dedupe falls back to the slow way)."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    try:
+        index = key_index.open_index(store.dir, store.journal)
+        assert index is not None and not index.has_table
+        try:
+            assert index.texts()[41] == "item-42"
+            with pytest.raises(key_index.IndexDamaged):
+                index.get("item-42")
+        finally:
+            index.close()
+    finally:
+        store.close()
+
+
+def test_compaction_keeps_an_index_without_a_table_without_sorting(tmp_path: Path) -> None:
+    """Compaction extends the filling enqueue's index as it is (no table, no
+    sort); dedupe after the swap is exact, and the first small enqueue
+    writes the index whole."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    store = probing(folder)
+    runner = new_runner()
+    for _ in range(2000):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True), sync=False)
+    store.compact()
+    store.close()
+    assert _header(folder)["table"] is False
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-5", "item-2500", "fresh"]).added == 1
+    finally:
+        store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-6", "item-2501", "fresh", "fresher"]).added == 1
+        assert store.dedupe.index is not None
+    finally:
+        store.close()
+
+
+def test_an_index_in_the_format_before_tableless_ones_is_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index written before the tableless kind (SQKEYS2) always has its table."""
+    folder = tmp_path / "q"
+    with monkeypatch.context() as m:
+        m.setattr(key_index, "MAGIC", b"SQKEYS2\n")
+        indexed_queue(folder)
+    assert (folder / KEYS_NAME).read_bytes().startswith(b"SQKEYS2\n")
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-1", "item-2999", "brand-new"]).added == 1
+        assert store.dedupe.index is not None
     finally:
         store.close()

@@ -8,6 +8,9 @@ loads it whole (one dict, C-speed membership), and either scans only the
 journal records after it. When building them was costly, or a new queue was
 just filled, a fresh index is saved for the next enqueue (a cron job
 re-enqueueing everything), and a compaction carries it over (``stage``).
+The index a new queue's filling leaves has no sorted table (the sort was
+most of that enqueue's cost): a big enqueue loads its texts all the same,
+and the first small one loads them too and writes the index whole.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class DedupeKeys:
         self.from_cache = False  # for tests
         self._save = False  # the dedupe keys were costly to build: cache them
         self._were_empty = False  # this enqueue started on a queue with no items
+        self._complete = False  # the index has no table: write it whole, to be probed
 
     @property
     def worth_saving(self) -> bool:
@@ -91,6 +95,10 @@ class DedupeKeys:
         the journal records after it; False if there is no matching index."""
         index = key_index.open_index(self.folder, self.journal)
         if index is None:
+            return False
+        if not index.has_table:  # loaded instead (by the caller), then written whole
+            index.close()
+            self._complete = True
             return False
         tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
         if tail is None:
@@ -135,7 +143,8 @@ class DedupeKeys:
         state.keys, tail = found
         self.from_cache = True
         self.archived = {}  # the cache holds them
-        self._save = tail >= KEYS_CACHE_AFTER
+        self._save = tail >= KEYS_CACHE_AFTER or self._complete
+        self._complete = False
 
     def _cached_keys(self) -> tuple[dict[str, int], int] | None:
         """Every item text (text -> id) from keys.ckpt plus the records after
@@ -160,8 +169,11 @@ class DedupeKeys:
         if not self.settings.caches or self.archived is None or read_only:
             return
         texts: list[str] | None = None
+        table = True
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
-            texts = fresh
+            # Without the sorted table: a re-enqueue of them all never reads
+            # it, and the first small enqueue writes the index whole.
+            texts, table = fresh, False
         elif self._save and self.index is not None and self.index.index is not None:
             # The index plus a long tail: merged into a fresh one, no sort of all.
             self._save = False
@@ -175,7 +187,7 @@ class DedupeKeys:
             return
         self._save = False
         self.journal.sync()  # as for the state checkpoint
-        key_index.save(self.folder, self.journal, texts)
+        key_index.save(self.folder, self.journal, texts, table=table)
 
     def _texts_in_memory(self, state: QueueState) -> list[str] | None:
         """Every item text in id order from the dedupe keys this process holds
