@@ -348,3 +348,28 @@ def test_an_index_in_the_format_before_tableless_ones_is_probed(
         assert store.dedupe.index is not None
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["caf\u00e9", "\u540d\u524d", "\U0001f642", "\u00e9" * 9]],
+)
+def test_an_index_without_a_table_holds_each_items_exact_bytes(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    """Its offsets come from the texts' lengths when every character is one
+    byte, else from the encoded bytes: each id's bytes are its item's either way."""
+    items = [*ITEMS[:150], *extra, "z"]
+    store = JournalStore(tmp_path / "q", create=True, auto_compact=0)
+    store.enqueue(items)
+    try:
+        index = key_index.open_index(store.dir, store.journal)
+        assert index is not None and not index.has_table
+        try:
+            assert index.texts() == items
+            for item_id, text in enumerate(items, 1):
+                assert index.item_bytes(item_id) == text.encode("utf-8", "surrogateescape")
+        finally:
+            index.close()
+    finally:
+        store.close()

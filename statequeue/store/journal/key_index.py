@@ -93,7 +93,25 @@ def save(
     where = journal_position(journal)
     if where is None or len(texts) > _ID_MASK:
         return False
+    if not table and texts:
+        return _write_without_table(folder, where, texts, staged=staged)
     return _write(folder, where, _encode_all(texts), staged=staged, table=table)
+
+
+def _write_without_table(
+    folder: QueueFolder, where: dict[str, Any], texts: list[str], *, staged: str | None
+) -> bool:
+    """The index of ``texts`` (at least one) without its table. The blob is
+    one encode; when it has a byte per character (every character is one
+    byte, as in file names and numbers: none encodes to fewer), each text's
+    byte length is its length, and no list of encoded items is made."""
+    blob = "\0".join(texts).encode("utf-8", "surrogateescape")
+    if len(blob) == sum(map(len, texts)) + len(texts) - 1:
+        lengths = map(len, texts)
+    else:
+        lengths = map(len, blob.split(b"\0"))
+    offsets = array("Q", accumulate(map((1).__add__, lengths), initial=0))
+    return _write_sections(folder, where, offsets, blob, None, staged=staged)
 
 
 def _encode_all(texts: list[str]) -> list[bytes]:
