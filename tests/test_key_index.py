@@ -252,8 +252,8 @@ def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) 
 def test_the_filling_enqueue_leaves_the_sort_to_the_first_small_one(tmp_path: Path) -> None:
     """Filling a new queue writes the index without its sorted table (most of
     that enqueue's cost); a re-enqueue of everything loads its texts and
-    leaves it so; the first small enqueue loads them too, dedupes exactly,
-    and writes the index whole, which the next small one probes."""
+    leaves it so; the first small enqueue sorts the index's items into its
+    table, writes it whole and probes it (no dict of every key)."""
     folder = tmp_path / "q"
     store = JournalStore(folder, create=True, auto_compact=0)
     store.enqueue(ITEMS)
@@ -270,7 +270,8 @@ def test_the_filling_enqueue_leaves_the_sort_to_the_first_small_one(tmp_path: Pa
     store = probing(folder)
     try:
         assert store.enqueue(["item-7", "new-1", "item-3000"]).added == 1
-        assert store.dedupe.index is None  # loaded, not probed
+        assert store.dedupe.index is not None  # probed
+        assert "item-1" not in (store.state.keys or {})  # never loaded
     finally:
         store.close()
     assert _header(folder)["table"] is True
@@ -279,6 +280,33 @@ def test_the_filling_enqueue_leaves_the_sort_to_the_first_small_one(tmp_path: Pa
         assert store.enqueue(["item-8", "new-1", "new-2"]).added == 1
         assert store.dedupe.index is not None  # probed
         assert store.find_ids(["new-2", "item-2999"]) == {"new-2": 3002, "item-2999": 2999}
+    finally:
+        store.close()
+
+
+def test_an_index_that_cannot_be_written_whole_is_loaded_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the small enqueue cannot write the index with its table (say a
+    read-only folder), it loads the keys, dedupes exactly, and the index is
+    written whole at its end, as after any costly build of the keys."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    with monkeypatch.context() as m:
+        m.setattr(key_index, "with_table", lambda folder, index: False)
+        store = probing(folder)
+        try:
+            assert store.enqueue(["item-7", "new-1", "item-3000"]).added == 1
+            assert store.dedupe.index is None and store.dedupe.from_cache  # loaded
+        finally:
+            store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-8", "new-1", "new-2"]).added == 1
+        assert store.dedupe.index is not None
     finally:
         store.close()
 
@@ -371,5 +399,29 @@ def test_an_index_without_a_table_holds_each_items_exact_bytes(
                 assert index.item_bytes(item_id) == text.encode("utf-8", "surrogateescape")
         finally:
             index.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("section", ["offsets", "blob"])
+def test_a_damaged_index_without_a_table_is_never_sorted_into_one(
+    tmp_path: Path, section: str
+) -> None:
+    """A flipped byte in the filling enqueue's index: the small enqueue that
+    would sort it into a table finds the damage, and dedupe is exact (the slow way)."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    where = _sections(folder)[section]
+    with (folder / KEYS_NAME).open("r+b") as f:
+        f.seek(where)
+        byte = f.read(1)
+        f.seek(where)
+        f.write(bytes([byte[0] ^ 0x41]))
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-1", "item-1501", "item-1500", "item-3000", "new"]).added == 1
+        assert store.find_ids(["item-1501", "new"]) == {"item-1501": 1501, "new": 3001}
     finally:
         store.close()

@@ -10,7 +10,8 @@ just filled, a fresh index is saved for the next enqueue (a cron job
 re-enqueueing everything), and a compaction carries it over (``stage``).
 The index a new queue's filling leaves has no sorted table (the sort was
 most of that enqueue's cost): a big enqueue loads its texts all the same,
-and the first small one loads them too and writes the index whole.
+and the first small one sorts the index's own items into its table, writes
+it whole and probes it.
 """
 
 from __future__ import annotations
@@ -96,10 +97,11 @@ class DedupeKeys:
         index = key_index.open_index(self.folder, self.journal)
         if index is None:
             return False
-        if not index.has_table:  # loaded instead (by the caller), then written whole
-            index.close()
-            self._complete = True
-            return False
+        if not index.has_table:
+            index = self._with_table(index)
+            if index is None:  # loaded instead (by the caller), then written whole
+                self._complete = True
+                return False
         tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
         if tail is None:
             index.close()
@@ -111,6 +113,16 @@ class DedupeKeys:
         # A long tail is scanned by every enqueue: worth a fresh index.
         self._save = len(tail) >= KEYS_CACHE_AFTER
         return True
+
+    def _with_table(self, index: key_index.KeyIndex) -> key_index.KeyIndex | None:
+        """``index`` (without a table) written whole and opened again, or None."""
+        try:
+            written = key_index.with_table(self.folder, index)
+        except key_index.IndexDamaged:
+            written = False
+        finally:
+            index.close()
+        return key_index.open_index(self.folder, self.journal) if written else None
 
     def _keys_the_slow_way(self) -> dict[str, int]:
         """Every item text (text -> id), from every record of the journal and

@@ -29,7 +29,8 @@ checksums fail.
 The table is what costs to write (a sort of every item's digest): the bulk
 enqueue that fills a new queue leaves it out, since the re-enqueue of a cron
 job loads the texts and never reads it. The first small enqueue that would
-probe such an index loads the texts instead, and writes the index whole.
+probe such an index sorts its items into a table and writes it whole
+(``with_table``) first.
 """
 
 from __future__ import annotations
@@ -134,15 +135,32 @@ def _write(
 ) -> bool:
     offsets = array("Q", accumulate(map((1).__add__, map(len, encoded)), initial=0))
     blob = b"\0".join(encoded)
-    if not table:
-        return _write_sections(folder, where, offsets, blob, None, staged=staged)
+    entries = _table_of(encoded) if table else None
+    return _write_sections(folder, where, offsets, blob, entries, staged=staged)
+
+
+def _table_of(encoded: list[bytes]) -> array[int]:
+    """The sorted table of the items ``encoded`` (item ``i + 1``'s bytes at ``i``)."""
     # Sorting ints whose high half is the digest groups equal digests, ids
     # ascending. Built by maps (no Python frame per item), ids without a text left out.
     keyed = map(
         or_, map(lshift, map(zlib.crc32, encoded), repeat(_ID_BITS)), range(1, len(encoded) + 1)
     )
-    entries = array("Q", sorted(compress(keyed, encoded)))
-    return _write_sections(folder, where, offsets, blob, entries, staged=staged)
+    return array("Q", sorted(compress(keyed, encoded)))
+
+
+def with_table(folder: QueueFolder, index: KeyIndex) -> bool:
+    """Write ``index`` (one without a table) whole, covering the same journal
+    position: its table sorted from its own items (no journal read, no dict
+    of every key). False if it could not be written; IndexDamaged if a
+    checksum fails."""
+    index.verify()
+    blob = bytes(index._blob)
+    encoded = blob.split(b"\0") if index.count else []
+    if len(encoded) != index.count:
+        raise IndexDamaged("count")
+    offsets = array("Q", index._offsets)
+    return _write_sections(folder, index.where, offsets, blob, _table_of(encoded), staged=None)
 
 
 def save_extended(
@@ -245,7 +263,8 @@ class KeyIndex:
     def __init__(self, data: mmap.mmap, header: dict[str, Any], start: int) -> None:
         self.count = int(header["count"])
         self.has_table = header.get("table", True) is not False  # absent: a v2 index
-        self.covers = int(header["journal"]["offset"])  # the journal offset it covers
+        self.where: dict[str, Any] = header["journal"]  # the journal position it covers
+        self.covers = int(self.where["offset"])
         entries, blob = int(header["entries"]), int(header["blob"])
         nchunks = -(-self.count // CHUNK)
         nblocks = -(-entries // CHUNK)
