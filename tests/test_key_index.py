@@ -425,3 +425,27 @@ def test_a_damaged_index_without_a_table_is_never_sorted_into_one(
         assert store.find_ids(["item-1501", "new"]) == {"item-1501": 1501, "new": 3001}
     finally:
         store.close()
+
+
+def test_a_read_only_store_never_sorts_an_index_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that may not write the queue's files (``read_only``) looks a
+    few items up in an index without a table by loading the keys: it never
+    pays for a sort whose result it could not keep."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+
+    def never(folder: object, index: object) -> bool:
+        raise AssertionError("sorted into a table")
+
+    monkeypatch.setattr(key_index, "with_table", never)
+    store = probing(folder)
+    store.read_only = True
+    try:
+        assert store.find_ids(["item-42", "absent"]) == {"item-42": 42}
+    finally:
+        store.close()
+    assert _header(folder)["table"] is False

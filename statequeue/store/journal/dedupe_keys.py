@@ -56,6 +56,7 @@ class DedupeKeys:
         self.archived: dict[str, int] | None = None  # the archive's keys, once loaded
         self.index: IndexedKeys | None = None  # the keys index probed by a small enqueue
         self.few = False  # this enqueue is small enough to probe the index
+        self.may_write = True  # the store may write files (a read-only one never sorts for one)
         self.from_cache = False  # for tests
         self._save = False  # the dedupe keys were costly to build: cache them
         self._were_empty = False  # this enqueue started on a queue with no items
@@ -98,7 +99,11 @@ class DedupeKeys:
         if index is None:
             return False
         if not index.has_table:
-            index = self._with_table(index)
+            if self.may_write:
+                index = self._with_table(index)
+            else:  # a read-only store: it could not keep the table it sorted
+                index.close()
+                index = None
             if index is None:  # loaded instead (by the caller), then written whole
                 self._complete = True
                 return False
