@@ -232,6 +232,7 @@ def test_listing_stays_in_id_order_when_items_finish_out_of_order(tmp_path: Path
         ["a", "b"],
         ['quote " inside', 'x","y', "back\\slash\\", "\\", '","', "tab\tnew\u2028line"],
         ["ünïcødé 名前", "emoji 🙂", "ctrl \x01\x1f"],
+        ["50% off", "%d %s %08x %%", "}", "}\n", '{"a":1}\n}', "%"],
         [],
     ],
 )
@@ -249,6 +250,20 @@ def test_batch_enqueue_lines_are_byte_identical_to_encode(texts: list[str]) -> N
     assert [records.decode(line) for line in lines] == [
         {"t": "enq", "id": 41 + i, "item": t, "seq": 7 + i} for i, t in enumerate(texts)
     ]
+
+
+def test_batch_enqueue_gives_its_first_line_the_batch_time() -> None:
+    texts = ["a%", "}", "c"]
+    encoded = records.encode_enqueued(5, 9, texts, 1764640000.12345)
+    assert encoded is not None
+    data, sizes = encoded
+    expected = [
+        records.encode({"t": "enq", "id": 5, "item": "a%", "seq": 9, "at": 1764640000.123}),
+        records.encode({"t": "enq", "id": 6, "item": "}", "seq": 10}),
+        records.encode({"t": "enq", "id": 7, "item": "c", "seq": 11}),
+    ]
+    assert data == b"".join(expected)
+    assert sizes == [len(line) for line in expected]
 
 
 def test_batch_enqueue_defers_non_utf8_to_the_general_encoder() -> None:

@@ -28,11 +28,21 @@ def small_cache_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def indexed_queue(folder: Path, items: list[str] = ITEMS) -> None:
-    """A queue whose filling enqueue left a keys index behind."""
+    """A queue whose filling enqueue left a keys index behind, made whole
+    (with its sorted table) by the first small enqueue after it."""
     store = JournalStore(folder, create=True, auto_compact=0)
     store.enqueue(items)
     store.close()
-    assert (folder / KEYS_NAME).exists()
+    assert not _header(folder)["table"]
+    store = JournalStore(folder, create=False, auto_compact=0)
+    assert store.enqueue(items[:1]).added == 0
+    store.close()
+    assert _header(folder)["table"]
+
+
+def _header(folder: Path) -> dict[str, object]:
+    header, _ = key_index._read_head((folder / KEYS_NAME).read_bytes())
+    return header
 
 
 def probing(folder: Path) -> JournalStore:
@@ -237,3 +247,205 @@ def test_ids_an_older_keys_file_knew_are_never_handed_out_again(tmp_path: Path) 
         assert store.enqueue(["item-1", "new"]).added == 1  # and it is not used for dedupe
     finally:
         store.close()
+
+
+def test_the_filling_enqueue_leaves_the_sort_to_the_first_small_one(tmp_path: Path) -> None:
+    """Filling a new queue writes the index without its sorted table (most of
+    that enqueue's cost); a re-enqueue of everything loads its texts and
+    leaves it so; the first small enqueue sorts the index's items into its
+    table, writes it whole and probes it (no dict of every key)."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    header = _header(folder)
+    assert header["table"] is False and header["entries"] == 0
+    store = probing(folder)
+    try:
+        assert store.enqueue(ITEMS).added == 0  # a cron job's re-enqueue: no sort
+        assert store.dedupe.from_cache
+    finally:
+        store.close()
+    assert _header(folder)["table"] is False
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-7", "new-1", "item-3000"]).added == 1
+        assert store.dedupe.index is not None  # probed
+        assert "item-1" not in (store.state.keys or {})  # never loaded
+    finally:
+        store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-8", "new-1", "new-2"]).added == 1
+        assert store.dedupe.index is not None  # probed
+        assert store.find_ids(["new-2", "item-2999"]) == {"new-2": 3002, "item-2999": 2999}
+    finally:
+        store.close()
+
+
+def test_an_index_that_cannot_be_written_whole_is_loaded_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the small enqueue cannot write the index with its table (say a
+    read-only folder), it loads the keys, dedupes exactly, and the index is
+    written whole at its end, as after any costly build of the keys."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    with monkeypatch.context() as m:
+        m.setattr(key_index, "with_table", lambda folder, index: False)
+        store = probing(folder)
+        try:
+            assert store.enqueue(["item-7", "new-1", "item-3000"]).added == 1
+            assert store.dedupe.index is None and store.dedupe.from_cache  # loaded
+        finally:
+            store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-8", "new-1", "new-2"]).added == 1
+        assert store.dedupe.index is not None
+    finally:
+        store.close()
+
+
+def test_an_index_without_a_table_is_never_probed(tmp_path: Path) -> None:
+    """Its empty table would answer "not queued" for every item: a probe
+    raises IndexDamaged instead (and dedupe falls back to the slow way)."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    try:
+        index = key_index.open_index(store.dir, store.journal)
+        assert index is not None and not index.has_table
+        try:
+            assert index.texts()[41] == "item-42"
+            with pytest.raises(key_index.IndexDamaged):
+                index.get("item-42")
+        finally:
+            index.close()
+    finally:
+        store.close()
+
+
+def test_compaction_keeps_an_index_without_a_table_without_sorting(tmp_path: Path) -> None:
+    """Compaction extends the filling enqueue's index as it is (no table, no
+    sort); dedupe after the swap is exact, and the first small enqueue
+    writes the index whole."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    store = probing(folder)
+    runner = new_runner()
+    for _ in range(2000):
+        claim = store.claim(runner)
+        assert claim is not None
+        store.finish(claim, Outcome(ok=True), sync=False)
+    store.compact()
+    store.close()
+    assert _header(folder)["table"] is False
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-5", "item-2500", "fresh"]).added == 1
+    finally:
+        store.close()
+    assert _header(folder)["table"] is True
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-6", "item-2501", "fresh", "fresher"]).added == 1
+        assert store.dedupe.index is not None
+    finally:
+        store.close()
+
+
+def test_an_index_in_the_format_before_tableless_ones_is_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index written before the tableless kind (SQKEYS2) always has its table."""
+    folder = tmp_path / "q"
+    with monkeypatch.context() as m:
+        m.setattr(key_index, "MAGIC", b"SQKEYS2\n")
+        indexed_queue(folder)
+    assert (folder / KEYS_NAME).read_bytes().startswith(b"SQKEYS2\n")
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-1", "item-2999", "brand-new"]).added == 1
+        assert store.dedupe.index is not None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["caf\u00e9", "\u540d\u524d", "\U0001f642", "\u00e9" * 9]],
+)
+def test_an_index_without_a_table_holds_each_items_exact_bytes(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    """Its offsets come from the texts' lengths when every character is one
+    byte, else from the encoded bytes: each id's bytes are its item's either way."""
+    items = [*ITEMS[:150], *extra, "z"]
+    store = JournalStore(tmp_path / "q", create=True, auto_compact=0)
+    store.enqueue(items)
+    try:
+        index = key_index.open_index(store.dir, store.journal)
+        assert index is not None and not index.has_table
+        try:
+            assert index.texts() == items
+            for item_id, text in enumerate(items, 1):
+                assert index.item_bytes(item_id) == text.encode("utf-8", "surrogateescape")
+        finally:
+            index.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("section", ["offsets", "blob"])
+def test_a_damaged_index_without_a_table_is_never_sorted_into_one(
+    tmp_path: Path, section: str
+) -> None:
+    """A flipped byte in the filling enqueue's index: the small enqueue that
+    would sort it into a table finds the damage, and dedupe is exact (the slow way)."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+    where = _sections(folder)[section]
+    with (folder / KEYS_NAME).open("r+b") as f:
+        f.seek(where)
+        byte = f.read(1)
+        f.seek(where)
+        f.write(bytes([byte[0] ^ 0x41]))
+    store = probing(folder)
+    try:
+        assert store.enqueue(["item-1", "item-1501", "item-1500", "item-3000", "new"]).added == 1
+        assert store.find_ids(["item-1501", "new"]) == {"item-1501": 1501, "new": 3001}
+    finally:
+        store.close()
+
+
+def test_a_read_only_store_never_sorts_an_index_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that may not write the queue's files (``read_only``) looks a
+    few items up in an index without a table by loading the keys: it never
+    pays for a sort whose result it could not keep."""
+    folder = tmp_path / "q"
+    store = JournalStore(folder, create=True, auto_compact=0)
+    store.enqueue(ITEMS)
+    store.close()
+
+    def never(folder: object, index: object) -> bool:
+        raise AssertionError("sorted into a table")
+
+    monkeypatch.setattr(key_index, "with_table", never)
+    store = probing(folder)
+    store.read_only = True
+    try:
+        assert store.find_ids(["item-42", "absent"]) == {"item-42": 42}
+    finally:
+        store.close()
+    assert _header(folder)["table"] is False

@@ -8,6 +8,10 @@ loads it whole (one dict, C-speed membership), and either scans only the
 journal records after it. When building them was costly, or a new queue was
 just filled, a fresh index is saved for the next enqueue (a cron job
 re-enqueueing everything), and a compaction carries it over (``stage``).
+The index a new queue's filling leaves has no sorted table (the sort was
+most of that enqueue's cost): a big enqueue loads its texts all the same,
+and the first small one sorts the index's own items into its table, writes
+it whole and probes it.
 """
 
 from __future__ import annotations
@@ -52,9 +56,11 @@ class DedupeKeys:
         self.archived: dict[str, int] | None = None  # the archive's keys, once loaded
         self.index: IndexedKeys | None = None  # the keys index probed by a small enqueue
         self.few = False  # this enqueue is small enough to probe the index
+        self.may_write = True  # the store may write files (a read-only one never sorts for one)
         self.from_cache = False  # for tests
         self._save = False  # the dedupe keys were costly to build: cache them
         self._were_empty = False  # this enqueue started on a queue with no items
+        self._complete = False  # the index has no table: write it whole, to be probed
 
     @property
     def worth_saving(self) -> bool:
@@ -92,6 +98,15 @@ class DedupeKeys:
         index = key_index.open_index(self.folder, self.journal)
         if index is None:
             return False
+        if not index.has_table:
+            if self.may_write:
+                index = self._with_table(index)
+            else:  # a read-only store: it could not keep the table it sorted
+                index.close()
+                index = None
+            if index is None:  # loaded instead (by the caller), then written whole
+                self._complete = True
+                return False
         tail = scan_item_texts(self.journal.fd, index.covers, self.journal.offset)
         if tail is None:
             index.close()
@@ -103,6 +118,16 @@ class DedupeKeys:
         # A long tail is scanned by every enqueue: worth a fresh index.
         self._save = len(tail) >= KEYS_CACHE_AFTER
         return True
+
+    def _with_table(self, index: key_index.KeyIndex) -> key_index.KeyIndex | None:
+        """``index`` (without a table) written whole and opened again, or None."""
+        try:
+            written = key_index.with_table(self.folder, index)
+        except key_index.IndexDamaged:
+            written = False
+        finally:
+            index.close()
+        return key_index.open_index(self.folder, self.journal) if written else None
 
     def _keys_the_slow_way(self) -> dict[str, int]:
         """Every item text (text -> id), from every record of the journal and
@@ -135,7 +160,8 @@ class DedupeKeys:
         state.keys, tail = found
         self.from_cache = True
         self.archived = {}  # the cache holds them
-        self._save = tail >= KEYS_CACHE_AFTER
+        self._save = tail >= KEYS_CACHE_AFTER or self._complete
+        self._complete = False
 
     def _cached_keys(self) -> tuple[dict[str, int], int] | None:
         """Every item text (text -> id) from keys.ckpt plus the records after
@@ -160,8 +186,11 @@ class DedupeKeys:
         if not self.settings.caches or self.archived is None or read_only:
             return
         texts: list[str] | None = None
+        table = True
         if fresh is not None and len(fresh) >= KEYS_CACHE_AFTER:
-            texts = fresh
+            # Without the sorted table: a re-enqueue of them all never reads
+            # it, and the first small enqueue writes the index whole.
+            texts, table = fresh, False
         elif self._save and self.index is not None and self.index.index is not None:
             # The index plus a long tail: merged into a fresh one, no sort of all.
             self._save = False
@@ -175,7 +204,7 @@ class DedupeKeys:
             return
         self._save = False
         self.journal.sync()  # as for the state checkpoint
-        key_index.save(self.folder, self.journal, texts)
+        key_index.save(self.folder, self.journal, texts, table=table)
 
     def _texts_in_memory(self, state: QueueState) -> list[str] | None:
         """Every item text in id order from the dedupe keys this process holds

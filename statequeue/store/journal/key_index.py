@@ -13,7 +13,9 @@ Layout (little-endian; every section starts 8-byte aligned)::
     offsets  u64 x (count + 1)  where item i's bytes start in the blob
                                  (offsets[count] = blob length + 1)
     blob     the items' UTF-8 bytes (surrogate escapes kept), NUL-separated
-    table    u64 x entries      sorted (crc32(item bytes) << 32 | item id)
+    table    u64 x entries      sorted (crc32(item bytes) << 32 | item id); none
+                                 (header "table": false) in an index left by the
+                                 bulk enqueue that filled a new queue
     crcs     u32 per chunk of CHUNK ids (their offsets and bytes), then u32 per
              block of CHUNK table entries; the header holds the crc of this list
 
@@ -23,6 +25,12 @@ hit is confirmed by comparing the item's bytes, and any checksum that fails
 makes the caller fall back to the slow path. It is written temp + rename
 without fsync, as ``state.ckpt``: a crash leaves an old file, or one whose
 checksums fail.
+
+The table is what costs to write (a sort of every item's digest): the bulk
+enqueue that fills a new queue leaves it out, since the re-enqueue of a cron
+job loads the texts and never reads it. The first small enqueue that would
+probe such an index sorts its items into a table and writes it whole
+(``with_table``) first.
 """
 
 from __future__ import annotations
@@ -52,7 +60,10 @@ if TYPE_CHECKING:
     from statequeue.store.journal.journal_file import JournalFile
 
 KEYS_NAME = "keys.ckpt"
-MAGIC = b"SQKEYS2\n"
+MAGIC = b"SQKEYS3\n"
+# Always a table (read as such). The magic changed with tableless files, so
+# that an older statequeue discards one rather than probing its empty table.
+_V2_MAGIC = b"SQKEYS2\n"
 _OLD_MAGIC = b"SQKEYS1\n"  # every text NUL-separated, one CRC32 (read only by ``known_count``)
 CHUNK = 1024  # ids (or table entries) per checksummed chunk
 _ID_BITS = 32
@@ -68,16 +79,40 @@ def _encode(text: str) -> bytes:
 
 
 def save(
-    folder: QueueFolder, journal: JournalFile, texts: list[str], *, staged: str | None = None
+    folder: QueueFolder,
+    journal: JournalFile,
+    texts: list[str],
+    *,
+    staged: str | None = None,
+    table: bool = True,
 ) -> bool:
     """Write the index of ``texts`` (``texts[i]`` is item ``i + 1``'s, "" for
     an id without one) as of ``journal.offset``. False if it could not be
     written (the queue works without it). ``staged``: write it to that temp
-    name and leave it there, for a compaction to rename into place."""
+    name and leave it there, for a compaction to rename into place.
+    ``table=False``: without the sorted table (texts only, not probeable)."""
     where = journal_position(journal)
     if where is None or len(texts) > _ID_MASK:
         return False
-    return _write(folder, where, _encode_all(texts), staged=staged)
+    if not table and texts:
+        return _write_without_table(folder, where, texts, staged=staged)
+    return _write(folder, where, _encode_all(texts), staged=staged, table=table)
+
+
+def _write_without_table(
+    folder: QueueFolder, where: dict[str, Any], texts: list[str], *, staged: str | None
+) -> bool:
+    """The index of ``texts`` (at least one) without its table. The blob is
+    one encode; when it has a byte per character (every character is one
+    byte, as in file names and numbers: none encodes to fewer), each text's
+    byte length is its length, and no list of encoded items is made."""
+    blob = "\0".join(texts).encode("utf-8", "surrogateescape")
+    if len(blob) == sum(map(len, texts)) + len(texts) - 1:
+        lengths = map(len, texts)
+    else:
+        lengths = map(len, blob.split(b"\0"))
+    offsets = array("Q", accumulate(map((1).__add__, lengths), initial=0))
+    return _write_sections(folder, where, offsets, blob, None, staged=staged)
 
 
 def _encode_all(texts: list[str]) -> list[bytes]:
@@ -91,16 +126,41 @@ def _encode_all(texts: list[str]) -> list[bytes]:
 
 
 def _write(
-    folder: QueueFolder, where: dict[str, Any], encoded: list[bytes], *, staged: str | None
+    folder: QueueFolder,
+    where: dict[str, Any],
+    encoded: list[bytes],
+    *,
+    staged: str | None,
+    table: bool,
 ) -> bool:
     offsets = array("Q", accumulate(map((1).__add__, map(len, encoded)), initial=0))
+    blob = b"\0".join(encoded)
+    entries = _table_of(encoded) if table else None
+    return _write_sections(folder, where, offsets, blob, entries, staged=staged)
+
+
+def _table_of(encoded: list[bytes]) -> array[int]:
+    """The sorted table of the items ``encoded`` (item ``i + 1``'s bytes at ``i``)."""
     # Sorting ints whose high half is the digest groups equal digests, ids
     # ascending. Built by maps (no Python frame per item), ids without a text left out.
     keyed = map(
         or_, map(lshift, map(zlib.crc32, encoded), repeat(_ID_BITS)), range(1, len(encoded) + 1)
     )
-    table = array("Q", sorted(compress(keyed, encoded)))
-    return _write_sections(folder, where, offsets, b"\0".join(encoded), table, staged=staged)
+    return array("Q", sorted(compress(keyed, encoded)))
+
+
+def with_table(folder: QueueFolder, index: KeyIndex) -> bool:
+    """Write ``index`` (one without a table) whole, covering the same journal
+    position: its table sorted from its own items (no journal read, no dict
+    of every key). False if it could not be written; IndexDamaged if a
+    checksum fails."""
+    index.verify()
+    blob = bytes(index._blob)
+    encoded = blob.split(b"\0") if index.count else []
+    if len(encoded) != index.count:
+        raise IndexDamaged("count")
+    offsets = array("Q", index._offsets)
+    return _write_sections(folder, index.where, offsets, blob, _table_of(encoded), staged=None)
 
 
 def save_extended(
@@ -134,9 +194,11 @@ def save_extended(
         base = offsets.pop()  # the old end (0 if none), where the next item starts
         offsets.extend(accumulate((len(b) + 1 for b in added), initial=base))
     blob = b"\0".join([bytes(index._blob), *added]) if count else b"\0".join(added)
-    # Two sorted runs: the sort merges them in one pass.
-    fresh = [crc32(b) << _ID_BITS | i for i, b in enumerate(added, count + 1) if b]
-    table = array("Q", sorted([*index._table, *fresh]))
+    table = None
+    if index.has_table:  # else it stays without one: no sort of every item here either
+        # Two sorted runs: the sort merges them in one pass.
+        fresh = [crc32(b) << _ID_BITS | i for i, b in enumerate(added, count + 1) if b]
+        table = array("Q", sorted([*index._table, *fresh]))
     return _write_sections(folder, where, offsets, blob, table, staged=staged)
 
 
@@ -145,11 +207,15 @@ def _write_sections(
     where: dict[str, Any],
     offsets: array[int],
     blob: bytes,
-    table: array[int],
+    table: array[int] | None,
     *,
     staged: str | None,
 ) -> bool:
+    """``table`` None: an index without one (header "table": false)."""
     count = len(offsets) - 1
+    tabled = table is not None
+    if table is None:
+        table = array("Q")
     crc32 = zlib.crc32
     raw_offsets = offsets.tobytes()
     crcs = array("I")
@@ -166,6 +232,7 @@ def _write_sections(
         "entries": len(table),
         "blob": len(blob),
         "crcs": crc32(crcs.tobytes()),
+        "table": tabled,
     }
     parts = (raw_offsets, _padded(blob), raw_table, crcs.tobytes())
     return _write_file(folder, _head(header), parts, staged=staged)
@@ -195,7 +262,9 @@ class KeyIndex:
 
     def __init__(self, data: mmap.mmap, header: dict[str, Any], start: int) -> None:
         self.count = int(header["count"])
-        self.covers = int(header["journal"]["offset"])  # the journal offset it covers
+        self.has_table = header.get("table", True) is not False  # absent: a v2 index
+        self.where: dict[str, Any] = header["journal"]  # the journal position it covers
+        self.covers = int(self.where["offset"])
         entries, blob = int(header["entries"]), int(header["blob"])
         nchunks = -(-self.count // CHUNK)
         nblocks = -(-entries // CHUNK)
@@ -223,6 +292,8 @@ class KeyIndex:
 
     def get(self, text: str) -> int | None:
         """The id of item ``text``, or None if the index holds no such item."""
+        if not self.has_table:  # its empty table would answer None for every item
+            raise IndexDamaged("no table")
         wanted = _encode(text)
         digest = zlib.crc32(wanted)
         table = self._table
@@ -329,7 +400,7 @@ def open_index(folder: QueueFolder, journal: JournalFile) -> KeyIndex | None:
 
 
 def _read_head(data: mmap.mmap | bytes) -> tuple[dict[str, Any], int]:
-    if data[: len(MAGIC)] != MAGIC or len(data) < len(MAGIC) + 12:
+    if data[: len(MAGIC)] not in (MAGIC, _V2_MAGIC) or len(data) < len(MAGIC) + 12:
         raise IndexDamaged("magic")
     size = int.from_bytes(data[len(MAGIC) : len(MAGIC) + 8], "little")
     end = len(MAGIC) + 8 + size

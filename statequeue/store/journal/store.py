@@ -224,6 +224,7 @@ class JournalStore(RecordStore):
         # would rewrite the whole state every few batches. One at the end.
         self.replay.bulk = True
         self.dedupe.few = len(items) <= FEW_ITEMS
+        self.dedupe.may_write = not self.read_only
         try:
             result = super().enqueue(items)
         finally:
@@ -238,6 +239,7 @@ class JournalStore(RecordStore):
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         # A few texts: probe the keys index, as a small enqueue does.
         self.dedupe.few = len(texts) <= FEW_ITEMS
+        self.dedupe.may_write = not self.read_only
         try:
             return super().find_ids(texts)
         finally:

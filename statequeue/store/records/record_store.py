@@ -119,8 +119,11 @@ class RecordStore(Store):
 
     def _enqueue(self, items: Sequence[str]) -> EnqueueResult:
         # Repeats within the input go first (dict.fromkeys keeps the order), so
-        # a batch need not be checked against the batches before it.
-        unique = list(dict.fromkeys(items))
+        # a batch need not be checked against the batches before it. A set
+        # finds out whether there are any at half the cost of the dict (the
+        # usual `find | statequeue enqueue` has none), and leaves every
+        # text's hash cached for the dict and the batches' lookups.
+        unique = list(items) if len(set(items)) == len(items) else list(dict.fromkeys(items))
         added = 0
         keys: Container[str] = {}
         keys_of: object = None
