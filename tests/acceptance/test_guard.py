@@ -20,7 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_keeper import SH_DETACHED_SLEEPER, SH_OVERLAP, escaped_alive
+from tests.acceptance.test_keeper import (
+    HANG_WORKER,
+    SH_DETACHED_SLEEPER,
+    SH_OVERLAP,
+    escaped_alive,
+)
 from tests.acceptance.test_runner import (
     Procs,
     alive,
@@ -215,13 +220,7 @@ def test_a_signal_to_the_waiter_or_its_group_reaches_the_runner_once(
 
 
 # Holds its claim fd (inherited, at a high number) and sleeps: no detaching.
-PLAIN_WORKER = """
-echo "$STATEQUEUE_ATTEMPT" >> "$SQT_DIR/starts"
-if [ "$STATEQUEUE_ATTEMPT" = 1 ]; then
-  echo $$ >> "$SQT_DIR/pids/leader"
-  exec sleep 30
-fi
-"""
+PLAIN_WORKER = HANG_WORKER
 
 
 def test_with_keeper_and_runner_killed_the_child_keeps_its_claim(
