@@ -25,12 +25,10 @@ keeper's parent-death signal), as a kill -9 of the run's pid did before.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import ctypes
 import errno
 import fcntl
-import marshal
 import os
 import select
 import signal
@@ -41,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from statequeue.run import keeper_process as kp
+from statequeue.run.keeper import send_request
+from statequeue.run.keeper_os import append_cpu
 
 _PROGRAM = str(Path(kp.__file__).resolve())
 _HIGH = 10  # above the keeper's fds (kp.SOCKET_FD, kp.STATUS_FD)
@@ -55,7 +55,6 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGWINCH,  # the terminal's size, for the live view
 )
-CPU_ENV = "STATEQUEUE_BENCH_CPU"  # scripts/bench.py: each process appends "ROLE SECONDS"
 NO_GUARD_ENV = "STATEQUEUE_NO_GUARD"  # "1": the older shape (the keeper spawns each child)
 
 
@@ -81,14 +80,8 @@ class GuardLink:
 
     def send(self, request: tuple[Any, ...], fds: Sequence[int] = ()) -> bool:
         """Send ``request`` with ``fds``; False if the keeper is gone."""
-        payload = marshal.dumps(request)
-        head = kp.HEADER.pack(len(payload), len(fds))
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
         try:
-            sent = self.sock.sendmsg([head, payload], rights if fds else [])
-            whole = head + payload
-            if sent < len(whole):
-                self.sock.sendall(whole[sent:])
+            send_request(self.sock, request, fds)
         except OSError:
             return False
         return True
@@ -319,18 +312,7 @@ def report_runner_cpu() -> None:
 
 
 def _report_cpu(role: str) -> None:
-    path = os.environ.get(CPU_ENV, "")
-    if not path:
-        return
-    import resource  # lazy: only for the benchmark
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, f"{role} {usage.ru_utime + usage.ru_stime:.6f}\n".encode("ascii"))
-        finally:
-            os.close(fd)
+    append_cpu(os.environ.get(kp.CPU_APPEND_ENV, ""), role)
 
 
 def _fd_limit() -> int:

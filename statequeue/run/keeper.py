@@ -157,14 +157,8 @@ class Keeper:
         return self.exits.pop(token)
 
     def _send(self, request: tuple[Any, ...], fds: Sequence[int]) -> None:
-        payload = marshal.dumps(request)
-        head = kp.HEADER.pack(len(payload), len(fds))
         try:
-            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))] if fds else []
-            sent = self._sock.sendmsg([head, payload], rights)
-            whole = head + payload
-            if sent < len(whole):
-                self._sock.sendall(whole[sent:])
+            send_request(self._sock, request, fds)
         except BrokenPipeError:
             raise KeeperLost() from None
 
@@ -184,5 +178,13 @@ class Keeper:
             os.waitpid(self.pid, 0)
 
 
-def _ints(fds: Sequence[int]) -> bytes:
-    return array.array("i", fds).tobytes()
+def send_request(sock: socket.socket, request: tuple[Any, ...], fds: Sequence[int]) -> None:
+    """One request to a keeper process: a header, a marshal payload, and
+    ``fds`` riding on it with SCM_RIGHTS (keeper_process.py reads it)."""
+    payload = marshal.dumps(request)
+    head = kp.HEADER.pack(len(payload), len(fds))
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+    sent = sock.sendmsg([head, payload], rights if fds else [])
+    whole = head + payload
+    if sent < len(whole):
+        sock.sendall(whole[sent:])
