@@ -25,7 +25,7 @@ def host_name() -> str:
     return os.environ.get("STATEQUEUE_HOST") or socket.gethostname()
 
 
-def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
+def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> RunnerInfo:
     """A fresh identity for a runner starting now in this process."""
     import uuid  # lazy: start-up time (enqueue never needs it)
 
@@ -36,4 +36,5 @@ def new_runner(command: tuple[str, ...] = ()) -> RunnerInfo:
         boot_id=boot_id(),
         started_at=time.time(),
         command=command,
+        guarded=guarded,
     )

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
+from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.replacements import JobItem, has_token
 from statequeue.run.shell_command import refuse_shell_word
 from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
+from statequeue.store.base import Store
 
 SHOWN_IDS = 10
 
@@ -123,6 +125,21 @@ def command_drift(earlier: list[list[str]], command: tuple[str, ...]) -> str:
         "warning: this queue was last run with a different command: "
         f"{shlex.join(earlier[-1])!s} (now: {shlex.join(command)})"
     )
+
+
+def report_recovery(
+    store: Store,
+    policy: OnInterrupted,
+    max_crashes: int,
+    verify: bool,
+    on_event: Callable[[RunEvent], None],
+) -> None:
+    """Recover what dead runners left in flight now, to say so (a claim
+    would do it silently)."""
+    report = store.recover(on_interrupted=policy, max_crashes=max_crashes)
+    notes = recovery_notice(report.retried, report.failed, report.held, policy, verify)
+    for text, warning in notes:
+        on_event(Notice(text, warning=warning))
 
 
 def recovery_notice(

@@ -252,6 +252,23 @@ class Job:
 
     # -- stopping ------------------------------------------------------------------
 
+    def enforce_times(self, now: float, grace: float) -> None:
+        """Act on a time that has come (the child still runs): KILL when the
+        grace after TERM ran out, TERM when the --timeout did."""
+        if self.kill_at is not None and now >= self.kill_at:
+            self.killed = True  # the grace ran out: said in the reason, and on stop
+            self.signal_group(signal.SIGKILL)
+        elif self.deadline is not None and now >= self.deadline and not self.stop_reason:
+            self.stop_reason = "timeout"
+            self.signal_group(signal.SIGTERM)
+            self.grace = grace
+            self.kill_at = now + grace
+
+    def next_time(self) -> float | None:
+        """The soonest time the runner must look at this job again, if any."""
+        times = [t for t in (self.deadline, self.kill_at, self.watch_at) if t is not None]
+        return min(times) if times else None
+
     def signal_group(self, signum: int) -> None:
         """Signal the child's process group. The keeper does it, and only while
         the child is unreaped (its pid, so its group id, is still reserved);

@@ -10,7 +10,6 @@ result recorder (recorder.py), fencing (fencing.py), the --verify step
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command, command_drift, recovery_notice
+from statequeue.run.checks import check_command, command_drift, report_recovery
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
@@ -56,17 +55,13 @@ class Runner:
         guard: GuardLink | None = None,
     ) -> None:
         self.queue = queue
-        # Under a guard (guard.py: the CLI's shape), this process starts each
-        # child itself (local_keeper.py); else a keeper process does.
-        self.guard = guard
+        self.guard = guard  # the CLI's shape (guard.py): we start each child ourselves
         # Taken once: ``queue.store`` checks the process id on every use (for
         # a Queue used across a fork), a syscall the per-item path need not pay.
         self._store = queue.store
         self.options = options
         self.on_event = on_event or (lambda event: None)
-        self.info: RunnerInfo = new_runner(command=options.command)
-        if guard is not None:
-            self.info = dataclasses.replace(self.info, guarded=True)
+        self.info: RunnerInfo = new_runner(command=options.command, guarded=guard is not None)
         folder = queue.path or Path(".")
         self.spec = JobSpec(
             template=options.command,
@@ -145,7 +140,10 @@ class Runner:
         if drift := command_drift(earlier, self.options.command):
             self.on_event(Notice(drift))
         try:
-            self._report_recovery()
+            opts = self.options
+            report_recovery(
+                store, opts.on_interrupted, opts.max_crashes, bool(opts.verify), self.on_event
+            )
         except BaseException:
             store.unregister_runner(self.info.runner_id)
             raise
@@ -247,19 +245,6 @@ class Runner:
         self._fence()
         self._reap()
         return True
-
-    def _report_recovery(self) -> None:
-        """Recover what dead runners left in flight now, to say so (``claim``
-        would do it silently)."""
-        opts = self.options
-        report = self.queue.store.recover(
-            on_interrupted=opts.on_interrupted, max_crashes=opts.max_crashes
-        )
-        notes = recovery_notice(
-            report.retried, report.failed, report.held, opts.on_interrupted, bool(opts.verify)
-        )
-        for text, warning in notes:
-            self.on_event(Notice(text, warning=warning))
 
     def _scope(self) -> set[int] | None:
         """Which items this run may still claim: None for any, else only these
@@ -413,22 +398,20 @@ class Runner:
         if fence is not None and self.jobs:
             wait = min(wait, fence)
         for job in self.jobs.values():
-            for t in (job.deadline, job.kill_at, job.watch_at):
-                if t is not None:
-                    wait = min(wait, max(0.0, t - now))
+            if (t := job.next_time()) is not None:
+                wait = min(wait, max(0.0, t - now))
         return wait
 
     def _fence(self) -> None:
         self.fencing.fence(self.jobs.values())
 
     def _keeper(self) -> Keeper:
-        if self.keeper is None and self.guard is not None:
-            self.keeper = LocalKeeper(self.queue.name, environ=self.spec.base_env, guard=self.guard)
-            self._watch.watch_keeper(self.keeper)
-        elif self.keeper is None:
-            # Started with the first child, not before; it is the parent of
-            # every child, so nothing of an item ever runs unwatched.
-            self.keeper = Keeper(self.queue.name, environ=self.spec.base_env)
+        if self.keeper is None:  # with the first child, not before: nothing runs unwatched
+            env = self.spec.base_env
+            if self.guard is None:
+                self.keeper = Keeper(self.queue.name, environ=env)
+            else:  # under a guard, this process starts the children
+                self.keeper = LocalKeeper(self.queue.name, environ=env, guard=self.guard)
             self._watch.watch_keeper(self.keeper)
         return self.keeper
 
@@ -445,14 +428,8 @@ class Runner:
                 self._watch.watch_output(job)
             if job.exited():
                 finished.append(job)
-            elif job.kill_at is not None and now >= job.kill_at:
-                job.killed = True  # the grace ran out: said in the reason, and on stop
-                job.signal_group(signal.SIGKILL)
-            elif job.deadline is not None and now >= job.deadline and not job.stop_reason:
-                job.stop_reason = "timeout"
-                job.signal_group(signal.SIGTERM)
-                job.grace = self.options.grace
-                job.kill_at = now + self.options.grace
+            else:
+                job.enforce_times(now, self.options.grace)
         if not finished:
             return
         results = []

@@ -1,0 +1,468 @@
+"""The keeper's state and rules: its children, the claims it holds for them,
+and the runner's requests (the protocol's constants are here too).
+
+The keeper process (keeper_process.py, its loop) runs it; so does the runner's
+own keeper in the guarded shape (local_keeper.py), in-process. Standard
+library only: under ``python -I -S`` it is imported from its own folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import marshal
+import os
+import signal
+import socket
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:
+    from statequeue.core import lease_clock
+    from statequeue.run import keeper_os
+    from statequeue.run.keeper_os import children, claim_target
+else:  # a script under -I -S: keeper_process.py put our folders on sys.path
+    import keeper_os
+    import lease_clock
+    from keeper_os import children, claim_target
+
+SOCKET_FD = 3  # where the keeper finds its end of the socket
+STATUS_FD = 4  # guard mode: where the runner's wait status goes (to the waiter, guard.py)
+GUARD = "--guard"  # argv: QUEUE --guard RUNNER_PID WAITER_PID
+RUNNER_TOKEN = 0  # guard mode: the token of the runner itself (the runner's own count from 1)
+WAITER_GONE = signal.SIGUSR1  # guard mode: our parent (the waiter) died (PR_SET_PDEATHSIG)
+
+# runner -> keeper: a header, then a marshal payload; fds ride on the header.
+HEADER = struct.Struct("<II")  # payload length, number of fds sent
+SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
+LIVENESS, HOLD = 8, 9  # guard mode: the runner's liveness lock; a claim to keep at its end
+# keeper -> runner: fixed-size replies.
+REPLY = struct.Struct("<Bqq")  # kind, token, value
+FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
+REPLY_FD, NO_ITEM = 3, -1  # a persistent worker's reply pipe; its item between two
+
+CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
+CPU_APPEND_ENV = "STATEQUEUE_BENCH_CPU"  # each process of a run appends "ROLE SECONDS"
+MAX_FDS = 8
+LOST = -1  # in the queue of received fds: some of the batch before it were lost
+FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
+# Longest wait while a deadline is pending: poll's timeout runs on the
+# monotonic clock, which stops during a suspend; after a resume, a deadline
+# past on the lease clock is seen within this long.
+DEADLINE_POLL = 0.1
+SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
+FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
+MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
+
+
+class Leader:
+    """A child the keeper started for the runner: one attempt of one item."""
+
+    __slots__ = ("item", "pid", "stopping", "token")
+
+    def __init__(self, token: int, item: int, pid: int) -> None:
+        self.token = token
+        self.item = item
+        self.pid = pid
+        self.stopping = False
+
+
+class KeeperProcess:
+    """The keeper's state: its children, and the claims it holds for them."""
+
+    def __init__(self, sock: socket.socket | None, queue: str) -> None:
+        self.sock = sock
+        self.queue = queue
+        self.leaders: dict[int, Leader] = {}  # pid -> leader
+        self.by_token: dict[int, Leader] = {}
+        self.held: dict[int, list[int]] = {}  # item id -> claim fds held for it
+        self.finished: set[int] = set()  # held items whose leader is reaped
+        self.owners: dict[int, frozenset[int]] = {}  # orphan pid -> items it may be of
+        self.inbox = bytearray()
+        self.fds: list[int] = []
+        self.ending = False  # the runner died: kill everything left
+        self.goodbye = False  # the run ended: wait for what is left
+        self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
+        self.idle_until = 0.0  # nor before (while only a detached leftover lives)
+        self.idle_gap = 0.0
+        self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
+        # token -> lease-clock time to kill its item: the end of its lease as
+        # the runner last confirmed it, enforced here even if the runner is
+        # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
+        self.deadlines: dict[int, float] = {}
+        self.deadline_items: dict[int, int] = {}  # token -> its item (the leader may be reaped)
+        self.fencing: set[int] = set()  # held items whose deadline came: kill all of them
+        self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
+        self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
+        self.liveness: list[int] = []  # guard mode: the runner's liveness lock, held to the end
+        self.status_fd = -1  # guard mode: where the runner's exit code goes (the waiter)
+        self.runner = 0  # guard mode: the runner's pid (never killed for its own end)
+        self.childless = False  # the last ``reap`` found no child at all
+        self.runner_code: int | None = None  # guard mode: the runner's exit code, once reaped
+
+    # -- requests -------------------------------------------------------------
+
+    def receive(self) -> None:
+        assert self.sock is not None  # a keeper process always has its socket
+        try:
+            data, ancdata, flags, _ = self.sock.recvmsg(
+                65536, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError:
+            data, ancdata, flags = b"", [], 0
+        for level, kind, raw in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(raw) - len(raw) % 4
+                self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
+        if flags & socket.MSG_CTRUNC:
+            # Out of fds: some of this batch were lost, so its request fails.
+            # (A read returns the fds of one sendmsg at most: one request's.)
+            self.fds.append(LOST)
+        if not data:
+            self.ending = True
+            return
+        self.inbox += data
+        while len(self.inbox) >= HEADER.size and not self.goodbye:
+            size, nfds = HEADER.unpack_from(self.inbox)
+            if len(self.inbox) < HEADER.size + size:
+                return
+            request = marshal.loads(bytes(self.inbox[HEADER.size : HEADER.size + size]))
+            del self.inbox[: HEADER.size + size]
+            self.handle(request, self.take_fds(nfds))
+
+    def take_fds(self, count: int) -> list[int]:
+        """The next request's ``count`` fds, in the order they came; ending
+        with LOST if some of them were lost."""
+        batch = self.fds[:count]
+        if LOST in batch:
+            batch = batch[: batch.index(LOST) + 1]
+        del self.fds[: len(batch)]
+        if len(batch) < count and batch[-1:] != [LOST]:
+            batch.append(LOST)  # cannot happen: a request's fds come with its first byte
+        return batch
+
+    def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        if request[0] == SIGNAL:
+            return self.signal(request[1], request[2])
+        if request[0] == ENVIRON:
+            self.environ = request[1]
+            return
+        if request[0] == DEADLINE:
+            token = request[1]
+            leader = self.by_token.get(token)
+            if leader is not None:
+                self.deadline_items[token] = leader.item
+            if request[2] == float("inf"):  # recorded for good: nothing to fence
+                self.deadline_items.pop(token, None)
+                self.deadlines.pop(token, None)
+            elif token in self.deadline_items:  # else long settled: no deadline to keep
+                self.deadlines[token] = request[2]
+            return
+        if request[0] == ASSIGN:
+            return self.assign(request[1], request[2], fds)
+        if request[0] == LIVENESS:  # held until every process of the run is gone
+            self.liveness += [fd for fd in fds if fd >= 0]
+            self.queue = request[2]  # the name adopted orphans carry (STATEQUEUE_QUEUE)
+            return
+        if request[0] == HOLD:  # the run ended while a leftover of this item may live
+            self.hold(request[2], [fd for fd in fds if fd >= 0])
+            self.finished.add(request[2])
+            return
+        if request[0] == GOODBYE:
+            self.goodbye = True
+            if self.has_children():
+                self.reply(LINGERING, 0, 0)  # so the runner does not wait for us
+            return
+        token = request[1]
+        try:
+            if LOST in fds:
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            self.spawn(request, fds)
+        except OSError as exc:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            self.reply(FAILED, token, exc.errno or errno.EIO)
+        # A started child is not reported: the runner does not wait for it (a
+        # reply per spawn cost a wakeup of the runner per item).
+
+    def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
+        """Start a requested child; our copies of its streams are closed (the
+        child has its own), its claim fds are held."""
+        nstreams = 2 + request[5] + (request[0] == WORKER)
+        self.launch(request, fds[:nstreams], fds[nstreams:])
+        for fd in fds[:nstreams]:
+            os.close(fd)
+
+    def launch(self, request: tuple[Any, ...], streams: list[int], claims: list[int]) -> int:
+        """posix_spawn the child of ``request`` with ``streams`` (stdout,
+        stderr, then stdin and a worker's reply pipe if any) and ``claims`` at
+        high fds; the caller keeps ``streams``, ``claims`` are held here from
+        now on. OSError if it cannot start (the caller closes the fds)."""
+        kind, token, item, argv, item_env, has_stdin = request
+        env = self.environ | item_env
+        actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        if has_stdin:
+            actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
+        actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
+        if kind == WORKER:  # a worker's reply pipe: at REPLY_FD
+            actions.append((os.POSIX_SPAWN_DUP2, streams[-1], REPLY_FD))
+        actions += [
+            (os.POSIX_SPAWN_DUP2, fd, target)
+            for fd, target in zip(claims, self.claim_targets, strict=False)
+        ]
+        pid = self.start(argv, env, actions, bound=kind == WORKER)
+        leader = Leader(token, item, pid)
+        self.leaders[pid] = self.by_token[token] = leader
+        self.hold(item, claims)
+        if kind == WORKER:  # the runner watches its memory and shows its pid
+            self.reply(STARTED, token, pid)
+        return pid
+
+    def assign(self, token: int, item: int, claims: list[int]) -> None:
+        """``token``'s worker (and what it starts) is now ``item``'s: its claim
+        is held here; the item it leaves is released as a finished one is."""
+        leader = self.by_token.get(token)
+        if leader is None or LOST in claims:  # it ended (the runner settles the item)
+            for fd in claims:
+                if fd >= 0:
+                    os.close(fd)
+            return
+        old, leader.item = leader.item, item
+        # Its lease deadline was the old item's: the runner sends the new one.
+        self.deadlines.pop(token, None)
+        self.deadline_items.pop(token, None)
+        self.hold(item, claims)
+        if old != NO_ITEM and old != item and old in self.held:
+            self.finished.add(old)
+            self.idle_gap, self.idle_until = 0.0, 0.0
+
+    def hold(self, item: int, claims: list[int]) -> None:
+        """Keep ``item``'s claim fds while a process of it lives."""
+        if item != NO_ITEM:
+            self.held.setdefault(item, []).extend(claims)
+            self.finished.discard(item)
+
+    def start(
+        self, argv: list[str], env: dict[str, str], actions: list[Any], bound: bool = False
+    ) -> int:
+        """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once
+        per run); ``bound``: a persistent worker, which dies with the keeper."""
+        spawn = keeper_os.spawn_bound if bound else keeper_os.spawn_found
+        return spawn(self.programs, argv, env, actions)
+
+    def signal(self, token: int, signum: int) -> None:
+        leader = self.by_token.get(token)
+        if leader is None:  # already reaped: its group id may be reused, so no signal
+            return
+        leader.stopping = True
+        # Unreaped, the leader keeps its pid, so its group id names its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader.pid, signum)
+
+    def reply(self, kind: int, token: int, value: int) -> None:
+        assert self.sock is not None  # a keeper process always has its socket
+        with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+            self.sock.sendall(REPLY.pack(kind, token, value))
+
+    # -- children ---------------------------------------------------------------
+
+    def reap(self) -> list[tuple[int, int]]:
+        """Collect every exited child; a stopped item's group is killed before
+        its leader is reaped (while the group id still names it). Returns the
+        leaders' (token, exit code), for ``report`` once claims are settled."""
+        exits: list[tuple[int, int]] = []
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                self.childless = True  # as of now: saves the runner's keeper a look
+                return exits
+            self.childless = False
+            if info is None:
+                return exits
+            pid = info.si_pid
+            leader = self.leaders.pop(pid, None)
+            if leader is not None and (leader.stopping or self.ending):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            if leader is None:
+                self.reaped_other(pid, status)
+            self.owners.pop(pid, None)
+            self.idle_gap, self.idle_until = 0.0, 0.0  # something ended: look again
+            if leader is not None:
+                # Its deadline stays until the item is released: a detached
+                # leftover of it may still need fencing.
+                del self.by_token[leader.token]
+                if leader.item != NO_ITEM:
+                    self.finished.add(leader.item)
+                exits.append((leader.token, os.waitstatus_to_exitcode(status)))
+
+    def tell_runner_code(self, how: str = "") -> None:
+        """Guard mode: give the waiter the runner's exit code (once)."""
+        if self.status_fd >= 0 and self.runner_code is not None:
+            tell_waiter(self.status_fd, f"exit {self.runner_code}{how}\n")
+            os.close(self.status_fd)
+            self.status_fd = -1
+
+    def reaped_other(self, pid: int, status: int) -> None:
+        """A child that was no leader was reaped: an adopted orphan (or, in
+        the runner's own keeper, a child some other code started)."""
+
+    def report(self, exits: list[tuple[int, int]]) -> None:
+        """Tell the runner of ``exits`` in one message (one wakeup of the
+        runner for every child that ended since the last look)."""
+        if self.status_fd >= 0:  # guard mode: the runner itself ended
+            for token, code in exits:
+                if token == RUNNER_TOKEN:
+                    self.runner_code = code
+                    # Reaped: its pid may be reused, so no more signals to it.
+                    tell_waiter(self.status_fd, "gone\n")
+            exits = [(t, c) for t, c in exits if t != RUNNER_TOKEN]
+            if self.runner_code is not None and self.goodbye and self.has_children():
+                # Detached leftovers of settled items may run on: the waiter
+                # (the shell) must not wait for them, nor for us.
+                self.tell_runner_code(" detached")
+        if exits and self.sock is not None:
+            with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+                self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
+
+    def settle(self, now: float) -> None:
+        """Release the claims of finished items no process is left of."""
+        if not self.finished:
+            return
+        if not self.has_children():
+            self.release(set(self.finished))
+            return
+        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
+            return
+        alive = {leader.item for leader in self.leaders.values()}
+        for owners in self.attribute(self.children_timed(now)).values():
+            alive |= owners
+        free = self.finished - alive
+        self.release(free)
+        # Nothing came free: a detached leftover lives on. Look less and less
+        # often (up to once a second) until another child exits.
+        self.idle_gap = 0.0 if free else min(MAX_IDLE_GAP, max(0.01, 2 * self.idle_gap))
+        self.idle_until = now + self.idle_gap
+
+    def settle_if_childless(self) -> None:
+        if self.finished and not self.has_children():
+            self.release(set(self.finished))
+
+    def has_children(self) -> bool:
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
+    def release(self, items: set[int]) -> None:
+        for item in items:
+            for fd in self.held.pop(item, ()):
+                os.close(fd)
+            self.finished.discard(item)
+            self.fencing.discard(item)
+        if self.deadline_items and items:
+            for token in [t for t, item in self.deadline_items.items() if item in items]:
+                del self.deadline_items[token]
+                self.deadlines.pop(token, None)
+
+    def attribute(self, children: list[int]) -> dict[int, frozenset[int]]:
+        """Which items each child that is not a leader may belong to."""
+        owners = {}
+        everyone = frozenset(self.held)
+        for pid in children:
+            if pid in self.leaders:
+                continue
+            known = self.owners.get(pid)
+            if known is None:
+                item = self.item_of(pid)
+                known = frozenset((item,)) if item in self.held else everyone
+            owners[pid] = known
+        self.owners = owners
+        return owners
+
+    def item_of(self, pid: int) -> int:
+        """The STATEQUEUE_ID in ``pid``'s environment, or -1."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            return -1
+        found = dict(v.split(b"=", 1) for v in env if b"=" in v)
+        if found.get(b"STATEQUEUE_QUEUE", b"").decode(errors="replace") != self.queue:
+            return -1
+        try:
+            return int(found.get(b"STATEQUEUE_ID", b"-1"))
+        except ValueError:
+            return -1
+
+    def children_timed(self, now: float) -> list[int]:
+        began = time.monotonic()
+        found = children()
+        self.cost_until = now + SCAN_COST_SHARE * (time.monotonic() - began)
+        return found
+
+    def kill_all(self) -> None:
+        """The runner is gone: kill what is left of every item."""
+        for leader in self.leaders.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader.pid, signal.SIGKILL)
+        if not self.has_children():
+            return
+        for pid in children():
+            if pid == self.runner:  # ending (its socket closed): its own exit code counts
+                continue
+            # An unreaped child keeps its pid, and so does the group it leads
+            # (an item's, adopted after the runner's death): neither signal
+            # can hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+
+    def enforce(self, now: float) -> None:
+        """Fence the items whose deadline (lease clock) has come: their
+        leader's group now, their adopted descendants in ``kill_fenced``."""
+        for token in [t for t, at in self.deadlines.items() if at <= now]:
+            del self.deadlines[token]
+            self.fencing.add(self.deadline_items[token])
+            self.signal(token, signal.SIGKILL)
+        self.kill_fenced()
+
+    def kill_fenced(self) -> None:
+        """SIGKILL every child of the keeper that may be of a fenced item, and
+        the process group it leads: as after a kill -9 of the runner, but for
+        these items only. The dead ones' own children are reparented to the
+        keeper in turn, and killed on a later look (see ``timeout``)."""
+        if not self.fencing or not self.has_children():
+            return
+        for pid, owners in self.attribute(children()).items():
+            if not owners & self.fencing:
+                continue
+            # An unreaped child keeps its pid, and so does the group it leads:
+            # neither signal can hit another process.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+
+    def timeout(self, now: float) -> float | None:
+        if self.ending or self.fencing:
+            return FENCE_POLL  # children may appear without a SIGCHLD (reparented)
+        wait = None
+        if self.finished:
+            wait = max(0.001, max(self.cost_until, self.idle_until) - now)
+        if self.deadlines:
+            first = max(0.0, min(min(self.deadlines.values()) - lease_clock.now(), DEADLINE_POLL))
+            wait = first if wait is None else min(wait, first)
+        return wait
+
+
+def tell_waiter(fd: int, line: str) -> None:
+    """A line for the waiter (guard.py): the runner's pid, then its exit code."""
+    with contextlib.suppress(OSError):  # the waiter is gone: nobody to tell
+        os.write(fd, line.encode("ascii"))
