@@ -379,6 +379,8 @@ def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
         return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
     if summary.stopped_by == signal.SIGINT:
         return int(ExitCode.INTERRUPTED_INT)
+    if summary.stopped_by == signal.SIGHUP:
+        return int(ExitCode.INTERRUPTED_HUP)
     if summary.stopped_by is not None:
         return int(ExitCode.INTERRUPTED_TERM)
     if summary.failed:

@@ -119,8 +119,10 @@ class Runner:
         self._watch.wake()
 
     def install_signal_handlers(self) -> None:
-        """Route SIGINT and SIGTERM to ``request_stop`` (main thread only)."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        """Route SIGINT, SIGTERM and SIGHUP to ``request_stop`` (main thread
+        only). SIGHUP too: the children run in sessions of their own, so a
+        closed terminal reaches them only through the runner, with --grace."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda signum, frame: self.request_stop(signum))
 
     # -- main loop ---------------------------------------------------------------

@@ -219,6 +219,41 @@ def test_a_signal_to_the_waiter_or_its_group_reaches_the_runner_once(
     assert code == 143, err  # the runner's own exit code for a stop by SIGTERM
 
 
+HUP_WORKER = """
+echo $$ >> "$SQT_DIR/pids/leader"
+trap 'echo hup >> "$SQT_DIR/events"; sleep 0.3; echo clean >> "$SQT_DIR/events"; exit 0' HUP
+echo ready >> "$SQT_DIR/events"
+while :; do sleep 0.05; done
+"""
+
+
+def test_sighup_stops_the_run_with_grace_and_exits_129(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # A closed terminal or ssh session: the children run in sessions of their
+    # own, so they hear of it only through the runner, which stops as for
+    # TERM (the item gets HUP and its grace) instead of dying by the signal
+    # and leaving its keeper to SIGKILL the item.
+    enqueue(env, "a")
+    waiter = subprocess.Popen(
+        [STATEQUEUE, "run", "--grace", "5", "--", "sh", "-c", HUP_WORKER],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    procs.runners.append(waiter)
+    wait_for(lambda: "ready" in lines(work / "events"), "the item to start")
+    waiter.send_signal(signal.SIGHUP)
+    code, _, err = finish(waiter)
+    assert lines(work / "events") == ["ready", "hup", "clean"], err
+    assert code == 129, err  # ExitCode.INTERRUPTED_HUP
+    counts = status(env)["counts"]
+    assert counts["done"] == 1 and counts["running"] == 0, counts  # its trap exited 0
+
+
 # Holds its claim fd (inherited, at a high number) and sleeps: no detaching.
 PLAIN_WORKER = HANG_WORKER
 
