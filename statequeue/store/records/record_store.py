@@ -4,14 +4,12 @@ into the ``Store`` contract."""
 
 from __future__ import annotations
 
-import heapq
 import time
 from abc import abstractmethod
-from collections.abc import Collection, Container, Iterable, Iterator, Sequence
+from collections.abc import Collection, Container, Sequence
 from contextlib import AbstractContextManager
-from itertools import chain
 
-from statequeue.core.errors import DamagedState, StateQueueError
+from statequeue.core.errors import StateQueueError
 from statequeue.core.exported import ExportedItem
 from statequeue.core.gcpause import gc_paused
 from statequeue.core.models import (
@@ -25,17 +23,12 @@ from statequeue.core.models import (
 from statequeue.core.records import Record, item_fields, item_text
 from statequeue.core.views import (
     ActiveRunner,
-    ItemHistory,
-    ItemResult,
-    ItemView,
     RecoveryReport,
     Status,
 )
-from statequeue.stats.attempts import Attempt, attempts_of
 from statequeue.store import transitions
-from statequeue.store.base import Store, attempts_since
 from statequeue.store.records.backend import record_time
-from statequeue.store.records.history import item_history, iter_results, located_result
+from statequeue.store.records.record_reads import RecordReads
 from statequeue.store.records.recovery import Recovery, crash_record, kept_by_keeper
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
@@ -45,7 +38,7 @@ from statequeue.store.transitions import RETRYABLE
 ENQUEUE_BATCH = 20_000
 
 
-class RecordStore(Store):
+class RecordStore(RecordReads):
     """Store logic over a ``QueueState``: subclasses persist records and tell
     whether a claim is still held by a live process."""
 
@@ -64,6 +57,11 @@ class RecordStore(Store):
     @abstractmethod
     def _locked(self) -> AbstractContextManager[QueueState]:
         """Hold the queue exclusively, with ``state`` brought up to date."""
+
+    def _import(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
+        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
+
+        return transfer.import_items(_Backend(self), entries)
 
     @abstractmethod
     def _write(self, batch: list[Record], *, sync: bool) -> None:
@@ -384,122 +382,6 @@ class RecordStore(Store):
         # to sleep, refreshed by every claim.
         order = self.state.order
         return order.next_due() if among is None else order.due_among(among)
-
-    def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
-        from statequeue.store.records.listing import item_views  # lazy: start-up time
-
-        with self._locked() as st:
-            merged = item_views(st, self._journal_records(), state)
-        # The archive is in completion order, and an item retried after a
-        # compaction can finish with a lower id than archived ones: merge by id.
-        yield from heapq.merge(self._archived_views(state), merged, key=lambda v: v.item_id)
-
-    @abstractmethod
-    def _journal_records(self) -> Iterable[Record]:
-        """Every record of the live journal, in order (taken under the lock; the
-        iteration may run after it, on the same snapshot)."""
-
-    def _archive_records(self) -> Iterator[Record]:
-        """Every archived record; none for stores without an archive."""
-        return iter(())
-
-    def _log_paths(self, item_id: int) -> tuple[str, ...]:
-        return ()
-
-    def history(self, item_id: int) -> ItemHistory:
-        with self._locked() as state:
-            found = item_history(
-                item_id,
-                state,
-                self._journal_records(),
-                self._archive_records(),
-                self._log_paths(item_id),
-            )
-        if found is None:
-            raise transitions.unknown_item(item_id, self.name)
-        return found
-
-    def results(self, state: ItemState | None = None) -> Iterator[ItemResult]:
-        with self._locked() as st:
-            journal = self._journal_records()
-        yield from iter_results(st, journal, self._archive_records(), state)
-
-    def result(self, item_id: int) -> ItemResult | None:
-        """From the record the state locates (``QueueState.result_loc``) and
-        the item's own (its text), or the archive's: a few records read."""
-        with self._locked() as state:
-            current = state.state_of(item_id)
-            if current is None:
-                raise transitions.unknown_item(item_id, self.name)
-            if current not in (ItemState.DONE, ItemState.FAILED):
-                return None
-            loc = state.result_loc(item_id)
-            if loc < 0:
-                # Failed items stay in the journal: only a done one is archived.
-                return self._archived_result(item_id) if current is ItemState.DONE else None
-            rec = self._record_at(loc)
-            if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
-                raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
-            return located_result(
-                rec, current, lambda: self._load_text(item_id, state.locs[item_id])
-            )
-
-    def _record_at(self, loc: int) -> Record:
-        """The live journal's record at locator ``loc`` (caller holds the lock)."""
-        raise NotImplementedError
-
-    def _archived_result(self, item_id: int) -> ItemResult | None:
-        """The result of done item ``item_id`` from the archive (caller holds
-        the lock); None when it is not there (no store archive here)."""
-        return None
-
-    def export_items(self) -> Iterator[ExportedItem]:
-        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
-
-        with self._locked() as state:
-            # Taken whole under the lock: one consistent moment of the queue.
-            found = list(
-                transfer.export_items(state, self._journal_records(), self._archive_records())
-            )
-        yield from found
-
-    def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
-        from statequeue.store.records import transfer  # lazy: start-up time (not on enqueue)
-
-        return transfer.import_items(_Backend(self), entries)
-
-    def live_texts(self, ids: Collection[int]) -> dict[int, str]:
-        found: dict[int, str] = {}
-        with self._locked() as state:
-            for item_id in ids:
-                item = state.get(item_id)  # its text: one record read back
-                if item is not None:
-                    found[item_id] = item.text
-        return found
-
-    def find_ids(self, texts: Collection[str]) -> dict[str, int]:
-        with self._locked() as state:
-            # The dedupe keys (text -> id), archived items included.
-            get = getattr(self._known_keys(state), "get", None)
-            if get is None:
-                return super().find_ids(texts)
-            found = {t: get(t) for t in texts}
-        return {t: i for t, i in found.items() if isinstance(i, int)}
-
-    def states(self, ids: Collection[int]) -> dict[int, ItemState]:
-        with self._locked() as state:
-            found = {i: state.state_of(i) for i in ids}
-        return {i: s for i, s in found.items() if s is not None}
-
-    def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
-        """Items moved out by compaction (always done); none for stores without an archive."""
-        return iter(())
-
-    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        with self._locked():
-            journal = self._journal_records()
-        archived = attempts_of(self._archive_records())
-        return attempts_since(chain(archived, attempts_of(journal)), since)
 
 
 class _Backend:

@@ -1,0 +1,135 @@
+"""What the local store reads back from its files: the records of the
+journal and the archive, attempts and deferrals for `stats`, the logs, and
+the event stream of `events --follow`. Kept apart from store.py, which holds
+the queue lock, the writes and compaction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import chain
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from statequeue.core.models import ItemState
+from statequeue.core.records import Record, decode, item_text
+from statequeue.store.base import attempts_since, deferrals_in
+from statequeue.store.journal.archive_file import read_archive
+from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.integrity import ARCHIVE
+from statequeue.store.journal.journal_file import JournalFile, iter_records, read_from
+from statequeue.store.journal.stats_summary import StatsSummary
+from statequeue.store.records.record_store import RecordStore
+
+if TYPE_CHECKING:
+    from statequeue.core.views import ItemView, LogsRemoved
+    from statequeue.stats.attempts import Attempt, AttemptBatch
+    from statequeue.stats.figures import StatsBuilder
+
+
+class JournalReads(RecordStore):
+    """The read side of ``JournalStore`` (which sets these attributes)."""
+
+    folder: Path
+    dir: QueueFolder
+    journal: JournalFile
+    summary: StatsSummary
+    read_only: bool
+
+    def _archived_views(self, state: ItemState | None) -> Iterator[ItemView]:
+        if state not in (None, ItemState.DONE):
+            return
+        from statequeue.core.views import ItemView  # lazy: start-up time
+
+        rows = [
+            (r["id"], item_text(r), r.get("attempt", 0))
+            for r in read_archive(self.dir, ARCHIVE, self.state.archive_size)
+        ]
+        rows.sort()  # archived in completion order; listed in id order
+        for item_id, text, attempt in rows:
+            yield ItemView(item_id, text, ItemState.DONE, attempt)
+
+    # -- reading back ------------------------------------------------------------
+
+    def _journal_records(self) -> Iterator[Record]:
+        return iter_records(self.journal.fd, self.journal.offset, path=str(self.journal.path))
+
+    def _archive_records(self) -> Iterator[Record]:
+        return read_archive(self.dir, ARCHIVE, self.state.archive_size)
+
+    def deferrals(self, since: float | None = None) -> int:
+        with self._locked():
+            journal = self._journal_records()
+        return deferrals_in(chain(self._archive_records(), journal), since)
+
+    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
+        from statequeue.store.journal.attempt_scan import scan_attempts  # lazy: start-up time
+
+        return attempts_since(self.summary.scan(scan_attempts), since)
+
+    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
+        from statequeue.store.journal.attempt_scan import scan_attempt_batches  # lazy: start-up
+
+        return self.summary.scan(scan_attempt_batches)  # `stats` applies ``since`` itself
+
+    def stats_summary(self) -> StatsBuilder:
+        """Every finished attempt folded (what ``iter_attempt_batches`` yields,
+        unfiltered), from the stats cache plus the records after it; the cache
+        is brought up to date."""
+        return self.summary.builder(read_only=self.read_only)
+
+    def journal_folder(self) -> Path:
+        """The queue's own folder: its records live there (see ``Store``)."""
+        return self.folder
+
+    @property
+    def logs_fd(self) -> int:
+        """The fd of the ``logs`` folder, for the runner to open logs relative
+        to (-1 if a read-only queue has none)."""
+        try:
+            return self.dir.subfolder("logs", create=not self.read_only)
+        except FileNotFoundError:
+            return -1
+
+    def _log_paths(self, item_id: int) -> tuple[str, ...]:
+        prefix = f"{item_id}."
+        found = sorted(
+            (n for n in self.dir.names("logs") if n.startswith(prefix) and n.endswith(".log")),
+            key=lambda n: int(n.split(".")[1]),
+        )
+        return tuple(self.dir.shown(n, "logs") for n in found)
+
+    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+        from statequeue.store.journal.compaction_logs import remove_archived_logs  # lazy: start-up
+
+        def archived(item_id: int) -> bool:
+            # Done with no result left in the journal: compaction moved it out.
+            state = self.state
+            return state.state_of(item_id) is ItemState.DONE and state.result_loc(item_id) < 0
+
+        with self._locked():  # the state read is that of one moment
+            return remove_archived_logs(self.dir, archived, keep)
+
+    def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
+        try:
+            fd = self.dir.open_file(f"{item_id}.{attempt}.log", os.O_RDONLY, sub="logs")
+        except FileNotFoundError:
+            return None
+        with open(fd, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
+    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
+        inode, offset, seen = cursor if isinstance(cursor, tuple) else (None, 0, None)
+        with self._locked():
+            compacted = inode != self.journal.inode
+            if compacted:
+                offset = 0  # the journal was compacted: continue from its snapshot
+            data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
+            found = [r for r in map(decode, data.splitlines()) if r is not None]
+            if compacted and found:
+                # lazy: start-up time (compaction's modules, only after one)
+                from statequeue.store.journal.compaction import unseen_after_compaction
+
+                found = unseen_after_compaction(found, inode, seen)
+            return found, (self.journal.inode, self.journal.offset, self.journal.last_seq)
