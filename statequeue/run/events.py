@@ -44,12 +44,15 @@ class RunSummary:
     ended up), plus the attempts it made."""
 
     attempts: int = 0
-    ok: set[int] = field(default_factory=set)
+    ok: int = 0
+    """Items done. A count, not a set of ids: done is final (no later attempt
+    moves an item out of it), and a `--follow` run that lives for months must
+    not grow by an id per item. The sets below hold only items that may move."""
     failed_for_good: set[int] = field(default_factory=set)
     waiting: set[int] = field(default_factory=set)
     """Items that failed and wait for an automatic retry (a later run takes them)."""
-    verified_ids: set[int] = field(default_factory=set)
-    """Items --verify found done (also in ``ok``): not run again."""
+    verified: int = 0
+    """Items --verify found done (also counted in ``ok``): not run again."""
     handed_back: set[int] = field(default_factory=set)
     """Items given back as pending because the run was stopped by a signal."""
     killed_on_stop: int = 0
@@ -58,10 +61,10 @@ class RunSummary:
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
-        for bucket in (self.ok, self.failed_for_good, self.waiting, self.handed_back):
+        for bucket in (self.failed_for_good, self.waiting, self.handed_back):
             bucket.discard(item_id)
         if state is ItemState.DONE:
-            self.ok.add(item_id)
+            self.ok += 1
         elif state is ItemState.PENDING:
             self.waiting.add(item_id)
         elif state is ItemState.FAILED:
@@ -79,7 +82,7 @@ class RunSummary:
 
     @property
     def succeeded(self) -> int:
-        return len(self.ok)
+        return self.ok
 
     @property
     def failed(self) -> int:
@@ -88,10 +91,6 @@ class RunSummary:
     @property
     def retried(self) -> int:
         return len(self.waiting)
-
-    @property
-    def verified(self) -> int:
-        return len(self.verified_ids)
 
     @property
     def released(self) -> int:

@@ -86,7 +86,7 @@ class Runner:
         self._stop_signal: int | None = None
         self._stop_count = 0
         self._taking = True
-        self._taken: set[int] = set()
+        self._taken: set[int] = set()  # only with --limit: a long run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self.recorder = ResultRecorder(
             queue,
@@ -278,7 +278,8 @@ class Runner:
                 return
             if claim is None:
                 return
-            self._taken.add(claim.item_id)
+            if self.options.limit is not None:
+                self._taken.add(claim.item_id)
             if self.verify.wanted(claim) and self.verify.verified(claim, self._free_slot()):
                 continue
             if self._stop_signal is not None:  # a signal arrived during --verify
