@@ -191,52 +191,12 @@ def test_a_killed_keeper_stops_the_runner(env: dict[str, str], work: Path, procs
     assert lines(work / "starts") == ["1"], "the runner went on without its keeper"
 
 
-@pytest.mark.parametrize("to_group", [False, True], ids=["by-pid", "to-its-group"])
-def test_a_signal_to_the_waiter_or_its_group_reaches_the_runner_once(
-    env: dict[str, str], work: Path, procs: Procs, to_group: bool
-) -> None:
-    # SIGTERM by pid, and to the whole process group (as `timeout` sends it):
-    # the runner sends one TERM to the item, which has its grace; a second
-    # TERM (the runner's "stop now") would have killed it at once.
+def _trap_run(env: dict[str, str], work: Path, procs: Procs, worker: str) -> subprocess.Popen[str]:
+    """A run of one item whose command traps a signal, in its own process
+    group (so killpg reaches no one else), once the item has started."""
     enqueue(env, "a")
     waiter = subprocess.Popen(
-        [STATEQUEUE, "run", "--grace", "5", "--", "sh", "-c", TRAP_WORKER],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=0,  # its own group, so killpg reaches no one else
-    )
-    procs.runners.append(waiter)
-    wait_for(lambda: "ready" in lines(work / "events"), "the item to start")
-    if to_group:
-        os.killpg(waiter.pid, signal.SIGTERM)
-    else:
-        waiter.send_signal(signal.SIGTERM)
-    code, _, err = finish(waiter)
-    assert lines(work / "events") == ["ready", "term", "clean"], err
-    assert code == 143, err  # the runner's own exit code for a stop by SIGTERM
-
-
-HUP_WORKER = """
-echo $$ >> "$SQT_DIR/pids/leader"
-trap 'echo hup >> "$SQT_DIR/events"; sleep 0.3; echo clean >> "$SQT_DIR/events"; exit 0' HUP
-echo ready >> "$SQT_DIR/events"
-while :; do sleep 0.05; done
-"""
-
-
-def test_sighup_stops_the_run_with_grace_and_exits_129(
-    env: dict[str, str], work: Path, procs: Procs
-) -> None:
-    # A closed terminal or ssh session: the children run in sessions of their
-    # own, so they hear of it only through the runner, which stops as for
-    # TERM (the item gets HUP and its grace) instead of dying by the signal
-    # and leaving its keeper to SIGKILL the item.
-    enqueue(env, "a")
-    waiter = subprocess.Popen(
-        [STATEQUEUE, "run", "--grace", "5", "--", "sh", "-c", HUP_WORKER],
+        [STATEQUEUE, "run", "--grace", "5", "--", "sh", "-c", worker],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -246,6 +206,37 @@ def test_sighup_stops_the_run_with_grace_and_exits_129(
     )
     procs.runners.append(waiter)
     wait_for(lambda: "ready" in lines(work / "events"), "the item to start")
+    return waiter
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["by-pid", "to-its-group"])
+def test_a_signal_to_the_waiter_or_its_group_reaches_the_runner_once(
+    env: dict[str, str], work: Path, procs: Procs, to_group: bool
+) -> None:
+    # SIGTERM by pid, and to the whole process group (as `timeout` sends it):
+    # the runner sends one TERM to the item, which has its grace; a second
+    # TERM (the runner's "stop now") would have killed it at once.
+    waiter = _trap_run(env, work, procs, TRAP_WORKER)
+    if to_group:
+        os.killpg(waiter.pid, signal.SIGTERM)
+    else:
+        waiter.send_signal(signal.SIGTERM)
+    code, _, err = finish(waiter)
+    assert lines(work / "events") == ["ready", "term", "clean"], err
+    assert code == 143, err  # the runner's own exit code for a stop by SIGTERM
+
+
+HUP_WORKER = TRAP_WORKER.replace("term >>", "hup >>").replace("' TERM", "' HUP")
+
+
+def test_sighup_stops_the_run_with_grace_and_exits_129(
+    env: dict[str, str], work: Path, procs: Procs
+) -> None:
+    # A closed terminal or ssh session: the children run in sessions of their
+    # own, so they hear of it only through the runner, which stops as for
+    # TERM (the item gets HUP and its grace) instead of dying by the signal
+    # and leaving its keeper to SIGKILL the item.
+    waiter = _trap_run(env, work, procs, HUP_WORKER)
     waiter.send_signal(signal.SIGHUP)
     code, _, err = finish(waiter)
     assert lines(work / "events") == ["ready", "hup", "clean"], err
