@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import ItemNotFound, NotSupported, UsageError
+from statequeue.core.errors import ItemNotFound, NotSupported
 from statequeue.core.models import (
     Claim,
     EnqueueResult,
@@ -27,6 +27,9 @@ from statequeue.core.models import (
 from statequeue.core.rates import Pace, RateLimit
 from statequeue.core.records import Record
 from statequeue.store import rate_bucket
+from statequeue.store.lease_hooks import DEFAULT_LEASE as DEFAULT_LEASE  # re-exported
+from statequeue.store.lease_hooks import MIN_LEASE as MIN_LEASE  # re-exported
+from statequeue.store.lease_hooks import LeaseHooks
 from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.transitions import (
     RETRYABLE as RETRYABLE,  # re-exported: the contract's default
@@ -49,13 +52,8 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
 
-DEFAULT_LEASE = 30.0
-"""Seconds a claim's lease lasts, for stores with leases (``run --lease``)."""
-MIN_LEASE = 0.5
-"""Shorter leases leave no room for a renew round trip and the fencing margin."""
 
-
-class Store(ABC):
+class Store(LeaseHooks, ABC):
     """A queue's durable state. Every method is atomic with respect to other
     processes using the same queue; none prints or exits."""
 
@@ -384,11 +382,6 @@ class Store(ABC):
         wanted = set(ids)
         return {v.item_id: v.state for v in self.items() if v.item_id in wanted}
 
-    def heartbeat(self, claim: Claim) -> None:
-        """Renew ``claim`` for stores whose claims expire (leases); by default
-        nothing: a local claim lasts as long as its process."""
-        return None
-
     @abstractmethod
     def export_items(self) -> Iterator[ExportedItem]:
         """Every item in id order, archived ones included, with its state,
@@ -424,55 +417,11 @@ class Store(ABC):
         """Apply the policy to items whose runner (and its children) are gone,
         atomically per item; returns what was done. ``claim`` does this too."""
 
-    def use_lease(self, seconds: float) -> None:
-        """Make later claims' leases last ``seconds`` (UsageError below
-        MIN_LEASE). Stores without leases (journal, memory) ignore it."""
-        if not seconds >= MIN_LEASE:
-            raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
-
     def liveness_fds(self, runner_id: str) -> tuple[int, ...]:
         """The fds by which this process holds ``runner_id``'s liveness lock,
         for the run's keeper to hold too, until every process the runner
         left is gone (run/guard.py). Default: none (no such lock)."""
         return ()
-
-    def handed_over(self, claim: Claim) -> None:
-        """``claim.inherit_fds`` were passed on to the process that holds them
-        while any process of the item lives (the runner's keeper): close this
-        process's copies, so that a frozen runner holds no claim lock after
-        its keeper has let go. Not to be used after this. Default: nothing."""
-        return None
-
-    def use_patience(self, seconds: float) -> None:
-        """How long one call of a runner's store (``register_runner``) keeps
-        reconnecting to a store it lost before it raises StoreUnreachable;
-        never past ``fence_at``. Stores without a connection ignore it."""
-        return None
-
-    def lost_claims(self) -> set[int]:
-        """Tokens of this store's claims it can no longer vouch for (a renew
-        found them taken, or could not be made in time), each reported once.
-        The caller must stop their processes at once (TERM, then KILL after
-        ``fence_grace``) and record nothing for them: the item is, or soon
-        will be, another runner's. Always empty for stores without leases."""
-        return set()
-
-    def fence_at(self) -> float | None:
-        """The ``lease_clock.now()`` by which ``lost_claims`` must be asked
-        again (when the first held lease needs fencing unless renewed first);
-        None while no lease is held."""
-        return None
-
-    def kill_by(self, token: int | None) -> float | None:
-        """The ``lease_clock.now()`` by which the processes of the claim with
-        ``token`` must be dead unless its lease is renewed first (the runner's
-        keeper enforces it even if the runner freezes); None: no such lease."""
-        return None
-
-    def fence_grace(self, grace: float) -> float:
-        """The TERM -> KILL wait when fencing: ``grace``, shortened so that
-        the KILL lands before the lease ends."""
-        return grace
 
     @abstractmethod
     def commands(self) -> list[list[str]]:
