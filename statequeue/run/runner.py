@@ -86,7 +86,7 @@ class Runner:
         self._stop_signal: int | None = None
         self._stop_count = 0
         self._taking = True
-        self._taken: set[int] = set()  # only with --limit: a long run must not grow per item
+        self._taken: set[int] = set()  # with --limit only: a run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self.recorder = ResultRecorder(
             queue,
@@ -119,9 +119,8 @@ class Runner:
         self._watch.wake()
 
     def install_signal_handlers(self) -> None:
-        """Route SIGINT, SIGTERM and SIGHUP to ``request_stop`` (main thread
-        only). SIGHUP too: the children run in sessions of their own, so a
-        closed terminal reaches them only through the runner, with --grace."""
+        """Route SIGINT, SIGTERM and SIGHUP (main thread only): the children's
+        own sessions hear a closed terminal only this way, with --grace."""
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, lambda signum, frame: self.request_stop(signum))
 
@@ -254,10 +253,7 @@ class Runner:
         limit = self.options.limit
         if limit is None or len(self._taken) < limit:
             return None
-        return {i for i in self._taken if i not in self._running_ids()}
-
-    def _running_ids(self) -> set[int]:
-        return {job.claim.item_id for job in self.jobs.values()}
+        return self._taken - {job.claim.item_id for job in self.jobs.values()}
 
     def _fill_slots(self) -> None:
         while len(self.jobs) < self.recorder.pacing.slots(self._concurrency) and self._taking:
