@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json
+from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
@@ -351,11 +351,10 @@ def _guard(has_leases: bool) -> GuardLink | None:
     console command's own (never inside a caller's process, e.g. a test's
     CliRunner) and the store needs no fencing keeper (no leases: the
     PostgreSQL store has them, see Store.has_leases)."""
-    # lazy: start-up time (only `run` forks)
-    from statequeue.cli import app as entry
-    from statequeue.run import guard
+    from statequeue.cli import root  # lazy: start-up time (only `run` forks)
+    from statequeue.run import guard  # lazy: start-up time (only `run` forks)
 
-    if not entry.OWNS_PROCESS or has_leases or not guard.available():
+    if not root.OWNS_PROCESS or has_leases or not guard.available():
         return None
     return guard.launch()
 
