@@ -8,6 +8,7 @@ imports them all for help, completion and anything unusual.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -91,4 +92,29 @@ def run_and_exit(build: Callable[[], click.Command], argv: Sequence[str]) -> NoR
             sys.stdout.flush()
         except BrokenPipeError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if OWNS_PROCESS:
+        exit_without_teardown(code)
     sys.exit(code)
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the console command's process without the interpreter's teardown,
+    which frees every object of every module one by one (~15 ms after `run`,
+    a tenth of its start), but with what that teardown does that matters
+    here: other non-daemon threads are waited for (a stats refresh writes its
+    cache in one), atexit handlers run, the standard streams are flushed.
+    Everything statequeue writes is on disk already (written, fsynced and
+    closed before a command returns)."""
+    threading = sys.modules.get("threading")  # not imported: no thread was started
+    if threading is not None:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()  # what the interpreter calls at exit (there is no public name)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                code = code or 120  # as the interpreter exits when it cannot flush
+    os._exit(code)

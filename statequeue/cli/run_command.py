@@ -278,12 +278,10 @@ def run(
 
     Example: statequeue run -j4 -- python worker.py {}
     """
-    # lazy: start-up time (the runner and its view, only for `run`)
-    from statequeue.cli.progress import LiveSink, make_view
+    # lazy: start-up time (the run's options, only for `run`)
     from statequeue.run.guard import report_runner_cpu
     from statequeue.run.options import RunOptions, parse_size, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
-    from statequeue.run.runner import Runner
     from statequeue.run.shell_command import shell_template
 
     if not command:
@@ -322,6 +320,11 @@ def run(
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
+        # lazy: start-up time (imported after the fork: in the runner alone,
+        # while the keeper starts beside it)
+        from statequeue.cli.progress import LiveSink, make_view
+        from statequeue.run.runner import Runner
+
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
         tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
         on_tty = sys.stdout is not None and sys.stdout.isatty()
