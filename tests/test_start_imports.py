@@ -180,7 +180,7 @@ def test_run_imports_only_what_it_uses(existing_queue: Env, pending: int) -> Non
     names, out = imported_modules(argv, existing_queue)
     assert f'"succeeded":{pending},' in out  # it did its work
     # The runner's own imports, after the guard's fork, are seen too.
-    assert {"statequeue.run.runner", "statequeue.store.journal.store"} <= names
+    assert {"statequeue.cli.run_command", "statequeue.run.runner"} <= names
     assert heavy_among(names, OPTIONAL) == []
     own = {"statequeue.cli.run_command", "statequeue.cli.progress"}
     assert other_cli(names, own) == []

@@ -12,7 +12,6 @@ plainly (cli/command_table.py), every command's otherwise (cli/app.py).
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -164,7 +163,13 @@ def _import_typer_path(args: Sequence[str]) -> Callable[[], click.Command]:
     builder of the click group to run: one command's alone when argv names
     one plainly (cli/command_table.py), else every command's."""
     # lazy: start-up time (typer, only off the fast path)
-    from statequeue.cli.command_table import COMMANDS, command_in, full_group, one_command_group
+    from statequeue.cli.command_table import (
+        COMMANDS,
+        command_in,
+        full_group,
+        import_command_module,
+        one_command_group,
+    )
 
     name = command_in(args)
     if name is None:
@@ -172,7 +177,7 @@ def _import_typer_path(args: Sequence[str]) -> Callable[[], click.Command]:
 
         _ = app  # imported for its registrations
         return full_group
-    importlib.import_module(COMMANDS[name])  # its module alone, before SIGINT is back
+    import_command_module(COMMANDS[name])  # its module alone, before SIGINT is back
     return lambda: one_command_group(name)
 
 
