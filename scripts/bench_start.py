@@ -1,10 +1,15 @@
-"""The two start-and-enqueue figures of issue 27, each beside its baseline measured in the same run.
+"""The start-and-enqueue figures of issue 27, each beside its baseline measured in the same run.
 
 1. Start of `statequeue enqueue ITEM` on an existing queue, against the same
    interpreter's `python -c pass`: each round enqueues one new item (a shell
    loop's `statequeue enqueue "$f"`: open, dedupe probe, one append, fsync).
    Goal: at most 3x.
-2. Enqueue of 1M items from stdin into a new queue, against the floor: the same
+2. Start of the commands through typer (cli/command_table.py builds the
+   invoked one alone), against the same `python -c pass`: `run` with nothing
+   to do (the fixed cost a `run -j1` of short items pays once), `run` of one
+   item (`-- true`; the item is enqueued before, untimed) and `status` (its
+   own fast path, cli/main.py). Goal for `run` with nothing to do: at most 3x.
+3. Enqueue of 1M items from stdin into a new queue, against the floor: the same
    interpreter reading the same stdin, writing the same ``enq`` records (one
    ``orjson.dumps`` of a dict per item, no checksum, no dedupe) to a new file
    and fsyncing it once. Goal: at most 1.5x. Beside it, for each tree, what
@@ -34,6 +39,7 @@ Examples:
   .venv/bin/python scripts/bench_start.py
   .venv/bin/python scripts/bench_start.py --rounds 31 --items 200000 --enqueue-rounds 3
   .venv/bin/python scripts/bench_start.py --before /tmp/old   # old code beside new
+  .venv/bin/python scripts/bench_start.py --only run --before /tmp/old
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 GOAL_START_VS_PYTHON = 3.0
+GOAL_RUN_START_VS_PYTHON = 3.0
 GOAL_ENQUEUE_VS_FLOOR = 1.5
 
 FLOOR = """
@@ -134,8 +141,36 @@ def start_figure(setup: Setup, rounds: int) -> None:
              GOAL_START_VS_PYTHON)  # fmt: skip
 
 
+def run_start_figure(setup: Setup, rounds: int) -> None:
+    """Figure 2: each tree's `run` with nothing to do, `run` of one item, `status`."""
+    cases = ("run with nothing to do", "run of 1 item", "status")
+    for label, env in setup.trees:  # a queue with one finished item
+        timed([setup.exe, "-q", f"run-{label}", "enqueue", "first"], env, setup.workdir, None)
+        timed(_run(setup, label), env, setup.workdir, None)
+    ours = {(label, case): list[Sample]() for label, _ in setup.trees for case in cases}
+    python: list[Sample] = []
+    for r in range(rounds):
+        for label, env in setup.trees:
+            ours[label, cases[0]].append(timed(_run(setup, label), env, setup.workdir, None))
+            add = [setup.exe, "-q", f"run-{label}", "enqueue", f"item-{r}"]
+            timed(add, env, setup.workdir, None)
+            ours[label, cases[1]].append(timed(_run(setup, label), env, setup.workdir, None))
+            status = [setup.exe, "-q", f"run-{label}", "status"]
+            ours[label, cases[2]].append(timed(status, env, setup.workdir, None))
+        python.append(timed([sys.executable, "-c", "pass"], setup.env, setup.workdir, None))
+    for case in cases:
+        goal = GOAL_RUN_START_VS_PYTHON if case == cases[0] else None
+        for label, _ in setup.trees:
+            show(f"`{label} {case}`", "python -c pass", ours[label, case], python, 1000, "ms",
+                 goal)  # fmt: skip
+
+
+def _run(setup: Setup, label: str) -> list[str]:
+    return [setup.exe, "-q", f"run-{label}", "run", "--no-live", "--", "true"]
+
+
 def enqueue_figure(setup: Setup, items: int, rounds: int) -> None:
-    """Figure 2: each tree's enqueue of ``items`` from stdin, and the floor."""
+    """Figure 3: each tree's enqueue of ``items`` from stdin, and the floor."""
     source = setup.workdir / "items.txt"
     source.write_bytes(b"".join(b"%d\n" % i for i in range(1, items + 1)))
     ours: dict[str, list[Sample]] = {label: [] for label, _ in setup.trees}
@@ -178,19 +213,26 @@ def show(
     base: list[Sample],
     scale: float,
     unit: str,
-    goal: float,
+    goal: float | None,
 ) -> None:
     a = statistics.median(x.wall for x in ours) * scale
     b = statistics.median(x.wall for x in base) * scale
     ratio = a / b
     cpu = statistics.median(x.cpu for x in ours) / statistics.median(x.cpu for x in base)
-    verdict = "met" if ratio <= goal else "missed"
+    verdict = "" if goal is None else f"goal <= {goal:g}x: {'met' if ratio <= goal else 'missed'}; "
+    spread = _spread(ours, scale)
     print(
-        f"{what}: {a:.3g} {unit} | {baseline}: {b:.3g} {unit} | "
-        f"{ratio:.2f}x (goal <= {goal:g}x: {verdict}; CPU time {cpu:.2f}x) | "
+        f"{what}: {a:.3g} {unit} ({spread}) | {baseline}: {b:.3g} {unit} | "
+        f"{ratio:.2f}x ({verdict}CPU time {cpu:.2f}x) | "
         f"medians of {len(ours)} interleaved rounds",
         flush=True,
     )
+
+
+def _spread(samples: list[Sample], scale: float) -> str:
+    """The middle half of the wall times: how much the figure swings."""
+    walls = sorted(x.wall * scale for x in samples)
+    return f"middle half {walls[len(walls) // 4]:.3g}-{walls[(3 * len(walls)) // 4]:.3g}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -200,15 +242,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--enqueue-rounds", type=int, default=5, help="rounds of figure 2")
     parser.add_argument("--exe", default=str(Path(sys.executable).with_name("statequeue")))
     parser.add_argument("--workdir", type=Path, default=Path("/var/tmp"))
-    parser.add_argument("--only", choices=("start", "enqueue"), help="one figure only")
+    parser.add_argument("--only", choices=("start", "run", "enqueue"), help="one figure only")
     parser.add_argument("--before", type=Path, help="also measure the package in this folder")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="sq-bench-start-", dir=args.workdir))
     try:
         setup = Setup(args.exe, workdir, args.before)
-        if args.only != "enqueue":
+        if args.only in (None, "start"):
             start_figure(setup, args.rounds)
-        if args.only != "start":
+        if args.only in (None, "run"):
+            run_start_figure(setup, args.rounds)
+        if args.only in (None, "enqueue"):
             enqueue_figure(setup, args.items, args.enqueue_rounds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,12 +1,15 @@
-"""Issue 27, start-up: `statequeue enqueue` imports only what it uses.
+"""Issue 27, start-up: `statequeue enqueue`, `run` and the other commands import only what they use.
 
 Shell loops run `statequeue enqueue "$f"` thousands of times, so its start is
 most of their cost. Each test runs the real installed command (or the
 library) in a subprocess under ``python -X importtime``, which names every
 module the process imported, and fails when a heavy one is among them: the
 terminal UI (rich), the full CLI (typer, click), PostgreSQL (psycopg),
-compaction, the stats cache and figures, the report, the runner. The figure
-itself is measured by scripts/bench_start.py, not here."""
+compaction, the stats cache and figures, the report, the runner. `run` and
+the other commands through typer (cli/command_table.py: the invoked command
+alone) must not import rich, typer's rich help, PostgreSQL, compaction, the
+stats machinery, the report, nor another command's module. The figures
+themselves are measured by scripts/bench_start.py, not here."""
 
 from __future__ import annotations
 
@@ -70,8 +73,8 @@ def imported_modules(argv: list[str], env: Env, stdin: bytes = b"") -> tuple[set
     return names, done.stdout.decode()
 
 
-def heavy_among(names: set[str]) -> list[str]:
-    return sorted(n for n in names if any(n == h or n.startswith(f"{h}.") for h in HEAVY))
+def heavy_among(names: set[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    return sorted(n for n in names if any(n == h or n.startswith(f"{h}.") for h in heavy))
 
 
 @pytest.fixture
@@ -116,3 +119,92 @@ def test_the_check_sees_a_heavy_import(existing_queue: Env) -> None:
     names, out = imported_modules([STATEQUEUE, "enqueue", "--help"], existing_queue)
     assert "Usage" in out
     assert "typer" in heavy_among(names)
+
+
+# What no command through typer imports unless it is the command's own work
+# (`stats`, `report`, `compact`, --store, `status --watch`).
+OPTIONAL = (
+    "rich",
+    "typer.rich_utils",  # typer's rich help and errors
+    "psycopg",
+    "asyncio",
+    "statequeue.store.postgres",
+    "statequeue.store.journal.online_compaction",
+    # Not background_compaction: the journal store imports it after a result
+    # to ask whether a compaction is due, even when none is.
+    "statequeue.store.journal.compaction",
+    "statequeue.store.journal.compaction_logs",
+    "statequeue.store.journal.fsck",
+    "statequeue.store.journal.stats_cache",
+    "statequeue.store.journal.attempt_scan",
+    "statequeue.store.journal.archive_index",
+    "statequeue.stats.figures",
+    "statequeue.stats.rates",
+    "statequeue.stats.sketch",
+    "statequeue.stats.histogram",
+    "statequeue.stats.report_model",
+    "statequeue.stats.report_fold",
+)
+# The cli/ modules every command through typer needs: the group, its global
+# options, errors and rendering. Any other cli/ module is another command's.
+TYPER_CLI = {
+    "statequeue.cli",
+    "statequeue.cli.main",
+    "statequeue.cli.command_table",
+    "statequeue.cli.root",
+    "statequeue.cli.errors",
+    "statequeue.cli.options",
+    "statequeue.cli.completion",
+    "statequeue.cli.render",
+    "statequeue.cli.clock",
+}
+
+
+def other_cli(names: set[str], own: set[str]) -> list[str]:
+    """The cli/ modules among ``names`` that are neither shared nor ``own``."""
+    allowed = TYPER_CLI | own
+    return sorted(n for n in names if n.startswith("statequeue.cli.") and n not in allowed)
+
+
+def sq(env: Env, *args: str) -> None:
+    done = subprocess.run([STATEQUEUE, "-q", "q", *args], env=env, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("pending", [0, 1], ids=["nothing-to-do", "one-item"])
+def test_run_imports_only_what_it_uses(existing_queue: Env, pending: int) -> None:
+    sq(existing_queue, "run", "--no-live", "--", "true")  # a and b done
+    if pending:
+        sq(existing_queue, "enqueue", "c")
+    argv = [STATEQUEUE, "-q", "q", "run", "--no-live", "--json", "--", "true"]
+    names, out = imported_modules(argv, existing_queue)
+    assert f'"succeeded":{pending},' in out  # it did its work
+    # The runner's own imports, after the guard's fork, are seen too.
+    assert {"statequeue.cli.run_command", "statequeue.run.runner"} <= names
+    assert heavy_among(names, OPTIONAL) == []
+    own = {"statequeue.cli.run_command", "statequeue.cli.progress"}
+    assert other_cli(names, own) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "shown", "own"),
+    [
+        (["show", "1"], "item 1: a", {"inspect_cmds", "event_text", "logs_all"}),
+        (["list"], "a", {"inspect_cmds", "event_text", "logs_all"}),
+        (["retry", "--failed"], "", {"manage_cmds"}),
+        (["cancel", "2"], "", {"manage_cmds"}),
+        (["status", "--json", "--home", "."], '"schema"', {"queue_cmds", "input"}),
+    ],
+    ids=["show", "list", "retry", "cancel", "status-not-fast"],
+)
+def test_a_command_imports_only_its_own_module(
+    existing_queue: Env, args: list[str], shown: str, own: set[str]
+) -> None:
+    env = existing_queue
+    if args[0] == "status":  # --home twice: not the fast path's, typer's
+        args = ["--home", env["STATEQUEUE_HOME"], *args[:2], "--home", env["STATEQUEUE_HOME"]]
+    names, out = imported_modules([STATEQUEUE, "-q", "q", *args], env)
+    assert shown in out
+    assert "typer" in names  # through typer, not main.py's fast path
+    assert heavy_among(names, OPTIONAL) == []
+    assert other_cli(names, {f"statequeue.cli.{m}" for m in own}) == []

@@ -1,243 +1,32 @@
-"""The `statequeue` command. Thin: parse, call the library, render, exit.
+"""The full `statequeue` command: every command registered, for help,
+completion and any invocation cli/command_table.py does not take alone.
 
-typer and rich are imported here and nowhere in the library; rich only when
-something is drawn on a terminal (start-up time matters in shell loops).
+Thin: parse, call the library, render, exit. typer and rich are imported in
+cli/ and nowhere in the library; rich only when something is drawn on a
+terminal (start-up time matters in shell loops).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
-from typing import Annotated
 
-import click
-import typer
-from typer.core import TyperGroup
-
-from statequeue.cli.errors import ReaderGone, fail, run_guarded
-from statequeue.cli.input import read_input
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
-from statequeue.cli.render import (
-    emit_json,
-    err,
-    human_bytes,
-    plural,
-    running_texts,
-    status_text,
-)
-from statequeue.core.durations import parse_duration
-from statequeue.core.errors import InvalidItem
+from statequeue.cli.command_table import full_group, register_all
+from statequeue.cli.errors import fail
+from statequeue.cli.render import err
+from statequeue.cli.root import app, invoke, run_and_exit
 from statequeue.core.exitcodes import ExitCode
 
-
-class _Group(TyperGroup):
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError as exc:
-            # click would turn this into exit 1, the code for "an item failed".
-            raise ReaderGone from exc
-
-
-app = typer.Typer(
-    name="statequeue",
-    cls=_Group,
-    help=(
-        "A resumable, crash-safe work queue for the shell.\n\n"
-        "Example: find . -name '*.pdf' | statequeue enqueue && "
-        "statequeue run -- python worker.py {}"
-    ),
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    suggest_commands=False,  # click already says "Did you mean ...?"
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        from importlib.metadata import version  # lazy: start-up time (only --version)
-
-        print(f"statequeue {version('statequeue')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _global(
-    ctx: typer.Context,
-    home: HomeOpt = None,
-    store: StoreOpt = None,
-    queue: QueueOpt = None,
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
-        ),
-    ] = False,
-) -> None:
-    ctx.obj = {"home": home, "queue": queue}
-
-
-@app.command()
-def enqueue(
-    ctx: typer.Context,
-    items: Annotated[
-        list[str] | None, typer.Argument(help="Items to add.", show_default=False)
-    ] = None,
-    null: Annotated[
-        bool, typer.Option("--null", "-0", help="Items on stdin or in --file end with NUL.")
-    ] = False,
-    file: Annotated[
-        str | None,
-        typer.Option("--file", "-f", metavar="PATH", help="Read items from PATH ('-' for stdin)."),
-    ] = None,
-    json: JsonOpt = False,
-    home: HomeOpt = None,
-    store: StoreOpt = None,
-    queue: QueueOpt = None,
-) -> None:
-    """Add items to the queue; items already in it (in any state) are skipped.
-
-    With no ITEM arguments, items are read from stdin (or --file), one per line.
-
-    Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
-    """
-    texts, positions = read_input(items or [], file=file, null=null)
-    q = open_queue(ctx, home, queue, create=True)
-    try:
-        result = q.enqueue(texts)
-    except InvalidItem as exc:
-        raise positions.locate(exc) from None
-    if json:
-        emit_json({"added": result.added, "skipped": result.skipped})
-    else:
-        print(f"added {result.added}, skipped {result.skipped} already queued")
-
-
-@app.command()
-def status(
-    ctx: typer.Context,
-    json: JsonOpt = False,
-    watch: Annotated[
-        bool, typer.Option("--watch", "-w", help="Refresh every --interval until Ctrl-C.")
-    ] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.1)] = 1.0,
-    home: HomeOpt = None,
-    store: StoreOpt = None,
-    queue: QueueOpt = None,
-) -> None:
-    """Show counts per state, progress, rate and ETA, runners and recent failures.
-
-    Example: statequeue status --json | jq .counts
-    """
-    q = open_queue(ctx, home, queue, create=False)
-    if watch:
-        from statequeue.cli.watch import watch_status  # lazy: start-up time (stats, rich)
-
-        watch_status(q, interval=interval, json=json)
-        return
-    st = q.status()
-    if json:
-        emit_json(st.to_json())
-    else:
-        print(status_text(st, running_texts(q, st)))
-
-
-@app.command()
-def compact(
-    ctx: typer.Context,
-    keep_logs: Annotated[
-        str,
-        typer.Option(
-            help="Remove the logs of archived items older than this (0: all of them now).",
-            metavar="DUR",
-        ),
-    ] = "7d",
-    json: JsonOpt = False,
-    home: HomeOpt = None,
-    queue: QueueOpt = None,
-    store: StoreOpt = None,
-) -> None:
-    """Rewrite the journal as a snapshot; finished results move to the archive.
-
-    Safe while runners and enqueuers are active. Dedupe still holds afterwards.
-    The queue is locked only briefly at the start and the end, not meanwhile.
-
-    Example: statequeue compact -q crawl --keep-logs 1d
-    """
-    keep = parse_duration(keep_logs)
-    q = open_queue(ctx, home, queue, create=False)
-    r = q.compact(keep_logs=keep)
-    logs = r.logs_removed
-    removed = (
-        f"; removed {plural(logs.files, 'log')} of archived items ({human_bytes(logs.bytes)})"
-        if logs.files
-        else ""
-    )
-    if json:
-        emit_json(
-            {
-                "bytes_before": r.bytes_before,
-                "bytes_after": r.bytes_after,
-                "archived": r.archived,
-                "archive_bytes": r.archive_bytes,
-                "rows_moved": r.rows_moved,
-                "logs_removed": logs.files,
-                "log_bytes_removed": logs.bytes,
-            }
-        )
-    elif r.rows_moved is not None:  # a PostgreSQL store: rows, not a journal file
-        print(
-            f"archived {plural(r.archived, 'finished item')} "
-            f"({plural(r.rows_moved, 'row')} moved to the archive tables){removed}"
-        )
-    else:
-        print(
-            f"journal {human_bytes(r.bytes_before)} -> {human_bytes(r.bytes_after)}; "
-            f"archived {plural(r.archived, 'finished item')} "
-            f"(archive {human_bytes(r.archive_bytes)}){removed}"
-        )
-
-
-# Importing these registers their commands on `app`.
-from statequeue.cli import (  # noqa: E402
-    db_cmds,
-    help_cmd,
-    inspect_cmds,
-    manage_cmds,
-    report_cmd,
-    run_command,
-)
-
-_ = (db_cmds, help_cmd, inspect_cmds, manage_cmds, report_cmd, run_command)
-from statequeue.cli import stats_cmd  # noqa: E402, F401  (registers `stats`)
+register_all()
 
 
 def _invoke(argv: Sequence[str]) -> int:
-    command = typer.main.get_command(app)
-    rv = command.main(args=list(argv), prog_name="statequeue", standalone_mode=False)
-    return rv if isinstance(rv, int) else 0
-
-
-OWNS_PROCESS = False
-"""True in the console command only (cli/main.py, called with no argv):
-`run` may fork (run/guard.py), which a caller's process (a test calling
-``main([...])`` or a CliRunner) must never see."""
+    return invoke(full_group(), argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    code = run_guarded(_invoke, args)
-    if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    sys.exit(code)
+    run_and_exit(full_group, list(sys.argv[1:] if argv is None else argv))
 
 
 __all__ = ["ExitCode", "app", "err", "fail", "main"]
-from statequeue.cli import transfer_cmds  # noqa: E402, F401  (registers export and import)

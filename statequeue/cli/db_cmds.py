@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import JsonOpt, StoreOpt, store_url
 from statequeue.cli.render import emit_json
+from statequeue.cli.root import app
 from statequeue.core.errors import UsageError
 
 db_app = typer.Typer(

@@ -16,7 +16,8 @@ from typing import Annotated
 import click
 import typer
 
-from statequeue.cli.app import app
+from statequeue.cli.command_table import full_group
+from statequeue.cli.root import app
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
 
@@ -48,7 +49,7 @@ def command_help(command: click.Command, path: list[str]) -> str:
     The same click formatting `--help` uses, without the rich panels, so that the
     page reads the same on a terminal, in a pipe and in a diff.
     """
-    top = typer.main.get_command(app)
+    top = full_group()
     # The chain of contexts --help would have: settings such as -h pass down from the top.
     ctx = top.context_class(top, info_name="statequeue", **top.context_settings)
     for name in path:
@@ -73,7 +74,7 @@ def every_command() -> list[tuple[list[str], click.Command]]:
         elif not command.hidden:
             found.append((path, command))
 
-    walk(typer.main.get_command(app), [])
+    walk(full_group(), [])
     return found
 
 

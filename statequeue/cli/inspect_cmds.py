@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 import orjson
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.completion import complete_state
 from statequeue.cli.event_text import describe_events
 from statequeue.cli.logs_all import write_all_logs
@@ -23,6 +22,7 @@ from statequeue.cli.options import (
     store_url,
 )
 from statequeue.cli.render import emit_json, err, escaped, plural, shown
+from statequeue.cli.root import app
 from statequeue.core.errors import ItemNotFound, StateQueueError, UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import ItemState, item_state

@@ -6,7 +6,8 @@ cold start. A plain invocation of those two -- only the options listed in
 ``_VALUED`` and ``_FLAGS`` for the command, and (for enqueue) items that do
 not start with '-' -- is parsed here and runs the same library call with the
 same output; anything else (help, unknown options, other commands) goes to
-the typer app.
+the typer app: the named command's module and group alone when argv names one
+plainly (cli/command_table.py), every command's otherwise (cli/app.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import click
 
 _GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue", "--store": "store"}
 _VALUED = {
@@ -137,21 +142,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         opts = _parse_fast(args)
         if opts is None:
-            # lazy: start-up time (typer, only off the fast path; SIGINT at its default)
-            from statequeue.cli.app import main as full_main
+            build = _import_typer_path(args)
         else:
             _import_fast_path()
     finally:
         if quick_exit:
             signal.signal(signal.SIGINT, previous)
     if opts is None:
-        if argv is None:  # the console command's own process: `run` may fork
-            from statequeue.cli import app  # lazy: loaded just above, off the fast path
+        # lazy: start-up time (loaded just above, off the fast path)
+        from statequeue.cli import root
 
-            app.OWNS_PROCESS = True
-        full_main(args)
-        return
+        if argv is None:  # the console command's own process: `run` may fork
+            root.OWNS_PROCESS = True
+        root.run_and_exit(build, args)
     os._exit(_run_fast(opts))
+
+
+def _import_typer_path(args: Sequence[str]) -> Callable[[], click.Command]:
+    """Import the typer CLI (with SIGINT at its default: see main); the
+    builder of the click group to run: one command's alone when argv names
+    one plainly (cli/command_table.py), else every command's."""
+    # lazy: start-up time (typer, only off the fast path)
+    from statequeue.cli.command_table import (
+        COMMANDS,
+        command_in,
+        full_group,
+        import_command_module,
+        one_command_group,
+    )
+
+    name = command_in(args)
+    if name is None:
+        from statequeue.cli import app  # lazy: start-up time (every command module)
+
+        _ = app  # imported for its registrations
+        return full_group
+    import_command_module(COMMANDS[name])  # its module alone, before SIGINT is back
+    return lambda: one_command_group(name)
 
 
 def _import_fast_path() -> None:

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.completion import complete_queue
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json, plural
+from statequeue.cli.root import app
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import ItemState

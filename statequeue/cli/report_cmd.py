@@ -14,8 +14,8 @@ from typing import IO, Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt, open_queue
+from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
 
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json
+from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
 from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
@@ -278,12 +278,10 @@ def run(
 
     Example: statequeue run -j4 -- python worker.py {}
     """
-    # lazy: start-up time (the runner and its view, only for `run`)
-    from statequeue.cli.progress import LiveSink, make_view
+    # lazy: start-up time (the run's options, only for `run`)
     from statequeue.run.guard import report_runner_cpu
     from statequeue.run.options import RunOptions, parse_size, parse_verify
     from statequeue.run.resources import stop_when_short_of_resources
-    from statequeue.run.runner import Runner
     from statequeue.run.shell_command import shell_template
 
     if not command:
@@ -322,6 +320,11 @@ def run(
     )
     with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
         link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
+        # lazy: start-up time (imported after the fork: in the runner alone,
+        # while the keeper starts beside it)
+        from statequeue.cli.progress import LiveSink, make_view
+        from statequeue.run.runner import Runner
+
         q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
         tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
         on_tty = sys.stdout is not None and sys.stdout.isatty()
@@ -351,11 +354,10 @@ def _guard(has_leases: bool) -> GuardLink | None:
     console command's own (never inside a caller's process, e.g. a test's
     CliRunner) and the store needs no fencing keeper (no leases: the
     PostgreSQL store has them, see Store.has_leases)."""
-    # lazy: start-up time (only `run` forks)
-    from statequeue.cli import app as entry
-    from statequeue.run import guard
+    from statequeue.cli import root  # lazy: start-up time (only `run` forks)
+    from statequeue.run import guard  # lazy: start-up time (only `run` forks)
 
-    if not entry.OWNS_PROCESS or has_leases or not guard.available():
+    if not root.OWNS_PROCESS or has_leases or not guard.available():
         return None
     return guard.launch()
 

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, use_color, worker_lines
+from statequeue.cli.root import app
 from statequeue.cli.stats_names import stats_names
 from statequeue.cli.stats_view import plain_text, print_rich
 from statequeue.core.durations import parse_duration

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from statequeue.cli.app import app
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, plural
+from statequeue.cli.root import app
 from statequeue.core.errors import NotFound
 
 
