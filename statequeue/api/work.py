@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -147,12 +147,12 @@ class WorkItem:
 
     def done(self, result: Any = None) -> ItemState:
         """Record success with ``result`` (any JSON value), durably, before returning."""
-        return self._settle(Outcome(ok=True, result=result))
+        return self._settle(True, "", result)
 
     def fail(self, reason: str = "failed", result: Any = None) -> ItemState:
         """Record failure with ``reason``, durably, before returning; the item
         is pending again (due later) while the policy allows a retry."""
-        return self._settle(Outcome(ok=False, reason=reason, result=result))
+        return self._settle(False, reason, result)
 
     def later(self, seconds: float | None = None) -> ItemState:
         """Ask for the item to be tried later, durably: pending again after
@@ -176,11 +176,12 @@ class WorkItem:
         where the store has leases; nothing on the local journal)."""
         self.queue.heartbeat(self.claim)
 
-    def _settle(self, outcome: Outcome) -> ItemState:
+    def _settle(self, ok: bool, reason: str, result: Any) -> ItemState:
         self._check_open()
-        retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
-        outcome = replace(outcome, duration=self._took())
-        if outcome.ok:
+        retry_at = None if ok else self.policy.retry_at(self.claim)
+        # Built once, with its duration: no dataclasses.replace per item.
+        outcome = Outcome(ok=ok, duration=self._took(), reason=reason, result=result)
+        if ok:
             rate_limits.succeeded(self.queue, self.policy.rate)
         if self._runner is None:
             self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
@@ -277,7 +278,7 @@ def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
     its earlier attempt finished, so it is not run again."""
     if verify is None or not item.interrupted or not verify(item):
         return False
-    item._settle(Outcome(ok=True, reason=VERIFIED_REASON))
+    item._settle(True, VERIFIED_REASON, None)
     return True
 
 
