@@ -122,6 +122,7 @@ class WorkItem:
         # fsync), and leave that claim in ``next_claim`` for the loop.
         self._runner = runner
         self.next_claim: Claim | None = None
+        self.chained = False  # settled with a look for the next claim (next_claim, or none due)
         # Made just after the claim: an attempt lasts from it to done/fail, as
         # a command's does from launch to exit (monotonic: `stats` sums these).
         self._claimed_at = time.monotonic()
@@ -195,6 +196,7 @@ class WorkItem:
                 on_interrupted=self.policy.on_interrupted,
                 max_crashes=self.policy.max_crashes,
             )
+            self.chained = True
         self.settled = True
         return self.state
 
@@ -240,8 +242,20 @@ def work_loop(
     queue.register_runner(runner)
     current: WorkItem | None = None
     taken: Claim | None = None  # claimed by the last item's done() or fail()
+    # The last item's done() or fail() looked for the next item in the same
+    # store step and found none due: the loop then looks (paused? a retry
+    # coming?) before its claim, so that the claim, which recovers orphans
+    # first, decides at once (else a claim, a look, and a second claim that
+    # recovers again: the tail of every loop's run).
+    exhausted = False
     try:
         while True:
+            looked = False
+            if exhausted:
+                exhausted = False
+                if wait_for_due(queue):
+                    continue
+                looked = True  # not paused, nothing waits for a retry: the claim decides
             if taken is None:
                 rate_limits.wait_for_start(queue, policy.rate)
             claim = taken or queue.claim(
@@ -249,6 +263,8 @@ def work_loop(
             )
             taken = None
             if claim is None:
+                if looked:
+                    return
                 if wait_for_due(queue):
                     continue
                 # Not paused now and nothing waits for a retry: but a resume
@@ -268,6 +284,7 @@ def work_loop(
                         f"item {claim.item_id} was neither done() nor fail()ed before the next"
                     )
             taken, current.next_claim = current.next_claim, None
+            exhausted = taken is None and current.chained
             current = None
     finally:
         end_work(queue, runner.runner_id, current, taken)
