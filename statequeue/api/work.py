@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,7 @@ class WorkItem:
         # fsync), and leave that claim in ``next_claim`` for the loop.
         self._runner = runner
         self.next_claim: Claim | None = None
+        self.chained = False  # settled with a look for the next claim (next_claim, or none due)
         # Made just after the claim: an attempt lasts from it to done/fail, as
         # a command's does from launch to exit (monotonic: `stats` sums these).
         self._claimed_at = time.monotonic()
@@ -147,12 +148,12 @@ class WorkItem:
 
     def done(self, result: Any = None) -> ItemState:
         """Record success with ``result`` (any JSON value), durably, before returning."""
-        return self._settle(Outcome(ok=True, result=result))
+        return self._settle(True, "", result)
 
     def fail(self, reason: str = "failed", result: Any = None) -> ItemState:
         """Record failure with ``reason``, durably, before returning; the item
         is pending again (due later) while the policy allows a retry."""
-        return self._settle(Outcome(ok=False, reason=reason, result=result))
+        return self._settle(False, reason, result)
 
     def later(self, seconds: float | None = None) -> ItemState:
         """Ask for the item to be tried later, durably: pending again after
@@ -176,11 +177,12 @@ class WorkItem:
         where the store has leases; nothing on the local journal)."""
         self.queue.heartbeat(self.claim)
 
-    def _settle(self, outcome: Outcome) -> ItemState:
+    def _settle(self, ok: bool, reason: str, result: Any) -> ItemState:
         self._check_open()
-        retry_at = None if outcome.ok else self.policy.retry_at(self.claim)
-        outcome = replace(outcome, duration=self._took())
-        if outcome.ok:
+        retry_at = None if ok else self.policy.retry_at(self.claim)
+        # Built once, with its duration: no dataclasses.replace per item.
+        outcome = Outcome(ok=ok, duration=self._took(), reason=reason, result=result)
+        if ok:
             rate_limits.succeeded(self.queue, self.policy.rate)
         if self._runner is None:
             self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
@@ -194,6 +196,7 @@ class WorkItem:
                 on_interrupted=self.policy.on_interrupted,
                 max_crashes=self.policy.max_crashes,
             )
+            self.chained = True
         self.settled = True
         return self.state
 
@@ -239,8 +242,20 @@ def work_loop(
     queue.register_runner(runner)
     current: WorkItem | None = None
     taken: Claim | None = None  # claimed by the last item's done() or fail()
+    # The last item's done() or fail() looked for the next item in the same
+    # store step and found none due: the loop then looks (paused? a retry
+    # coming?) before its claim, so that the claim, which recovers orphans
+    # first, decides at once (else a claim, a look, and a second claim that
+    # recovers again: the tail of every loop's run).
+    exhausted = False
     try:
         while True:
+            looked = False
+            if exhausted:
+                exhausted = False
+                if wait_for_due(queue):
+                    continue
+                looked = True  # not paused, nothing waits for a retry: the claim decides
             if taken is None:
                 rate_limits.wait_for_start(queue, policy.rate)
             claim = taken or queue.claim(
@@ -248,6 +263,8 @@ def work_loop(
             )
             taken = None
             if claim is None:
+                if looked:
+                    return
                 if wait_for_due(queue):
                     continue
                 # Not paused now and nothing waits for a retry: but a resume
@@ -267,6 +284,7 @@ def work_loop(
                         f"item {claim.item_id} was neither done() nor fail()ed before the next"
                     )
             taken, current.next_claim = current.next_claim, None
+            exhausted = taken is None and current.chained
             current = None
     finally:
         end_work(queue, runner.runner_id, current, taken)
@@ -277,7 +295,7 @@ def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
     its earlier attempt finished, so it is not run again."""
     if verify is None or not item.interrupted or not verify(item):
         return False
-    item._settle(Outcome(ok=True, reason=VERIFIED_REASON))
+    item._settle(True, VERIFIED_REASON, None)
     return True
 
 

@@ -32,6 +32,8 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import psycopg
+
 from statequeue.core import lease_clock
 from statequeue.core.errors import ClaimLost, StateQueueError
 from statequeue.core.identity import boot_id, host_name
@@ -46,6 +48,7 @@ from statequeue.store.postgres.session import Session
 RECOVER_EVERY = 1.0
 """Seconds between recovery passes made by ``claim`` while it finds items."""
 Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
 class Claims:
@@ -65,6 +68,7 @@ class Claims:
         # token -> the connection generation of its first finish try, kept
         # until the finish is settled: a later call retries that one.
         self._first_try: dict[int, int] = {}
+        self._kept: Cursor | None = None
 
     def handed_over(self, claim: Claim) -> None:
         self._locks.let_go(claim.token, remove=False)  # the keeper holds the lock now
@@ -128,7 +132,8 @@ class Claims:
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
             sent = lease_clock.now()
-            return conn.execute(functions.CLAIM, params).fetchone()  # one statement: atomic
+            # One statement: atomic.
+            return self._cursor(conn).execute(functions.CLAIM, params).fetchone()
 
         row = self._session.patiently(attempt)
         return sent, row
@@ -175,15 +180,13 @@ class Claims:
         (the runner's own ``claim`` then recovers orphans before it says so)."""
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)  # as claim does
-        params = {
-            **writes.finish_params(
-                self.name, claim, outcome, (_target(outcome, retry_at), retry_at)
-            ),
-            "now": time.time(),
-            "runner": runner.runner_id,
-            "lease": self._leases.lease,
-            "among": sorted(among) if among is not None else None,
-        }
+        params = writes.finish_params(
+            self.name, claim, outcome, (_target(outcome, retry_at), retry_at)
+        )
+        params["now"] = time.time()
+        params["runner"] = runner.runner_id
+        params["lease"] = self._leases.lease
+        params["among"] = sorted(among) if among is not None else None
         generation = self._first_try.setdefault(claim.token or 0, self._session.generation)
         sent = lease_clock.now()
 
@@ -191,12 +194,13 @@ class Claims:
             nonlocal sent
             sent = lease_clock.now()
             retried = self._session.generation != generation
-            return conn.execute(
-                functions.FINISH_AND_CLAIM, {**params, "retried": retried}
-            ).fetchone()
+            params["retried"] = retried
+            return self._cursor(conn).execute(functions.FINISH_AND_CLAIM, params).fetchone()
 
         row = self._session.patiently(attempt)
-        self._forget(claim)  # finished, or stale: either way no longer held
+        # Finished, or stale: either way no longer held. Finished with a next
+        # claim: its lock file is renamed to the next one's (reaping.py).
+        self._forget(claim, reuse=row is not None and None not in row[:2])
         if row is None or row[0] is None:
             self._note_discarded(claim, outcome)
             raise writes.stale(claim)
@@ -212,10 +216,19 @@ class Claims:
         with contextlib.suppress(StateQueueError), self._session.transaction() as conn:
             writes.event(conn, self.name, record)
 
-    def _forget(self, claim: Claim) -> None:
+    def _forget(self, claim: Claim, *, reuse: bool = False) -> None:
         self._first_try.pop(claim.token or 0, None)
         self._leases.drop(claim.token)
-        self._locks.let_go(claim.token, remove=True)
+        self._locks.let_go(claim.token, remove=True, reuse=reuse)
+
+    def _cursor(self, conn: Connection) -> Cursor:
+        """A cursor of ``conn`` kept for the per-item statements: psycopg sets
+        up its adapters once per cursor, and ``conn.execute`` makes a new
+        cursor per call (~15 us of CPU per statement of ~20 parameters)."""
+        cursor = self._kept
+        if cursor is None or cursor.connection is not conn or cursor.closed:
+            cursor = self._kept = conn.cursor()
+        return cursor
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         generation = self._session.generation

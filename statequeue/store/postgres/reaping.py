@@ -16,6 +16,14 @@ lock still held on this host means a process of the attempt lives (a frozen
 runner's keeper not yet done fencing, a child it could not kill), so the
 item waits; a reaper on another host cannot see the lock, and there the
 keeper's fencing deadline is what protects it (promise 4).
+
+A loop that settles an item and claims the next in one call (the library's
+``work()``) keeps its settled claim's file, still locked, and renames it to
+the next token's name: one rename per item instead of a create, a lock, a
+close and an unlink in a folder every loop of the host writes to (~37 us of
+CPU per item against ~9 us at 16 loops, measured). The file of a settled
+token may so stay locked until the next claim: no reaper asks about it, as
+no running item has that token any more.
 """
 
 from __future__ import annotations
@@ -53,6 +61,9 @@ class ClaimLocks:
     def __init__(self, folder: QueueFolder | None) -> None:
         self._folder = folder
         self._fds: dict[int, int] = {}
+        # (token, fd) of a settled claim's file, still locked by this process
+        # alone, that the next ``take`` renames instead of creating a file.
+        self._spare: tuple[int, int] | None = None
 
     def _claims(self) -> int:
         assert self._folder is not None
@@ -62,15 +73,35 @@ class ClaimLocks:
         """Lock ``token``'s file; the fds a child must inherit (none without a folder)."""
         if self._folder is None:
             return ()
-        self._claims()  # made (0700) and checked on first use
+        claims = self._claims()  # made (0700) and checked on first use
+        if self._spare is not None:
+            old, fd = self._spare
+            self._spare = None
+            try:
+                # Locked all along: the lock follows the file to its new name.
+                os.rename(f"{old}.lock", f"{token}.lock", src_dir_fd=claims, dst_dir_fd=claims)
+            except OSError:
+                os.close(fd)  # gone or unusable: a new file, as without a spare
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{old}.lock", dir_fd=claims)
+            else:
+                self._fds[token] = fd
+                return (fd,)
         fd = self._folder.open_file(f"{token}.lock", os.O_RDWR | os.O_CREAT, sub=SUBFOLDER)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh token's file: nobody else has it
         self._fds[token] = fd
         return (fd,)
 
-    def let_go(self, token: int | None, *, remove: bool) -> None:
-        """Close this process's copy; ``remove`` the file once the attempt is settled."""
+    def let_go(self, token: int | None, *, remove: bool, reuse: bool = False) -> None:
+        """Close this process's copy; ``remove`` the file once the attempt is settled.
+
+        ``reuse``: the attempt is settled and its fd was never handed to
+        another process (handed over, its copy here is closed already): keep
+        the file locked for the next ``take`` to rename."""
         fd = self._fds.pop(token or 0, None)
+        if reuse and fd is not None and self._spare is None and token:
+            self._spare = (token, fd)
+            return
         if fd is not None:
             os.close(fd)
         if remove and self._folder is not None:
@@ -104,6 +135,11 @@ class ClaimLocks:
         return False
 
     def close(self) -> None:
+        if self._spare is not None:
+            token, fd = self._spare
+            self._spare = None
+            self._fds[token] = fd
+            self.let_go(token, remove=True)  # settled: its file is done with
         for token in list(self._fds):
             self.let_go(token, remove=False)
 

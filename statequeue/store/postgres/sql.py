@@ -233,3 +233,13 @@ SELECT result, err FROM (
     SELECT token, result, err FROM statequeue.archived_results WHERE queue = %(q)s AND id = %(id)s
 ) r ORDER BY token DESC LIMIT 1
 """
+
+# A runner's end in one statement (one round trip, atomic in autocommit):
+# its row marked stopped and the event that says so.
+RUNNER_STOPPED = """
+WITH stopped AS (
+    UPDATE statequeue.runners SET stopped_at = %(at)s
+    WHERE queue = %(q)s AND runner_id = %(rid)s
+)
+INSERT INTO statequeue.events (queue, id, body) VALUES (%(q)s, %(id)s, %(body)s)
+"""

@@ -40,7 +40,7 @@ from statequeue.core.records import Record
 from statequeue.core.views import LogsRemoved
 from statequeue.store import transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
-from statequeue.store.postgres import logs, queries, rate_rows, reaping, writes
+from statequeue.store.postgres import logs, queries, rate_rows, reaping, sql, writes
 from statequeue.store.postgres.actions import Actions
 from statequeue.store.postgres.claims import Claims
 from statequeue.store.postgres.connection import Connection, mask
@@ -205,16 +205,14 @@ class PostgresStore(Store):
 
     def unregister_runner(self, runner_id: str) -> None:
         self._leases.runners.discard(runner_id)
+        rec = transitions.runner_stopped_record(runner_id, at=writes.now())
+        body, at = writes.jsonb(rec), time.time()
+        params = {"q": self.name, "rid": runner_id, "at": at, "id": rec.get("id"), "body": body}
 
         def attempt(conn: Connection) -> None:
-            with conn.transaction():
-                conn.execute(
-                    "UPDATE statequeue.runners SET stopped_at = %s"
-                    " WHERE queue = %s AND runner_id = %s",
-                    (time.time(), self.name, runner_id),
-                )
-                rec = transitions.runner_stopped_record(runner_id, at=writes.now())
-                writes.event(conn, self.name, rec)
+            # One statement, so one round trip (not BEGIN, two, COMMIT): every
+            # work() loop pays it as it ends, in the run's tail.
+            conn.execute(sql.RUNNER_STOPPED, params)
 
         self._session.patiently(attempt)
 

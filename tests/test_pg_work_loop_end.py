@@ -1,0 +1,112 @@
+"""Issue 21 point 14: the end of a ``Queue.work()`` loop on PostgreSQL, which
+every one of sixteen loops pays in the run's tail (scripts/bench_pg.py).
+
+- When the last item's ``done()`` found no next item due (its fused claim),
+  the loop looks (paused? a retry coming?) before its one closing claim,
+  which recovers orphans and decides: two claims in all for a one-item
+  queue, where it made three (a claim, the look, a claim that recovered
+  again).
+- That closing claim still recovers an orphan that appeared meanwhile: an
+  item of a runner of this host that died while the loop worked.
+- A loop's end is recorded in one statement: its runner row stopped, and one
+  ``stop`` event.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statequeue.api.queue import Queue
+from tests.pg import sql as _sql
+
+pytest.importorskip("psycopg")
+from statequeue.store.postgres import PostgresStore  # after the skip: needs psycopg
+
+
+def test_a_drained_loop_ends_with_one_claim(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims: list[bool] = []
+    plain_claim = PostgresStore.claim
+
+    def counted(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        found = plain_claim(self, *args, **kwargs)
+        claims.append(found is not None)
+        return found
+
+    monkeypatch.setattr(PostgresStore, "claim", counted)
+    q = Queue("q", store=pg_url, home=tmp_path / "home")
+    try:
+        q.enqueue(["a"])
+        assert [item.done() and item.item for item in q.work()] == ["a"]
+    finally:
+        q.close()
+    # The first item's claim, then the one closing claim (done() found no next).
+    assert claims == [True, False]
+
+
+_DIE_HOLDING = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from statequeue.core.identity import new_runner
+    from statequeue.store.postgres import PostgresStore
+
+    store = PostgresStore(sys.argv[1], "q", scratch=Path(sys.argv[2]))
+    runner = new_runner()
+    store.register_runner(runner)
+    claim = store.claim(runner)
+    print(claim.item, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_the_closing_claim_still_recovers_an_orphan_of_this_host(
+    pg_url: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    q = Queue("q", store=pg_url, home=home)
+    seen: list[tuple[str, bool]] = []
+    try:
+        q.enqueue(["a", "b"])
+        for item in q.work():
+            seen.append((item.item, item.interrupted))
+            if item.item == "a":
+                # Another runner of this host takes "b" and dies holding it.
+                died = subprocess.run(
+                    [sys.executable, "-c", _DIE_HOLDING, pg_url, str(home / ".postgres" / "q")],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                assert died.returncode == -signal.SIGKILL, died.stderr
+                assert died.stdout.split() == ["b"]
+            item.done()
+    finally:
+        q.close()
+    assert seen == [("a", False), ("b", True)]
+
+
+def test_a_loop_s_end_stops_its_runner_row_with_one_event(pg_url: str, tmp_path: Path) -> None:
+    q = Queue("q", store=pg_url, home=tmp_path / "home")
+    try:
+        q.enqueue(["a"])
+        for item in q.work():
+            item.done()
+    finally:
+        q.close()
+    rows = _sql(pg_url, "SELECT runner_id, stopped_at IS NOT NULL FROM statequeue.runners")
+    assert len(rows) == 1 and rows[0][1] is True
+    stops = _sql(
+        pg_url,
+        "SELECT body->>'runner', body ? 'by' FROM statequeue.events WHERE body->>'t' = 'stop'",
+    )
+    assert stops == [(rows[0][0], False)]
