@@ -273,10 +273,7 @@ class WorkerAttempt(Job):
 
     def _take(self, data: bytes) -> None:
         try:
-            self.worker.reader.feed(data)
-            reply = self.worker.reader.next_reply(self.claim.item_id)
-            if reply is not None and self.worker.reader.pending():
-                self.worker.reader.next_reply(None)  # a second line: unsolicited
+            reply = self.worker.reader.take(data, self.claim.item_id)
         except BadReply as exc:
             self._broken(str(exc))
             return
