@@ -184,7 +184,9 @@ def _answer(fn: Callable[[str], Any], requests: Iterable[bytes], reply_fd: int) 
 
 class _ItemEnv:
     """The variables a per-item child gets, set for each request, so that fn and what it
-    starts find the same environment in both modes (the result goes in the reply).
+    starts find the same environment in both modes (the result goes in the reply). In
+    the process's environment, not only in ``os.environ``: the keeper tells which item a
+    process left behind by fn belongs to by the STATEQUEUE_ID it inherited (promise 4).
 
     Not with ``os.environ[name] = value``: glibc's setenv keeps every value it was ever
     given (some 140 bytes a request, for ever). libc's putenv instead puts a string of
