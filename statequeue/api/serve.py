@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import math
 import os
 import sys
@@ -36,6 +35,8 @@ TOKEN_ENV = "STATEQUEUE_LEASE_TOKEN"
 
 Reply = dict[str, Any]
 _UNSET = object()
+_TOKEN_KEY = os.fsencode(TOKEN_ENV)
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def serve(fn: Callable[[str], Any]) -> NoReturn:
@@ -198,7 +199,7 @@ class _ItemEnv:
         self._putenv = _libc_putenv()
         data = vars(os.environ).get("_data")  # what os.environ reads: bytes to bytes on POSIX
         self._data: dict[bytes, bytes] | None = data if isinstance(data, dict) else None
-        self._current: dict[str, bytes] = {}  # name -> our "NAME=value" in the environment
+        self._current: dict[bytes, bytes] = {}  # name -> our "NAME=value" in the environment
         self._previous: list[bytes] = []  # replaced one request ago (see above)
         self._attempt: object = _UNSET
         self._token: object = _UNSET
@@ -206,42 +207,41 @@ class _ItemEnv:
     def set(self, item: str, item_id: int, attempt: object, token: object) -> None:
         """The variables of the request for ``item``: most often only its text and id change."""
         replaced: list[bytes] = []
-        self._put("STATEQUEUE_ITEM", item, replaced)  # a surrogate escape goes back to its byte
-        self._put("STATEQUEUE_ID", str(item_id), replaced)
+        self._put(b"STATEQUEUE_ITEM", item, replaced)  # a surrogate escape goes back to its byte
+        self._put(b"STATEQUEUE_ID", str(item_id), replaced)
         if attempt != self._attempt:
             self._attempt = attempt
-            self._put("STATEQUEUE_ATTEMPT", str(attempt), replaced)
+            self._put(b"STATEQUEUE_ATTEMPT", str(attempt), replaced)
         if token != self._token:
             self._token = token
             if token is None:
                 os.environ.pop(TOKEN_ENV, None)
-                if (entry := self._current.pop(TOKEN_ENV, None)) is not None:
+                if (entry := self._current.pop(_TOKEN_KEY, None)) is not None:
                     replaced.append(entry)
             else:  # stores that fence (PostgreSQL): for fn's own fencing
-                self._put(TOKEN_ENV, str(token), replaced)
+                self._put(_TOKEN_KEY, str(token), replaced)
         self._previous = replaced
 
-    def _put(self, name: str, value: str, replaced: list[bytes]) -> None:
+    def _put(self, key: bytes, value: str, replaced: list[bytes]) -> None:
         if self._putenv is None or self._data is None:
-            os.environ[name] = value  # no libc to call: setenv, and its leak
+            os.environ[os.fsdecode(key)] = value  # no libc to call: setenv, and its leak
             return
-        key = os.fsencode(name)
-        encoded = os.fsencode(value)
+        encoded = value.encode(_FS_ENCODING, _FS_ERRORS)  # as os.fsencode, without its checks
         entry = key + b"=" + encoded
         if self._putenv(entry) != 0:
             raise MemoryError("putenv failed")
         self._data[key] = encoded
-        if (old := self._current.get(name)) is not None:
+        if (old := self._current.get(key)) is not None:
             replaced.append(old)
-        self._current[name] = entry  # alive while the environment points at it
+        self._current[key] = entry  # alive while the environment points at it
 
     def close(self) -> None:
         """Give the values back to setenv's copies: ours are freed with this object,
         which may be before the last reader of the environment (an atexit handler)."""
-        for name in self._current:
-            value = os.environ.get(name)
+        for key in self._current:
+            value = os.environb.get(key)
             if value is not None:
-                os.putenv(name, value)
+                os.putenv(key, value)
         self._current.clear()
         self._previous = []
 
@@ -303,9 +303,10 @@ def _delay_text(seconds: float | None) -> str:
 
 def _flush_logs() -> None:
     for stream in (sys.stdout, sys.stderr):
-        # A closed or broken log must not cost the reply.
-        with contextlib.suppress(OSError, ValueError):
+        try:  # noqa: SIM105 (suppress() would cost a context manager per request)
             stream.flush()
+        except (OSError, ValueError):  # a closed or broken log must not cost the reply
+            pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
