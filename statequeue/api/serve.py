@@ -197,7 +197,7 @@ class _ItemEnv:
 
     def __init__(self) -> None:
         self._putenv = _libc_putenv()
-        data = vars(os.environ).get("_data")  # what os.environ reads: bytes to bytes on POSIX
+        data = getattr(os.environ, "_data", None)  # what os.environ reads: bytes to bytes on POSIX
         self._data: dict[bytes, bytes] | None = data if isinstance(data, dict) else None
         self._current: dict[bytes, bytes] = {}  # name -> our "NAME=value" in the environment
         self._previous: list[bytes] = []  # replaced one request ago (see above)
