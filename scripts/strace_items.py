@@ -9,6 +9,10 @@ terms. Three shapes, each on a fresh queue of the journal store:
   persistent    statequeue run --persistent -j1 -- python worker.py
                 (a tiny worker that speaks the line protocol by hand, as
                 tests/persistent_worker.py does: no statequeue import)
+  serve         statequeue run --persistent -j1 -- python serve_worker.py
+                (a no-op worker written with statequeue.serve: both sides of
+                the protocol are statequeue's, so the worker's calls after
+                its exec are counted too, as `serve worker`)
   work          a Python program: for item in Queue(name).work(): item.done(None)
 
 How it counts. Each shape runs twice under `strace -f -ff -o DIR/tr`, once
@@ -51,7 +55,7 @@ Examples:
 
   .venv/bin/python scripts/strace_items.py
   .venv/bin/python scripts/strace_items.py --items 200 --shapes per-item,persistent,work
-  .venv/bin/python scripts/strace_items.py --persistent
+  .venv/bin/python scripts/strace_items.py --persistent   (persistent, serve, work)
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 STATEQUEUE = shutil.which("statequeue", path=str(BIN)) or shutil.which("statequeue") or ""
-SHAPES = ("per-item", "persistent", "work", "floor")
+SHAPES = ("per-item", "persistent", "serve", "work", "floor")
 
 WORKER = """\
 import json, os, sys
@@ -79,6 +83,11 @@ for line in sys.stdin:
     request = json.loads(line)
     reply.write(json.dumps({"id": request["id"], "ok": True}) + "\\n")
     reply.flush()
+"""
+SERVE_WORKER = """\
+import statequeue
+
+statequeue.serve(lambda item: None)
 """
 # The durable floor of scripts/bench.py at -j1 (append a start record,
 # posix_spawn, waitpid, append an end record, fdatasync): the least a durable
@@ -229,12 +238,15 @@ def assign_roles(
             proc.role, proc.why = "unattributed", "no parent found in the traces"
 
 
-def counted(procs: dict[int, Process], root: int) -> dict[str, Counter[str]]:
-    """Calls per role: statequeue's own, an item's only before its exec."""
+def counted(procs: dict[int, Process], root: int, shape: str) -> dict[str, Counter[str]]:
+    """Calls per role: statequeue's own, an item's only before its exec (a
+    statequeue.serve worker's after it too, as `serve worker`)."""
     by_role: dict[str, Counter[str]] = {}
     for proc in procs.values():
         if proc.role == "child pre-exec" and proc.argv:
             calls = proc.before_exec
+            if shape == "serve":
+                by_role.setdefault("serve worker", Counter()).update(proc.after_exec)
         elif proc.pid == root:
             calls = proc.after_exec  # before it, strace's own child ran
         else:
@@ -256,6 +268,13 @@ def shape_of(name: str) -> Shape:
     if name == "persistent":
         return Shape(
             name, "statequeue run --persistent -j1 --no-live -- python worker.py", ("worker.py",)
+        )
+    if name == "serve":
+        return Shape(
+            name,
+            "statequeue run --persistent -j1 --no-live -- python serve_worker.py"
+            " (statequeue.serve)",
+            ("serve_worker.py",),
         )
     if name == "floor":
         return Shape(
@@ -288,19 +307,10 @@ def trace_run(
         pass
     elif shape.name == "work":
         command = [sys.executable, str(work / "loop.py"), queue]
-    elif shape.name == "persistent":
-        command = [
-            STATEQUEUE,
-            "-q",
-            queue,
-            "run",
-            "--no-live",
-            "--persistent",
-            "-j1",
-            "--",
-            sys.executable,
-            str(work / "worker.py"),
-        ]
+    elif shape.name in ("persistent", "serve"):
+        script = "worker.py" if shape.name == "persistent" else "serve_worker.py"
+        command = [STATEQUEUE, "-q", queue, "run", "--no-live", "--persistent", "-j1"]
+        command += ["--", sys.executable, str(work / script)]
     else:
         command = [STATEQUEUE, "-q", queue, "run", "--no-live", "-j1", "--", "true", "{}"]
     strace = ["strace", "-f", "-ff", "-qq", "-s", "200", "-o", str(traces / "tr")]
@@ -330,7 +340,7 @@ def trace_run(
     procs = read_traces(traces)
     root = min(procs, key=lambda pid: (procs[pid].parent is not None, pid))
     assign_roles(procs, root, shape.markers, shape.name)
-    return counted(procs, root), procs
+    return counted(procs, root, shape.name), procs
 
 
 def report(
@@ -340,7 +350,7 @@ def report(
     one: dict[str, Counter[str]],
     procs: dict[int, Process],
 ) -> str:
-    roles = sorted(set(full) | set(one), key=lambda r: (r == "child pre-exec", r))
+    roles = sorted(set(full) | set(one), key=lambda r: (r in ("child pre-exec", "serve worker"), r))
     per: dict[str, dict[str, float]] = {
         role: {
             name: (full.get(role, Counter())[name] - one.get(role, Counter())[name]) / (items - 1)
@@ -427,14 +437,14 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", default="per-item", help=f"comma-separated, of {', '.join(SHAPES)}"
     )
     parser.add_argument(
-        "--persistent", action="store_true", help="the same as --shapes persistent,work"
+        "--persistent", action="store_true", help="the same as --shapes persistent,serve,work"
     )
     parser.add_argument("--quick", action="store_true", help="200 items")
     parser.add_argument("--workdir", default="/var/tmp", help="parent of the temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the traces")
     args = parser.parse_args(argv)
     shapes = (
-        ["persistent", "work"]
+        ["persistent", "serve", "work"]
         if args.persistent
         else [s.strip() for s in args.shapes.split(",") if s.strip()]
     )
@@ -454,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     work = Path(tempfile.mkdtemp(prefix="statequeue-strace-", dir=args.workdir))
     (work / "worker.py").write_text(WORKER)
+    (work / "serve_worker.py").write_text(SERVE_WORKER)
     (work / "loop.py").write_text(WORK_LOOP)
     (work / "floor.py").write_text(FLOOR)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEQUEUE_")}

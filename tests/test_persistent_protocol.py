@@ -69,3 +69,16 @@ def test_the_reader_splits_lines_and_refuses_a_reply_with_no_request() -> None:
     with pytest.raises(BadReply, match="reply sent without a request"):
         reader.next_reply(None)
     assert not reader.pending()
+
+
+def test_take_gives_the_reply_and_refuses_a_second_line_read_with_it() -> None:
+    reader = ReplyReader()
+    assert reader.take(b'{"id": 1, "ok": true, "result": 5}\n', 1) == Reply(True, "", 5)
+    assert not reader.pending()
+    assert reader.take(b'{"id": 2, "ok": tr', 2) is None and reader.pending()
+    assert reader.take(b'ue}\n{"id": 2, "o', 2) == Reply(True)
+    assert reader.pending()  # part of a line sent without a request: the next send says so
+    with pytest.raises(BadReply, match="reply names id 2, not 3"):
+        ReplyReader().take(b'{"id": 2, "ok": true}\n', 3)
+    with pytest.raises(BadReply, match="reply sent without a request"):
+        ReplyReader().take(b'{"id": 4, "ok": true}\n{"id": 4, "ok": true}\n', 4)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import math
 import os
 import sys
@@ -35,6 +34,9 @@ TOKEN_ENV = "STATEQUEUE_LEASE_TOKEN"
 """The claim's fencing token, on stores that fence (a request's ``token``)."""
 
 Reply = dict[str, Any]
+_UNSET = object()
+_TOKEN_KEY = os.fsencode(TOKEN_ENV)
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def serve(fn: Callable[[str], Any]) -> NoReturn:
@@ -75,7 +77,7 @@ def _attempt(fn: Callable[[str], Any], item: str) -> Reply:
 
         traceback.print_exc()  # to stderr: the attempt's log, and its stderr tail
         return {"ok": False, "reason": _json_text(failure_reason(exc))}
-    problem = json_problem(value)
+    problem = None if value is None else json_problem(value)
     if problem is not None:
         return {"ok": False, "reason": f"result cannot be stored as JSON: {problem}"}
     return {"ok": True, "result": value}
@@ -161,33 +163,104 @@ def _take_stdin() -> BinaryIO:
 
 
 def _answer(fn: Callable[[str], Any], requests: Iterable[bytes], reply_fd: int) -> int:
-    for number, line in enumerate(requests, 1):
-        try:
-            request = orjson.loads(line)
-            request_id, item = _request_item(request)
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            return _refuse(f"request line {number} refused: {exc}")
-        _set_item_env(request, request_id, item)
-        reply = {"id": request_id, **_attempt(fn, item)}
-        _flush_logs()  # before the reply: what fn printed belongs to this attempt's log
-        try:
-            _write_all(reply_fd, orjson.dumps(reply) + b"\n")
-        except OSError as exc:  # the runner is gone; its keeper stops this worker anyway
-            return _refuse(f"reply not sent: {exc.strerror}", code=1)
-    return 0
+    env = _ItemEnv()
+    try:
+        for number, line in enumerate(requests, 1):
+            try:
+                request = orjson.loads(line)
+                request_id, item = _request_item(request)
+            except (orjson.JSONDecodeError, ValueError) as exc:
+                return _refuse(f"request line {number} refused: {exc}")
+            env.set(item, request_id, request.get("attempt", ""), request.get("token"))
+            reply = {"id": request_id, **_attempt(fn, item)}
+            _flush_logs()  # before the reply: what fn printed belongs to this attempt's log
+            try:
+                _write_all(reply_fd, orjson.dumps(reply, option=orjson.OPT_APPEND_NEWLINE))
+            except OSError as exc:  # the runner is gone; its keeper stops this worker anyway
+                return _refuse(f"reply not sent: {exc.strerror}", code=1)
+        return 0
+    finally:
+        env.close()
 
 
-def _set_item_env(request: dict[str, Any], item_id: int, item: str) -> None:
-    """The variables a per-item child gets, set for this request, so that fn and what it
-    starts find the same ``os.environ`` in both modes (the result goes in the reply)."""
-    os.environ["STATEQUEUE_ITEM"] = item  # a surrogate escape goes back to its byte
-    os.environ["STATEQUEUE_ID"] = str(item_id)
-    os.environ["STATEQUEUE_ATTEMPT"] = str(request.get("attempt", ""))
-    token = request.get("token")
-    if token is None:
-        os.environ.pop(TOKEN_ENV, None)
-    else:  # stores that fence (PostgreSQL): for fn's own fencing
-        os.environ[TOKEN_ENV] = str(token)
+class _ItemEnv:
+    """The variables a per-item child gets, set for each request, so that fn and what it
+    starts find the same environment in both modes (the result goes in the reply). In
+    the process's environment, not only in ``os.environ``: the keeper tells which item a
+    process left behind by fn belongs to by the STATEQUEUE_ID it inherited (promise 4).
+
+    Not with ``os.environ[name] = value``: glibc's setenv keeps every value it was ever
+    given (some 140 bytes a request, for ever). libc's putenv instead puts a string of
+    ours in the environment, which we drop once it is replaced (one request later, so
+    that a thread of fn's that read the old value just before has it a while longer),
+    and ``os.environ`` is told the value without a second, copying setenv."""
+
+    def __init__(self) -> None:
+        self._putenv = _libc_putenv()
+        data = getattr(os.environ, "_data", None)  # what os.environ reads: bytes to bytes on POSIX
+        self._data: dict[bytes, bytes] | None = data if isinstance(data, dict) else None
+        self._current: dict[bytes, bytes] = {}  # name -> our "NAME=value" in the environment
+        self._previous: list[bytes] = []  # replaced one request ago (see above)
+        self._attempt: object = _UNSET
+        self._token: object = _UNSET
+
+    def set(self, item: str, item_id: int, attempt: object, token: object) -> None:
+        """The variables of the request for ``item``: most often only its text and id change."""
+        replaced: list[bytes] = []
+        self._put(b"STATEQUEUE_ITEM", item, replaced)  # a surrogate escape goes back to its byte
+        self._put(b"STATEQUEUE_ID", str(item_id), replaced)
+        if attempt != self._attempt:
+            self._attempt = attempt
+            self._put(b"STATEQUEUE_ATTEMPT", str(attempt), replaced)
+        if token != self._token:
+            self._token = token
+            if token is None:
+                os.environ.pop(TOKEN_ENV, None)
+                if (entry := self._current.pop(_TOKEN_KEY, None)) is not None:
+                    replaced.append(entry)
+            else:  # stores that fence (PostgreSQL): for fn's own fencing
+                self._put(_TOKEN_KEY, str(token), replaced)
+        self._previous = replaced
+
+    def _put(self, key: bytes, value: str, replaced: list[bytes]) -> None:
+        if self._putenv is None or self._data is None:
+            os.environ[os.fsdecode(key)] = value  # no libc to call: setenv, and its leak
+            return
+        encoded = value.encode(_FS_ENCODING, _FS_ERRORS)  # as os.fsencode, without its checks
+        entry = key + b"=" + encoded
+        if self._putenv(entry) != 0:
+            raise MemoryError("putenv failed")
+        self._data[key] = encoded
+        if (old := self._current.get(key)) is not None:
+            replaced.append(old)
+        self._current[key] = entry  # alive while the environment points at it
+
+    def close(self) -> None:
+        """Give the values back to setenv's copies: ours are freed with this object,
+        which may be before the last reader of the environment (an atexit handler)."""
+        for key in self._current:
+            value = os.environb.get(key)
+            if value is not None:
+                os.putenv(key, value)
+        self._current.clear()
+        self._previous = []
+
+
+def _libc_putenv() -> Callable[[bytes], int] | None:
+    """libc's putenv (None if ctypes cannot reach it)."""
+    try:
+        # lazy: some 2 ms, for the persistent mode only
+        import ctypes
+    except ImportError:  # an interpreter built without ctypes
+        return None
+    try:
+        putenv = ctypes.CDLL(None, use_errno=True).putenv
+    except (OSError, AttributeError):
+        return None
+    putenv.argtypes = [ctypes.c_char_p]
+    putenv.restype = ctypes.c_int
+    function: Callable[[bytes], int] = putenv
+    return function
 
 
 def _serve_argv(fn: Callable[[str], Any], items: list[str]) -> int:
@@ -230,15 +303,18 @@ def _delay_text(seconds: float | None) -> str:
 
 def _flush_logs() -> None:
     for stream in (sys.stdout, sys.stderr):
-        # A closed or broken log must not cost the reply.
-        with contextlib.suppress(OSError, ValueError):
+        try:  # noqa: SIM105 (suppress() would cost a context manager per request)
             stream.flush()
+        except (OSError, ValueError):  # a closed or broken log must not cost the reply
+            pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:  # a pipe takes a long reply in parts
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):  # a pipe takes a long reply in parts
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _json_text(text: str) -> str:

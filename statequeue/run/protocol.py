@@ -47,20 +47,21 @@ _SHOWN = 80  # characters of a bad reply quoted in the reason
 
 def request_line(claim: Claim) -> bytes:
     """The request for ``claim``, as one line."""
-    request: dict[str, Any] = {"id": claim.item_id}
     try:
-        claim.item.encode("utf-8")
-    except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8
+        return orjson.dumps(_request(claim, "item", claim.item), option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:  # surrogate escapes: bytes that are not UTF-8
         raw = claim.item.encode("utf-8", "surrogateescape")  # the item's own bytes
-        request["item_b64"] = base64.b64encode(raw).decode("ascii")
-    else:
-        request["item"] = claim.item
-    request["attempt"] = claim.attempt
+        request = _request(claim, "item_b64", base64.b64encode(raw).decode("ascii"))
+        return orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _request(claim: Claim, key: str, item: str) -> dict[str, Any]:
+    request: dict[str, Any] = {"id": claim.item_id, key: item, "attempt": claim.attempt}
     if claim.interrupted:
         request["interrupted"] = True
     if claim.token is not None:
         request["token"] = claim.token
-    return orjson.dumps(request) + b"\n"
+    return request
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,19 @@ class ReplyReader:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+
+    def take(self, data: bytes, expected: int) -> Reply | None:
+        """``data`` read from the reply pipe while the request ``expected`` is in
+        flight: its reply once whole (None before). BadReply if it breaks the
+        protocol, or if a second whole line came after it (sent without a request;
+        part of one stays ``pending``, for the next request's check)."""
+        if not self._buffer and data.find(b"\n") == len(data) - 1:
+            return parse_reply(data[:-1], expected)  # the usual: one whole line at once
+        self.feed(data)
+        reply = self.next_reply(expected)
+        if reply is not None and self._buffer:
+            self.next_reply(None)
+        return reply
 
     def feed(self, data: bytes) -> None:
         """Take in bytes read from the reply pipe."""

@@ -85,6 +85,7 @@ class Worker:
         for fd in (out_r, err_r, reply_r, in_w):
             os.set_blocking(fd, False)
         self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
+        self._reply_r = reply_r
 
     @property
     def pid(self) -> int | None:
@@ -130,7 +131,8 @@ class Worker:
         Returns why the request could not be written ("" when it was)."""
         self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
         self.owes_idle = False  # it left the last item with this
-        self.hold_pid()
+        if self._pidfd < 0:
+            self.hold_pid()
         if self._unsolicited() or self.reader.pending():
             self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
             return "reply sent without a request"
@@ -147,15 +149,14 @@ class Worker:
 
     def _unsolicited(self) -> bool:
         """Whether it wrote a reply while it had no request (read now, before the next)."""
-        for fd, stream in self.pipes.items():
-            if stream == 3:
-                try:
-                    data = os.read(fd, _READ)
-                except BlockingIOError:
-                    return False
-                self.reader.feed(data)
-                return bool(data)
-        return False
+        if self._reply_r not in self.pipes:  # at end of file already
+            return False
+        try:
+            data = os.read(self._reply_r, _READ)
+        except BlockingIOError:
+            return False
+        self.reader.feed(data)
+        return bool(data)
 
     def stdin_eof(self) -> None:
         """Close its stdin: a worker ends when its requests do."""
