@@ -332,6 +332,9 @@ def run(
         try:
             runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
             runner.install_signal_handlers()
+            # A closed terminal (SIGHUP) stops the run as Ctrl-C does: its items
+            # are handed back, not left to look crashed (exit 129).
+            signal.signal(signal.SIGHUP, lambda signum, frame: runner.request_stop(signum))
             summary = runner.run()
         finally:
             view.close()
@@ -379,6 +382,8 @@ def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
         return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
     if summary.stopped_by == signal.SIGINT:
         return int(ExitCode.INTERRUPTED_INT)
+    if summary.stopped_by == signal.SIGHUP:
+        return int(ExitCode.INTERRUPTED_HUP)
     if summary.stopped_by is not None:
         return int(ExitCode.INTERRUPTED_TERM)
     if summary.failed:

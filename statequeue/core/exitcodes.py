@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     STORE_UNREACHABLE = 11
     SCHEMA_TOO_NEW = 12
     WORKER_BROKEN = 13
+    INTERRUPTED_HUP = 129
     INTERRUPTED_INT = 130
     INTERRUPTED_TERM = 143
 
@@ -88,6 +89,9 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.WORKER_BROKEN: (
         "`run --persistent`: the worker exited before replying to its first request twice in "
         "a row; the items it was given count one crash each, nothing else was charged"
+    ),
+    ExitCode.INTERRUPTED_HUP: (
+        "stopped by SIGHUP (the terminal closed); unfinished items run again next time"
     ),
     ExitCode.INTERRUPTED_INT: "stopped by SIGINT (Ctrl-C); unfinished items run again next time",
     ExitCode.INTERRUPTED_TERM: "stopped by SIGTERM; unfinished items run again next time",
