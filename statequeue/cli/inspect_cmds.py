@@ -189,7 +189,10 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
     offset = 0
     while True:
         h = q.history(item_id)  # state first: output read after it is complete
-        paths = [p for p in h.log_paths if attempt is None or p.endswith(f".{attempt}.log")]
+        # The latest attempt by default, as `logs --all` shows, even when it
+        # logged nothing: an older attempt's output would pass for its own.
+        wanted = attempt or max((_attempt_of(e) for e in h.events), default=0)
+        paths = [p for p in h.log_paths if p.endswith(f".{wanted}.log")]
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
         if shown_path is not None:
@@ -205,7 +208,7 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
             break
         time.sleep(0.25)
     if shown_path is None:
-        which = f"attempt {attempt} of " if attempt else ""
+        which = f"attempt {wanted} of " if wanted else ""
         typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
 
 

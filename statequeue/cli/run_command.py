@@ -334,7 +334,7 @@ def run(
         sink = LiveSink() if show_live else None
         try:
             runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
-            runner.install_signal_handlers()
+            runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
             summary = runner.run()
         finally:
             view.close()

@@ -15,7 +15,7 @@ from statequeue.core.models import Claim, OnInterrupted
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.replacements import JobItem, has_token
-from statequeue.run.shell_command import refuse_shell_word
+from statequeue.run.shell_command import EMPTY_COMMAND, refuse_shell_word
 from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
 from statequeue.store.base import Store
 
@@ -29,6 +29,8 @@ def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     A one-word shell command is refused with the ``sh -c`` form (shell_command.py)."""
     refuse_shell_word(command, env)
     program = command[0]
+    if not program.strip():  # `run -- "$CMD" {}` with CMD unset
+        raise CommandNotFound(EMPTY_COMMAND)
     if has_token(program):
         return
     if "/" in program:

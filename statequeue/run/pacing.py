@@ -27,6 +27,11 @@ from statequeue.store.rate_bucket import CUT_HOLD
 
 __all__ = ["Pacing", "asks_later", "retry_after"]
 
+LOOK_FIRST = 1.0
+"""Seconds: a refused start due later than this is waited for only while an
+item is pending (one look at the queue per refusal); sooner ones, as under
+any rate of a start a second or more, are waited for without a look."""
+
 
 def asks_later(outcome: Outcome) -> bool:
     """Whether the attempt asked to be tried later (exit 75, EX_TEMPFAIL)."""
@@ -53,6 +58,7 @@ class Pacing:
         self._current = options.rate.per_second if options.rate else 0.0
         self._next_at = 0.0  # wall-clock time before which no start is there to take
         self._refused = False  # the last look found no start: the runner must look again
+        self._work_left: bool | None = None  # after a refusal: whether any item is pending
         self._concurrency = options.jobs  # AIMD on concurrency (no --rate)
         self._cut_at = -math.inf
         self._successes = 0
@@ -79,6 +85,7 @@ class Pacing:
         wait, self._current = self._store.take_start(self.limit)
         self._next_at = time.time() + wait
         self._refused = wait > 0
+        self._work_left = None
         return not self._refused
 
     def due(self, retry_due: float | None) -> float | None:
@@ -86,9 +93,18 @@ class Pacing:
         next retry), or sooner when a start comes due in the bucket."""
         if self.limit is None or not self._refused:
             return retry_due  # no start was refused: nothing to wake for
+        if retry_due is None and self._next_at - time.time() > LOOK_FIRST and not self._pending():
+            # Nothing to start: the run ends (or --follow waits for work) now,
+            # not after waiting out a start it would have no use for.
+            return retry_due
         # Refused, so items wait for it: look again at that time, even when
         # it has passed meanwhile (a loaded machine: the run must not end).
         return self._next_at if retry_due is None else min(retry_due, self._next_at)
+
+    def _pending(self) -> bool:
+        if self._work_left is None:
+            self._work_left = self._store.status().counts["pending"] > 0
+        return self._work_left
 
     def delay(self, outcome: Outcome) -> float:
         """The seconds a deferred item waits before it runs again."""

@@ -26,7 +26,9 @@ from statequeue.core.errors import UsageError
 from statequeue.run.replacements import NAMES, TOKEN, template_tokens
 from statequeue.run.verify import SHELL, verify_script
 
-__all__ = ["refuse_shell_word", "shell_template"]
+__all__ = ["EMPTY_COMMAND", "refuse_shell_word", "shell_template"]
+
+EMPTY_COMMAND = "the command is empty; nothing was run (e.g. statequeue run -- ./work.sh {})"
 
 # Characters that mean a shell was expected: blanks, quotes, redirections,
 # pipes, lists, expansions and globs.
@@ -37,6 +39,9 @@ def shell_template(command: tuple[str, ...]) -> tuple[str, ...]:
     """``run --shell``: ``sh -c SCRIPT sh {} {.} ...`` for the command's words
     joined by spaces; with no replacement string, the item is the last word."""
     text = " ".join(command)
+    if not text.strip():
+        # `sh -c ' "$1"'` would run each item as a command of its own.
+        raise UsageError(f"--shell: {EMPTY_COMMAND}")
     if not template_tokens((text,)):
         text += " {}"
     script = verify_script(text)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import DamagedState
 from statequeue.core.fileio import FileOps
 from statequeue.core.records import Record
+from statequeue.store.journal.integrity import archive_missing
 from statequeue.store.journal.journal_file import JournalFile, parse, read_from
 from statequeue.store.records.state import QueueState
 
@@ -52,7 +53,7 @@ def open_archive(folder: QueueFolder, name: str, state: QueueState, *, ops: File
     path = folder.path / name
     if not folder.exists(name):
         if size:
-            raise DamagedState(f"{path} is missing but the journal refers to it")
+            raise archive_missing(path)
         fd = folder.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
         ops.fsync_dir(folder.itself())
@@ -90,7 +91,7 @@ def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     try:
         fd = folder.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
-        raise DamagedState(f"{path} is missing but the journal refers to it") from None
+        raise archive_missing(path) from None
     try:
         # Only the first ``size`` bytes count: a compaction that died after
         # appending here but before its journal took effect left the rest.

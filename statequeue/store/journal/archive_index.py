@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from statequeue.core.errors import DamagedState, StateQueueError
+from statequeue.core.errors import StateQueueError
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, decode, item_text
 from statequeue.store.journal.cache_file import write_cache
-from statequeue.store.journal.integrity import ARCHIVE, ARCHIVE_INDEX
+from statequeue.store.journal.integrity import ARCHIVE, ARCHIVE_INDEX, archive_missing
 from statequeue.store.journal.journal_file import read_line
 from statequeue.store.records.history import result_from
 
@@ -81,7 +81,7 @@ def archived_result(
         fd = folder.open_file(ARCHIVE, os.O_RDONLY)
     except FileNotFoundError:
         name = folder.path / ARCHIVE
-        raise DamagedState(f"{name} is missing but the journal refers to it") from None
+        raise archive_missing(name) from None
     try:
         rec, index = archived_record(folder, fd, size, item_id, known, save=save)
     finally:

@@ -271,9 +271,14 @@ def _archive_problems(qdir: QueueFolder, jrecords: list[Record]) -> list[str]:
     than it says, another count up to there, or records past it of items the
     journal does not name (compaction would refuse to cut them)."""
     header = jrecords[0] if jrecords and jrecords[0].get("t") == "snap" else None
-    if header is None or not qdir.exists(ARCHIVE):
+    if header is None:
         return []
     size = header.get("archive_size", 0)
+    if not qdir.exists(ARCHIVE):
+        # Every reader refuses the queue then: a repair rebuilds without it.
+        if size or header.get("archived", 0):
+            return [f"missing, but the journal says it holds {header.get('archived', 0)} record(s)"]
+        return []
     ids, _, _ = _archive_extent(qdir, None, set())
     _, vouched_end, vouched = _archive_extent(qdir, size, set())
     if vouched_end != size:
@@ -296,7 +301,9 @@ def _repair(
 ) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     if report.archive.damaged:
-        report.kept.append(_salvage(qdir, ARCHIVE, arecords, stamp, ops))
+        kept = _salvage(qdir, ARCHIVE, arecords, stamp, ops)
+        if kept:  # "": there was no archive to keep
+            report.kept.append(kept)
     header = _header_of(jrecords, report.journal)
     body = [r for r in jrecords if r.get("t") != "snap"]
     trusted = header is not None and not report.archive.damaged

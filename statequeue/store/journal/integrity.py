@@ -25,6 +25,15 @@ ARCHIVE = "archive.jsonl"
 STATS_CACHE = "stats.ckpt"  # stats_cache.NAME: that module loads only when `stats` runs
 ARCHIVE_INDEX = "archive.ckpt"  # archive_index.NAME: that module loads only when `result` runs
 
+
+def archive_missing(path: object) -> DamagedState:
+    """The error every reader raises when the archive the journal vouches for is gone."""
+    return DamagedState(
+        f"{path} is missing but the journal refers to it "
+        "(run `statequeue fsck --repair` to salvage the rest)"
+    )
+
+
 # What a queue folder holds only once its journal has existed. Empty
 # subfolders and the lock file are not in it: a creation that died before
 # its journal was renamed into place leaves them, and nothing acknowledged.

@@ -16,8 +16,8 @@ from contextlib import AbstractContextManager, suppress
 from itertools import chain
 from typing import TYPE_CHECKING, TypeVar
 
-from statequeue.core.errors import DamagedState, StateQueueError
-from statequeue.store.journal.integrity import ARCHIVE
+from statequeue.core.errors import StateQueueError
+from statequeue.store.journal.integrity import ARCHIVE, archive_missing
 from statequeue.store.journal.journal_file import JournalFile
 from statequeue.store.journal.stats_refresh import StatsRefresher
 from statequeue.store.records.state import QueueState
@@ -110,7 +110,7 @@ class StatsSummary:
         except FileNotFoundError:
             os.close(journal.fd)
             name = self.folder.path / ARCHIVE
-            raise DamagedState(f"{name} is missing but the journal refers to it") from None
+            raise archive_missing(name) from None
         inode, path = os.fstat(fd).st_ino, str(self.folder.path / ARCHIVE)
         return stats_cache.File(fd, inode, state.archive_size, path), journal
 
@@ -126,7 +126,7 @@ class StatsSummary:
             try:
                 fd = self.folder.open_file(ARCHIVE, os.O_RDONLY)
             except FileNotFoundError:
-                raise DamagedState(f"{name} is missing but the journal refers to it") from None
+                raise archive_missing(name) from None
             try:
                 archive = scan(fd, state.archive_size, path=str(name))
             finally:

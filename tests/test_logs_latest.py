@@ -1,0 +1,35 @@
+"""`statequeue logs ID` shows the latest attempt, as its --help says and as
+`logs --all` does: when that attempt wrote nothing, it says so rather than
+printing an older attempt's output as if it were the latest (the README's
+quick start met it: `logs 7` printed attempt 1's "fails, on purpose" for an
+item that attempt 2 had since done)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import STATEQUEUE
+
+# The first attempt writes a line and fails; the second succeeds silently.
+FAIL_LOUDLY_FIRST = '[ "$STATEQUEUE_ATTEMPT" -gt 1 ] || { echo "attempt 1 failed" >&2; exit 1; }'
+
+
+def _sq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([STATEQUEUE, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_logs_shows_the_latest_attempt_even_when_it_wrote_nothing(
+    sq_env: dict[str, str],
+) -> None:
+    assert _sq(sq_env, "enqueue", "a").returncode == 0
+    run = _sq(
+        sq_env, "run", "--retries", "1", "--retry-delay", "0", "--", "sh", "-c", FAIL_LOUDLY_FIRST
+    )
+    assert run.returncode == 0, run.stderr
+    latest = _sq(sq_env, "logs", "1")
+    assert latest.returncode == 0 and latest.stdout == "", latest.stdout
+    assert latest.stderr == "statequeue: no output was recorded for attempt 2 of item 1\n"
+    first = _sq(sq_env, "logs", "1", "--attempt", "1")
+    assert first.returncode == 0 and first.stdout == "attempt 1 failed\n", first
+    every = _sq(sq_env, "logs", "--all")
+    assert every.returncode == 0 and every.stdout == "", every.stdout
