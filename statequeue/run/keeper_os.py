@@ -8,13 +8,30 @@ when it runs as a script under ``python -I -S``.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import resource
 import signal
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the keeper starts under -I -S, and typing costs ~3 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class suppress:
+    """``contextlib.suppress`` without contextlib, which (with what it
+    imports) costs the keeper ~3 ms of its start under ``-I -S``."""
+
+    def __init__(self, *exceptions: type[BaseException]) -> None:
+        self._exceptions = exceptions
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, value: object, tb: object) -> bool:
+        return kind is not None and issubclass(kind, self._exceptions)
+
 
 CLAIM_FD = 1000  # claim fds go here in the child (below, if RLIMIT_NOFILE is lower)
 MAX_PROGRAMS = 64  # program names resolved on PATH and kept (a name from an item may vary)
@@ -127,7 +144,7 @@ def children() -> list[int]:
 def become_subreaper() -> None:
     """Orphaned descendants reparent to us (Linux >= 3.4); elsewhere, to init."""
     pr_set_child_subreaper = 36
-    with contextlib.suppress(ImportError, OSError, AttributeError):
+    with suppress(ImportError, OSError, AttributeError):
         import ctypes  # lazy: start-up time of the keeper, and ctypes may be missing
 
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
@@ -138,7 +155,7 @@ def report_cpu(path: str) -> None:
     if not path:
         return
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    with contextlib.suppress(OSError), open(path, "w", encoding="ascii") as f:
+    with suppress(OSError), open(path, "w", encoding="ascii") as f:
         f.write(f"{usage.ru_utime + usage.ru_stime:.6f}\n")
 
 
@@ -147,5 +164,5 @@ def append_cpu(path: str, role: str) -> None:
     if not path:
         return
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    with contextlib.suppress(OSError), open(path, "a", encoding="ascii") as f:
+    with suppress(OSError), open(path, "a", encoding="ascii") as f:
         f.write(f"{role} {usage.ru_utime + usage.ru_stime:.6f}\n")

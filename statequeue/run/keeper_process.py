@@ -55,18 +55,18 @@ and the package's stdlib-only modules it imports from its own folder.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # not typing's: we start under -I -S (see keeper_os.suppress)
 
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
-    from statequeue.run.keeper_os import append_cpu, become_subreaper, report_cpu
+    from statequeue.run.keeper_os import append_cpu, become_subreaper, report_cpu, suppress
     from statequeue.run.keeper_state import (
         ASSIGN,
         CPU_APPEND_ENV,
@@ -105,7 +105,7 @@ else:  # a script under -I -S: the package is not importable, its folders are
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
     import lease_clock
-    from keeper_os import append_cpu, become_subreaper, report_cpu
+    from keeper_os import append_cpu, become_subreaper, report_cpu, suppress
     from keeper_state import (
         ASSIGN,
         CPU_APPEND_ENV,
@@ -197,7 +197,7 @@ def main() -> None:
         wait = keeper.timeout(now)
         for fd, _ in poller.poll(None if wait is None else wait * 1000):
             if fd == wake_r:
-                with contextlib.suppress(BlockingIOError):
+                with suppress(BlockingIOError):
                     os.read(wake_r, 4096)
             else:
                 keeper.receive()
@@ -240,7 +240,7 @@ def guard(keeper: KeeperProcess, runner: int, waiter: int) -> None:
 
     def waiter_gone(signum: int, frame: object) -> None:
         if runner in keeper.leaders:  # not reaped yet: its pid is still its own
-            with contextlib.suppress(ProcessLookupError):
+            with suppress(ProcessLookupError):
                 os.kill(runner, signal.SIGKILL)
 
     # Ignored until now (set before our exec): a death before this handler
@@ -252,3 +252,6 @@ def guard(keeper: KeeperProcess, runner: int, waiter: int) -> None:
 
 if __name__ == "__main__":
     main()
+    # Without the interpreter's teardown: it is all that is left (everything is
+    # released and said), and the waiter, so the shell's prompt, waits for it.
+    os._exit(0)

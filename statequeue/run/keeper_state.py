@@ -8,7 +8,6 @@ library only: under ``python -I -S`` it is imported from its own folder.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import marshal
 import os
@@ -16,16 +15,19 @@ import signal
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not typing's: the keeper starts under -I -S (see keeper_os.suppress)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
     from statequeue.run import keeper_os
-    from statequeue.run.keeper_os import children, claim_target
+    from statequeue.run.keeper_os import children, claim_target, suppress
 else:  # a script under -I -S: keeper_process.py put our folders on sys.path
     import keeper_os
     import lease_clock
-    from keeper_os import children, claim_target
+    from keeper_os import children, claim_target, suppress
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
 STATUS_FD = 4  # guard mode: where the runner's wait status goes (to the waiter, guard.py)
@@ -258,12 +260,12 @@ class KeeperProcess:
             return
         leader.stopping = True
         # Unreaped, the leader keeps its pid, so its group id names its group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(leader.pid, signum)
 
     def reply(self, kind: int, token: int, value: int) -> None:
         assert self.sock is not None  # a keeper process always has its socket
-        with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+        with suppress(OSError):  # the runner is gone: nobody to tell
             self.sock.sendall(REPLY.pack(kind, token, value))
 
     # -- children ---------------------------------------------------------------
@@ -285,7 +287,7 @@ class KeeperProcess:
             pid = info.si_pid
             leader = self.leaders.pop(pid, None)
             if leader is not None and (leader.stopping or self.ending):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                with suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
             if leader is None:
@@ -326,7 +328,7 @@ class KeeperProcess:
                 # (the shell) must not wait for them, nor for us.
                 self.tell_runner_code(" detached")
         if exits and self.sock is not None:
-            with contextlib.suppress(OSError):  # the runner is gone: nobody to tell
+            with suppress(OSError):  # the runner is gone: nobody to tell
                 self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
 
     def settle(self, now: float) -> None:
@@ -409,7 +411,7 @@ class KeeperProcess:
     def kill_all(self) -> None:
         """The runner is gone: kill what is left of every item."""
         for leader in self.leaders.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with suppress(ProcessLookupError, PermissionError):
                 os.killpg(leader.pid, signal.SIGKILL)
         if not self.has_children():
             return
@@ -419,7 +421,7 @@ class KeeperProcess:
             # An unreaped child keeps its pid, and so does the group it leads
             # (an item's, adopted after the runner's death): neither signal
             # can hit another process.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with suppress(ProcessLookupError, PermissionError):
                 if os.getpgid(pid) == pid:
                     os.killpg(pid, signal.SIGKILL)
                 os.kill(pid, signal.SIGKILL)
@@ -445,7 +447,7 @@ class KeeperProcess:
                 continue
             # An unreaped child keeps its pid, and so does the group it leads:
             # neither signal can hit another process.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            with suppress(ProcessLookupError, PermissionError):
                 if os.getpgid(pid) == pid:
                     os.killpg(pid, signal.SIGKILL)
                 os.kill(pid, signal.SIGKILL)
@@ -464,5 +466,5 @@ class KeeperProcess:
 
 def tell_waiter(fd: int, line: str) -> None:
     """A line for the waiter (guard.py): the runner's pid, then its exit code."""
-    with contextlib.suppress(OSError):  # the waiter is gone: nobody to tell
+    with suppress(OSError):  # the waiter is gone: nobody to tell
         os.write(fd, line.encode("ascii"))

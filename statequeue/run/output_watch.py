@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING, cast
 
 from statequeue.run.jobs import Job
 from statequeue.run.keeper import Keeper
-from statequeue.run.persistent import WorkerAttempt
 from statequeue.run.poller import Poller
 from statequeue.run.wakeup import StoreWake
 from statequeue.run.worker_process import Worker
 from statequeue.store.base import Store
+
+if TYPE_CHECKING:
+    from statequeue.run.persistent import WorkerAttempt
 
 __all__ = ["OUTPUT_WATCH_DELAY", "OutputWatch"]
 
@@ -57,8 +60,8 @@ class OutputWatch:
     def started(self, job: Job) -> None:
         """``job`` has just started: its pipes are watched after OUTPUT_WATCH_DELAY
         (a persistent worker's at once, and for the worker's life)."""
-        if isinstance(job, WorkerAttempt):
-            self._watch_worker(job.worker)
+        if not job.result_by_file:  # a persistent worker's attempt (persistent.py)
+            self._watch_worker(cast("WorkerAttempt", job).worker)
         elif job.watch_now:
             self.watch_output(job)
         else:
@@ -83,7 +86,7 @@ class OutputWatch:
     def forget_output(self, job: Job) -> None:
         """``job`` is over: its pipes leave the selector (before they are closed);
         a persistent worker's stay, for its next attempt."""
-        if job.watch_at is None and not isinstance(job, WorkerAttempt):
+        if job.watch_at is None and job.result_by_file:  # not a persistent worker's
             for fd in job.pipes:  # pipes at end of file were forgotten already
                 self._selector.forget(fd)
 

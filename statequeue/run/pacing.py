@@ -132,3 +132,15 @@ class Pacing:
             if self._successes >= self._concurrency:  # one more slot per round of successes
                 self._concurrency += 1
                 self._successes = 0
+
+
+HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
+
+
+def until_due(due: float) -> float:
+    """Seconds until a retry due at ``due`` (epoch seconds). One due already
+    was not claimable just now: its claim is still held (by a detached
+    leftover of its last attempt, or by the keeper about to let go), so look
+    again soon, without spinning."""
+    wait = due - time.time()
+    return wait if wait > 0 else HELD_POLL

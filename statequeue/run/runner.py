@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreachable
@@ -29,17 +30,19 @@ from statequeue.run.local_keeper import LocalKeeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
-from statequeue.run.persistent import WorkerPool
+from statequeue.run.pacing import until_due
 from statequeue.run.recorder import ResultRecorder
 from statequeue.run.resources import RESOURCE_ERRNOS, SHORT_ADVICE
 from statequeue.run.verify_step import VerifyStep
 from statequeue.run.wakeup import follow_poll
 
+if TYPE_CHECKING:
+    from statequeue.run.persistent import WorkerPool
+
 __all__ = ["Runner"]
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
-HELD_POLL = 0.02  # seconds between claim attempts on a due retry whose claim is held
 
 
 class Runner:
@@ -101,7 +104,11 @@ class Runner:
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
         self._follow_poll = follow_poll()
-        self.workers = WorkerPool.for_run(self.spec, options, self._stop_taking)  # --persistent
+        self.workers: WorkerPool | None = None
+        if options.persistent:
+            from statequeue.run.persistent import WorkerPool  # lazy: start-up (--persistent only)
+
+            self.workers = WorkerPool.for_run(self.spec, options, self._stop_taking)
         if guard is not None:  # the keeper's death wakes the loop (it stops: _pass)
             guard.wake = self._watch.wake
 
@@ -372,7 +379,7 @@ class Runner:
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         due = self._next_retry(scope)
         if due is not None:
-            return min(_until(due), IDLE_TICK)
+            return min(until_due(due), IDLE_TICK)
         if self.options.follow and scope is None:
             return self._follow_poll
         return None
@@ -390,7 +397,7 @@ class Runner:
             scope = self._scope()
             due = self._next_retry(scope)
             if due is not None:
-                wait = min(wait, _until(due))
+                wait = min(wait, until_due(due))
             if self.options.follow and scope is None:
                 wait = min(wait, self._follow_poll)
         fence = self.fencing.wait_bound()  # a lease that needs renewing soon (lease clock)
@@ -488,11 +495,3 @@ class Runner:
             with contextlib.suppress(Exception):
                 self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
         self.jobs.clear()
-
-
-def _until(due: float) -> float:
-    """Seconds until a retry is due. One due already was not claimable just
-    now: its claim is still held (by a detached leftover of its last attempt,
-    or by the keeper about to let go), so look again soon, without spinning."""
-    wait = due - time.time()
-    return wait if wait > 0 else HELD_POLL

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.core import child_exits
 from statequeue.store.journal.compaction_files import compaction_lock
+from statequeue.store.journal.settings import compaction_due
 
 if TYPE_CHECKING:
     from statequeue.store.journal.folder import QueueFolder
@@ -45,16 +46,9 @@ class BackgroundCompaction:
     ) -> str | None:
         """``start``, if dead records in the journal (``lines`` long, of
         ``state``) reach ``limit`` (0: never) and outnumber the live ones."""
-        # Dead records: everything in the journal beyond one record per live
-        # item and runner. Compacting once they outnumber the live ones (and a
-        # floor) keeps replay and appends cheap however long the history grows.
         # It runs in a child process that holds the queue lock only briefly,
         # so the runners carry on meanwhile (``online_compaction``).
-        if limit <= 0:
-            return None
-        live = state.live_count()
-        dead = lines - live - len(state.runners) - 1
-        if dead >= limit and dead > live:
+        if compaction_due(lines, state.live_count(), len(state.runners), limit):
             return self.start(folder, before=before)
         return None
 

@@ -49,6 +49,16 @@ class JournalSettings:
         return self.checkpoint_every > 0
 
 
+def compaction_due(lines: int, live: int, runners: int, limit: int) -> bool:
+    """Whether a journal ``lines`` long, holding ``live`` items not done and
+    ``runners`` runner records, is due for a background compaction: its dead
+    records (all beyond one per live item and runner) reach ``limit`` (0:
+    never) and outnumber the live ones, which keeps replay and appends cheap
+    however long the history grows."""
+    dead = lines - live - runners - 1
+    return limit > 0 and dead >= limit and dead > live
+
+
 def auto_compact_threshold() -> int:
     """Dead records that trigger automatic compaction: $STATEQUEUE_AUTO_COMPACT
     (0 or "off" disables it), default 100,000."""

@@ -58,7 +58,7 @@ from statequeue.store.journal.journal_reads import JournalReads
 from statequeue.store.journal.locks import wait_for_lock
 from statequeue.store.journal.rate_file import RateFile
 from statequeue.store.journal.replay import Replay
-from statequeue.store.journal.settings import JournalSettings
+from statequeue.store.journal.settings import JournalSettings, compaction_due
 from statequeue.store.journal.stats_summary import StatsSummary
 from statequeue.store.rate_bucket import Bucket, BucketChange
 from statequeue.store.records.state import LiveItem, QueueState
@@ -339,6 +339,9 @@ class JournalStore(JournalReads):
         # A checkpoint first, so that the child opens the queue without
         # replaying (under the queue lock) what this store has read.
         if self._background is None:
+            limit, lines = self.settings.auto_compact, self.journal.lines
+            if not compaction_due(lines, state.live_count(), len(state.runners), limit):
+                return  # the usual case: nothing more to import
             # lazy: start-up time (subprocess and online compaction's modules)
             from statequeue.store.journal.background_compaction import BackgroundCompaction
 
