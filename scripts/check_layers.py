@@ -9,7 +9,7 @@ and prints one line per offence, exiting 1 if there is any:
 - an import of store/journal/* or store/postgres/* from outside store/;
 - a runtime import cycle: at import time (module-level imports), or closed by
   a function-local import that only dodges it (TYPE_CHECKING imports never
-  run and do not count); Typer's registration circle in cli/ is allowed (ALLOW);
+  run and do not count);
 - ``from M import _private`` (or ``M._private``) across modules;
 - a function-local import with no ``# lazy: REASON`` comment on its line or
   just above (a reader must tell start-up time from a dodged cycle).
@@ -35,21 +35,6 @@ ORDER = " <- ".join(LAYERS)
 INTERNALS = ("store.journal", "store.postgres")  # below the store contract: store/ only
 MAX_LINES = 500
 LONG_ALLOWED = {"run.keeper_process"}  # runs alone under `python -I -S` (issue 22 point 4)
-
-# Typer's registration circle: app.py imports the command modules at its end so
-# that their commands register on ``app``, and each of them imports ``app``.
-# The issue allows exactly this circle; every other cycle is an offence.
-_REGISTERING = (
-    "db_cmds",
-    "help_cmd",
-    "inspect_cmds",
-    "manage_cmds",
-    "report_cmd",
-    "run_command",
-    "stats_cmd",
-    "transfer_cmds",
-)
-ALLOW = frozenset((f"cli.{name}", "cli.app") for name in _REGISTERING)
 
 
 @dataclass(frozen=True)
@@ -308,12 +293,12 @@ def runtime_graph(
     modules: dict[str, Module], *, local: bool
 ) -> dict[str, dict[str, tuple[Path, int]]]:
     """Edges that run (where each is made): at import time, and with ``local``
-    those inside functions too; minus the allowed circle."""
+    those inside functions too."""
     graph: dict[str, dict[str, tuple[Path, int]]] = {name: {} for name in modules}
     for module in modules.values():
         for imp in module.imports:
             runs = imp.runtime or (local and not imp.type_only)
-            if runs and imp.target != module.name and (imp.importer, imp.target) not in ALLOW:
+            if runs and imp.target != module.name:
                 graph[module.name].setdefault(imp.target, (module.path, imp.line))
     return graph
 
@@ -407,15 +392,9 @@ def counts(modules: dict[str, Module], package: str) -> list[str]:
     startup = sum(m.local_for_startup for m in modules.values())
     found = cycles(modules, local=False)
     dodged = len(cycles(modules, local=True)) - len(found)
-    allowed = sum(
-        1
-        for m in modules.values()
-        for imp in m.imports
-        if imp.runtime and (imp.importer, imp.target) in ALLOW
-    )
     return [
         f"runtime cycles: {len(found)} at import time, {dodged} more through function-local"
-        f" imports (the cli registration circle, {allowed} allowed edges, not counted)",
+        " imports",
         f"private names crossing modules: {crossing} imported"
         f" + {len(foreign)} private members used on objects of other modules (heuristic):"
         + "".join(f"\n  {path}:{line}: {what}" for path, line, what in foreign),

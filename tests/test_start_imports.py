@@ -130,8 +130,8 @@ OPTIONAL = (
     "asyncio",
     "statequeue.store.postgres",
     "statequeue.store.journal.online_compaction",
-    # Not background_compaction: the journal store imports it after a result
-    # to ask whether a compaction is due, even when none is.
+    "statequeue.store.journal.background_compaction",  # imported once one is due
+    "statequeue.run.persistent",  # --persistent only
     "statequeue.store.journal.compaction",
     "statequeue.store.journal.compaction_logs",
     "statequeue.store.journal.fsck",
