@@ -27,6 +27,7 @@ import orjson
 from statequeue.core.errors import ImportRefused, InvalidExport, NotFound
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.core.fileio import DEFAULT_OPS, durability_error
+from statequeue.core.output_path import open_in_place, output_target
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -88,7 +89,15 @@ def export_queue(queue: Queue, out: IO[bytes]) -> int:
 
 def export_to_file(queue: Queue, path: Path) -> int:
     """Write ``queue``'s export to ``path`` whole or not at all: a temp file
-    in the same folder, fsynced, renamed over ``path``, the folder fsynced."""
+    in the same folder, fsynced, renamed over ``path``, the folder fsynced.
+    A device, FIFO or socket there is written through (core/output_path.py)."""
+    path, in_place = output_target(path)
+    if in_place:
+        try:
+            with open(open_in_place(path), "wb") as out:
+                return export_queue(queue, out)
+        except OSError as exc:
+            raise durability_error("writing", str(path), exc) from None
     folder = path.parent
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:

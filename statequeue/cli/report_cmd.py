@@ -17,6 +17,7 @@ import typer
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
+from statequeue.core.output_path import open_in_place, output_target
 
 
 @app.command()
@@ -67,8 +68,13 @@ def report(
     if output == "-":
         sys.stdout.write(render_report(q.report(window)))
         return
-    with _replacing(target) as out:  # fails before the work when FILE cannot be written
-        out.write(render_report(q.report(window)).encode())
+    replaced, in_place = output_target(target)
+    if in_place:  # /dev/null, a FIFO...: written through, never replaced
+        with open(open_in_place(replaced), "wb") as out:
+            out.write(render_report(q.report(window)).encode())
+    else:
+        with _replacing(replaced) as out:  # fails before the work when FILE cannot be written
+            out.write(render_report(q.report(window)).encode())
     print(target)
 
 

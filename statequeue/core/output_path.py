@@ -1,0 +1,47 @@
+"""Where to write a file the user named (`export -o`, `report -o`).
+
+Both write a new file beside the target and rename it over the target, so a
+reader sees the old file or the new one, never half of one. That is right
+for a regular file only. A path that names a device (`/dev/null`,
+`/dev/stdout`), a FIFO or a socket is written through instead: renaming over
+it would replace the node itself -- as root, `export -o /dev/null` replaced
+the system's /dev/null with a regular file -- and a FIFO's reader would get
+nothing. A symbolic link is followed, so the link stays and what it names
+gets the new file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def output_target(path: Path) -> tuple[Path, bool]:
+    """The path to replace (``path``, or what its links name) and whether to
+    write into it as it is instead (it is there and is not a regular file)."""
+    try:
+        found = os.stat(path)  # follows links
+    except FileNotFoundError:
+        return _resolved(path), False  # new: created by the rename (a dangling link: its target)
+    except OSError:
+        return path, False  # the writer reports the error, naming the path
+    if stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode):
+        return _resolved(path), False  # a folder: refused by the writer, as before
+    return path, True
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` with its links followed (as far as they lead), else itself."""
+    if not os.path.islink(path):
+        return path
+    try:
+        return Path(os.path.realpath(path))
+    except OSError:
+        return path
+
+
+def open_in_place(path: Path) -> int:
+    """Open a device, FIFO or socket named by the user for writing (never
+    creating or truncating anything)."""
+    return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
