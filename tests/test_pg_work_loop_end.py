@@ -2,6 +2,9 @@
 PostgreSQL, which every one of sixteen loops pays at the start and in the
 tail of a run (scripts/bench_pg.py).
 
+- A recovery that finds another runner's reaper turn within REAP_EVERY (as
+  all but one of sixteen loops do, at their start and every second after)
+  ends with one look, without opening a transaction for the turn.
 - A loop (not exclusive) registers without marking this host's dead runners
   stopped first: its first claim's recovery does that, so it was done twice.
   They are still marked stopped by the time the loop has its first item.
@@ -31,8 +34,8 @@ import pytest
 from statequeue.api.queue import Queue
 from tests.pg import sql as _sql
 
-pytest.importorskip("psycopg")
-from statequeue.store.postgres import PostgresStore, reaping  # after the skip: needs psycopg
+psycopg = pytest.importorskip("psycopg")
+from statequeue.store.postgres import PostgresStore, reaping  # noqa: E402  (needs psycopg)
 
 
 def test_a_drained_loop_ends_with_one_claim(
@@ -166,3 +169,31 @@ def test_a_loop_s_start_marks_dead_runners_of_this_host_once(
             item.done()
     finally:
         q.close()
+
+
+def test_a_reap_within_another_s_turn_opens_no_transaction(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = PostgresStore(pg_url, "q"), PostgresStore(pg_url, "q")
+    try:
+        first.enqueue(["a"])
+        first.recover()  # its turn: the queue's last_reap_at is now
+        opened: list[object] = []
+        plain = psycopg.Connection.transaction
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(self)
+            return plain(self, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "transaction", counted)
+        second.recover()
+        assert opened == []
+        monkeypatch.setattr(psycopg.Connection, "transaction", plain)
+        _sql(pg_url, "UPDATE statequeue.queues SET last_reap_at = NULL")  # the turn is due
+        before = _sql(pg_url, "SELECT last_reap_at FROM statequeue.queues")
+        second.recover()
+        assert _sql(pg_url, "SELECT last_reap_at IS NOT NULL FROM statequeue.queues") == [(True,)]
+        assert before == [(None,)]
+    finally:
+        first.close()
+        second.close()
