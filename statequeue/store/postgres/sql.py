@@ -103,6 +103,14 @@ RETURNING token
 # moved once that turn commits (16 runners started together queued so for
 # ~17 ms each, every second). The row lock still orders a reaper after an
 # enqueue or registration that holds it.
+REAP_TURN = """
+UPDATE statequeue.queues SET last_reap_at = clock_timestamp()
+WHERE name = %(q)s
+  AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
+  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(q)s))
+RETURNING 1
+"""
+
 # Whether a reaper's turn is due, looked at outside a transaction: most
 # looks find another runner's turn within REAP_EVERY, and end with one round
 # trip instead of BEGIN, REAP_TURN and COMMIT (16 loops look every second).
@@ -110,14 +118,6 @@ REAP_DUE = """
 SELECT 1 FROM statequeue.queues
 WHERE name = %(q)s
   AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
-"""
-
-REAP_TURN = """
-UPDATE statequeue.queues SET last_reap_at = clock_timestamp()
-WHERE name = %(q)s
-  AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
-  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(q)s))
-RETURNING 1
 """
 
 # Locked rows are skipped (their holder is finishing or renewing them); the
