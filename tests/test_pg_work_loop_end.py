@@ -1,5 +1,13 @@
-"""Issue 21 point 14: the end of a ``Queue.work()`` loop on PostgreSQL, which
-every one of sixteen loops pays in the run's tail (scripts/bench_pg.py).
+"""Issue 21 point 14: the start and the end of a ``Queue.work()`` loop on
+PostgreSQL, which every one of sixteen loops pays at the start and in the
+tail of a run (scripts/bench_pg.py).
+
+- A recovery that finds another runner's reaper turn within REAP_EVERY (as
+  all but one of sixteen loops do, at their start and every second after)
+  ends with one look, without opening a transaction for the turn.
+- A loop (not exclusive) registers without marking this host's dead runners
+  stopped first: its first claim's recovery does that, so it was done twice.
+  They are still marked stopped by the time the loop has its first item.
 
 - When the last item's ``done()`` found no next item due (its fused claim),
   the loop looks (paused? a retry coming?) before its one closing claim,
@@ -26,8 +34,8 @@ import pytest
 from statequeue.api.queue import Queue
 from tests.pg import sql as _sql
 
-pytest.importorskip("psycopg")
-from statequeue.store.postgres import PostgresStore  # after the skip: needs psycopg
+psycopg = pytest.importorskip("psycopg")
+from statequeue.store.postgres import PostgresStore, reaping  # noqa: E402  (needs psycopg)
 
 
 def test_a_drained_loop_ends_with_one_claim(
@@ -110,3 +118,82 @@ def test_a_loop_s_end_stops_its_runner_row_with_one_event(pg_url: str, tmp_path:
         "SELECT body->>'runner', body ? 'by' FROM statequeue.events WHERE body->>'t' = 'stop'",
     )
     assert stops == [(rows[0][0], False)]
+
+
+_DIE_REGISTERED = textwrap.dedent(
+    """
+    import os, signal, sys
+    from statequeue.core.identity import new_runner
+    from statequeue.store.postgres import PostgresStore
+
+    store = PostgresStore(sys.argv[1], "q")
+    runner = new_runner()
+    store.register_runner(runner)
+    print(runner.runner_id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_a_loop_s_start_marks_dead_runners_of_this_host_once(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    died = subprocess.run(
+        [sys.executable, "-c", _DIE_REGISTERED, pg_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    dead = died.stdout.strip()
+    looks: list[str] = []
+    plain = reaping.stop_dead_runners_here
+
+    def counted(conn: Any, queue: str, *, host: str, boot: str) -> None:
+        looks.append(queue)
+        plain(conn, queue, host=host, boot=boot)
+
+    monkeypatch.setattr(reaping, "stop_dead_runners_here", counted)
+    q = Queue("q", store=pg_url, home=tmp_path / "home")
+    try:
+        q.enqueue(["a"])
+        for item in q.work():
+            # By the first item: the dead runner's row is stopped, looked at once.
+            assert looks == ["q"]
+            stopped = _sql(
+                pg_url,
+                "SELECT stopped_at IS NOT NULL FROM statequeue.runners WHERE runner_id = %s",
+                dead,
+            )
+            assert stopped == [(True,)]
+            item.done()
+    finally:
+        q.close()
+
+
+def test_a_reap_within_another_s_turn_opens_no_transaction(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = PostgresStore(pg_url, "q"), PostgresStore(pg_url, "q")
+    try:
+        first.enqueue(["a"])
+        first.recover()  # its turn: the queue's last_reap_at is now
+        opened: list[object] = []
+        plain = psycopg.Connection.transaction
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(self)
+            return plain(self, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "transaction", counted)
+        second.recover()
+        assert opened == []
+        monkeypatch.setattr(psycopg.Connection, "transaction", plain)
+        _sql(pg_url, "UPDATE statequeue.queues SET last_reap_at = NULL")  # the turn is due
+        before = _sql(pg_url, "SELECT last_reap_at FROM statequeue.queues")
+        second.recover()
+        assert _sql(pg_url, "SELECT last_reap_at IS NOT NULL FROM statequeue.queues") == [(True,)]
+        assert before == [(None,)]
+    finally:
+        first.close()
+        second.close()

@@ -210,6 +210,8 @@ def reap_expired(
     """If it is this store's turn, recover every item whose lease has expired,
     but for those a process of which still holds the claim lock on this host."""
     settled: list[int] = []
+    if conn.execute(sql.REAP_DUE, {"q": queue, "every": REAP_EVERY}).fetchone() is None:
+        return  # another reaper did it within REAP_EVERY (the turn below checks again)
     with conn.transaction():
         turn = conn.execute(
             sql.REAP_TURN, {"q": queue, "every": REAP_EVERY, "lock": REAP_LOCK}

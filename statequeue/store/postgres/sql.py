@@ -111,6 +111,15 @@ WHERE name = %(q)s
 RETURNING 1
 """
 
+# Whether a reaper's turn is due, looked at outside a transaction: most
+# looks find another runner's turn within REAP_EVERY, and end with one round
+# trip instead of BEGIN, REAP_TURN and COMMIT (16 loops look every second).
+REAP_DUE = """
+SELECT 1 FROM statequeue.queues
+WHERE name = %(q)s
+  AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
+"""
+
 # Locked rows are skipped (their holder is finishing or renewing them); the
 # lease is checked on the row as locked, so a renew that committed first wins.
 EXPIRED = """

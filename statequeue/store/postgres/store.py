@@ -180,25 +180,29 @@ class PostgresStore(Store):
 
     def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
         self._session.patience = self._patience  # a runner outlives a database restart
-        # A dead runner of this host is not "another runner active" (its items
-        # are left to recovery, under the run's own --on-interrupted).
-        self._session.patiently(
-            lambda conn: reaping.stop_dead_runners_here(
-                conn, self.name, host=host_name(), boot=boot_id()
+        if exclusive:
+            # A dead runner of this host is not "another runner active" (its
+            # items are left to recovery, under the run's own --on-interrupted).
+            # Others leave it to their first claim's recovery, which does the
+            # same: 16 loops starting at once each paid it twice.
+            self._session.patiently(
+                lambda conn: reaping.stop_dead_runners_here(
+                    conn, self.name, host=host_name(), boot=boot_id()
+                )
             )
-        )
         with self._session.transaction() as conn:
             # Only an exclusive runner needs the others to wait: 16 loops
             # starting at once no longer queue on the queue row one by one.
             writes.lock_queue(conn, self.name, shared=not exclusive)
-            active = queries.active_runners(conn, self.name)
-            others = [r for r in active if r.runner_id != runner.runner_id]
-            if exclusive and others:
-                r = others[0]
-                raise RunnerActive(
-                    f"another runner is active on queue {self.name!r} "
-                    f"(pid {r.pid} on {r.host}); not starting"
-                )
+            if exclusive:
+                active = queries.active_runners(conn, self.name)
+                others = [r for r in active if r.runner_id != runner.runner_id]
+                if others:
+                    r = others[0]
+                    raise RunnerActive(
+                        f"another runner is active on queue {self.name!r} "
+                        f"(pid {r.pid} on {r.host}); not starting"
+                    )
             writes.add_runner(conn, self.name, runner, self._leases.lease)
         self._leases.runners.add(runner.runner_id)
         self._leases.start()
