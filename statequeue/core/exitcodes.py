@@ -41,7 +41,10 @@ MEANINGS: dict[ExitCode, str] = {
         "success: every item this run took succeeded, or there was nothing to do; "
         "`run --follow` stopped by SIGTERM with every child stopped within `--grace`"
     ),
-    ExitCode.FAILED: "at least one item failed (after its retries)",
+    ExitCode.FAILED: (
+        "at least one item failed (after its retries); or `run` stopped because its keeper "
+        "process died (its unfinished items run again next time)"
+    ),
     ExitCode.USAGE: (
         "usage error or bad input, a command that is not found, a `--verify` script that "
         "cannot run, an unknown help topic; nothing was changed"

@@ -10,17 +10,22 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from statequeue import Queue
 from statequeue.core.exitcodes import ExitCode
+from statequeue.run.guard import NO_GUARD_ENV
 from tests.acceptance.test_runner import Procs, finish, pids_in, wait_for
 
 RECORD_PID = 'echo $$ >> "$SQT_DIR/pids/$STATEQUEUE_ID.$STATEQUEUE_ATTEMPT"\n'
 RECORD_PID_THEN_HANG = RECORD_PID + "exec sleep 30\n"
 
 
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "no-guard"])
 def test_sighup_stops_the_run_and_hands_the_items_back_uncharged(
-    env: dict[str, str], work: Path, procs: Procs
+    env: dict[str, str], work: Path, procs: Procs, guarded: bool
 ) -> None:
+    env[NO_GUARD_ENV] = "0" if guarded else "1"  # the waiter forwards it, or the runner gets it
     home = env["STATEQUEUE_HOME"]
     with Queue("default", home=home) as q:
         q.enqueue(["a", "b", "c"])

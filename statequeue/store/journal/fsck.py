@@ -333,6 +333,10 @@ def _rebuilt_header(
     known = max([checkpoint.known_ids(qdir), *arch_ids])
     if old is None:
         known = max([known, *body_ids])
+    # An item whose enqueue record was lost can still be named by its
+    # attempts' records: its id stays taken (absent), never handed out again.
+    orphans = [r for r in body if r.get("id") not in body_ids]
+    known = _highest_named(orphans, max(known + 1, old["next_id"] if old is not None else 1))
     next_id = max(known + 1, old["next_id"] if old is not None else 1)
     # The watermark only starts the pending cursor: lower is always safe.
     first_named = min(body_ids, default=next_id) - 1
@@ -353,6 +357,18 @@ def _rebuilt_header(
     if absent:
         header["absent"] = absent
     return header
+
+
+def _highest_named(body: list[Record], held: int) -> int:
+    """The highest item id below ``held`` or named by a record of ``body`` (the
+    starts, ends, recoveries... of items with no enqueue left), within reach as
+    replay takes ids (an id far past the others costs a byte per id between)."""
+    top = held - 1
+    for rec in body:
+        item_id = rec.get("id")
+        if isinstance(item_id, int) and not out_of_reach(item_id, top + 1):
+            top = max(top, item_id)
+    return top
 
 
 def _archive_extent(
