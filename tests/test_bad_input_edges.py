@@ -136,3 +136,27 @@ def test_a_cut_past_the_last_checkpoint_claims_nothing_it_cannot_know(
     assert "no acknowledged record was lost" not in text
     assert "cannot be known past the last checkpoint" in said[0]
     assert "cannot be known past the last checkpoint" in said[1]
+
+
+@pytest.mark.parametrize(
+    ("queue", "args"),
+    [
+        ("default", ["enqueue"]),
+        ("default", ["enqueue", "--file", "-"]),
+        ("new", ["enqueue", "--json"]),
+    ],
+    ids=["fast-path", "full-cli", "named-queue-json"],
+)
+def test_bad_items_leave_no_new_queue_behind(sq_env: Env, queue: str, args: list[str]) -> None:
+    # Promise 6: bad input changes nothing. A NUL item was refused (exit 2)
+    # only after the queue it named had been created, empty.
+    home = Path(sq_env["STATEQUEUE_HOME"])
+    done = sq(sq_env, "-q", queue, *args, stdin=b"good\nba\0d\n")
+    assert done.returncode == USAGE, done.stderr
+    assert b"line 2" in done.stderr and b"NUL" in done.stderr
+    assert not (home / queue).exists(), "a new queue was left behind"
+    # An existing queue takes good items as before, and bad input changes nothing there.
+    assert sq(sq_env, "-q", queue, *args, stdin=b"good\n").returncode == 0
+    assert sq(sq_env, "-q", queue, *args, stdin=b"other\nba\0d\n").returncode == USAGE
+    listed = sq(sq_env, "-q", queue, "list")
+    assert listed.stdout.split() == [b"1", b"pending", b"0", b"good"], listed.stdout

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import BinaryIO
+from collections.abc import Callable
+from typing import BinaryIO, TypeVar
 
-from statequeue.core.errors import InvalidItem, UsageError
+from statequeue.core.errors import InvalidItem, QueueNotFound, UsageError
+from statequeue.core.items import check_items
+
+_Q = TypeVar("_Q")
 
 _CHUNK = 1 << 22  # bytes read at a time: blank lines never pile up beyond one chunk
 
@@ -132,3 +136,19 @@ class _Reader:
         if self.open_gap:
             self.gaps.append((len(self.items), self.open_gap))
             self.open_gap = 0
+
+
+def open_to_enqueue(opener: Callable[[bool], _Q], texts: list[str], where: Positions) -> _Q:
+    """The queue to add ``texts`` to, opened with ``opener(create)``. A queue
+    not there yet is made only once the items are known good: bad input
+    changes nothing, not even by leaving an empty new queue behind (promise
+    6). An existing queue pays for no extra check (``enqueue`` checks them)."""
+    try:
+        return opener(False)
+    except QueueNotFound:
+        pass
+    try:
+        check_items(texts)
+    except InvalidItem as exc:
+        raise where.locate(exc) from None
+    return opener(True)

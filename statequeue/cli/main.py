@@ -89,12 +89,16 @@ def _fast_status(opts: _Fast) -> int:
 def _fast_enqueue(opts: _Fast) -> int:
     # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.api.queue import Queue
-    from statequeue.cli.input import read_input
+    from statequeue.cli.input import open_to_enqueue, read_input
     from statequeue.core.errors import InvalidItem
 
     texts, where = read_input(opts.items, file=opts.values.get("file"), null="null" in opts.flags)
-    home, name = opts.values.get("home"), opts.values.get("queue")
-    with Queue(name, home=home, create=True, store=opts.values.get("store")) as q:
+    home, name, store = opts.values.get("home"), opts.values.get("queue"), opts.values.get("store")
+
+    def opener(create: bool) -> Queue:
+        return Queue(name, home=home, create=create, store=store)
+
+    with open_to_enqueue(opener, texts, where) as q:
         for notice in q.notices():
             sys.stderr.write(f"statequeue: {notice}\n")
         try:

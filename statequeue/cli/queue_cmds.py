@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from statequeue.cli.input import read_input
+from statequeue.cli.input import open_to_enqueue, read_input
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import (
     emit_json,
@@ -45,7 +45,9 @@ def enqueue(
     Example: find . -name '*.pdf' -print0 | statequeue enqueue -0
     """
     texts, positions = read_input(items or [], file=file, null=null)
-    q = open_queue(ctx, home, queue, create=True)
+    q = open_to_enqueue(
+        lambda create: open_queue(ctx, home, queue, create=create), texts, positions
+    )
     try:
         result = q.enqueue(texts)
     except InvalidItem as exc:
