@@ -291,3 +291,15 @@ def test_a_result_nested_too_deeply_is_recorded_as_an_error(tmp_path: Path) -> N
     assert "cannot be stored" in result["error"]
     assert job.warnings and "cannot be stored" in job.warnings[0]
     orjson.dumps(result)  # what the journal writes
+
+
+@pytest.mark.parametrize("value", ["0", "0s", "0m"])
+def test_max_time_zero_is_refused_as_limit_zero_is(
+    sq_home: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # It would take no item and then exit as if the queue were empty.
+    Queue("default", home=sq_home).enqueue(["a"])
+    assert run_guarded(_invoke, ["run", "--max-time", value, "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err == "statequeue: --max-time must be more than 0 (leave it out for no limit)\n"
+    assert Queue("default", home=sq_home, create=False).status().counts["pending"] == 1

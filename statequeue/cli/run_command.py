@@ -57,6 +57,14 @@ def _duration(value: str | None) -> float | None:
     return None if value is None else parse_duration(value)
 
 
+def _max_time(value: str | None) -> float | None:
+    """--max-time: 0 is refused (exit 2), as --limit 0 is: it would take no item."""
+    seconds = _duration(value)
+    if seconds is not None and seconds <= 0:
+        raise UsageError("--max-time must be more than 0 (leave it out for no limit)")
+    return seconds
+
+
 def _rate(value: str | None, burst: int) -> RateLimit | None:
     if value is None:
         if burst != 1:
@@ -304,7 +312,7 @@ def run(
         verify=parse_verify(verify) if verify is not None else "",
         verify_first=verify_first,
         limit=limit,
-        max_time=_duration(max_time),
+        max_time=_max_time(max_time),
         follow=follow,
         halt_on_failure=halt_on_failure,
         single=single,
