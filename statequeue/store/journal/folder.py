@@ -241,7 +241,11 @@ def remove_queue_folder(path: Path) -> None:
         import shutil  # lazy: start-up time (only removing a queue needs it)
 
         # rmtree with dir_fd walks by fds (O_NOFOLLOW): nothing outside is touched.
-        shutil.rmtree(path.name, dir_fd=home_fd)
+        try:
+            shutil.rmtree(path.name, dir_fd=home_fd)
+        except PermissionError as exc:  # as every other write to a queue one may not change
+            entry = f" ({exc.filename})" if exc.filename else ""
+            raise NoAccess(f"cannot write {path}: Permission denied{entry}") from None
         os.fsync(home_fd)
     finally:
         os.close(home_fd)
