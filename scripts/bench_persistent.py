@@ -22,8 +22,9 @@ temporary STATEQUEUE_HOME under /var/tmp (or --workdir). Cases are interleaved r
 round, and the two sides of each figure run one right after the other, so that they meet
 the disk and the machine's load in the same state: each figure is the median over the
 rounds of that round's ratio (the table shows the median time per item of each case).
-A case's time is its whole process, start-up included, divided by its items; it counts
-only when every item ended done. Items are enqueued before the clock starts.
+A case's whole-run time (the table's `per item`) is its whole process, start-up included,
+divided by its items; a case counts only when every item ended done. Items are enqueued
+before the clock starts.
 
 Examples:
 

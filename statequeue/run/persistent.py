@@ -69,7 +69,6 @@ class WorkerPool:
         self.start_failures = 0  # workers in a row that ended before their first reply
         self.last_item = 0  # the item the last of them was given (its log says why)
         self._publish_at = 0.0
-        self._keeper: Keeper | None = None  # the run's, once a worker was started
 
     def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
         """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
@@ -78,7 +77,6 @@ class WorkerPool:
     def worker_for(self, slot: int, keeper: Keeper) -> Worker:
         """``slot``'s worker: the live one, or a new one in place of one that
         ended, was retired, or is due for recycling."""
-        self._keeper = keeper
         self._collect(keeper)
         worker = self.workers.get(slot)
         if worker is not None and (worker.retired or worker.dead() or self._due(worker)):
@@ -168,11 +166,6 @@ class WorkerPool:
         for worker in self.workers.values():
             if worker.owes_idle and not worker.busy:
                 worker.idle()
-        if self._keeper is not None:
-            # Now, while the workers work on the requests just sent, rather than
-            # after their replies, when the next request would wait for it: the
-            # keeper's look for processes left of the items they just left.
-            self._keeper.tend()
         now = time.monotonic()
         if now < self._publish_at:
             return
