@@ -54,7 +54,7 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m compileall -q statequeue  # as an installed package would be
 	$(BENCH_VENV)/bin/python scripts/bench.py $(BENCH_ARGS)
 	@if command -v strace >/dev/null 2>&1; then \
-		$(BENCH_VENV)/bin/python scripts/strace_items.py --shapes per-item,persistent,work,floor \
+		$(BENCH_VENV)/bin/python scripts/strace_items.py --shapes per-item,persistent,serve,work,floor \
 			$(filter --quick,$(BENCH_ARGS)); \
 	else echo "strace is not installed: scripts/strace_items.py (system calls per item) skipped"; fi
 	$(BENCH_VENV)/bin/python scripts/bench_pg_ops.py $(if $(findstring --quick,$(BENCH_ARGS)),--quick)
