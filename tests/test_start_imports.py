@@ -23,19 +23,9 @@ from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
 
-# Module names (a name, or a package and everything under it) that `enqueue` must not import.
-HEAVY = (
-    "rich",
-    "typer",
-    "click",
-    "psycopg",
-    "asyncio",
-    "subprocess",  # starts compaction children and runs commands: neither is enqueue's
-    "statequeue.cli.app",
-    "statequeue.cli.report_page",
-    "statequeue.cli.report_charts",
-    "statequeue.run",
-    "statequeue.store.postgres",
+# Compaction, checking and the stats machinery: no plain command's work
+# (background_compaction is imported once a compaction is due).
+STORE_EXTRAS = (
     "statequeue.store.journal.online_compaction",
     "statequeue.store.journal.background_compaction",
     "statequeue.store.journal.compaction",
@@ -49,6 +39,23 @@ HEAVY = (
     "statequeue.stats.sketch",
     "statequeue.stats.report_model",
     "statequeue.stats.report_fold",
+    "statequeue.stats.histogram",
+)
+
+# Module names (a name, or a package and everything under it) that `enqueue` must not import.
+HEAVY = (
+    "rich",
+    "typer",
+    "click",
+    "psycopg",
+    "asyncio",
+    "subprocess",  # starts compaction children and runs commands: neither is enqueue's
+    "statequeue.cli.app",
+    "statequeue.cli.report_page",
+    "statequeue.cli.report_charts",
+    "statequeue.run",
+    "statequeue.store.postgres",
+    *STORE_EXTRAS,
 )
 
 
@@ -129,21 +136,8 @@ OPTIONAL = (
     "psycopg",
     "asyncio",
     "statequeue.store.postgres",
-    "statequeue.store.journal.online_compaction",
-    "statequeue.store.journal.background_compaction",  # imported once one is due
     "statequeue.run.persistent",  # --persistent only
-    "statequeue.store.journal.compaction",
-    "statequeue.store.journal.compaction_logs",
-    "statequeue.store.journal.fsck",
-    "statequeue.store.journal.stats_cache",
-    "statequeue.store.journal.attempt_scan",
-    "statequeue.store.journal.archive_index",
-    "statequeue.stats.figures",
-    "statequeue.stats.rates",
-    "statequeue.stats.sketch",
-    "statequeue.stats.histogram",
-    "statequeue.stats.report_model",
-    "statequeue.stats.report_fold",
+    *STORE_EXTRAS,
 )
 # The cli/ modules every command through typer needs: the group, its global
 # options, errors and rendering. Any other cli/ module is another command's.
