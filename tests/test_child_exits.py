@@ -65,9 +65,9 @@ def test_an_in_process_call_of_the_cli_never_lets_run_fork() -> None:
     # caller that runs the CLI in its process (a test) must not be forked.
     import pytest
 
-    from statequeue.cli import root
+    from statequeue.cli import process
     from statequeue.cli.main import main
 
     with pytest.raises(SystemExit):
         main(["help"])
-    assert root.OWNS_PROCESS is False
+    assert process.OWNS_PROCESS is False

@@ -298,7 +298,7 @@ def test_run_limit_zero_is_a_usage_error(sq_home: Path, cli: Cli) -> None:
 
 
 def test_a_run_stopped_with_nothing_done_does_not_say_nothing_to_do() -> None:
-    from statequeue.cli.run_command import _exit_code
+    from statequeue.cli.run_start import exit_code as _exit_code
     from statequeue.run.events import RunSummary
 
     summary = RunSummary(stopped_by=signal.SIGINT)

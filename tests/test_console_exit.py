@@ -1,5 +1,5 @@
 """Issue 27, start-up: the console command's process ends without the
-interpreter's teardown (cli/root.py ``exit_without_teardown``), but still
+interpreter's teardown (cli/process.py ``exit_without_teardown``), but still
 waits for its other non-daemon threads, runs atexit handlers and keeps its
 exit code and its output. The time saved is measured by scripts/bench_start.py."""
 
@@ -17,7 +17,7 @@ Env = dict[str, str]
 SCRIPT = """
 import atexit, sys, threading, time
 import click
-from statequeue.cli import root
+from statequeue.cli import process, root
 
 started = threading.Event()
 
@@ -35,7 +35,7 @@ def cmd():
     started.set()
     return 3
 
-root.OWNS_PROCESS = True
+process.OWNS_PROCESS = True
 root.run_and_exit(lambda: cmd, [])
 """
 

@@ -151,6 +151,7 @@ TYPER_CLI = {
     "statequeue.cli.completion",
     "statequeue.cli.render",
     "statequeue.cli.clock",
+    "statequeue.cli.process",
 }
 
 
@@ -166,17 +167,30 @@ def sq(env: Env, *args: str) -> None:
 
 
 @pytest.mark.parametrize("pending", [0, 1], ids=["nothing-to-do", "one-item"])
-def test_run_imports_only_what_it_uses(existing_queue: Env, pending: int) -> None:
+def test_a_plain_run_imports_neither_typer_nor_click(existing_queue: Env, pending: int) -> None:
+    # cli/run_argv.py parses it: typer and click are ~30 ms of run's start.
     sq(existing_queue, "run", "--no-live", "--", "true")  # a and b done
     if pending:
         sq(existing_queue, "enqueue", "c")
-    argv = [STATEQUEUE, "-q", "q", "run", "--no-live", "--json", "--", "true"]
+    argv = [STATEQUEUE, "-q", "q", "run", "--no-live", "-j", "2", "--json", "--", "true"]
     names, out = imported_modules(argv, existing_queue)
     assert f'"succeeded":{pending},' in out  # it did its work
     # The runner's own imports, after the guard's fork, are seen too.
-    assert {"statequeue.cli.run_command", "statequeue.run.runner"} <= names
+    assert {"statequeue.cli.run_start", "statequeue.run.runner"} <= names
+    assert heavy_among(names, ("typer", "click", "statequeue.cli.root", *OPTIONAL)) == []
+    own = {"statequeue.cli.run_argv", "statequeue.cli.run_start", "statequeue.cli.progress"}
+    assert other_cli(names, own) == []
+
+
+def test_run_through_typer_imports_only_what_it_uses(existing_queue: Env) -> None:
+    # --jobs=1 is not the fast parser's (cli/run_argv.py): typer parses it.
+    argv = [STATEQUEUE, "-q", "q", "run", "--jobs=1", "--json", "--", "true"]
+    names, out = imported_modules(argv, existing_queue)
+    assert '"succeeded":2,' in out  # it did its work
+    assert {"statequeue.cli.run_command", "typer", "statequeue.run.runner"} <= names
     assert heavy_among(names, OPTIONAL) == []
-    own = {"statequeue.cli.run_command", "statequeue.cli.progress"}
+    own = {"statequeue.cli.run_command", "statequeue.cli.run_start", "statequeue.cli.progress"}
+    own.add("statequeue.cli.run_argv")
     assert other_cli(names, own) == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from statequeue.core.errors import StateQueueError
 from statequeue.core.exitcodes import ExitCode
@@ -24,47 +25,67 @@ def fail(message: str, code: int) -> int:
 
 
 def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> int:
-    """Run the CLI; every expected failure becomes one line and an exit code."""
-    import click  # lazy: start-up time (main.py's fast path imports this module)
-
-    _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
+    """Run the CLI; every expected failure becomes one line and an exit code.
+    Without click or typer: main.py's fast path for `run` uses it too (click's
+    errors are told apart only when click was imported, as nothing else raises
+    them)."""
     try:
         return call(argv)
-    except StateQueueError as exc:
+    except BaseException as exc:
+        code = _exit_code_of(exc)
+        if code is None:
+            raise
+        return code
+
+
+def _exit_code_of(exc: BaseException) -> int | None:
+    """The exit code for ``exc``, its line printed; None to let it go on."""
+    if isinstance(exc, StateQueueError):
         return fail(exc.message, int(exc.exit_code))
-    except _NO_ARGS_IS_HELP as exc:
-        ctx = exc.ctx
-        if ctx is not None:
-            sys.stdout.write(ctx.get_help() + "\n")
-        return int(ExitCode.USAGE)
-    except click.UsageError as exc:
-        hint = ""
-        if exc.ctx is not None and exc.ctx.command_path:
-            hint = f" (see `{exc.ctx.command_path} --help`)"
-        return fail(f"error: {exc.format_message()}{hint}", int(ExitCode.USAGE))
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except SystemExit as exc:
+    click = sys.modules.get("click")
+    if click is not None:
+        code = _click_exit_code(click, exc)
+        if code is not None:
+            return code
+    if isinstance(exc, SystemExit):
         # click (on EPIPE) and rich (printing --help) turn a broken pipe into
         # exit 1, the code for "an item failed"; both raise while handling it.
         if isinstance(exc.__context__, BrokenPipeError):
             silence_stdout()
             return 0
-        raise
-    except click.exceptions.Abort:
-        return fail("aborted", int(ExitCode.INTERRUPTED_INT))
-    except click.ClickException as exc:
-        return fail(f"error: {exc.format_message()}", int(ExitCode.USAGE))
-    except KeyboardInterrupt:
+        return None
+    if isinstance(exc, KeyboardInterrupt):
         return fail("interrupted", int(ExitCode.INTERRUPTED_INT))
-    except (BrokenPipeError, ReaderGone):
+    if isinstance(exc, (BrokenPipeError, ReaderGone)):
         # The reader of our output went away (`| head`): not an error of ours,
         # and quiet, as `ls | head` is.
         silence_stdout()
         return 0
-    except OSError as exc:
+    if isinstance(exc, OSError):
         where = f" {exc.filename}:" if exc.filename else ""  # no "error::" without one
         return fail(f"error:{where} {exc.strerror or exc}", int(ExitCode.IO_ERROR))
+    return None
+
+
+def _click_exit_code(click: Any, exc: BaseException) -> int | None:
+    no_args_is_help = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
+    if isinstance(exc, no_args_is_help):
+        ctx = exc.ctx
+        if ctx is not None:
+            sys.stdout.write(ctx.get_help() + "\n")
+        return int(ExitCode.USAGE)
+    if isinstance(exc, click.UsageError):
+        hint = ""
+        if exc.ctx is not None and exc.ctx.command_path:
+            hint = f" (see `{exc.ctx.command_path} --help`)"
+        return fail(f"error: {exc.format_message()}{hint}", int(ExitCode.USAGE))
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, click.exceptions.Abort):
+        return fail("aborted", int(ExitCode.INTERRUPTED_INT))
+    if isinstance(exc, click.ClickException):
+        return fail(f"error: {exc.format_message()}", int(ExitCode.USAGE))
+    return None
 
 
 def silence_stdout() -> None:

@@ -1,13 +1,15 @@
-"""The console-script entry point, with a fast path for plain `enqueue` and `status`.
+"""The console-script entry point, with a fast path for plain `enqueue`, `status` and `run`.
 
 Shell loops call `statequeue enqueue x` thousands of times, scripts poll
-`statequeue status --json`, and importing typer (with click) is most of a
-cold start. A plain invocation of those two -- only the options listed in
-``_VALUED`` and ``_FLAGS`` for the command, and (for enqueue) items that do
-not start with '-' -- is parsed here and runs the same library call with the
-same output; anything else (help, unknown options, other commands) goes to
-the typer app: the named command's module and group alone when argv names one
-plainly (cli/command_table.py), every command's otherwise (cli/app.py).
+`statequeue status --json`, cron starts `run`, and importing typer (with
+click) is most of a cold start. A plain invocation of enqueue or status --
+only the options listed in ``_VALUED`` and ``_FLAGS`` for the command, and
+(for enqueue) items that do not start with '-' -- is parsed here and runs the
+same library call with the same output; a plain `run` is parsed by
+cli/run_argv.py into what typer would pass. Anything else (help, unknown
+options, other commands) goes to the typer app: the named command's module
+and group alone when argv names one plainly (cli/command_table.py), every
+command's otherwise (cli/app.py).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     import click
+
+    from statequeue.cli.run_start import RunArgs, Where
 
 _GLOBAL = {"--home": "home", "-q": "queue", "--queue": "queue", "--store": "store"}
 _VALUED = {
@@ -143,23 +147,48 @@ def main(argv: Sequence[str] | None = None) -> None:
     quick_exit = previous is signal.default_int_handler
     if quick_exit:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    run = None
     try:
         opts = _parse_fast(args)
-        if opts is None:
+        if opts is None and argv is None:  # `run` may fork: the console's own process only
+            run = _parse_run(args)
+        if opts is None and run is None:
             build = _import_typer_path(args)
         else:
             _import_fast_path()
     finally:
         if quick_exit:
             signal.signal(signal.SIGINT, previous)
+    # lazy: start-up time (loaded just above: typer's or the fast path's)
+    from statequeue.cli import process
+
+    if argv is None:  # the console command's own process: `run` may fork
+        process.OWNS_PROCESS = True
+    if run is not None:
+        _start_run_fast(*run)
     if opts is None:
         # lazy: start-up time (loaded just above, off the fast path)
         from statequeue.cli import root
 
-        if argv is None:  # the console command's own process: `run` may fork
-            root.OWNS_PROCESS = True
         root.run_and_exit(build, args)
     os._exit(_run_fast(opts))
+
+
+def _parse_run(args: Sequence[str]) -> tuple[RunArgs, Where] | None:
+    # lazy: start-up time (only a command line that may be `run`)
+    from statequeue.cli.run_argv import parse_run
+
+    return parse_run(args) if "run" in args else None
+
+
+def _start_run_fast(args: RunArgs, where: Where) -> NoReturn:
+    """A plain `run` (cli/run_argv.py): as typer's path would, without typer."""
+    # lazy: start-up time (the fast path loads only what its command needs)
+    from statequeue.cli import process
+    from statequeue.cli.errors import run_guarded
+    from statequeue.cli.run_start import start_run
+
+    process.end(run_guarded(lambda _: start_run(args, where, owns_process=True), []))
 
 
 def _import_typer_path(args: Sequence[str]) -> Callable[[], click.Command]:

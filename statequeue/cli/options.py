@@ -83,5 +83,10 @@ def store_url(ctx: typer.Context) -> str | None:
     """The PostgreSQL store chosen by --store or $STATEQUEUE_STORE, or None."""
     from statequeue.store.opening import chosen_url  # lazy: start-up time (the store)
 
+    return chosen_url(given_store(ctx))
+
+
+def given_store(ctx: typer.Context) -> str | None:
+    """--store as given (the command's, else the global one), or None."""
     given = ctx.meta.get(STORE_KEY)
-    return chosen_url(given if isinstance(given, str) else None)
+    return given if isinstance(given, str) else None

@@ -8,9 +8,6 @@ imports them all for help, completion and anything unusual.
 
 from __future__ import annotations
 
-import atexit
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, NoReturn
 
@@ -18,6 +15,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from statequeue.cli import process
 from statequeue.cli.errors import ReaderGone, run_guarded
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt
 
@@ -71,12 +69,6 @@ def _global(
     ctx.obj = {"home": home, "queue": queue}
 
 
-OWNS_PROCESS = False
-"""True in the console command only (cli/main.py, called with no argv):
-`run` may fork (run/guard.py), which a caller's process (a test calling
-``main([...])`` or a CliRunner) must never see."""
-
-
 def invoke(command: click.Command, argv: Sequence[str]) -> int:
     """Parse ``argv`` with ``command`` (the group) and run it; its exit code."""
     rv = command.main(args=list(argv), prog_name="statequeue", standalone_mode=False)
@@ -86,35 +78,4 @@ def invoke(command: click.Command, argv: Sequence[str]) -> int:
 def run_and_exit(build: Callable[[], click.Command], argv: Sequence[str]) -> NoReturn:
     """Build the click group and run it on ``argv`` as the console command:
     errors become one line and an exit code (cli/errors.py), then the process exits."""
-    code = run_guarded(lambda args: invoke(build(), args), argv)
-    if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if OWNS_PROCESS:
-        exit_without_teardown(code)
-    sys.exit(code)
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End the console command's process without the interpreter's teardown,
-    which frees every object of every module one by one (~15 ms after `run`,
-    a tenth of its start), but with what that teardown does that matters
-    here: other non-daemon threads are waited for (a stats refresh writes its
-    cache in one), atexit handlers run, the standard streams are flushed.
-    Everything statequeue writes is on disk already (written, fsynced and
-    closed before a command returns)."""
-    threading = sys.modules.get("threading")  # not imported: no thread was started
-    if threading is not None:
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
-    atexit._run_exitfuncs()  # what the interpreter calls at exit (there is no public name)
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                code = code or 120  # as the interpreter exits when it cannot flush
-    os._exit(code)
+    process.end(run_guarded(lambda args: invoke(build(), args), argv))

@@ -1,26 +1,19 @@
-"""`statequeue run`: the runner's options and its exit code."""
+"""`statequeue run`: its options as typer declares them (help, parsing).
+
+What the run does with them is run_start.py's, shared with main.py's fast
+path for a plain `run`."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
-from statequeue.cli.render import emit_json
+from statequeue.cli import process
+from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, given_store
 from statequeue.cli.root import app
-from statequeue.core.durations import parse_duration
-from statequeue.core.errors import UsageError
-from statequeue.core.exitcodes import ExitCode
-from statequeue.core.models import OnInterrupted
-from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
-
-if TYPE_CHECKING:
-    from statequeue.run.events import RunSummary
-    from statequeue.run.guard import GuardLink
+from statequeue.cli.run_start import RUN_DEFAULTS, Where, start_run
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS
 
 RUN_EPILOG = """\
 Examples:
@@ -51,26 +44,6 @@ _SWITCHES = "Live output and the journal"
 _POSTGRES = "PostgreSQL store"
 _RATES = "Rate limit (statequeue help rates)"
 _WORKERS = "Persistent workers (statequeue help workers)"
-
-
-def _duration(value: str | None) -> float | None:
-    return None if value is None else parse_duration(value)
-
-
-def _max_time(value: str | None) -> float | None:
-    """--max-time: 0 is refused (exit 2), as --limit 0 is: it would take no item."""
-    seconds = _duration(value)
-    if seconds is not None and seconds <= 0:
-        raise UsageError("--max-time must be more than 0 (leave it out for no limit)")
-    return seconds
-
-
-def _rate(value: str | None, burst: int) -> RateLimit | None:
-    if value is None:
-        if burst != 1:
-            raise UsageError("--burst needs --rate")
-        return None
-    return parse_rate(value, burst)
 
 
 @app.command(
@@ -286,115 +259,12 @@ def run(
 
     Example: statequeue run -j4 -- python worker.py {}
     """
-    # lazy: start-up time (the run's options, only for `run`)
-    from statequeue.run.guard import report_runner_cpu
-    from statequeue.run.options import RunOptions, parse_size, parse_verify
-    from statequeue.run.resources import stop_when_short_of_resources
-    from statequeue.run.shell_command import shell_template
-
-    if not command:
-        raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
-    try:
-        policy = OnInterrupted(on_interrupted)
-    except ValueError:
-        raise UsageError(
-            f"--on-interrupted must be retry, fail or hold, not {on_interrupted!r}"
-        ) from None
-    options = RunOptions(
-        command=shell_template(tuple(command)) if shell else tuple(command),
-        jobs=jobs,
-        timeout=_duration(timeout) or None,  # 0: no limit, as for coreutils' timeout
-        grace=_duration(grace) or 0.0,
-        retries=retries,
-        retry_delay=_duration(retry_delay) or 0.0,
-        on_interrupted=policy,
-        max_crashes=max_crashes,
-        verify=parse_verify(verify) if verify is not None else "",
-        verify_first=verify_first,
-        limit=limit,
-        max_time=_max_time(max_time),
-        follow=follow,
-        halt_on_failure=halt_on_failure,
-        single=single,
-        item_on_stdin=stdin,
-        log_limit=log_limit,
-        lease=_duration(lease),
-        give_up_after=_duration(give_up_after),
-        rate=_rate(rate, burst),
-        max_deferrals=max_deferrals,
-        persistent=persistent,
-        recycle_after=recycle_after,
-        recycle_rss=None if recycle_rss is None else parse_size(recycle_rss, "--recycle-rss"),
+    given = dict(locals())
+    args = {name: given[name] for name in RUN_DEFAULTS}
+    glob = ctx.obj or {}
+    where = Where(
+        home if home is not None else glob.get("home"),
+        queue if queue is not None else glob.get("queue"),
+        given_store(ctx),
     )
-    with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
-        link = _guard(store_url(ctx) is not None)  # before any thread, fd or store is opened
-        # lazy: start-up time (imported after the fork: in the runner alone,
-        # while the keeper starts beside it)
-        from statequeue.cli.progress import LiveSink, make_view
-        from statequeue.run.runner import Runner
-
-        q = open_queue(ctx, home, queue, create=False, auto_compact=None if auto_compact else 0)
-        tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
-        on_tty = sys.stdout is not None and sys.stdout.isatty()
-        show_live = live if live is not None else (jobs == 1 and on_tty and not quiet)
-        pending = q.status().counts["pending"]
-        view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
-        sink = LiveSink() if show_live else None
-        try:
-            runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
-            runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
-            summary = runner.run()
-        finally:
-            view.close()
-            report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
-    code = _exit_code(summary, follow=follow, exit_empty=exit_empty)
-    if not json:
-        view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
-        return code
-    # If the reader went away, the exit code still tells what happened.
-    with contextlib.suppress(BrokenPipeError):
-        emit_json(_summary_json(summary, code))
-    return code
-
-
-def _guard(has_leases: bool) -> GuardLink | None:
-    """Fork into the guarded shape (run/guard.py) when this process is the
-    console command's own (never inside a caller's process, e.g. a test's
-    CliRunner) and the store needs no fencing keeper (no leases: the
-    PostgreSQL store has them, see Store.has_leases)."""
-    from statequeue.cli import root  # lazy: start-up time (only `run` forks)
-    from statequeue.run import guard  # lazy: start-up time (only `run` forks)
-
-    if not root.OWNS_PROCESS or has_leases or not guard.available():
-        return None
-    return guard.launch()
-
-
-def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
-    return {
-        "succeeded": summary.succeeded,
-        "failed": summary.failed,
-        "retry_pending": summary.retried,
-        "verified": summary.verified,
-        "interrupted": summary.released,
-        "attempts": summary.attempts,
-        "started": summary.attempts,
-        "exit_code": code,
-    }
-
-
-def _exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
-    """The run's exit code (`statequeue help exit-codes`)."""
-    if follow and summary.stopped_by == signal.SIGTERM and summary.clean_stop:
-        return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
-    if summary.stopped_by == signal.SIGINT:
-        return int(ExitCode.INTERRUPTED_INT)
-    if summary.stopped_by == signal.SIGHUP:
-        return int(ExitCode.INTERRUPTED_HUP)
-    if summary.stopped_by is not None:
-        return int(ExitCode.INTERRUPTED_TERM)
-    if summary.failed:
-        return int(ExitCode.FAILED)
-    if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
-        return exit_empty
-    return int(ExitCode.OK)
+    return start_run(args, where, owns_process=process.OWNS_PROCESS)

@@ -1,0 +1,235 @@
+"""`statequeue run` once its command line is parsed: options, guard, runner, exit code.
+
+Without typer or click: the typer command (run_command.py) and main.py's fast
+path for a plain `run` (cli/run_argv.py) both end here, with the same
+``RunArgs``, so the two cannot differ past parsing. A plain `run` then skips
+importing typer and click (~30 ms of its start; issue 27).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from statequeue.core.durations import parse_duration
+from statequeue.core.errors import UsageError
+from statequeue.core.exitcodes import ExitCode
+from statequeue.core.models import OnInterrupted
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
+
+if TYPE_CHECKING:
+    from statequeue.run.events import RunSummary
+    from statequeue.run.guard import GuardLink
+    from statequeue.run.options import RunOptions
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "command": None,
+    "jobs": 1,
+    "timeout": None,
+    "grace": "5s",
+    "retries": 0,
+    "retry_delay": "1s",
+    "on_interrupted": "retry",
+    "verify": None,
+    "verify_first": False,
+    "max_crashes": 3,
+    "limit": None,
+    "max_time": None,
+    "follow": False,
+    "halt_on_failure": False,
+    "single": False,
+    "shell": False,
+    "stdin": False,
+    "persistent": False,
+    "recycle_after": None,
+    "recycle_rss": None,
+    "live": None,
+    "auto_compact": True,
+    "log_limit": 1 << 20,
+    "quiet": False,
+    "exit_empty": 0,
+    "lease": "30s",
+    "give_up_after": None,
+    "rate": None,
+    "burst": 1,
+    "max_deferrals": DEFAULT_MAX_DEFERRALS,
+    "json": False,
+}
+"""Every option of `run` as the typer command declares it (its parameter
+names and defaults; a test holds the two equal), less --home, --queue and
+--store, which come with ``Where``."""
+
+RunArgs = dict[str, Any]
+"""``RUN_DEFAULTS`` with what the command line gave, the values as typer
+passes them (strings for durations, sizes, rates; ints and bools converted)."""
+
+
+class Where:
+    """The queue the command line names: command options win over global ones."""
+
+    def __init__(self, home: str | None, queue: str | None, store: str | None) -> None:
+        self.home = home
+        self.queue = queue
+        self.store = store
+        """--store as given (None: $STATEQUEUE_STORE, else the local journal)."""
+
+
+def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
+    """Run the queue's items as ``args`` say; the run's exit code.
+    ``owns_process``: this is the console command's own process, which may
+    fork into the guarded shape (run/guard.py)."""
+    # lazy: start-up time (the run's options, only for `run`)
+    from statequeue.run.guard import report_runner_cpu
+    from statequeue.run.resources import stop_when_short_of_resources
+    from statequeue.store.opening import chosen_url
+
+    options = _options(args)
+    store = chosen_url(where.store)
+    with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
+        # before any thread, fd or store is opened
+        link = _guard(store is not None) if owns_process else None
+        # lazy: start-up time (imported after the fork: in the runner alone,
+        # while the keeper starts beside it)
+        from statequeue.api.queue import Queue
+        from statequeue.cli.progress import LiveSink, make_view
+        from statequeue.cli.render import print_notices
+        from statequeue.run.runner import Runner
+
+        auto_compact = None if args["auto_compact"] else 0
+        quiet, json = args["quiet"], args["json"]
+        with Queue(
+            where.queue, home=where.home, create=False, auto_compact=auto_compact, store=store
+        ) as q:
+            print_notices(q.notices())
+            tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
+            on_tty = sys.stdout is not None and sys.stdout.isatty()
+            live = args["live"]
+            show_live = live if live is not None else (options.jobs == 1 and on_tty and not quiet)
+            pending = q.status().counts["pending"]
+            view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
+            sink = LiveSink() if show_live else None
+            try:
+                runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
+                runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
+                summary = runner.run()
+            finally:
+                view.close()
+                report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
+    code = exit_code(summary, follow=options.follow, exit_empty=args["exit_empty"])
+    if not json:
+        view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
+        return code
+    # lazy: start-up time (the JSON summary only)
+    from statequeue.cli.render import emit_json
+
+    # If the reader went away, the exit code still tells what happened.
+    with contextlib.suppress(BrokenPipeError):
+        emit_json(_summary_json(summary, code))
+    return code
+
+
+def _options(args: RunArgs) -> RunOptions:
+    """The runner's options; UsageError for a value that cannot be one."""
+    # lazy: start-up time (the run's options, only for `run`)
+    from statequeue.run.options import RunOptions, parse_size, parse_verify
+    from statequeue.run.shell_command import shell_template
+
+    command = args["command"]
+    if not command:
+        raise UsageError("no command given: use `statequeue run [OPTIONS] -- COMMAND [ARG]...`")
+    try:
+        policy = OnInterrupted(args["on_interrupted"])
+    except ValueError:
+        raise UsageError(
+            f"--on-interrupted must be retry, fail or hold, not {args['on_interrupted']!r}"
+        ) from None
+    verify, rss = args["verify"], args["recycle_rss"]
+    return RunOptions(
+        command=shell_template(tuple(command)) if args["shell"] else tuple(command),
+        jobs=args["jobs"],
+        timeout=_duration(args["timeout"]) or None,  # 0: no limit, as for coreutils' timeout
+        grace=_duration(args["grace"]) or 0.0,
+        retries=args["retries"],
+        retry_delay=_duration(args["retry_delay"]) or 0.0,
+        on_interrupted=policy,
+        max_crashes=args["max_crashes"],
+        verify=parse_verify(verify) if verify is not None else "",
+        verify_first=args["verify_first"],
+        limit=args["limit"],
+        max_time=_max_time(args["max_time"]),
+        follow=args["follow"],
+        halt_on_failure=args["halt_on_failure"],
+        single=args["single"],
+        item_on_stdin=args["stdin"],
+        log_limit=args["log_limit"],
+        lease=_duration(args["lease"]),
+        give_up_after=_duration(args["give_up_after"]),
+        rate=_rate(args["rate"], args["burst"]),
+        max_deferrals=args["max_deferrals"],
+        persistent=args["persistent"],
+        recycle_after=args["recycle_after"],
+        recycle_rss=None if rss is None else parse_size(rss, "--recycle-rss"),
+    )
+
+
+def _duration(value: str | None) -> float | None:
+    return None if value is None else parse_duration(value)
+
+
+def _max_time(value: str | None) -> float | None:
+    """--max-time: 0 is refused (exit 2), as --limit 0 is: it would take no item."""
+    seconds = _duration(value)
+    if seconds is not None and seconds <= 0:
+        raise UsageError("--max-time must be more than 0 (leave it out for no limit)")
+    return seconds
+
+
+def _rate(value: str | None, burst: int) -> RateLimit | None:
+    if value is None:
+        if burst != 1:
+            raise UsageError("--burst needs --rate")
+        return None
+    return parse_rate(value, burst)
+
+
+def _guard(has_leases: bool) -> GuardLink | None:
+    """Fork into the guarded shape (run/guard.py), unless the store needs a
+    fencing keeper (leases: the PostgreSQL store has them, see
+    Store.has_leases) or the shape is not available here."""
+    from statequeue.run import guard  # lazy: start-up time (only `run` forks)
+
+    if has_leases or not guard.available():
+        return None
+    return guard.launch()
+
+
+def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
+    return {
+        "succeeded": summary.succeeded,
+        "failed": summary.failed,
+        "retry_pending": summary.retried,
+        "verified": summary.verified,
+        "interrupted": summary.released,
+        "attempts": summary.attempts,
+        "started": summary.attempts,
+        "exit_code": code,
+    }
+
+
+def exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
+    """The run's exit code (`statequeue help exit-codes`)."""
+    if follow and summary.stopped_by == signal.SIGTERM and summary.clean_stop:
+        return int(ExitCode.OK)  # a service's normal stop (systemd sends TERM)
+    if summary.stopped_by == signal.SIGINT:
+        return int(ExitCode.INTERRUPTED_INT)
+    if summary.stopped_by == signal.SIGHUP:
+        return int(ExitCode.INTERRUPTED_HUP)
+    if summary.stopped_by is not None:
+        return int(ExitCode.INTERRUPTED_TERM)
+    if summary.failed:
+        return int(ExitCode.FAILED)
+    if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
+        return exit_empty
+    return int(ExitCode.OK)
