@@ -175,10 +175,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _parse_run(args: Sequence[str]) -> tuple[RunArgs, Where] | None:
+    if "run" not in args:
+        return None
     # lazy: start-up time (only a command line that may be `run`)
     from statequeue.cli.run_argv import parse_run
 
-    return parse_run(args) if "run" in args else None
+    return parse_run(args)
 
 
 def _start_run_fast(args: RunArgs, where: Where) -> NoReturn:
