@@ -107,8 +107,6 @@ def test_anything_else_goes_to_typer(argv: list[str]) -> None:
 def test_the_defaults_are_typers() -> None:
     sig = inspect.signature(run_command.run)
     declared = {
-        name: p.default
-        for name, p in sig.parameters.items()
-        if name not in ("ctx", *WHERE_NAMES)
+        name: p.default for name, p in sig.parameters.items() if name not in ("ctx", *WHERE_NAMES)
     }
     assert declared == RUN_DEFAULTS
