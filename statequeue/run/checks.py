@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -14,6 +12,7 @@ from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
+from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import JobItem, has_token
 from statequeue.run.shell_command import EMPTY_COMMAND, refuse_shell_word
 from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
@@ -39,13 +38,15 @@ def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
         if os.path.isdir(program) or not os.access(program, os.X_OK):
             raise CommandNotFound(f"command is not executable: {program}; nothing was run")
         return
-    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+    if not find_program(program, env.get("PATH", os.defpath)):
         raise CommandNotFound(f"command not found in PATH: {program}; nothing was run")
 
 
 def check_verify_script(text: str) -> str:
     """The script for ``sh -c`` (see verify.py), refused early when the shell
     cannot parse it (``sh -n``): a syntax error must not read as "not done"."""
+    import subprocess  # lazy: start-up time (--verify only)
+
     script = verify_script(text)
     try:
         parsed = subprocess.run(

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -417,6 +415,8 @@ def remove_left(folder: str, folder_fd: int, name: str) -> None:
     except FileNotFoundError:
         pass
     except IsADirectoryError:
+        import shutil  # lazy: start-up time (a directory left in place: rare)
+
         if folder_fd < 0:
             shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
         else:
@@ -428,6 +428,8 @@ def _memfd(data: bytes) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("statequeue-stdin", os.MFD_CLOEXEC)
     else:  # no memfd here: an unlinked temp file does the same
+        import tempfile  # lazy: start-up time (only where there is no memfd)
+
         fd, path = tempfile.mkstemp(prefix="statequeue-stdin-")
         os.unlink(path)
     view = memoryview(data)

@@ -47,11 +47,13 @@ def claim_target(index: int) -> int:
     return min(CLAIM_FD, soft - 1) - index
 
 
-def find_program(name: str) -> str:
-    """Where posix_spawnp would find ``name`` on our PATH (an empty entry
-    is the current folder, as for the shell); "" if nowhere (then
-    posix_spawnp itself runs, and reports the error)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+def find_program(name: str, path: str | None = None) -> str:
+    """Where posix_spawnp would find ``name`` on ``path`` (default: our
+    PATH; an empty entry is the current folder, as for the shell); "" if
+    nowhere (then posix_spawnp itself runs, and reports the error)."""
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for folder in path.split(os.pathsep):
         path = os.path.join(folder or ".", name)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path

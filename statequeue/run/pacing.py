@@ -18,7 +18,6 @@ import math
 import time
 from typing import Any
 
-from statequeue.api.work import backoff
 from statequeue.core.models import Outcome
 from statequeue.core.rates import TRY_LATER_EXIT
 from statequeue.run.options import RunOptions
@@ -111,6 +110,8 @@ class Pacing:
         asked = retry_after(outcome.result)
         if asked is not None:
             return asked
+        from statequeue.api.work import backoff  # lazy: start-up time (a deferral only)
+
         opts = self._options
         return backoff(max(self._streak, 1), opts.retry_delay, opts.retry_max_delay)
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from statequeue.api.queue import Queue
-from statequeue.api.work import backoff
 from statequeue.core.errors import ClaimLost, KeeperLost, StoreUnreachable
 from statequeue.core.fileio import CRASH
 from statequeue.core.models import Claim, ItemState, Outcome, RunnerInfo
@@ -231,4 +230,6 @@ class ResultRecorder:
 
     def _backoff(self, retry: int) -> float:
         """The wait before the ``retry``-th retry of this episode."""
+        from statequeue.api.work import backoff  # lazy: start-up time (a failure only)
+
         return backoff(retry, self.options.retry_delay, self.options.retry_max_delay)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Mapping
 
 from statequeue.core.errors import UsageError
+from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import NAMES, TOKEN, template_tokens
 from statequeue.run.verify import SHELL, verify_script
 
@@ -61,7 +61,7 @@ def refuse_shell_word(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     if len(command) != 1 or not _SHELL_SYNTAX.search(command[0]):
         return
     word = command[0]
-    if os.path.exists(word) or shutil.which(word, path=env.get("PATH", os.defpath)):
+    if os.path.exists(word) or find_program(word, env.get("PATH", os.defpath)):
         return  # a program whose name has a space in it
     raise UsageError(
         f"the command {word!r} is one word with shell syntax in it, and no shell "

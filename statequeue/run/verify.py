@@ -28,14 +28,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from statequeue.core.errors import UsageError
 from statequeue.run.replacements import NAMES, TOKEN, JobItem, values
+
+if TYPE_CHECKING:
+    import subprocess
 
 SHELL = "/bin/sh"
 BROKEN = (126, 127)
@@ -163,6 +165,10 @@ def run_verify(
     """Run the check in its own process group, waited for in small steps so
     that ``stop()`` (a signal to the runner) or ``timeout`` ends it: then
     the verdict has no code. Its stderr is kept for the user."""
+    # lazy: start-up time (--verify only)
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryFile(prefix="statequeue-verify-") as errors:
         proc = subprocess.Popen(
             argv,
@@ -180,6 +186,8 @@ def run_verify(
 
 
 def _wait(proc: subprocess.Popen[bytes], limit: float, stop: Callable[[], bool]) -> int | None:
+    import subprocess  # lazy: start-up time (--verify only; imported by run_verify already)
+
     while True:
         try:
             return proc.wait(timeout=_STEP)
