@@ -11,6 +11,7 @@ import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,6 @@ from statequeue.api.queue import Queue
 from statequeue.core.fileio import FileOps
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, Outcome
-from statequeue.run.events import ItemFinished, RunEvent
 from statequeue.run.keeper_os import find_program
 from statequeue.run.keeper_process import KeeperProcess
 from statequeue.run.options import RunOptions
@@ -78,9 +78,9 @@ class CountingStore(JournalStore):
     locks = 0
     reads = 0
 
-    def _flock(self):  # type: ignore[no-untyped-def]  # the parent's context manager
+    def _locked(self):  # type: ignore[no-untyped-def]  # the parent's context manager
         CountingStore.locks += 1
-        return super()._flock()
+        return super()._locked()
 
     def _catch_up(self) -> None:
         CountingStore.reads += 1
@@ -219,13 +219,15 @@ def test_a_claim_taken_with_the_last_result_goes_back_when_the_run_stops(
 ) -> None:
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b", "c"])
-        runner: Runner
+        runner = Runner(q, RunOptions(command=("true",)))
+        record_batch = runner.recorder.record_batch
 
-        def stop_after_first(event: RunEvent) -> None:
-            if isinstance(event, ItemFinished):
-                runner.request_stop(signal.SIGTERM)
+        def stop_after_first(*args: Any, **kwargs: Any) -> None:
+            # A signal that comes right after a's result (and b's claim) is durable.
+            record_batch(*args, **kwargs)
+            runner.request_stop(signal.SIGTERM)
 
-        runner = Runner(q, RunOptions(command=("true",)), on_event=stop_after_first)
+        runner.recorder.record_batch = stop_after_first  # type: ignore[method-assign]
         summary = runner.run()
         views = {v.item: v for v in q.items()}
         history = q.history(2)

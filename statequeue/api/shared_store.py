@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -107,12 +106,9 @@ class SharedStore:
         self._lock = threading.RLock()  # another thread may have held it at the fork
         self._pid = os.getpid()
 
-    @contextmanager
-    def using(self) -> Iterator[Store]:
-        """The store, held by this thread for one call."""
-        _ = self.store  # checks the process before taking a lock made before a fork
-        with self._lock:
-            yield self.store  # checked again: another thread may have closed it
+    def using(self) -> _Using:
+        """The store, held by this thread for one call (``with``)."""
+        return _Using(self)
 
     @property
     def closed(self) -> bool:
@@ -127,3 +123,27 @@ class SharedStore:
             if not self._closed:
                 self._closed = True
                 self._store.close()
+
+
+class _Using:
+    """``SharedStore.using()``: a class, not a generator, as it is on every
+    call's path (the runner makes one per item)."""
+
+    __slots__ = ("_lock", "_shared")
+
+    def __init__(self, shared: SharedStore) -> None:
+        self._shared = shared
+
+    def __enter__(self) -> Store:
+        shared = self._shared
+        _ = shared.store  # checks the process before taking a lock made before a fork
+        self._lock = lock = shared._lock
+        lock.acquire()
+        try:
+            return shared.store  # checked again: another thread may have closed it
+        except BaseException:
+            lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

@@ -188,6 +188,14 @@ def json_problem(value: Any, *, parsed: bool = False) -> str | None:
     infinity (orjson would write null); and nesting past RESULT_MAX_DEPTH
     cannot be written inside its records. ``parsed``: ``value`` came from
     orjson.loads, which never makes NaN or infinity (the walk is skipped)."""
+    if value is None:  # no result (most commands): nothing to check
+        return None
+    if type(value) is str:  # a reason, or a text result: only a lone surrogate fails
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            return _problem(exc)
+        return None
     # Encoded as deep as it is ever written, so a value that passes here can
     # never fail later inside a record, an archive or export line, or `show`.
     try:

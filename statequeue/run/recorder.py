@@ -65,6 +65,10 @@ class ResultRecorder:
         # outage), and the events of results written but not yet synced.
         self.unrecorded: list[tuple[Job, Outcome]] = []
         self.owed_events: list[RunEvent] = []
+        # Durable results not reported yet: the runner reports them once the
+        # next child is started (or before it sleeps), so that printing a
+        # result is not on the path from one child's exit to the next start.
+        self.ready: list[RunEvent] = []
         # Held here, beside the results that tune it; the runner asks it before each claim.
         self.pacing = Pacing(queue.store, options)
 
@@ -164,8 +168,7 @@ class ResultRecorder:
         events, self.owed_events = self.owed_events, []
         for _ in events:
             CRASH.hit("recorded")  # test-only: die right after a durable result
-        for event in events:
-            self.on_event(event)
+        self.ready += events  # reported by the runner (Runner._emit, Runner._wait)
 
     def record(
         self,

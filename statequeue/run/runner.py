@@ -24,7 +24,7 @@ from statequeue.run.checks import check_command, command_drift, report_recovery
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
-from statequeue.run.jobs import Job, JobSpec, OutputSink
+from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
 from statequeue.run.keeper import Keeper
 from statequeue.run.local_keeper import LocalKeeper
 from statequeue.run.options import RunOptions
@@ -63,7 +63,10 @@ class Runner:
         # a Queue used across a fork), a syscall the per-item path need not pay.
         self._store = queue.store
         self.options = options
-        self.on_event = on_event or (lambda event: None)
+        self._sink = on_event or (lambda event: None)
+        # Every event goes out through _emit: after the results the recorder
+        # holds back until the next child is started (order kept).
+        self.on_event = self._emit
         self.info: RunnerInfo = new_runner(command=options.command, guarded=guard is not None)
         folder = queue.path or Path(".")
         self.spec = JobSpec(
@@ -74,6 +77,7 @@ class Runner:
             log_limit=options.log_limit,
             item_on_stdin=options.item_on_stdin,
             live=live,
+            pipes=PipeStock(),
         )
         self.summary = RunSummary()
         self.verify = VerifyStep(
@@ -160,6 +164,7 @@ class Runner:
         try:
             self._loop()
         finally:
+            self._report_ready()
             self._shutdown()
             if self.workers is not None:
                 self.workers.close(self.keeper, self.options.grace)
@@ -173,6 +178,8 @@ class Runner:
             with contextlib.suppress(StoreUnreachable):
                 store.unregister_runner(self.info.runner_id)
             self._watch.close()
+            if self.spec.pipes is not None:
+                self.spec.pipes.close()
         self.summary.stopped_by = self._stop_signal
         return self.summary
 
@@ -337,6 +344,8 @@ class Runner:
             job.deadline = job.started + self.options.timeout
         self._watch.started(job)
         self.on_event(ItemStarted(claim))
+        if self.spec.pipes is not None:  # the next child's, now that this one runs
+            self.spec.pipes.refill()
 
     def _not_started(self, claim: Claim, exc: OSError) -> bool:
         """The command could not be started for ``claim``: the item fails,
@@ -422,7 +431,21 @@ class Runner:
         return self.keeper
 
     def _wait(self, timeout: float) -> bool:
+        if self.recorder.ready:  # nothing is held back while the loop sleeps
+            self._report_ready()
         return self._watch.wait(timeout)
+
+    def _emit(self, event: RunEvent) -> None:
+        """Report ``event``, after the results still held back (recorder.py: a
+        result is reported once the next child is started, off that child's path)."""
+        if self.recorder.ready:
+            self._report_ready()
+        self._sink(event)
+
+    def _report_ready(self) -> None:
+        events, self.recorder.ready = self.recorder.ready, []
+        for event in events:
+            self._sink(event)
 
     def _reap(self) -> None:
         if self.keeper is not None:

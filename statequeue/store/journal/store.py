@@ -188,22 +188,9 @@ class JournalStore(JournalReads):
 
     # -- RecordStore hooks -----------------------------------------------------
 
-    @contextmanager
-    def _locked(self) -> Iterator[QueueState]:
-        if self._broken is not None:
-            raise self._broken
-        with self._flock():
-            try:
-                seen = self.journal.look()
-                if seen == REPLACED:
-                    self._reload()  # compaction by another process replaced the file
-                elif seen == GROWN:
-                    self._catch_up()
-                yield self.state
-                self._maybe_checkpoint()
-            except DurabilityError as exc:
-                self._broken = exc  # never retry: this store refuses further work
-                raise
+    def _locked(self) -> _Locked:
+        """The queue lock held, the state brought up to the files (``with``)."""
+        return _Locked(self)
 
     def _write(self, batch: list[Record], *, sync: bool) -> None:
         if not batch:
@@ -440,3 +427,61 @@ def _header(*, seq: int) -> Record:
         "archive_size": 0,
         "watermark": 0,
     }
+
+
+class _Locked:
+    """``JournalStore._locked()``: the queue lock held (flock), the state
+    brought up to the journal (another process's records, or its compaction);
+    on the way out a checkpoint if one is due, the lock let go, then the stats
+    cache refresh noted. A DurabilityError breaks the store for good (never
+    retried). A class, not a generator: every call of the store (the runner's
+    one per item) passes here."""
+
+    __slots__ = ("_fd", "_store")
+
+    def __init__(self, store: JournalStore) -> None:
+        self._store = store
+        self._fd = -1
+
+    def __enter__(self) -> QueueState:
+        store = self._store
+        if store._broken is not None:
+            raise store._broken
+        fd = store._lock_fd
+        if fd >= 0:  # else: a read-only queue without a lock file
+            wait_for_lock(fd, store._lock_path, store.settings.lock_limit)
+            self._fd = fd
+        try:
+            seen = store.journal.look()
+            if seen == REPLACED:
+                store._reload()  # compaction by another process replaced the file
+            elif seen == GROWN:
+                store._catch_up()
+        except BaseException as exc:
+            self._leave(exc)
+            raise
+        return store.state
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is not None:
+            self._leave(exc)
+            return
+        try:
+            self._store._maybe_checkpoint()
+        except BaseException as failed:
+            self._leave(failed)
+            raise
+        self._unlock()
+        if self._fd >= 0:
+            self._store.summary.refresh_noted()  # after the lock, in a thread: nobody waits
+
+    def _leave(self, exc: BaseException) -> None:
+        if isinstance(exc, DurabilityError):
+            self._store._broken = exc  # never retry: this store refuses further work
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
