@@ -77,7 +77,10 @@ class Runner:
             log_limit=options.log_limit,
             item_on_stdin=options.item_on_stdin,
             live=live,
-            pipes=PipeStock(),
+            # -j1 only: with one slot the next start waits on them; with more,
+            # other children run meanwhile, and spare fds would count against
+            # a tight fd limit (the run lowers its concurrency instead).
+            pipes=PipeStock() if options.jobs == 1 else None,
         )
         self.summary = RunSummary()
         self.verify = VerifyStep(
