@@ -179,6 +179,7 @@ def test_a_plain_run_imports_neither_typer_nor_click(existing_queue: Env, pendin
     assert {"statequeue.cli.run_start", "statequeue.run.runner"} <= names
     # Nor what only --verify, --shell, a failure or a deferral needs.
     only_some = ("subprocess", "tempfile", "shutil", "statequeue.api.work")
+    only_some += ("statequeue.run.worker_process", "statequeue.run.protocol")  # --persistent
     assert (
         heavy_among(names, ("typer", "click", "statequeue.cli.root", *only_some, *OPTIONAL)) == []
     )

@@ -16,11 +16,11 @@ from statequeue.run.jobs import Job
 from statequeue.run.keeper import Keeper
 from statequeue.run.poller import Poller
 from statequeue.run.wakeup import StoreWake
-from statequeue.run.worker_process import Worker
 from statequeue.store.base import Store
 
 if TYPE_CHECKING:
     from statequeue.run.persistent import WorkerAttempt
+    from statequeue.run.worker_process import Worker  # --persistent only
 
 __all__ = ["OUTPUT_WATCH_DELAY", "OutputWatch"]
 
@@ -107,8 +107,8 @@ class OutputWatch:
             elif job is _STORE_WAKE:
                 self._store_wake.woke()  # the next pass of the loop claims
                 news = True
-            elif isinstance(job, Worker):
-                news = self._worker_output(fd, job) or news
+            elif not isinstance(job, Job):  # a persistent worker (its pipes outlive attempts)
+                news = self._worker_output(fd, cast("Worker", job)) or news
             elif fd in job.pipes and not job.read(fd):
                 self._selector.forget(fd)  # closing it takes it out of the epoll set
                 job.close_pipe(fd)
