@@ -326,3 +326,16 @@ def test_progress_bar_names_the_started_item_at_most_ten_times_a_second(
     finally:
         view.close()
     assert len(named) == 2
+
+
+def test_the_pipes_made_ahead_are_closed_with_the_run(sq_home: Path) -> None:
+    # -j1 makes the next child's output pipes once a child is started
+    # (jobs.PipeStock): none may be left open after the run.
+    before = set(os.listdir("/proc/self/fd"))
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(["a", "b", "c"])
+        runner = Runner(q, RunOptions(command=("true",)))
+        assert runner.spec.pipes is not None
+        summary = runner.run()
+    assert summary.attempts == 3
+    assert set(os.listdir("/proc/self/fd")) == before
