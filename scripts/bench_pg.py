@@ -140,12 +140,11 @@ def fused_runner(url: str, go: Barrier, out: Any) -> None:
 
 def work_runner(url: str, go: Barrier, out: Any) -> None:
     """The library's loop: Queue.work() with a no-op body (``item.done()``)."""
-    from statequeue.api.queue import Queue
-
     # The loop's own module too, before the barrier: Queue.work() imports it
     # lazily, ~3.5 ms of CPU once per process (16 processes, 125 items each:
     # ~0.03 ms per item), and the other kinds import what they use first.
     import statequeue.api.work  # noqa: F401
+    from statequeue.api.queue import Queue
 
     # Its home (the claims' lock files): under /var/tmp, as bench_library's
     # queues, never the user's. Not /tmp: on the shared test machine each file
