@@ -36,8 +36,9 @@ Examples:
 
 With --against BIN (another install's bin folder: its `statequeue` and its `python`,
 e.g. main's code before a change), that install's `run --persistent -j1` runs too, in
-each round right after this one's and before the loop, and its own ratio to the same
-loop is printed beside this one's: a change measured before and after in one run.
+each round next to this one's (first in every other round) and before the loop, and its
+own ratio to the same loop is printed beside this one's: a change measured before and
+after in one run.
 """
 
 from __future__ import annotations
@@ -185,7 +186,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
     rounds = []
     for round_no in range(args.rounds):
         per_item = {}
-        for n, case in enumerate(cases(args, workdir)):
+        order = cases(args, workdir)
+        if args.against is not None and round_no % 2:
+            order[:2] = order[1::-1]  # every other round --against's case runs first
+        for n, case in enumerate(order):
             home = workdir / f"home-{round_no}-{n}"
             timing = run_case(case, home)
             per_item[case.name] = timing.seconds / case.items

@@ -17,12 +17,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from statequeue import Queue
 from statequeue.run import keeper_state
 from statequeue.run.keeper_state import KeeperProcess
+from statequeue.run.options import RunOptions
+from statequeue.run.runner import Runner
 from tests.conftest import STATEQUEUE
 
 RUN_TIMEOUT = 120
@@ -150,3 +153,33 @@ def test_the_item_a_worker_left_is_released_while_it_works_on_the_next(
     assert first.result == {"held_while_it_ran": True}  # the probe sees a held claim
     # Released before the runner waits for the second item's reply, not once it came.
     assert second.result == {"first_held": False}
+
+
+def test_each_reply_is_recorded_with_the_next_claim_in_one_store_step(
+    sq_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `run` per item: one locked section and one fsync per item on the journal
+    (finish_and_claim), never a finish and then a separate claim."""
+    worker = tmp_path / "noop.py"
+    worker.write_text("import statequeue\n\nstatequeue.serve(lambda item: item.upper())\n")
+    items = ["a", "b", "c", "d", "e"]
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(items)
+        calls = dict.fromkeys(("claim", "finish", "finish_and_claim"), 0)
+        for name in calls:
+            original = getattr(q.store, name)
+
+            def spy(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+                calls[_name] += 1
+                return _original(*args, **kw)
+
+            monkeypatch.setattr(q.store, name, spy)
+        options = RunOptions(command=(sys.executable, str(worker)), persistent=True)
+        summary = Runner(q, options).run()
+        results = {item: found.result for item in items if (found := q.result(item))}
+    assert summary.attempts == len(items)
+    assert results == {item: item.upper() for item in items}
+    # Each reply's end record carries the next claim (the last one finds none, and
+    # a claim then looks once more); a claim alone only for the first item.
+    assert (calls["finish"], calls["finish_and_claim"]) == (0, len(items))
+    assert calls["claim"] <= 2
