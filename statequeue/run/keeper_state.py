@@ -348,9 +348,13 @@ class KeeperProcess:
         if not found:
             self.release(set(self.finished))
             return
-        alive = {leader.item for leader in self.leaders.values()}
-        for owners in self.attribute(found).values():
-            alive |= owners
+        leaders = self.leaders
+        alive = {leader.item for leader in leaders.values()}
+        if all(pid in leaders for pid in found):  # the usual: no orphan, nothing to attribute
+            self.owners = {}
+        else:
+            for owners in self.attribute(found).values():
+                alive |= owners
         free = self.finished - alive
         self.release(free)
         # Nothing came free: a detached leftover lives on. Look less and less
