@@ -32,6 +32,13 @@ Examples:
   .venv-bench/bin/python scripts/bench_persistent.py --quick
   .venv-bench/bin/python scripts/bench_persistent.py --rounds 5 --json out.json
   .venv-bench/bin/python scripts/bench_persistent.py --overhead-only --rounds 9
+  .venv-bench/bin/python scripts/bench_persistent.py --overhead-only --against /tmp/main/.venv/bin
+
+With --against BIN (another install's bin folder: its `statequeue` and its `python`,
+e.g. main's code before a change), that install's `run --persistent -j1` runs too, in
+each round next to this one's (first in every other round) and before the loop, and its
+own ratio to the same loop is printed beside this one's: a change measured before and
+after in one run.
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ class Case:
     command: list[str]
     """After `statequeue run`, or a whole command when ``loop``."""
     loop: bool = False
+    bin: Path | None = None
+    """Another install's bin folder (--against): its statequeue and python run the case."""
 
 
 LOOP = "Queue.work() loop"
@@ -97,6 +106,7 @@ FIGURES = [
 """(figure, numerator, denominator, sense, goal): each a ratio of per-item times (a case's
 name: of its whole run; + STEADY: of its steady state)."""
 OVERHEAD = FIGURES[-1][1]
+AGAINST = "noop persistent -j1 (--against)"
 
 
 def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
@@ -107,10 +117,11 @@ def cases(args: argparse.Namespace, folder: Path) -> list[Case]:
         script = str(folder / "noop.py")
         persistent = ["--persistent", "-j1", "--", python, script]
         loop = [python, str(folder / "loop.py")]
-        return [
-            Case("noop persistent -j1", args.items, persistent),
-            Case(LOOP, args.items, loop, loop=True),
-        ]
+        found = [Case("noop persistent -j1", args.items, persistent)]
+        if args.against is not None:
+            other = [*persistent[:-2], str(args.against / "python"), script]
+            found.append(Case(AGAINST, args.items, other, bin=args.against))
+        return [*found, Case(LOOP, args.items, loop, loop=True)]
     for worker in WORKERS:
         script = str(folder / f"{worker}.py")
         few = args.slow_items if worker == "slow-import" else args.per_item_items
@@ -144,8 +155,9 @@ def run_case(case: Case, home: Path) -> Timing:
     with Queue(queue_name, home=home) as queue:
         queue.enqueue([f"item-{n}" for n in range(case.items)])
     env = {**os.environ, "STATEQUEUE_HOME": str(home), "STATEQUEUE_QUEUE": queue_name}
+    statequeue = STATEQUEUE if case.bin is None else str(case.bin / "statequeue")
     command = (
-        [*case.command, queue_name] if case.loop else [STATEQUEUE, "run", "--quiet", *case.command]
+        [*case.command, queue_name] if case.loop else [statequeue, "run", "--quiet", *case.command]
     )
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
@@ -174,7 +186,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
     rounds = []
     for round_no in range(args.rounds):
         per_item = {}
-        for n, case in enumerate(cases(args, workdir)):
+        order = cases(args, workdir)
+        if args.against is not None and round_no % 2:
+            order[:2] = order[1::-1]  # every other round --against's case runs first
+        for n, case in enumerate(order):
             home = workdir / f"home-{round_no}-{n}"
             timing = run_case(case, home)
             per_item[case.name] = timing.seconds / case.items
@@ -188,8 +203,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[dict[str, float]]:
 def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str, object]:
     print(f"{args.rounds} round(s); journal store; medians; per item = whole run / items;")
     print("steady = first to last item's end record / items between them")
+    width = max(len(case.name) for case in cases(args, Path()))
     print(
-        f"{'case':<28} {'items':>6} {'per item':>11} {'items/s':>9} {'CPU/item':>11} {'steady':>11}"
+        f"{'case':<{width}} {'items':>6} {'per item':>11} {'items/s':>9} {'CPU/item':>11}"
+        f" {'steady':>11}"
     )
     median = {}
     for case in cases(args, Path()):
@@ -197,10 +214,10 @@ def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str
             median[case.name + kind] = statistics.median(r[case.name + kind] for r in rounds)
         seconds, cpu, steady = (median[case.name + kind] for kind in ("", CPU, STEADY))
         print(
-            f"{case.name:<28} {case.items:>6} {seconds * 1e3:>9.2f}ms {1 / seconds:>9.1f}"
+            f"{case.name:<{width}} {case.items:>6} {seconds * 1e3:>9.2f}ms {1 / seconds:>9.1f}"
             f" {cpu * 1e3:>9.2f}ms {steady * 1e3:>9.3f}ms"
         )
-    print(f"\n{'figure (median of per-round ratios)':<46} {'value':>8}  goal")
+    print(f"\n{'figure (median of per-round ratios)':<52} {'value':>8}  goal")
     figures = []
     for name, over, under, sense, goal in FIGURES:
         if args.overhead_only and over != OVERHEAD:
@@ -210,7 +227,7 @@ def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str
         met = value >= goal if sense == ">=" else value <= goal
         spread = f"rounds {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
         verdict = "met" if met else "MISSED"
-        print(f"{name:<46} {value:>7.2f}x  {sense} {goal:g}x {verdict}  {spread}")
+        print(f"{name:<52} {value:>7.2f}x  {sense} {goal:g}x {verdict}  {spread}")
         goal_text = f"{sense} {goal:g}x"
         figures.append(
             {"figure": name, "value": value, "rounds": ratios, "goal": goal_text, "met": met}
@@ -218,16 +235,28 @@ def report(rounds: list[dict[str, float]], args: argparse.Namespace) -> dict[str
     # No goal: the whole runs' ratio (start-up and shut-down included), and CPU
     # (runner, keeper and workers together), which other work on the machine moves
     # less than wall time, so it shows a change a loaded run hides.
-    for name, kind in (
-        ("whole runs: persistent -j1 / work() loop", ""),
-        ("CPU per item: persistent -j1 / work() loop", CPU),
-    ):
-        ratios = [r["noop persistent -j1" + kind] / r[LOOP + kind] for r in rounds]
-        value = statistics.median(ratios)
-        print(f"{name:<46} {value:>7.2f}x  (no goal)  rounds "
-              f"{min(ratios):.2f}-{max(ratios):.2f}")  # fmt: skip
-        figures.append({"figure": name, "value": value, "rounds": ratios})
+    compared = [("noop persistent -j1", "")]
+    if args.against is not None:
+        compared.append((AGAINST, " --against"))
+    for case_name, label in compared:
+        for name, kind in (
+            ("per item (steady)", STEADY),
+            ("whole runs", ""),
+            ("CPU per item", CPU),
+        ):
+            if kind == STEADY and not label:
+                continue  # the goal's figure, above
+            name = f"{name}{label}: persistent -j1 / work() loop"
+            figures.append(_ratio(rounds, name, case_name + kind, LOOP + kind))
     return {"rounds": args.rounds, "per_item_s": median, "figures": figures}
+
+
+def _ratio(rounds: list[dict[str, float]], name: str, over: str, under: str) -> dict[str, object]:
+    """Print a figure with no goal: the median of per-round ratios, and their spread."""
+    ratios = [r[over] / r[under] for r in rounds]
+    value = statistics.median(ratios)
+    print(f"{name:<52} {value:>7.2f}x  (no goal)  rounds {min(ratios):.2f}-{max(ratios):.2f}")
+    return {"figure": name, "value": value, "rounds": ratios}
 
 
 def has_persistent() -> bool:
@@ -252,8 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         help="only the last figure (persistent -j1 against the Queue.work() loop)",
     )
     parser.add_argument("--workdir", default="/var/tmp")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="BIN",
+        help="with --overhead-only: also run another install's persistent case (its bin folder)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.against is not None and not args.overhead_only:
+        parser.error("--against goes with --overhead-only")
     if args.quick:
         args.rounds, args.items, args.per_item_items, args.slow_items = 1, 500, 40, 6
     if not has_persistent():

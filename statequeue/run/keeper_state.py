@@ -56,6 +56,8 @@ DEADLINE_POLL = 0.1
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
+UNOPENED, NO_CHILDREN_FILE = -1, -2  # KeeperProcess.children_fd before a look; without the file
+CHILDREN_READ = 65536  # bytes per read of it (about 9000 pids)
 
 
 class Leader:
@@ -101,6 +103,7 @@ class KeeperProcess:
         self.status_fd = -1  # guard mode: where the runner's exit code goes (the waiter)
         self.runner = 0  # guard mode: the runner's pid (never killed for its own end)
         self.childless = False  # the last ``reap`` found no child at all
+        self.children_fd = UNOPENED  # our /proc children file (own_children)
         self.runner_code: int | None = None  # guard mode: the runner's exit code, once reaped
 
     # -- requests -------------------------------------------------------------
@@ -335,14 +338,23 @@ class KeeperProcess:
         """Release the claims of finished items no process is left of."""
         if not self.finished:
             return
-        if not self.has_children():
+        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
+            if not self.has_children():
+                self.release(set(self.finished))
+            return
+        # One look at our children tells both whether any is left and which:
+        # a persistent worker's last item comes here once per item.
+        found = self.children_timed(now)
+        if not found:
             self.release(set(self.finished))
             return
-        if now < max(self.cost_until, self.idle_until) and len(self.finished) < FORCE_SCAN_AT:
-            return
-        alive = {leader.item for leader in self.leaders.values()}
-        for owners in self.attribute(self.children_timed(now)).values():
-            alive |= owners
+        leaders = self.leaders
+        alive = {leader.item for leader in leaders.values()}
+        if all(pid in leaders for pid in found):  # the usual: no orphan, nothing to attribute
+            self.owners = {}
+        else:
+            for owners in self.attribute(found).values():
+                alive |= owners
         free = self.finished - alive
         self.release(free)
         # Nothing came free: a detached leftover lives on. Look less and less
@@ -367,6 +379,11 @@ class KeeperProcess:
                 os.close(fd)
             self.finished.discard(item)
             self.fencing.discard(item)
+        if not self.held and self.children_fd >= 0:
+            # Nothing to look for until an item is held again: the file is
+            # not kept open past the claims it serves (a library process).
+            os.close(self.children_fd)
+            self.children_fd = UNOPENED
         if self.deadline_items and items:
             for token in [t for t, item in self.deadline_items.items() if item in items]:
                 del self.deadline_items[token]
@@ -404,9 +421,30 @@ class KeeperProcess:
 
     def children_timed(self, now: float) -> list[int]:
         began = time.monotonic()
-        found = children()
+        found = self.own_children()
         self.cost_until = now + SCAN_COST_SHARE * (time.monotonic() - began)
         return found
+
+    def own_children(self) -> list[int]:
+        """Our children (zombies included): one pread of our /proc children
+        file, held open from the first look (``keeper_os.children`` opens it
+        each time: nine system calls and a file object, where a persistent
+        worker's item makes one look per item)."""
+        if self.children_fd == UNOPENED:
+            me = os.getpid()  # the process that made this object: it is never forked
+            path = f"/proc/{me}/task/{me}/children"
+            try:
+                self.children_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self.children_fd = NO_CHILDREN_FILE  # CONFIG_PROC_CHILDREN is off
+        if self.children_fd == NO_CHILDREN_FILE:
+            return children()
+        text = b""
+        while True:  # a read past the start re-reads the list from the top (seq_file)
+            chunk = os.pread(self.children_fd, CHILDREN_READ, len(text))
+            text += chunk
+            if len(chunk) < CHILDREN_READ:
+                return [int(pid) for pid in text.split()]
 
     def kill_all(self) -> None:
         """The runner is gone: kill what is left of every item."""

@@ -69,6 +69,7 @@ class WorkerPool:
         self.start_failures = 0  # workers in a row that ended before their first reply
         self.last_item = 0  # the item the last of them was given (its log says why)
         self._publish_at = 0.0
+        self._keeper: Keeper | None = None  # the run's (the workers' parent), once one started
 
     def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
         """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
@@ -77,6 +78,7 @@ class WorkerPool:
     def worker_for(self, slot: int, keeper: Keeper) -> Worker:
         """``slot``'s worker: the live one, or a new one in place of one that
         ended, was retired, or is due for recycling."""
+        self._keeper = keeper
         self._collect(keeper)
         worker = self.workers.get(slot)
         if worker is not None and (worker.retired or worker.dead() or self._due(worker)):
@@ -160,12 +162,18 @@ class WorkerPool:
         """After the slots were filled: WorkerBroken if the workers keep dying
         at start; a worker that answered and got no new item is no process of
         that item any more (the keeper lets its claim go: a retry of it may
-        run); and `status` shows the workers (pid, items done, RSS), updated
-        at most once a PUBLISH_EVERY."""
+        run), nor is one of the item it left for a new one (the keeper looks
+        for leftovers now); and `status` shows the workers (pid, items done,
+        RSS), updated at most once a PUBLISH_EVERY."""
         self.check()
         for worker in self.workers.values():
             if worker.owes_idle and not worker.busy:
                 worker.idle()
+        if self._keeper is not None:
+            # The item each worker just left is released now, while the
+            # workers work on their new requests, rather than when the next
+            # reply wakes the runner (then the look would delay its record).
+            self._keeper.tend()
         now = time.monotonic()
         if now < self._publish_at:
             return

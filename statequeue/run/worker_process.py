@@ -86,6 +86,10 @@ class Worker:
             os.set_blocking(fd, False)
         self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
         self._reply_r = reply_r
+        # Asked before each request whether a reply came without one: a poll
+        # that finds nothing costs no exception, where a read would (EAGAIN).
+        self._reply_ready = select.poll()
+        self._reply_ready.register(reply_r, select.POLLIN)
 
     @property
     def pid(self) -> int | None:
@@ -150,6 +154,8 @@ class Worker:
     def _unsolicited(self) -> bool:
         """Whether it wrote a reply while it had no request (read now, before the next)."""
         if self._reply_r not in self.pipes:  # at end of file already
+            return False
+        if not self._reply_ready.poll(0):
             return False
         try:
             data = os.read(self._reply_r, _READ)
