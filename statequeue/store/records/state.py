@@ -117,7 +117,8 @@ class QueueState:
 
     def live_count(self) -> int:
         """How many items are not done."""
-        return sum(n for s, n in self.counts.items() if s is not DONE)
+        counts = self.counts  # every state is a key (fromkeys): no generator per call
+        return sum(counts.values()) - counts[DONE]
 
     def live_ids(self) -> Iterator[int]:
         """Ids of the items that are not done, in id order."""
