@@ -266,13 +266,15 @@ class Queue(QueueReads):
         """Put failed or held items back as pending: ``ids``, or every item in
         ``states`` (members or names; one alone is fine; UnknownState for
         another); returns the ids changed (see ``Store.retry``)."""
+        wanted = None if ids is None else reading.item_ids(ids)
         with self._shared.using() as store:
-            return store.retry(ids, states=_state_set(states))
+            return store.retry(wanted, states=_state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""
+        wanted = reading.item_ids(ids)
         with self._shared.using() as store:
-            return store.cancel(ids)
+            return store.cancel(wanted)
 
     def pause(self) -> None:
         """Stop runners (and ``work()`` loops) from taking new items; they finish what they hold."""

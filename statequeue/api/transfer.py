@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from statequeue.core.errors import ImportRefused, InvalidExport, NotFound
+from statequeue.core.errors import ImportRefused, InvalidExport, NotFound, UsageError
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.core.fileio import DEFAULT_OPS, durability_error
 from statequeue.core.output_path import open_in_place, output_target
@@ -129,6 +129,11 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
     ids: dict[int, int] = {}  # id -> line
     number = 0
     for number, raw in enumerate(lines, start=1):
+        if not isinstance(raw, bytes | bytearray):  # open(path) without "rb" gives str lines
+            raise UsageError(
+                f"line {number} is {type(raw).__name__}, not bytes: "
+                "open the export in binary mode, open(path, 'rb')"
+            )
         if not raw.endswith(b"\n"):
             raise InvalidExport(f"line {number}: cut short (no newline): the file is truncated")
         obj = _json(raw, number)
