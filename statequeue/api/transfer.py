@@ -27,7 +27,7 @@ import orjson
 from statequeue.core.errors import ImportRefused, InvalidExport, NotFound, UsageError
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.core.fileio import DEFAULT_OPS, durability_error
-from statequeue.core.output_path import open_in_place, output_target
+from statequeue.core.output_path import check_writable_place, open_in_place, output_target
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -98,6 +98,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
                 return export_queue(queue, out)
         except OSError as exc:
             raise durability_error("writing", str(path), exc) from None
+    check_writable_place(path)  # a folder, a missing folder: bad input, not a failing disk
     folder = path.parent
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
