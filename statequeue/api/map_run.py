@@ -95,6 +95,12 @@ class MapRun:
         with self._lock:
             return not self._left
 
+    @property
+    def left(self) -> int:
+        """How many items are still to settle (after ``plan``: what will run)."""
+        with self._lock:
+            return len(self._left)
+
     # -- slots ---------------------------------------------------------------------
 
     def take(self, stopping: Callable[[], bool] = lambda: False) -> Claim | None:
