@@ -23,6 +23,10 @@ _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)"
 
 
+MAX_BURST = 10**9
+"""More starts at once than any run could make: the bound keeps the bucket storable."""
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """At most ``per_second`` item starts per second for the whole queue,
@@ -36,8 +40,8 @@ class RateLimit:
     def __post_init__(self) -> None:
         if not (self.per_second > 0 and math.isfinite(self.per_second)):
             raise UsageError(f"the rate must be above 0, not {self.per_second!r}")
-        if self.burst < 1:
-            raise UsageError(f"--burst must be at least 1, not {self.burst}")
+        if not 1 <= self.burst <= MAX_BURST:  # past 64 bits the queue's bucket could not be saved
+            raise UsageError(f"--burst must be from 1 to {MAX_BURST}, not {self.burst}")
 
 
 def parse_rate(text: str, burst: int = 1) -> RateLimit:
