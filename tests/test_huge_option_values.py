@@ -1,15 +1,22 @@
 """Option values past what a run could use, found by a hostile tester:
 `--retries 10**22` made the 1025th retry's backoff raise OverflowError
 (2.0 ** 1024) in the runner, a traceback mid-run; `--burst 10**22 --rate 1/s`
-a traceback when the queue's bucket was saved (past 64 bits)."""
+a traceback when the queue's bucket was saved (past 64 bits). In the
+library, ``rate=1e-300`` and ``rate=10**400`` raised OverflowError, and
+``compact(keep_logs=-1)`` removed every log where `--keep-logs -1d` is refused."""
 
 from __future__ import annotations
 
+import math
 import subprocess
+from typing import Any
 
 import pytest
 
+import statequeue
+from statequeue import Queue
 from statequeue.api.work import backoff
+from statequeue.core.errors import UsageError
 from statequeue.core.exitcodes import ExitCode
 from tests.conftest import STATEQUEUE
 
@@ -54,3 +61,30 @@ def test_the_largest_burst_runs(sq_env: Env) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("rate", "says"),
+    [
+        (1e-300, "the rate must be at least 1e-09/s"),  # was OverflowError (time_t) waiting
+        (10**400, "rate is too large"),  # was OverflowError converting to float
+    ],
+)
+def test_the_librarys_rate_out_of_range_is_a_usage_error(rate: float, says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        statequeue.map(len, ["a", "b"], queue="odd-rate", rate=rate)
+
+
+def test_a_slow_rate_within_range_is_taken() -> None:
+    assert statequeue.map(len, ["abc"], queue="slow-rate", rate=1e-9) == [3]  # the first starts now
+
+
+@pytest.mark.parametrize("keep", [-1, -0.5, math.nan, True, "7d"])
+def test_compact_refuses_a_keep_logs_that_is_no_age(keep: Any) -> None:
+    with Queue("keep") as q:
+        q.enqueue(["a"])
+        for item in q.work():
+            item.done(1)
+        with pytest.raises(UsageError, match="keep_logs must be a number of seconds >= 0"):
+            q.compact(keep_logs=keep)
+        assert q.compact(keep_logs=0).archived == 1

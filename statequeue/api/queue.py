@@ -252,6 +252,13 @@ class Queue(QueueReads):
         """Rewrite the journal as a snapshot; finished results move to the
         archive. Then the logs of archived items older than ``keep_logs``
         seconds are removed (0: all of them; ``math.inf``: none)."""
+        if (
+            isinstance(keep_logs, bool)
+            or not isinstance(keep_logs, int | float)
+            or not keep_logs >= 0
+        ):
+            # as `compact --keep-logs -1d` is refused: -1 removed every log, NaN none
+            raise UsageError(f"keep_logs must be a number of seconds >= 0, not {keep_logs!r}")
         with self._shared.using() as store:
             result = store.compact()
             removed = store.remove_archived_logs(keep_logs)
