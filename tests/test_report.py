@@ -324,8 +324,8 @@ def test_bad_input_one_line_documented_code_no_change(
         (["-q", "nosuch", "report", "-o", str(tmp_path / "a.html")], ExitCode.NOT_FOUND),
         (["-q", "bad", "report", "--since", "soon"], ExitCode.USAGE),
         (["-q", "bad", "report", "--since", "-5m"], ExitCode.USAGE),
-        (["-q", "bad", "report", "-o", str(tmp_path / "no" / "dir.html")], ExitCode.IO_ERROR),
-        (["-q", "bad", "report", "-o", str(tmp_path)], ExitCode.IO_ERROR),
+        (["-q", "bad", "report", "-o", str(tmp_path / "no" / "dir.html")], ExitCode.NOT_FOUND),
+        (["-q", "bad", "report", "-o", str(tmp_path)], ExitCode.USAGE),
     ]
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)

@@ -40,8 +40,8 @@ async def map_async(
     """``statequeue.map`` for a coroutine function: ``concurrency`` slots await
     ``fn(item)``; the store is used from worker threads only. Same resuming,
     ordering, retries, ``rate`` and ``TryLater`` as ``map``."""
-    if concurrency < 1:
-        raise UsageError("concurrency must be at least 1")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UsageError(f"concurrency must be a whole number, at least 1, not {concurrency!r}")
     policy = WorkPolicy(
         retries=retries,
         retry_delay=retry_delay,
@@ -55,7 +55,9 @@ async def map_async(
         await asyncio.to_thread(run.plan)
         await asyncio.to_thread(q.register_runner, run.runner)
         try:
-            await _run_all(run, fn, concurrency)
+            # No more slots than items to run: each idle slot's claim is a
+            # worker-thread call (concurrency=10**5 for two items took 15 s).
+            await _run_all(run, fn, max(1, min(concurrency, run.left)))
         finally:
             if not q.closed:
                 await asyncio.shield(asyncio.to_thread(q.unregister_runner, run.runner.runner_id))

@@ -95,12 +95,20 @@ class MapRun:
         with self._lock:
             return not self._left
 
+    @property
+    def left(self) -> int:
+        """How many items are still to settle (after ``plan``: what will run)."""
+        with self._lock:
+            return len(self._left)
+
     # -- slots ---------------------------------------------------------------------
 
     def take(self, stopping: Callable[[], bool] = lambda: False) -> Claim | None:
         """Claim the next item of this run, waiting for retries that come due;
         None when none is left to claim (or ``stopping()``)."""
         while not stopping() and self.error is None:
+            if not self._anything_to_claim():
+                return None  # before the rate's start: the last slot took one and slept a period
             wait = rate_limits.start_wait(self.queue, self.policy.rate)
             if wait > 0:
                 time.sleep(wait)
@@ -115,6 +123,8 @@ class MapRun:
     def take_once(self) -> Claim | float | None:
         """One try of ``take`` that never sleeps: a claim, None (nothing left
         to claim), or the seconds to wait before trying again."""
+        if not self._anything_to_claim():
+            return None  # as in ``take``: no start is taken from the rate for nothing
         wait = rate_limits.start_wait(self.queue, self.policy.rate)
         if wait > 0:
             return wait
@@ -151,6 +161,12 @@ class MapRun:
                     if len(window) == WINDOW:
                         break
             return window
+
+    def _anything_to_claim(self) -> bool:
+        """Whether an item of this run is left that no slot of it holds (held
+        ids are always among those left, so the counts tell, in O(1))."""
+        with self._lock:
+            return len(self._left) > len(self._held)
 
     def _unheld(self) -> list[int]:
         with self._lock:

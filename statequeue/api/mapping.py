@@ -89,8 +89,8 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     Results are returned as stored (JSON values: a tuple comes back as a
     list); a result that is not JSON fails its item with InvalidResult.
     """
-    if jobs < 1:
-        raise UsageError("jobs must be at least 1")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"jobs must be a whole number, at least 1, not {jobs!r}")
     policy = WorkPolicy(
         retries=retries,
         retry_delay=retry_delay,
@@ -100,12 +100,15 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     with opened(queue, home, store) as q:
         run = MapRun(q, items, policy)
         run.plan()
-        with registered(run), _pool(processes, jobs) as pool:
+        # No more slots (threads, or processes in the pool) than items to run:
+        # jobs=1000 for 3 items started 1000 threads; none are needed for none.
+        slots = max(1, min(jobs, run.left))
+        with registered(run), _pool(processes and not run.finished, slots) as pool:
             call: Callable[[Claim], Any] = functools.partial(_in_thread, fn)
             if pool is not None:
                 call = functools.partial(_in_pool, pool, fn)
             while not run.finished:
-                _run_slots(run, call, jobs)
+                _run_slots(run, call, slots)
                 if run.error is not None:
                     raise run.error
                 if not run.settle_rest():

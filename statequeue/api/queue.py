@@ -252,6 +252,13 @@ class Queue(QueueReads):
         """Rewrite the journal as a snapshot; finished results move to the
         archive. Then the logs of archived items older than ``keep_logs``
         seconds are removed (0: all of them; ``math.inf``: none)."""
+        if (
+            isinstance(keep_logs, bool)
+            or not isinstance(keep_logs, int | float)
+            or not keep_logs >= 0
+        ):
+            # as `compact --keep-logs -1d` is refused: -1 removed every log, NaN none
+            raise UsageError(f"keep_logs must be a number of seconds >= 0, not {keep_logs!r}")
         with self._shared.using() as store:
             result = store.compact()
             removed = store.remove_archived_logs(keep_logs)
@@ -266,13 +273,15 @@ class Queue(QueueReads):
         """Put failed or held items back as pending: ``ids``, or every item in
         ``states`` (members or names; one alone is fine; UnknownState for
         another); returns the ids changed (see ``Store.retry``)."""
+        wanted = None if ids is None else reading.item_ids(ids)
         with self._shared.using() as store:
-            return store.retry(ids, states=_state_set(states))
+            return store.retry(wanted, states=_state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""
+        wanted = reading.item_ids(ids)
         with self._shared.using() as store:
-            return store.cancel(ids)
+            return store.cancel(wanted)
 
     def pause(self) -> None:
         """Stop runners (and ``work()`` loops) from taking new items; they finish what they hold."""

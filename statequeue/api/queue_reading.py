@@ -5,7 +5,7 @@ Each helper takes the queue's ``SharedStore``; ``Queue`` calls them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
@@ -64,7 +64,25 @@ def find(shared: SharedStore, item: str) -> int:
 
 def item_id(shared: SharedStore, item: str | int) -> int:
     """The id of ``item``, given by its id or its exact text."""
+    if isinstance(item, bool):  # an int to Python: result(True) read item 1
+        raise UsageError(f"an item is its text (str) or its id (int), not bool ({item!r})")
     return item if isinstance(item, int) else find(shared, item)
+
+
+def item_ids(ids: Iterable[object]) -> list[int]:
+    """``ids`` (of ``retry``, ``cancel``), each an id (int); UsageError naming
+    the first that is not: a bool or a float is not taken as an id, and a
+    text gets a hint rather than a TypeError from deep in the store."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise UsageError(f"ids must be a list of item ids (int), not {type(ids).__name__}")
+    checked: list[int] = []
+    for n, one in enumerate(ids):
+        if isinstance(one, str):
+            raise UsageError(f"ids[{n}] is a text ({shown(one, 60)!r}): pass queue.find(text)")
+        if not isinstance(one, int) or isinstance(one, bool):
+            raise UsageError(f"ids[{n}] must be an item id (int), not {type(one).__name__}")
+        checked.append(one)
+    return checked
 
 
 def event_batches(shared: SharedStore, *, follow: bool, poll: float) -> Iterator[list[Record]]:

@@ -24,10 +24,10 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from statequeue.core.errors import ImportRefused, InvalidExport, NotFound
+from statequeue.core.errors import ImportRefused, InvalidExport, NotFound, UsageError
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.core.fileio import DEFAULT_OPS, durability_error
-from statequeue.core.output_path import open_in_place, output_target
+from statequeue.core.output_path import check_writable_place, open_in_place, output_target
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -98,6 +98,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
                 return export_queue(queue, out)
         except OSError as exc:
             raise durability_error("writing", str(path), exc) from None
+    check_writable_place(path)  # a folder, a missing folder: bad input, not a failing disk
     folder = path.parent
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
@@ -129,6 +130,11 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
     ids: dict[int, int] = {}  # id -> line
     number = 0
     for number, raw in enumerate(lines, start=1):
+        if not isinstance(raw, bytes | bytearray):  # open(path) without "rb" gives str lines
+            raise UsageError(
+                f"line {number} is {type(raw).__name__}, not bytes: "
+                "open the export in binary mode, open(path, 'rb')"
+            )
         if not raw.endswith(b"\n"):
             raise InvalidExport(f"line {number}: cut short (no newline): the file is truncated")
         obj = _json(raw, number)

@@ -85,7 +85,7 @@ def backoff(retry: int, delay: float, max_delay: float) -> float:
     with jitter."""
     import random  # lazy: start-up time (enqueue never needs it)
 
-    base = min(max_delay, delay * 2.0 ** (retry - 1))
+    base = min(max_delay, delay * 2.0 ** min(retry - 1, 1000))  # 2.0**1024 raised OverflowError
     return base * random.uniform(0.5, 1.0)  # jitter, not security
 
 

@@ -392,12 +392,10 @@ def events(
     q = open_queue(ctx, home, queue, create=False)
     out = sys.stdout.buffer
     last: float | None = None
-    try:
-        for found in q.event_batches(follow=follow):
-            last = _print_events(out, found, json, last)
-            out.flush()
-    except KeyboardInterrupt:
-        return
+    # Ctrl-C ends --follow as it ends every other command: exit 130 (SIGINT), not 0.
+    for found in q.event_batches(follow=follow):
+        last = _print_events(out, found, json, last)
+        out.flush()
 
 
 def _print_events(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -17,7 +18,7 @@ from statequeue.cli.render import (
 )
 from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
-from statequeue.core.errors import InvalidItem
+from statequeue.core.errors import InvalidItem, UsageError
 
 
 @app.command()
@@ -74,6 +75,8 @@ def status(
 
     Example: statequeue status --json | jq .counts
     """
+    if not math.isfinite(interval):  # nan passes click's min=0.1; then time.sleep(nan) raised
+        raise UsageError(f"--interval must be a finite number of seconds, not {interval}")
     q = open_queue(ctx, home, queue, create=False)
     if watch:
         from statequeue.cli.watch import watch_status  # lazy: start-up time (stats, rich)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 import tempfile
@@ -17,7 +16,7 @@ import typer
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
-from statequeue.core.output_path import open_in_place, output_target
+from statequeue.core.output_path import check_writable_place, open_in_place, output_target
 
 
 @app.command()
@@ -84,9 +83,8 @@ def _replacing(target: Path) -> Iterator[IO[bytes]]:
     that replaces it when the block succeeds, so a reader sees the old report
     or the new one, never half of one; removed when the block fails. Errors
     name ``target``, not the temporary file."""
+    check_writable_place(target)  # a folder, a missing folder: as `export -o` says them
     try:
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "is a folder", str(target))
         fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(target)) from exc

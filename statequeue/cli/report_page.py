@@ -10,6 +10,7 @@ from collections.abc import Callable
 from html import escape
 
 from statequeue.cli.report_charts import clock, histogram_svg, span, throughput_svg, timeline_svg
+from statequeue.core.textsafe import escaped
 from statequeue.stats.report_model import (
     HELD,
     INTERRUPTED,
@@ -126,6 +127,14 @@ def _count(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _text(user_text: str) -> str:
+    """An item, reason or command as the page shows it: as every terminal view
+    does (core/textsafe.py: a byte that is not UTF-8 as ``\\xe9``, controls
+    as ``\\n``), then HTML-escaped. A file name that is not UTF-8 would
+    otherwise stop the page from being written at all."""
+    return escape(escaped(user_text))
+
+
 def _section(title: str, why: str, body: str) -> str:
     lead = f'<p class="why">{escape(why)}</p>' if why else ""
     return f"<section><h2>{escape(title)}</h2>{lead}{body}</section>"
@@ -149,7 +158,7 @@ def _header(r: Report) -> str:
     )
     if len(f.runners) > 20:
         runners += f", and {len(f.runners) - 20} more"
-    commands = "<br>".join(f"<code>{escape(c)}</code>" for c in r.commands[-10:]) or "-"
+    commands = "<br>".join(f"<code>{_text(c)}</code>" for c in r.commands[-10:]) or "-"
     since = "" if r.since is None else f" (attempts of the last {span(r.since)})"
     rows = [
         ("store", escape(r.store)),
@@ -193,8 +202,8 @@ def _failures(groups: tuple[FailureGroup, ...]) -> str:
     if not groups:
         return '<p class="empty">No attempt failed.</p>'
     rows = "".join(
-        f"<tr><td>{escape(g.reason)}</td><td class='n'>{g.count}</td>"
-        f"<td class='item'>{'<br>'.join(escape(e) for e in g.examples)}</td>"
+        f"<tr><td>{_text(g.reason)}</td><td class='n'>{g.count}</td>"
+        f"<td class='item'>{'<br>'.join(_text(e) for e in g.examples)}</td>"
         f"<td class='n'>{_when(g.first_seen)}</td><td class='n'>{_when(g.last_seen)}</td></tr>"
         for g in groups[:50]
     )
@@ -212,7 +221,7 @@ def _rows(rows: tuple[ItemRow, ...], what: str, show: Callable[[float], str], st
     if not rows:
         return '<p class="empty">None.</p>'
     body = "".join(
-        f"<tr><td class='item'>{escape(r.text) or f'#{r.item_id}'}</td>"
+        f"<tr><td class='item'>{_text(r.text) or f'#{r.item_id}'}</td>"
         f"<td class='n'>{r.item_id}</td><td class='n'>{r.attempt}</td>"
         f"<td class='n'>{escape(show(r.value))}</td><td>{escape(r.state)}</td></tr>"
         for r in rows

@@ -10,7 +10,7 @@ import typer
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.render import emit_json, plural
 from statequeue.cli.root import app
-from statequeue.core.errors import NotFound
+from statequeue.core.errors import NotFound, UsageError
 
 
 @app.command()
@@ -79,3 +79,5 @@ def _open_input(file: str) -> list[bytes]:
             return f.readlines()
     except FileNotFoundError:
         raise NotFound(f"no such file: {file}") from None
+    except IsADirectoryError:  # bad input, as `export -o FOLDER` is; not exit 6, a failing disk
+        raise UsageError(f"{file} is a folder: name an export file") from None

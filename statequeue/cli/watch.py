@@ -61,9 +61,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 else:
                     print(text + "\n", flush=True)
             time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
+    finally:  # Ctrl-C goes on up: exit 130 (SIGINT), as for every other command
         if live is not None:
             live.stop()  # shows the cursor again
 

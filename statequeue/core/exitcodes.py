@@ -47,7 +47,8 @@ MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.USAGE: (
         "usage error or bad input, a command that is not found, a `--verify` script that "
-        "cannot run, an unknown help topic; nothing was changed"
+        "cannot run, an unknown help topic, a folder given as the FILE of `export -o`, "
+        "`report -o` or `import`; nothing was changed"
     ),
     ExitCode.NOTHING_TO_DO: (
         "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"
@@ -62,7 +63,7 @@ MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.NOT_FOUND: (
         "no such queue or item, (`logs --attempt N`) no such attempt, or no such file or "
-        "folder: `import FILE`, `export -o FILE` into a missing folder"
+        "folder: `import FILE`, `export -o FILE` or `report -o FILE` into a missing folder"
     ),
     ExitCode.LOCKED: (
         "the queue stayed locked by another process for `STATEQUEUE_LOCK_TIMEOUT` seconds "

@@ -6,6 +6,7 @@ import os
 import time
 
 from statequeue.core.models import RunnerInfo
+from statequeue.core.textsafe import json_text
 
 
 def boot_id() -> str:
@@ -26,7 +27,10 @@ def host_name() -> str:
 
 
 def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> RunnerInfo:
-    """A fresh identity for a runner starting now in this process."""
+    """A fresh identity for a runner starting now in this process. Its
+    ``command`` is kept to be shown, so an argument that is not UTF-8
+    (`run -- ./convert {} /mnt/caf\\xe9`) is kept as ``json_text`` makes it:
+    as it is, the runner's record could not be written at all."""
     import uuid  # lazy: start-up time (enqueue never needs it)
 
     return RunnerInfo(
@@ -35,6 +39,6 @@ def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> Runne
         host=host_name(),
         boot_id=boot_id(),
         started_at=time.time(),
-        command=command,
+        command=tuple(map(json_text, command)),
         guarded=guarded,
     )

@@ -16,6 +16,8 @@ import os
 import stat
 from pathlib import Path
 
+from statequeue.core.errors import NotFound, UsageError
+
 
 def output_target(path: Path) -> tuple[Path, bool]:
     """The path to replace (``path``, or what its links name) and whether to
@@ -29,6 +31,17 @@ def output_target(path: Path) -> tuple[Path, bool]:
     if stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode):
         return _resolved(path), False  # a folder: refused by the writer, as before
     return path, True
+
+
+def check_writable_place(path: Path) -> None:
+    """Refuse, before any work, a ``path`` that cannot name the file to
+    write: a folder (UsageError, exit 2: bad input, not a failing disk) or
+    one inside a folder that is not there (NotFound, exit 7, as `import` of
+    a missing file). `export -o` and `report -o` answer alike."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder: name a file to write")
+    if not path.parent.is_dir():
+        raise NotFound(f"no such folder: {path.parent}")
 
 
 def _resolved(path: Path) -> Path:

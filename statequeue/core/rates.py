@@ -23,6 +23,12 @@ _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)"
 
 
+MIN_RATE = 1e-9
+"""One start in 31 years: a slower rate's wait would not fit the clock."""
+MAX_BURST = 10**9
+"""More starts at once than any run could make: the bound keeps the bucket storable."""
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """At most ``per_second`` item starts per second for the whole queue,
@@ -36,8 +42,10 @@ class RateLimit:
     def __post_init__(self) -> None:
         if not (self.per_second > 0 and math.isfinite(self.per_second)):
             raise UsageError(f"the rate must be above 0, not {self.per_second!r}")
-        if self.burst < 1:
-            raise UsageError(f"--burst must be at least 1, not {self.burst}")
+        if self.per_second < MIN_RATE:  # 1e-300/s: a wait past what a clock can hold
+            raise UsageError(f"the rate must be at least {MIN_RATE:g}/s, not {self.per_second!r}")
+        if not 1 <= self.burst <= MAX_BURST:  # past 64 bits the queue's bucket could not be saved
+            raise UsageError(f"--burst must be from 1 to {MAX_BURST}, not {self.burst}")
 
 
 def parse_rate(text: str, burst: int = 1) -> RateLimit:
@@ -85,4 +93,8 @@ def as_rate(value: RateLimit | str | float | None) -> RateLimit | None:
         return parse_rate(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"rate must be like '20/s' or a number per second, not {value!r}")
-    return RateLimit(float(value), 1, rate_text(float(value)))
+    try:
+        per_second = float(value)
+    except OverflowError:  # an int past float's range
+        raise UsageError("rate is too large to be a number of starts per second") from None
+    return RateLimit(per_second, 1, rate_text(per_second))

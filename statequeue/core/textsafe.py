@@ -37,6 +37,19 @@ def item_json(item: str) -> dict[str, str]:
     return {"item": item}
 
 
+def json_text(text: str) -> str:
+    """``text`` as JSON (and so a journal record or a jsonb column) can hold
+    it: each byte that is not UTF-8 as U+FFFD, as ``item_json``'s ``item``.
+    For texts kept to be shown, not run: a command line's arguments."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return exact_bytes(text).decode("utf-8", "replace")
+    return text
+
+
 def exact_bytes(text: str) -> bytes:
     """The bytes ``text`` stands for (surrogate escapes back to their bytes).
 

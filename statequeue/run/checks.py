@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
+from statequeue.core.textsafe import json_text
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.keeper_os import find_program
@@ -121,8 +122,10 @@ class Verifier:
 
 
 def command_drift(earlier: list[list[str]], command: tuple[str, ...]) -> str:
-    """The warning when the queue was last run with another command ("" if not)."""
-    if not earlier or tuple(earlier[-1]) == command:
+    """The warning when the queue was last run with another command ("" if not).
+    Compared as stored (core/identity.py: ``json_text``), so that an argument
+    that is not UTF-8 does not warn on every run."""
+    if not earlier or tuple(earlier[-1]) == tuple(map(json_text, command)):
         return ""
     return (
         "warning: this queue was last run with a different command: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import struct
 import time
@@ -28,10 +29,17 @@ DEFAULT_LOCK_TIMEOUT = 60.0
 def lock_timeout() -> float:
     """Seconds to wait for the queue lock: $STATEQUEUE_LOCK_TIMEOUT, default 60."""
     raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
+    if not raw:
+        return DEFAULT_LOCK_TIMEOUT
     try:
-        return max(0.0, float(raw)) if raw else DEFAULT_LOCK_TIMEOUT
+        seconds = float(raw)
     except ValueError:
-        raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, not {raw!r}") from None
+        seconds = math.nan
+    # NaN compares false, so it was taken as 0 (never wait), and -5 as 0 too;
+    # inf stays: wait as long as it takes.
+    if not seconds >= 0:
+        raise UsageError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds >= 0, not {raw!r}")
+    return seconds
 
 
 def wait_for_lock(fd: int, path: Path, limit: float | None = None) -> None:
