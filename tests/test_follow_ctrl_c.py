@@ -42,6 +42,37 @@ def test_ctrl_c_ends_a_follow_with_130(sq_env: Env, tmp_path: Path, args: list[s
             proc.kill()
             proc.wait()
     assert proc.returncode == ExitCode.INTERRUPTED_INT, err
-    # At most one line: typer ends a command on Ctrl-C with a silent Exit(130),
-    # the fast path (enqueue, status) prints `statequeue: interrupted`.
+    # At most one line: `statequeue: interrupted` (cli/root.py turns typer's
+    # silent Exit(130) into it, as the fast path says it).
     assert b"Traceback" not in err and err.count(b"\n") <= 1, err
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether ``pid`` sits in read(0, ...) (x86-64's syscall 0): past start-up."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="needs /proc/PID/syscall")
+def test_ctrl_c_in_a_typer_command_says_interrupted(sq_env: Env) -> None:
+    # typer turns KeyboardInterrupt into a silent exit 130 (cli/root.py):
+    # every command says `statequeue: interrupted`, as the docs promise.
+    proc = subprocess.Popen(
+        [STATEQUEUE, "import", "-q", "y", "-"],
+        env=sq_env,
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        until(lambda: _reading_stdin(proc.pid), "the import reading its input")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == ExitCode.INTERRUPTED_INT, err
+    assert err == b"statequeue: interrupted\n"

@@ -17,6 +17,11 @@ class ReaderGone(Exception):
     """The reader of our output went away (`statequeue list | head`)."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C inside a command: typer would turn KeyboardInterrupt into a
+    silent exit 130, where every command says `statequeue: interrupted`."""
+
+
 def fail(message: str, code: int) -> int:
     """Print ``message`` as one line on stderr; return ``code``."""
     line = " ".join(str(message).split())
@@ -54,7 +59,7 @@ def _exit_code_of(exc: BaseException) -> int | None:
             silence_stdout()
             return 0
         return None
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
         return fail("interrupted", int(ExitCode.INTERRUPTED_INT))
     if isinstance(exc, (BrokenPipeError, ReaderGone)):
         # The reader of our output went away (`| head`): not an error of ours,

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from statequeue.cli import process
-from statequeue.cli.errors import ReaderGone, run_guarded
+from statequeue.cli.errors import Interrupted, ReaderGone, run_guarded
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt
 
 
@@ -27,6 +27,8 @@ class _Group(TyperGroup):
         except BrokenPipeError as exc:
             # click would turn this into exit 1, the code for "an item failed".
             raise ReaderGone from exc
+        except KeyboardInterrupt as exc:
+            raise Interrupted from exc  # typer's would be a silent exit 130
 
 
 app = typer.Typer(
