@@ -256,8 +256,13 @@ def work_loop(
                 if wait_for_due(queue):
                     continue
                 looked = True  # not paused, nothing waits for a retry: the claim decides
-            if taken is None:
+            # Under a rate a start is taken before the claim, unless nothing is
+            # pending: then the claim decides at once (the loop's last claim
+            # slept a whole rate period for a start it never used).
+            paced = taken is not None or policy.rate is None
+            if not paced and queue.status().counts["pending"] > 0:
                 rate_limits.wait_for_start(queue, policy.rate)
+                paced = True
             claim = taken or queue.claim(
                 runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
             )
@@ -275,6 +280,8 @@ def work_loop(
                 )
                 if claim is None:
                     return
+            if not paced:  # enqueued since the look: its start is paced now
+                rate_limits.wait_for_start(queue, policy.rate)
             # Under a rate, no claim is made with a result: each start is paced first.
             current = WorkItem(queue, claim, policy, runner=None if policy.rate else runner)
             if not verified(current, verify):
