@@ -22,9 +22,18 @@ class Interrupted(Exception):
     silent exit 130, where every command says `statequeue: interrupted`."""
 
 
+# A byte that is not UTF-8 in a name (held as a surrogate escape) shows as
+# \xff, as `list` shows it, not as \udcff; a control character cannot reach
+# the terminal raw (a file name could hold an escape sequence).
+_SHOWN = {code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)}
+_SHOWN |= {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)}
+
+
 def fail(message: str, code: int) -> int:
     """Print ``message`` as one line on stderr; return ``code``."""
     line = " ".join(str(message).split())
+    if not line.isascii() or not line.isprintable():
+        line = line.translate(_SHOWN)
     sys.stderr.write(f"{PROG}: {line}\n")
     return code
 
