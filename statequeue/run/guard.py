@@ -30,7 +30,6 @@ import ctypes
 import errno
 import fcntl
 import os
-import select
 import signal
 import socket
 import sys
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from statequeue.run import keeper_process as kp
-from statequeue.run.keeper import send_request
+from statequeue.run.keeper import readable, send_request
 from statequeue.run.keeper_os import append_cpu
 
 _PROGRAM = str(Path(kp.__file__).resolve())
@@ -298,7 +297,7 @@ def _wait_gone(pid: int) -> None:
     except OSError:  # gone already (or no pidfd here: then we do not wait)
         return
     try:
-        while not select.select([fd], [], [], None)[0]:
+        while not readable(fd, None):
             pass
     except OSError:
         pass

@@ -32,6 +32,15 @@ from statequeue.run import keeper_process as kp
 _PROGRAM = str(Path(kp.__file__).resolve())
 
 
+def readable(fd: int, timeout: float | None) -> bool:
+    """Whether ``fd`` is readable (or at its end) within ``timeout`` seconds
+    (None: wait for it). poll, not select: select refuses an fd past 1023,
+    which a library process with many files open holds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000))
+
+
 class Keeper:
     """A running keeper process and the socket to it."""
 
@@ -142,7 +151,7 @@ class Keeper:
 
     def receive_within(self, timeout: float) -> None:
         """``receive``, waiting at most ``timeout`` seconds (TimeoutError)."""
-        ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
+        ready = readable(self._sock.fileno(), timeout)
         if not ready:
             raise TimeoutError()
         self.receive()

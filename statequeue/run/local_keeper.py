@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import select
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,7 @@ from statequeue.core import child_exits, lease_clock
 from statequeue.core.errors import KeeperLost
 from statequeue.run import keeper_process as kp
 from statequeue.run.guard import GuardLink
-from statequeue.run.keeper import Keeper
+from statequeue.run.keeper import Keeper, readable
 
 _WAIT_STEP = 0.05  # seconds between looks while waiting for one child's exit
 
@@ -178,12 +177,11 @@ class LocalKeeper(Keeper):
             if not state.has_children():
                 return
             with contextlib.suppress(OSError):
-                select.select([self._wake_r], [], [], kp.FENCE_POLL)
+                readable(self._wake_r, kp.FENCE_POLL)
                 os.read(self._wake_r, 4096)
 
     def receive_within(self, timeout: float) -> None:
-        ready, _, _ = select.select([self._wake_r], [], [], max(0.0, timeout))
-        if not ready:
+        if not readable(self._wake_r, timeout):
             raise TimeoutError()
         self.receive()
 

@@ -20,7 +20,7 @@ from statequeue.core.errors import KeeperLost
 from statequeue.core.models import Claim
 from statequeue.run import keeper_process as kp
 from statequeue.run.jobs import Job, JobSpec
-from statequeue.run.keeper import Keeper
+from statequeue.run.keeper import Keeper, readable
 from statequeue.run.protocol import ReplyReader, request_line
 from statequeue.run.replacements import JobItem, replace, template_tokens
 
@@ -122,7 +122,7 @@ class Worker:
         if self._pidfd < 0:
             return
         # Unexited (its pidfd is not readable), it leads its group: the group id is its pid.
-        if not select.select([self._pidfd], [], [], 0)[0]:
+        if not readable(self._pidfd, 0):
             with contextlib.suppress(OSError):
                 os.killpg(self.keeper.pids[self.token], signal.SIGKILL)
 
