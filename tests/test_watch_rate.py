@@ -52,7 +52,8 @@ def test_the_watch_screen_shows_one_rate_line(
             raise KeyboardInterrupt  # after the first screen
 
         monkeypatch.setattr(watch.time, "sleep", stop)
-        watch.watch_status(q, interval=1.0, json=False)
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C goes on up: exit 130
+            watch.watch_status(q, interval=1.0, json=False)
     finally:
         q.close()
     screen = capsys.readouterr().out
@@ -75,7 +76,8 @@ def test_the_watch_says_the_eta_is_paused_while_the_queue_is(
             raise KeyboardInterrupt
 
         monkeypatch.setattr(watch.time, "sleep", stop)
-        watch.watch_status(q, interval=1.0, json=False)
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C goes on up: exit 130
+            watch.watch_status(q, interval=1.0, json=False)
     finally:
         q.close()
     screen = capsys.readouterr().out
