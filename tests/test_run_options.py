@@ -19,8 +19,9 @@ from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, ItemState, Outcome
 from statequeue.run.checks import check_verify_script
 from statequeue.run.events import RunSummary
-from statequeue.run.jobs import LOG_LIMIT_MARK, Job, JobSpec, build_argv
+from statequeue.run.jobs import Job, JobSpec, build_argv
 from statequeue.run.options import RunOptions
+from statequeue.run.output_log import MARK, OutputLog
 from statequeue.run.replacements import JobItem
 from statequeue.run.verify import verify_argv, verify_script
 from statequeue.store.records.state import QueueState
@@ -270,18 +271,18 @@ def bare_job(tmp_path: Path, *, log_limit: int = 1 << 20) -> Job:
     job.log_file = str(tmp_path / "1.1.log")
     job.result_file = str(tmp_path / "1.1.result")
     job._name = "1.1"  # within log_dir (log_dir_fd -1: opened by path)
-    job.has_log, job._log_fd, job._logged = False, -1, 0
+    job._out = OutputLog(log_limit, lambda: os.open(job.log_file, os.O_WRONLY | os.O_CREAT, 0o600))
     job.warnings = []
     return job
 
 
-def test_log_limit_marker_when_the_limit_falls_on_a_read_boundary(tmp_path: Path) -> None:
-    job = bare_job(tmp_path, log_limit=8)
-    job._log(b"12345678")  # exactly the limit
-    job._log(b"9")
-    job._log(b"more")
-    os.close(job._log_fd)
-    assert Path(job.log_file).read_bytes() == b"12345678" + LOG_LIMIT_MARK
+def test_log_limit_keeps_the_start_and_the_end(tmp_path: Path) -> None:
+    job = bare_job(tmp_path, log_limit=8)  # 6 bytes of start, 2 of end
+    job._out.add(b"123456")  # exactly the start's room
+    job._out.add(b"7")
+    job._out.add(b"more")
+    job._out.close()
+    assert Path(job.log_file).read_bytes() == b"123456" + MARK % 3 + b"re"
 
 
 def test_a_result_nested_too_deeply_is_recorded_as_an_error(tmp_path: Path) -> None:

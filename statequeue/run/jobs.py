@@ -28,12 +28,12 @@ from statequeue.core.fileio import CRASH
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.records import json_problem, load_result
 from statequeue.run.keeper import Keeper
+from statequeue.run.output_log import OutputLog
 from statequeue.run.replacements import JobItem, replace, template_tokens
 
 STDERR_TAIL_BYTES = 4096
 RESULT_MAX_BYTES = 1 << 20
 _READ = 65536
-LOG_LIMIT_MARK = b"\n[statequeue: log limit reached; further output discarded]\n"
 
 OutputSink = Callable[[int, bytes], None]
 """Receives (1 or 2, bytes) as a child writes to stdout or stderr, for live display."""
@@ -174,9 +174,10 @@ class Job:
         self.log_file = f"{stem}.log"
         self.result_file = f"{stem}.result"
         self._name = f"{claim.item_id}.{claim.attempt}"  # within log_dir_fd
-        self.has_log = False  # True once this attempt's log file was opened
-        self._log_fd = -1
-        self._logged = 0
+        self._out = OutputLog(
+            spec.log_limit,
+            lambda: self._open(f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        )
         self._tail = bytearray()
         self.pipes: dict[int, int] = {}
         # The child writes its result by path: a file (or planted link) left
@@ -251,36 +252,14 @@ class Job:
         if stream == 2:
             self._tail += data
             del self._tail[:-STDERR_TAIL_BYTES]
-        self._log(data)
+        self._out.add(data)
         if self.spec.live is not None:
             self.spec.live(stream, data)
 
-    def _log(self, data: bytes) -> None:
-        room = self.spec.log_limit - self._logged
-        if room < 0:
-            return  # the limit was passed and marked
-        if self._log_fd < 0:
-            try:
-                self._log_fd = self._open(
-                    f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                )
-            except OSError:
-                self._logged = self.spec.log_limit + 1
-                return
-            self.has_log = True
-        chunk = data[:room]
-        if len(chunk) < len(data):
-            # Also when the limit fell exactly on the previous read's end (room
-            # 0): the 1 MiB default is a multiple of the 64 KiB reads.
-            chunk += LOG_LIMIT_MARK
-        try:
-            os.write(self._log_fd, chunk)
-        except OSError:
-            # A full disk must not stop the runner over a log: the result (and
-            # its stderr tail) still go to the journal, which reports its own errors.
-            self._logged = self.spec.log_limit + 1
-            return
-        self._logged += len(data)
+    @property
+    def has_log(self) -> bool:
+        """Whether this attempt's log file was opened (the child wrote something)."""
+        return self._out.opened
 
     @property
     def log_path(self) -> Path | None:
@@ -436,9 +415,7 @@ class Job:
         for fd in self.pipes:
             os.close(fd)
         self.pipes.clear()
-        if self._log_fd >= 0:
-            os.close(self._log_fd)
-            self._log_fd = -1
+        self._out.close()
 
 
 def remove_left(folder: str, folder_fd: int, name: str) -> None:
