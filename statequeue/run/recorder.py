@@ -77,6 +77,11 @@ class ResultRecorder:
         claim, self.prefetched = self.prefetched, None
         return claim
 
+    def take_ready(self) -> list[RunEvent]:
+        """The durable results held back for reporting, now the caller's to report."""
+        events, self.ready = self.ready, []
+        return events
+
     def give_back_prefetched(self) -> None:
         """A claim taken along with the last result that no slot started (the
         run stopped taking items meanwhile) goes back as if never claimed."""

@@ -446,7 +446,7 @@ class Runner:
         self._sink(event)
 
     def _report_ready(self) -> None:
-        events, self.recorder.ready = self.recorder.ready, []
+        events = self.recorder.take_ready()
         for event in events:
             self._sink(event)
 
