@@ -25,6 +25,8 @@ F_SETPIPE_SZ = (
 class StandInKeeper:
     """What a WorkerAttempt asks of the keeper; the worker's pipe ends are kept for the test."""
 
+    in_process = False  # as a keeper process: the claim is assigned before the request
+
     def __init__(self) -> None:
         self.pids: dict[int, int] = {}
         self.exits: dict[int, int] = {}

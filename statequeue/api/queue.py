@@ -181,6 +181,19 @@ class Queue(QueueReads):
                 runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
             )
 
+    def reserve(self, *, among: Collection[int] | None = None) -> bool:
+        """Make the next ``claim`` (or ``finish_and_claim``) quick: hold the claim
+        lock of the item it would take, with its text loaded, writing nothing
+        (``Store.reserve``). True if one is held (False: none due, or the store
+        cannot). ``unreserve`` lets it go."""
+        with self._shared.using() as store:
+            return store.reserve(among=among)
+
+    def unreserve(self) -> None:
+        """Let a reserved claim lock go (``reserve``); the item stays pending."""
+        with self._shared.using() as store:
+            store.unreserve()
+
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
     ) -> ItemState:

@@ -44,6 +44,9 @@ def readable(fd: int, timeout: float | None) -> bool:
 class Keeper:
     """A running keeper process and the socket to it."""
 
+    in_process = False
+    """Whether the children are this process's own (LocalKeeper, the guarded shape)."""
+
     def __init__(self, queue: str, *, environ: Mapping[str, str] | None = None) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:

@@ -63,6 +63,8 @@ class _State(kp.KeeperProcess):
 class LocalKeeper(Keeper):
     """``Keeper``'s interface, with the children started by this process."""
 
+    in_process = True
+
     def __init__(self, queue: str, *, environ: Mapping[str, str], guard: GuardLink) -> None:
         # Not Keeper.__init__: no process to start.
         self._guard = guard

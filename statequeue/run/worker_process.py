@@ -131,15 +131,34 @@ class Worker:
         return self.token in self.keeper.exits or self.token in self.keeper.failed
 
     def send(self, claim: Claim) -> str:
-        """Give it ``claim``: its claim fds to the keeper, then the request.
-        Returns why the request could not be written ("" when it was)."""
-        self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
-        self.owes_idle = False  # it left the last item with this
-        if self._pidfd < 0:
-            self.hold_pid()
+        """Give it ``claim``: its claim fds to the keeper, and the request.
+        Returns why the request could not be written ("" when it was).
+
+        A keeper process is given the claim first: if the runner died between
+        the two, it alone would hold the claim while the worker works. The
+        runner's own keeper (guarded shape) is given it just after the request,
+        off the worker's path: the guard holds the runner's liveness lock, so
+        the item stays claimed until it has killed the worker (guard.py)."""
         if self._unsolicited() or self.reader.pending():
+            self._assign(claim)
             self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
             return "reply sent without a request"
+        if self.keeper.in_process:
+            problem = self._request(claim)
+            self._assign(claim)
+        else:
+            self._assign(claim)
+            problem = self._request(claim)
+        if self._pidfd < 0:
+            self.hold_pid()
+        return problem
+
+    def _assign(self, claim: Claim) -> None:
+        self.keeper.assign(self.token, claim.item_id, claim.inherit_fds)
+        self.owes_idle = False  # it left the last item with this
+
+    def _request(self, claim: Claim) -> str:
+        """Write the request for ``claim``; why it could not be ("" when it was)."""
         line = request_line(claim)
         try:
             written = os.write(self.stdin, line)

@@ -142,6 +142,21 @@ class Store(LeaseHooks, ABC):
         )
         return target, taken
 
+    def reserve(self, *, among: Collection[int] | None = None) -> bool:
+        """Hold, for this store object's next ``claim`` (or ``finish_and_claim``), the
+        claim lock of the item it would take (of ``among``, when given), and load
+        its text, writing nothing: the item stays pending to every reader, and no
+        other process can claim it meanwhile. Then that claim needs no search
+        (a runner reserves while its children run, off the path from an exit to
+        the next start). A claim that finds the reserved item no longer due and
+        pending takes another. At most one is held; ``unreserve`` lets it go, as
+        does the process's end (the lock dies with it: nothing to recover).
+        True if one is held. Default: False (the store cannot)."""
+        return False
+
+    def unreserve(self) -> None:
+        """Let the reserved claim lock go, if one is held (``reserve``)."""
+
     @abstractmethod
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         """Give a claimed item back as pending without counting a crash (the

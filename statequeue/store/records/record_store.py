@@ -51,6 +51,7 @@ class RecordStore(RecordReads):
         self._registry = RunnerRegistry(backend, workers=self.published_workers)
         self._recovery = Recovery(backend, self._registry)
         self._actions = UserActions(backend)
+        self._reserved: tuple[int, tuple[int, ...]] | None = None  # (id, claim fds): reserve()
 
     # -- what a backend provides ---------------------------------------------
 
@@ -173,8 +174,12 @@ class RecordStore(RecordReads):
     ) -> Claim | None:
         self._recovery.recover(state, on_interrupted, max_crashes)
         if state.paused:
+            self._unreserve_locked(state)
             return None
-        found = state.order.first_claimable(time.time(), among, self._take_claim)
+        now = time.time()
+        found = self._take_reserved(state, now, among)
+        if found is None:
+            found = state.order.first_claimable(now, among, self._take_claim)
         if found is None:
             return None
         item, fds = found
@@ -197,6 +202,59 @@ class RecordStore(RecordReads):
             interrupted=interrupted,
             failures=item.failures,
         )
+
+    def reserve(self, *, among: Collection[int] | None = None) -> bool:
+        if self._reserved is not None:
+            return True
+        with self._locked() as state:
+            if state.paused:
+                return False
+            found = state.order.first_claimable(time.time(), among, self._take_claim)
+            if found is None:
+                return False
+            item, fds = found
+            # Out of the pending order (first_claimable took it) only while
+            # held: the claim takes it as it is (_take_reserved), a drop puts
+            # it back (_unreserve_locked). Its text is loaded now, off the
+            # claim's path; nothing is written.
+            item.text  # noqa: B018  # loaded (and kept) for the claim
+            self._reserved = (item.id, fds)
+            return True
+
+    def unreserve(self) -> None:
+        if self._reserved is None:
+            return
+        with self._locked() as state:
+            self._unreserve_locked(state)
+
+    def _unreserve_locked(self, state: QueueState) -> None:
+        """Let the reserved claim lock go; the item goes back in the pending order."""
+        if self._reserved is None:
+            return
+        item_id, _ = self._reserved
+        self._reserved = None
+        self._drop_claim(item_id)
+        state.order.put_back([item_id])
+
+    def _take_reserved(
+        self, state: QueueState, now: float, among: Collection[int] | None
+    ) -> tuple[LiveItem, tuple[int, ...]] | None:
+        """The reserved item and its claim fds, if it is still due, pending and
+        of ``among``; else the reservation is let go (None)."""
+        if self._reserved is None:
+            return None
+        item_id, fds = self._reserved
+        item = state.get(item_id)
+        if (
+            item is None
+            or item.state is not ItemState.PENDING
+            or item.not_before > now
+            or (among is not None and item_id not in among)
+        ):
+            self._unreserve_locked(state)
+            return None
+        self._reserved = None
+        return item, fds
 
     def recover(
         self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
