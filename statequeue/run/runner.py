@@ -508,8 +508,9 @@ class Runner:
             results.append((job, job.finish()))
         # The shortest of the last few attempts: a slow one now and then (the
         # first, which waited for its worker to start) does not stop reserving.
-        self._durations = [*self._durations[-3:], *(outcome.duration for _, outcome in results)]
-        self._short = min(self._durations) < RESERVE_BELOW
+        if results:
+            self._durations = [*self._durations[-3:], *(out.duration for _, out in results)]
+            self._short = min(self._durations) < RESERVE_BELOW
         self.recorder.record_batch(results, self._stop_signal)
         # Every claim that did not start goes back (or fails) before the run
         # may stop for want of resources: none may be left claimed.
