@@ -508,7 +508,7 @@ class Runner:
             results.append((job, job.finish()))
         # The shortest of the last few attempts: a slow one now and then (the
         # first, which waited for its worker to start) does not stop reserving.
-        if results:
+        if results and self.workers is not None:  # what _reserve_next asks
             self._durations = [*self._durations[-3:], *(out.duration for _, out in results)]
             self._short = min(self._durations) < RESERVE_BELOW
         self.recorder.record_batch(results, self._stop_signal)
