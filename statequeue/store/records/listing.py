@@ -22,6 +22,7 @@ def item_views(
     """The items of the live journal (in ``wanted`` state, if given), by id."""
     merged: list[ItemView] = []
     started: dict[int, int] = {}  # a done item's attempts: from its last start
+    unkept: set[int] = set()  # ids the state keeps no item of (done): their attempts from `started`
     for r in journal:
         kind = r.get("t")
         if kind == "start":
@@ -34,11 +35,15 @@ def item_views(
             continue
         live = state.items.get(item_id)
         attempts, reason = (live.attempts, live.reason) if live else (0, "")
+        if live is None:
+            unkept.add(item_id)
         merged.append(ItemView(item_id, item_text(r), current, attempts, reason))
         if kind == "item":
             started[item_id] = r.get("attempts", 0)
+    # An item the state keeps says its own count, 0 included (an attempt given
+    # back uncounted restores it: its start record no longer counts).
     merged = [
-        replace(v, attempts=started.get(v.item_id, 0)) if not v.attempts else v for v in merged
+        replace(v, attempts=started.get(v.item_id, 0)) if v.item_id in unkept else v for v in merged
     ]
     merged.sort(key=lambda v: v.item_id)
     return merged
