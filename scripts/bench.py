@@ -111,6 +111,7 @@ GOAL_RSS_MB = 300.0
 GOAL_RUN_J1_VS_FLOOR = 1.15  # statequeue run -j1 wall / floor -j1 wall, at most
 GOAL_RUN_J2_VS_XARGS = 1.5  # statequeue run -j2 wall / xargs -P2 wall, at most
 GOAL_CPU_VS_FLOOR = 2.0  # statequeue's CPU per item / the floor loop's, at most (cpu_rows)
+TREE_NOISE = 0.5  # floor tree CPU per item under this share of its loop's own: noise
 GOAL_SLEEP_J16_VS_XARGS = 1.05  # run -j16 sleep 0.02 wall / xargs -P16 wall, at most
 GOAL_COLD_VS_PYTHON = 3.0  # `statequeue enqueue x` wall / `python -c pass` wall, at most
 GOAL_ENQUEUE_VS_ORJSON = 1.5  # enqueue 1M wall / the orjson write loop's wall, at most
@@ -875,7 +876,17 @@ def cpu_rows(bench: Bench, n: int, kept: dict[str, list[Sample]]) -> list[Row]:
     )
     set_ratio(tree, 1)
     tree.goal = f"<= {GOAL_CPU_VS_FLOOR:g}x the floor loop's"
-    if tree.ratio is not None:
+    floor_tree = tree.value(1)
+    fl_own = per_item([floor_own_cpu(s) for s in fl], [floor_own_cpu(s) for s in fl_one], n)
+    floor_loop = statistics.median(fl_own) if fl_own else None
+    if floor_tree is not None and floor_loop and floor_tree < TREE_NOISE * floor_loop:
+        # The floor's whole tree less the `true` children is at least its loop's own
+        # CPU; far below it, that subtraction's noise won (it has come out 0.007 ms
+        # and -0.038 ms against 0.13 ms): a ratio to it says nothing, and must not
+        # read as met. The own-processes row below says it.
+        tree.ratio = None
+        set_verdict(tree, [(None, "the floor's tree figure is below its own loop's: noise")])
+    elif tree.ratio is not None:
         set_verdict(tree, [(tree.ratio <= GOAL_CPU_VS_FLOOR, f"{tree.ratio:.2f}x floor")])
 
     roles = sorted({role for s in [*sq, *one] for role in s.roles})
@@ -886,7 +897,6 @@ def cpu_rows(bench: Bench, n: int, kept: dict[str, list[Sample]]) -> list[Row]:
         for role in roles
     }
     total = per_item([sum(s.roles.values()) for s in sq], [sum(s.roles.values()) for s in one], n)
-    fl_own = per_item([floor_own_cpu(s) for s in fl], [floor_own_cpu(s) for s in fl_one], n)
     own = Row(
         1,
         "CPU per item, -j1, own processes only (runner + keeper + ...)",
@@ -896,6 +906,7 @@ def cpu_rows(bench: Bench, n: int, kept: dict[str, list[Sample]]) -> list[Row]:
             cell("durable floor -j1 (its loop)", fl_own, "own process"),
             *(cell(role, by_role[role], "own process") for role in roles),
         ],
+        issue27=True,  # in the summary too: the tree row's floor can be lost in its noise
     )
     set_ratio(own, 1)
     own.goal = f"(breakdown of the row above) <= {GOAL_CPU_VS_FLOOR:g}x"
