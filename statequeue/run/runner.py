@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Runner"]
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
-RESERVE_BELOW = 0.05  # seconds: attempts this short have the next claim made ready as they run
 IDLE_TICK = 1.0
 
 
@@ -99,8 +98,6 @@ class Runner:
         self._taking = True
         self._taken: set[int] = set()  # with --limit only: a run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
-        self._short = False  # a recent attempt ended within RESERVE_BELOW: reserve (_reserve_next)
-        self._durations: list[float] = []  # of the last attempts (the last batch, and 3 before)
         self.recorder = ResultRecorder(
             queue,
             options,
@@ -357,23 +354,14 @@ class Runner:
         self.on_event(ItemStarted(claim))
         if self.spec.pipes is not None:  # the next child's, now that this one runs
             self.spec.pipes.refill()
-        self._reserve_next()
-
-    def _reserve_next(self) -> None:
-        """Every persistent worker is busy: have the item the next claim would
-        take held ready (its claim lock and text; nothing written, it stays
-        pending) while they work, so that the claim on the way from a reply to
-        the next request needs no search (Store.reserve). Only while the last
-        attempts were short: a long item gains nothing, and would keep its
-        successor from other runners. Not for per-item children: a new child
-        starts on the runner's CPU, so work done after its spawn delays it
-        (measured: -j1 7% slower), where a woken worker runs on another."""
-        if self.workers is None or len(self.jobs) < self._concurrency or not self._short:
-            return
-        may, scope = self._prefetch_scope(reserving=True)
-        if may:
-            with contextlib.suppress(OSError):  # the claim itself meets it again, and handles it
-                self.queue.reserve(among=scope)
+        workers = self.workers
+        if workers is not None and workers.reserving and len(self.jobs) >= self._concurrency:
+            # Every worker busy with short items: the item the next claim would take is
+            # held ready while they work (Store.reserve), so that claim needs no search.
+            may, scope = self._prefetch_scope(reserving=True)
+            if may:
+                with contextlib.suppress(OSError):  # the claim meets it again, and handles it
+                    self.queue.reserve(among=scope)
 
     def _not_started(self, claim: Claim, exc: OSError) -> bool:
         """The command could not be started for ``claim``: the item fails,
@@ -506,11 +494,8 @@ class Runner:
             del self.jobs[job.token]
             self._watch.forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))
-        # The shortest of the last few attempts: a slow one now and then (the
-        # first, which waited for its worker to start) does not stop reserving.
-        if results and self.workers is not None:  # what _reserve_next asks
-            self._durations = [*self._durations[-3:], *(out.duration for _, out in results)]
-            self._short = min(self._durations) < RESERVE_BELOW
+        if self.workers is not None:  # what its `reserving` asks
+            self.workers.attempts_ended([outcome.duration for _, outcome in results])
         self.recorder.record_batch(results, self._stop_signal)
         # Every claim that did not start goes back (or fails) before the run
         # may stop for want of resources: none may be left claimed.
