@@ -24,6 +24,7 @@ from statequeue import Queue
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, Outcome
 from statequeue.store.journal.store import JournalStore
+from statequeue.store.memory import MemoryStore
 from tests.conftest import STATEQUEUE
 from tests.persistent_worker import write_worker
 from tests.waiting import until
@@ -201,3 +202,35 @@ def test_every_item_runs_once_when_the_run_reserves_between_short_items(
     assert _states(sq_home) == {item: (ItemState.DONE, 1) for item in items}
     for item in items:  # begun once each, by a worker
         assert len((marks / f"{item}.pid").read_text().split()) == 1
+
+
+@pytest.mark.parametrize("kind", ["journal", "memory", "postgres"])
+def test_every_store_keeps_the_claim_contract_with_a_reservation(
+    kind: str, request: pytest.FixtureRequest, sq_home: Path
+) -> None:
+    """A store that can reserve (journal, memory) hands the reserved item to the next
+    claim and lets it go on ``unreserve``; one that cannot (PostgreSQL) says False,
+    and its claims go on as before."""
+    if kind == "memory":
+        q = Queue("rs", store=MemoryStore("rs"))
+    elif kind == "postgres":
+        q = Queue("rs", home=sq_home, store=str(request.getfixturevalue("pg_url")))
+    else:
+        q = Queue("rs", home=sq_home)
+    runner = new_runner()
+    with q:
+        q.store.register_runner(runner)
+        q.enqueue(["a", "b", "c"])
+        held = q.reserve()
+        assert held is (kind != "postgres")
+        assert q.status().counts["pending"] == 3  # nothing written either way
+        q.unreserve()
+        assert q.reserve() is held
+        first = q.claim(runner)
+        assert first is not None and (first.item, first.attempt) == ("a", 1)
+        q.finish(first, Outcome(ok=True, exit_code=0))
+        q.unreserve()  # none held: nothing to do
+        second = q.claim(runner)
+        assert second is not None and second.item == "b"
+        q.finish(second, Outcome(ok=True, exit_code=0))
+        assert q.status().counts == {**q.status().counts, "done": 2, "pending": 1}
