@@ -28,6 +28,7 @@ from statequeue.core.views import (
 )
 from statequeue.store import transitions
 from statequeue.store.records.backend import record_time
+from statequeue.store.records.pending import is_due
 from statequeue.store.records.record_reads import RecordReads
 from statequeue.store.records.recovery import Recovery, crash_record, kept_by_keeper
 from statequeue.store.records.runners import RunnerRegistry
@@ -245,12 +246,7 @@ class RecordStore(RecordReads):
             return None
         item_id, fds = self._reserved
         item = state.get(item_id)
-        if (
-            item is None
-            or item.state is not ItemState.PENDING
-            or item.not_before > now
-            or (among is not None and item_id not in among)
-        ):
+        if item is None or not is_due(item, now) or (among is not None and item_id not in among):
             self._unreserve_locked(state)
             return None
         self._reserved = None
