@@ -139,11 +139,10 @@ class _Using:
         _ = shared.store  # checks the process before taking a lock made before a fork
         self._lock = lock = shared._lock
         lock.acquire()
-        try:
-            return shared.store  # checked again: another thread may have closed it
-        except BaseException:
+        if shared.closed:  # checked again: another thread may have closed it
             lock.release()
-            raise
+            raise QueueClosed(f"queue {shared.name!r} is closed")
+        return shared._store  # the process was checked above (one getpid per call)
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
