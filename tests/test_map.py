@@ -90,6 +90,17 @@ def test_processes_use_a_pool_and_the_parent_records(sq_home: Path) -> None:
         assert [r.result for r in q.results()] == [9, 1, 4]
 
 
+def test_processes_refuse_a_function_a_pool_cannot_receive_before_claiming(
+    sq_home: Path,
+) -> None:
+    # A lambda cannot be pickled: every item was claimed and recorded as
+    # failed (PicklingError) for a mistake of the call's, not of the items'.
+    with pytest.raises(UsageError, match="must be picklable"):
+        statequeue.map(lambda item: item, ["a", "b"], queue="lam", processes=True)
+    with Queue("lam") as q:  # nothing was enqueued, claimed or recorded
+        assert sum(q.status().counts.values()) == 0
+
+
 def test_processes_work_when_the_program_holds_fds_past_1024(sq_home: Path) -> None:
     # The claim lender and the sentinels once waited in select(), which cannot
     # watch an fd past FD_SETSIZE: a program (a test suite) holding 1,100 open

@@ -91,6 +91,8 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"jobs must be a whole number, at least 1, not {jobs!r}")
+    if processes:
+        _check_picklable(fn)
     policy = WorkPolicy(
         retries=retries,
         retry_delay=retry_delay,
@@ -114,6 +116,22 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
                 if not run.settle_rest():
                     time.sleep(SETTLE_NAP)
         return run.outcome()
+
+
+def _check_picklable(fn: Callable[[str], Any]) -> None:
+    """UsageError, before anything is enqueued or claimed, when ``fn`` cannot
+    be sent to a pool process (a lambda, a nested function): else every item
+    would be claimed and recorded as failed for a mistake of the call's."""
+    import pickle  # lazy: start-up time (only a map with processes=True gets here)
+
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:  # PicklingError, AttributeError, TypeError: all the same mistake
+        what = getattr(fn, "__qualname__", type(fn).__name__)
+        raise UsageError(
+            f"with processes=True, fn must be picklable (a function defined at the top "
+            f"level of a module), and {what!r} is not: {exc}"
+        ) from None
 
 
 def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
