@@ -252,6 +252,37 @@ def test_pause_stops_a_live_runner_and_resume_restarts_it(sq_env: Env, tmp_path:
             runner.wait()
 
 
+def test_a_run_on_a_paused_queue_says_once_that_it_waits_for_resume(
+    sq_env: Env, tmp_path: Path
+) -> None:
+    # A new user saw a run of a paused queue sit silent, as if hung.
+    sq(sq_env, "enqueue", "1", "2")
+    assert sq(sq_env, "pause").returncode == 0
+    err = tmp_path / "err"
+    with err.open("wb") as sink:
+        runner = subprocess.Popen(
+            [STATEQUEUE, "run", "--no-live", "--", "true"],
+            env=sq_env,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    try:
+        wait_for(lambda: "paused" in err.read_text())
+        time.sleep(0.6)  # two more polls of the pause (every 0.25 s): still said once
+        assert runner.poll() is None
+        said = [line for line in err.read_text().splitlines() if "paused" in line]
+        assert said == [
+            "statequeue: queue 'default' is paused: waiting for"
+            " `statequeue -q default resume` (Ctrl-C stops the run)"
+        ]
+        assert sq(sq_env, "resume").returncode == 0
+        assert runner.wait(timeout=30) == 0
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+
+
 def test_status_shows_paused_rate_and_failures(populated: Path, sq_env: Env) -> None:
     sq(sq_env, "pause")
     st = json.loads(sq(sq_env, "status", "--json").stdout)

@@ -41,7 +41,8 @@ def test_fsck_finds_a_deleted_archive_and_repair_brings_the_queue_back(
     folder = _compacted_queue(sq_home)
     refused = _sq(sq_env, "list")
     assert refused.returncode == ExitCode.DAMAGED, refused.stderr
-    assert refused.stderr.rstrip().endswith("(run `statequeue fsck --repair` to salvage the rest)")
+    hint = "(run `statequeue -q default fsck --repair` to salvage the rest)"
+    assert refused.stderr.rstrip().endswith(hint)
     check = _sq(sq_env, "fsck")
     assert check.returncode == ExitCode.DAMAGED, check.stdout + check.stderr
     assert "archive.jsonl: 0 valid records; missing, but the journal says it holds 3" in (

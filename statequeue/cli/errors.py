@@ -29,9 +29,57 @@ _SHOWN = {code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)}
 _SHOWN |= {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)}
 
 
+# Commands a hint may name that act on one queue: a hint printed for queue
+# "logs" must say `statequeue -q logs fsck --repair`, or the line copied from
+# it acts on the default queue (or $STATEQUEUE_QUEUE's) instead.
+_ON_A_QUEUE = "fsck|retry|show|resume|pause|compact|logs|list|status|stats|cancel|run"
+_QUEUE_FLAGS = ("-q", "--queue")
+
+hint_queue: str | None = None
+"""The queue this command acts on, named in its hints (the run's fast path sets it)."""
+_hint_argv: Sequence[str] = ()  # else found in the command line (``run_guarded``), when needed
+
+
+def with_queue(text: str) -> str:
+    """``text`` with ``-q QUEUE`` in each `statequeue COMMAND` hint that names no queue."""
+    global hint_queue
+    if "`statequeue " not in text:
+        return text
+    if hint_queue is None:
+        hint_queue = queue_of(_hint_argv)
+    if not hint_queue:
+        return text
+    import re  # lazy: start-up time (a hint only; enqueue imports no re)
+    import shlex
+
+    hint = re.compile(rf"`statequeue (?=(?:{_ON_A_QUEUE})\b)")
+    return hint.sub(f"`statequeue -q {shlex.quote(hint_queue)} ", text)
+
+
+def queue_of(argv: Sequence[str], named: str | None = None) -> str:
+    """The queue a command line acts on: ``named``, else its -q/--queue (before
+    the run's ``--``), else $STATEQUEUE_QUEUE or the default."""
+    if named is None:
+        for i, arg in enumerate(argv):
+            if arg == "--":
+                break
+            if arg in _QUEUE_FLAGS and i + 1 < len(argv):
+                named = argv[i + 1]
+            elif arg.startswith("--queue="):
+                named = arg.removeprefix("--queue=")
+            elif arg.startswith("-q") and len(arg) > 2 and not arg.startswith("--"):
+                named = arg[2:]
+    from statequeue.core.location import resolve_queue_name  # lazy: a failure only
+
+    try:
+        return resolve_queue_name(named)
+    except StateQueueError:  # an invalid name: the error says so; no hint names it
+        return named or ""
+
+
 def fail(message: str, code: int) -> int:
     """Print ``message`` as one line on stderr; return ``code``."""
-    line = " ".join(str(message).split())
+    line = with_queue(" ".join(str(message).split()))
     if not line.isascii() or not line.isprintable():
         line = line.translate(_SHOWN)
     sys.stderr.write(f"{PROG}: {line}\n")
@@ -43,6 +91,8 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
     Without click or typer: main.py's fast path for `run` uses it too (click's
     errors are told apart only when click was imported, as nothing else raises
     them)."""
+    global _hint_argv
+    _hint_argv = argv
     try:
         return call(argv)
     except BaseException as exc:

@@ -186,11 +186,11 @@ def _parse_run(args: Sequence[str]) -> tuple[RunArgs, Where] | None:
 def _start_run_fast(args: RunArgs, where: Where) -> NoReturn:
     """A plain `run` (cli/run_argv.py): as typer's path would, without typer."""
     # lazy: start-up time (the fast path loads only what its command needs)
-    from statequeue.cli import process
-    from statequeue.cli.errors import run_guarded
+    from statequeue.cli import errors, process
     from statequeue.cli.run_start import start_run
 
-    process.end(run_guarded(lambda _: start_run(args, where, owns_process=True), []))
+    errors.hint_queue = where.queue
+    process.end(errors.run_guarded(lambda _: start_run(args, where, owns_process=True), []))
 
 
 def _import_typer_path(args: Sequence[str]) -> Callable[[], click.Command]:
@@ -224,9 +224,11 @@ def _import_fast_path() -> None:
 def _run_fast(opts: _Fast) -> int:
     """Run a fast-path command; its exit code."""
     # lazy: start-up time (the fast path loads only what its command needs)
+    from statequeue.cli import errors
     from statequeue.cli.errors import fail, silence_stdout
     from statequeue.core.errors import StateQueueError
 
+    errors.hint_queue = opts.values.get("queue")  # None: $STATEQUEUE_QUEUE's or the default
     try:
         code = _fast_enqueue(opts) if opts.command == "enqueue" else _fast_status(opts)
         sys.stdout.flush()

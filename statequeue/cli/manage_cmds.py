@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from statequeue.cli.completion import complete_queue
+from statequeue.cli.errors import with_queue
 from statequeue.cli.options import HomeOpt, JsonOpt, QueueOpt, StoreOpt, open_queue, store_url
 from statequeue.cli.render import emit_json, plural
 from statequeue.cli.root import app
@@ -81,7 +82,7 @@ def pause(
     Example: statequeue pause && statequeue resume
     """
     open_queue(ctx, home, queue, create=False).pause()
-    print("paused: runners take no new items until `statequeue resume`")
+    print(with_queue("paused: runners take no new items until `statequeue resume`"))
 
 
 @app.command()
@@ -137,7 +138,7 @@ def fsck(
         for text in report.warnings:
             print(f"warning: {text}", file=sys.stderr)
     if report.damaged and not report.repaired:
-        print(f"damage found: {report.advice()}", file=sys.stderr)
+        print(f"damage found: {with_queue(report.advice())}", file=sys.stderr)
         return int(ExitCode.DAMAGED)
     return 0
 

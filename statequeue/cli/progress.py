@@ -14,6 +14,7 @@ import sys
 from time import monotonic
 from typing import Any, Protocol
 
+from statequeue.cli.errors import with_queue
 from statequeue.cli.render import shown
 from statequeue.core.durations import format_duration
 from statequeue.core.models import ItemState
@@ -76,7 +77,7 @@ class PlainView:
     def handle(self, event: RunEvent) -> None:
         if isinstance(event, Notice):
             if event.warning or not self.quiet:
-                self._err(f"statequeue: {event.text}")
+                self._err(f"statequeue: {with_queue(event.text)}")
         elif isinstance(event, ItemFinished) and (
             not self.quiet or event.state is ItemState.FAILED
         ):
@@ -133,7 +134,7 @@ class RichView:
     def handle(self, event: RunEvent) -> None:
         console = self.progress.console
         if isinstance(event, Notice):
-            console.print(f"statequeue: {event.text}", markup=False, highlight=False)
+            console.print(f"statequeue: {with_queue(event.text)}", markup=False, highlight=False)
         elif isinstance(event, ItemStarted):
             # Per item it cost a locked update for a name nobody can read at
             # a thousand a second; the bar redraws ten times a second anyway.

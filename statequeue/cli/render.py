@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from statequeue.cli.clock import local_time
+from statequeue.cli.errors import with_queue
 from statequeue.core.durations import format_duration
 from statequeue.core.rates import rate_text
 from statequeue.core.textsafe import escaped, shown
@@ -57,7 +58,7 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     c = status.counts
     lines = [_status_headline(status), "  " + "  ".join(f"{k} {c[k]}" for k in c)]
     if status.paused:
-        lines.append("PAUSED: runners take no new items (`statequeue resume`)")
+        lines.append(with_queue("PAUSED: runners take no new items (`statequeue resume`)"))
     if status.rate and status.runners:
         eta = f", ETA {format_duration(status.eta)}" if status.eta else ""
         if status.paused:

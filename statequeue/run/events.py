@@ -117,3 +117,13 @@ class RunSummary:
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s")
         stopped = "" if self.stopped_by is None or not idle else " (stopped)"
         return f"items: {', '.join(parts)}; {attempts}{stopped}"
+
+
+def paused_text(queue: str) -> str:
+    """What a run says while it waits on a paused queue."""
+    import shlex  # lazy: start-up time (a paused queue only)
+
+    return (
+        f"queue {queue!r} is paused: waiting for `statequeue -q {shlex.quote(queue)} resume`"
+        " (Ctrl-C stops the run)"
+    )

@@ -21,7 +21,7 @@ from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreacha
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
 from statequeue.run.checks import check_command, command_drift, report_recovery
-from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary
+from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
 from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
@@ -98,6 +98,7 @@ class Runner:
         self._taking = True
         self._taken: set[int] = set()  # with --limit only: a run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
+        self._said_paused = False  # the wait for `resume` was announced
         self.recorder = ResultRecorder(
             queue,
             options,
@@ -401,7 +402,11 @@ class Runner:
             return None
         scope = self._scope()
         if self.queue.store.is_paused() and (scope is None or scope):
+            if not self._said_paused:  # once per pause: a silent wait looks like a hang
+                self._said_paused = True
+                self.on_event(Notice(paused_text(self.queue.name)))
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
+        self._said_paused = False
         due = self._next_retry(scope)
         if due is not None:
             return min(until_due(due), IDLE_TICK)
