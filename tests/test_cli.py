@@ -212,6 +212,21 @@ def test_queues_path_and_events(populated: Path, sq_env: Env) -> None:
     assert b"enqueued #1" in sq(sq_env, "events").stdout
 
 
+def test_drop_takes_the_queue_from_q_as_every_command_does(sq_env: Env) -> None:
+    # `help commands` says every command takes -q; drop refused it (exit 2).
+    for name in ("a", "b", "c", "d"):
+        assert sq(sq_env, "-q", name, "enqueue", "x").returncode == 0
+    assert sq(sq_env, "-q", "a", "drop", "--yes").returncode == 0
+    assert sq(sq_env, "drop", "-q", "b", "--yes").returncode == 0
+    assert sq(sq_env, "rm", "c", "-q", "c", "--yes").returncode == 0  # the same queue twice
+    both = sq(sq_env, "drop", "d", "-q", "x", "--yes")
+    assert both.returncode == 2 and b"two queues named" in both.stderr
+    by_omission = sq(sq_env, "drop", "--yes")  # never the default queue by omission
+    assert by_omission.returncode == 2 and b"name the queue to drop" in by_omission.stderr
+    listed = sq(sq_env, "queues").stdout.decode()
+    assert [line.split()[0] for line in listed.splitlines()] == ["d"]
+
+
 def test_drop_with_yes(populated: Path, sq_env: Env) -> None:
     assert sq(sq_env, "drop", "default", "--yes").returncode == 0
     assert not populated.parent.exists()

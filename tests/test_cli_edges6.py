@@ -267,6 +267,16 @@ def test_queues_still_refuses_an_unsafe_home(sq_home: Path, cli: Cli) -> None:
     one_line_error(err)
 
 
+def test_queues_refuses_a_home_that_is_a_file_as_status_does(tmp_path: Path, cli: Cli) -> None:
+    # `--home /etc/passwd queues` said "no queues" and exit 0; status said exit 2.
+    home = tmp_path / "a-file"
+    home.write_text("not a folder\n")
+    for command in ("queues", "status"):
+        code, out, err = cli("--home", str(home), command)
+        assert code == 2, (command, err)
+        assert err.strip() == f"statequeue: home {home} exists and is not a folder"
+
+
 # -- 8: queue names shown readably -----------------------------------------------------
 
 

@@ -110,7 +110,9 @@ def list_queues(
     # A folder whose journal is gone but whose archive remains is a damaged
     # queue (opening it refuses), never one to leave out silently.
     if not root.is_dir():
-        return []
+        if root.exists():  # a file: as every other command says of it
+            raise UsageError(f"home {root} exists and is not a folder")
+        return []  # no home yet: no queues (the command says the folder does not exist)
     check_home(root)  # an unsafe home is never skipped
     found = []
     for folder in sorted(root.iterdir()):

@@ -147,22 +147,36 @@ def fsck(
 def drop(
     ctx: typer.Context,
     name: Annotated[
-        str,
-        typer.Argument(help="The queue to delete.", metavar="QUEUE", autocompletion=complete_queue),
-    ],
+        str | None,
+        typer.Argument(
+            help="The queue to delete (or name it with -q).",
+            metavar="QUEUE",
+            autocompletion=complete_queue,
+            show_default=False,
+        ),
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    queue: QueueOpt = None,
     home: HomeOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """Delete a queue with all its items, results and logs.
 
-    Asks for confirmation on a terminal; scripts pass --yes. With a PostgreSQL
-    store, deletes the queue's rows in batches; an interrupted drop is finished
-    by running it again.
+    The queue is named by its argument or by -q (as every command takes it);
+    never the default one by omission. Asks for confirmation on a terminal;
+    scripts pass --yes. With a PostgreSQL store, deletes the queue's rows in
+    batches; an interrupted drop is finished by running it again.
 
     Example: statequeue drop old-crawl --yes
     """
     from statequeue.api.maintenance import drop_queue  # lazy: start-up time
+
+    flagged = queue if queue is not None else (ctx.obj or {}).get("queue")
+    if name is not None and flagged is not None and name != flagged:
+        raise UsageError(f"two queues named: {name!r} and -q {flagged!r}; drop one at a time")
+    name = name if name is not None else flagged
+    if name is None:  # $STATEQUEUE_QUEUE or the default, by omission: too easy to lose
+        raise UsageError("name the queue to drop: `statequeue drop QUEUE` (or -q QUEUE)")
 
     def confirm(place: str) -> None:
         if not yes:
