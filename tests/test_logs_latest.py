@@ -33,3 +33,18 @@ def test_logs_shows_the_latest_attempt_even_when_it_wrote_nothing(
     assert first.returncode == 0 and first.stdout == "attempt 1 failed\n", first
     every = _sq(sq_env, "logs", "--all")
     assert every.returncode == 0 and every.stdout == "", every.stdout
+
+
+def test_logs_of_an_archived_item_say_compaction_removed_them(sq_env: dict[str, str]) -> None:
+    # A new user's `logs 7` after `compact --keep-logs 0` said "no output was
+    # recorded" for an attempt whose output they had read a minute before.
+    assert _sq(sq_env, "enqueue", "a").returncode == 0
+    assert _sq(sq_env, "run", "--", "sh", "-c", "echo said $0").returncode == 0
+    assert _sq(sq_env, "logs", "1").stdout == "said a\n"
+    assert _sq(sq_env, "compact", "--keep-logs", "0").returncode == 0
+    gone = _sq(sq_env, "logs", "1")
+    assert gone.returncode == 0 and gone.stdout == ""
+    assert gone.stderr == (
+        "statequeue: no output is kept for attempt 1 of item 1: it was archived, and"
+        " compaction removes archived items' logs (--keep-logs)\n"
+    )

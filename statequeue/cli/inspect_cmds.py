@@ -209,7 +209,12 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         time.sleep(0.25)
     if shown_path is None:
         which = f"attempt {wanted} of " if wanted else ""
-        typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
+        if any(e.get("t") == "arch" for e in h.events):
+            # Archived by `compact`: whatever it wrote was removed after --keep-logs.
+            why = "it was archived, and compaction removes archived items' logs (--keep-logs)"
+            typer.echo(f"statequeue: no output is kept for {which}item {item_id}: {why}", err=True)
+        else:
+            typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
 
 
 def _check_attempt(h: ItemHistory, attempt: int) -> None:
