@@ -241,7 +241,7 @@ def run(
     max_deferrals: Annotated[
         int,
         typer.Option(
-            help="Fail an item that asks to be tried later (exit 75) more than N times.",
+            help="Fail an item deferred more than N times.",
             metavar="N",
             rich_help_panel=_RATES,
         ),
