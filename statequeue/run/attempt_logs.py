@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from statequeue.core.errors import StateQueueError
@@ -23,8 +24,13 @@ def hand_over_log(store: Store, claim: Claim, path: Path | None) -> None:
     if path is None or not store.stores_logs:
         return
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        # O_NONBLOCK: the child may have put a FIFO there since (the folder
+        # is its result's); only a regular file is read, never waited on.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:  # gone, or a link (ELOOP): nothing of ours to store
+        return
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return
     with open(fd, "rb") as f:
         data = f.read()

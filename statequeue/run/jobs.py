@@ -11,6 +11,7 @@ is left.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import stat
@@ -174,10 +175,7 @@ class Job:
         self.log_file = f"{stem}.log"
         self.result_file = f"{stem}.result"
         self._name = f"{claim.item_id}.{claim.attempt}"  # within log_dir_fd
-        self._out = OutputLog(
-            spec.log_limit,
-            lambda: self._open(f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-        )
+        self._out = OutputLog(spec.log_limit, self._open_log)
         self._tail = bytearray()
         self.pipes: dict[int, int] = {}
         # The child writes its result by path: a file (or planted link) left
@@ -402,6 +400,17 @@ class Job:
         if self.spec.log_dir_fd < 0:
             return os.open(f"{self.spec.log_dir}/{name}", flags, 0o600)
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
+
+    def _open_log(self) -> int:
+        """This attempt's log, opened for writing: a regular file only. O_NONBLOCK:
+        a FIFO planted there (by the child: the folder is its result's) must not
+        block the open, which a signal could not end (PEP 475 retries it); it
+        and anything else but a file is refused (OSError: no log is kept)."""
+        fd = self._open(f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "the log is not a regular file")
+        return fd
 
     def _unlink(self, name: str) -> None:
         remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)

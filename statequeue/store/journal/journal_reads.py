@@ -6,6 +6,7 @@ the queue lock, the writes and compaction."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -112,8 +113,13 @@ class JournalReads(RecordStore):
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         try:
-            fd = self.dir.open_file(f"{item_id}.{attempt}.log", os.O_RDONLY, sub="logs")
+            # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
+            flags = os.O_RDONLY | os.O_NONBLOCK
+            fd = self.dir.open_file(f"{item_id}.{attempt}.log", flags, sub="logs")
         except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a folder: no log to show
+            os.close(fd)
             return None
         with open(fd, "rb") as f:
             f.seek(offset)

@@ -9,6 +9,7 @@ the file's bytes here (bytea: any bytes round-trip) and removes the file.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import TYPE_CHECKING
 
@@ -87,9 +88,13 @@ def read_local(
         return None
     try:
         # Relative to the checked folder, never through a link (folder.py).
-        fd = scratch.open_file(name, os.O_RDONLY, sub=SUBFOLDER)
+        # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
+        fd = scratch.open_file(name, os.O_RDONLY | os.O_NONBLOCK, sub=SUBFOLDER)
     except FileNotFoundError:
         return None  # stored and removed meanwhile: the caller asks the database again
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
     with open(fd, "rb") as f:
         f.seek(offset)
         return f.read()
