@@ -253,3 +253,43 @@ def test_a_deferral_is_durable_before_the_runner_goes_on(sq_env: Env, tmp_path: 
     assert "recovered" not in done.stderr  # it was not in flight: nothing to recover
     kinds = [r["t"] for r in events(sq_env) if r.get("id") == 1]
     assert kinds == ["enq", "start", "defer", "start", "end"]
+
+
+def test_a_huge_retry_after_waits_a_day_and_crashes_nothing(sq_env: Env) -> None:
+    # An attacker's find: {"retry_after": 1e308} with exit 75 overflowed the
+    # defer record's time (OverflowError): the runner died on every run until
+    # the item was held as poison. A deferral now waits at most a day.
+    enqueue(sq_env, 1)
+    ask = 'echo \'{"retry_after": 1e308}\' > "$STATEQUEUE_RESULT"; exit 75'
+    run = subprocess.Popen(
+        [STATEQUEUE, "run", "--no-live", "--", "sh", "-c", ask],
+        env=sq_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        until(lambda: any(e["t"] == "defer" for e in events(sq_env)), "the deferral")
+        assert run.poll() is None  # waiting for the item's time, not dead
+    finally:
+        run.terminate()
+        _, err = run.communicate(timeout=60)
+    assert "Traceback" not in err and "try again in 24h00m" in err, err
+    [deferral] = [e for e in events(sq_env) if e["t"] == "defer"]
+    assert deferral["delay"] == 86400
+    assert abs(deferral["retry_at"] - (deferral["at"] + 86400)) < 1
+    listed = sq(sq_env, "list")
+    assert listed.stdout.split()[:2] == ["1", "pending"], listed.stdout
+
+
+def test_try_later_with_a_huge_delay_in_the_library_waits_a_day(sq_home: Path) -> None:
+    from statequeue import Queue, TryLater
+
+    with Queue(home=sq_home) as q:
+        q.enqueue(["a"])
+        for item in q.work():
+            with item:
+                raise TryLater(1e308)
+            break  # else the loop waits the day out for it
+        [deferral] = [e for e in q.events() if e["t"] == "defer"]
+    assert deferral["delay"] == 86400

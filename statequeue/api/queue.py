@@ -16,6 +16,7 @@ more than one store call lives beside it (``queue_reading``, ``queue_whole``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -39,7 +40,7 @@ from statequeue.core.models import (
     RunnerInfo,
     item_state,
 )
-from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, as_rate
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, MAX_DEFER, RateLimit, as_rate
 from statequeue.core.records import check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
 
@@ -214,6 +215,9 @@ class Queue(QueueReads):
         deferrals it fails (``Store.defer``). Durable before it returns."""
         check_json(outcome.result, "result")
         check_reason(outcome.reason)
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or math.isnan(delay):
+            raise UsageError(f"a deferral's delay must be a number of seconds, not {delay!r}")
+        delay = min(max(float(delay), 0.0), MAX_DEFER)  # at most a day: 1e308 overflowed
         with self._shared.using() as store:
             return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
 

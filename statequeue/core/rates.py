@@ -16,6 +16,9 @@ from statequeue.core.errors import UsageError
 TRY_LATER_EXIT = 75
 """EX_TEMPFAIL (sysexits.h, as sendmail uses it): the command asks to be tried later."""
 DEFAULT_MAX_DEFERRALS = 100
+MAX_DEFER = 86400.0
+"""Seconds: the longest a deferral (exit 75's ``retry_after``, a worker's
+``later``, ``TryLater(seconds)``) puts an item off; a longer ask waits a day."""
 """How many times an item may be deferred (``--max-deferrals``) before it fails."""
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from statequeue.core.models import Outcome
-from statequeue.core.rates import TRY_LATER_EXIT
+from statequeue.core.rates import MAX_DEFER, TRY_LATER_EXIT
 from statequeue.run.options import RunOptions
 from statequeue.store.base import Store
 from statequeue.store.rate_bucket import CUT_HOLD
@@ -44,7 +44,9 @@ def retry_after(result: Any) -> float | None:
     value = result.get("retry_after")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+    if not (math.isfinite(value) and value >= 0):
+        return None
+    return min(float(value), MAX_DEFER)  # 1e308 overflowed the record's time
 
 
 class Pacing:

@@ -37,6 +37,7 @@ import orjson
 
 from statequeue.core.errors import InvalidResult
 from statequeue.core.models import Claim
+from statequeue.core.rates import MAX_DEFER
 from statequeue.core.records import json_problem, load_result
 
 __all__ = ["BadReply", "Reply", "ReplyReader", "request_line"]
@@ -162,7 +163,7 @@ def _later_reply(value: dict[str, Any], line: bytes) -> Reply:
     elif isinstance(later, int | float) and not isinstance(later, bool):
         if not (math.isfinite(later) and later >= 0):
             raise BadReply(f'reply\'s "later" is not a number of seconds >= 0: {_quote(line)}')
-        seconds = float(later)
+        seconds = min(float(later), MAX_DEFER)  # 1e308 overflowed the record's time
     else:
         raise BadReply(
             f'reply\'s "later" is not seconds (a number >= 0), null or true: {_quote(line)}'
