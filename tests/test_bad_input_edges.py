@@ -160,3 +160,44 @@ def test_bad_items_leave_no_new_queue_behind(sq_env: Env, queue: str, args: list
     assert sq(sq_env, "-q", queue, *args, stdin=b"other\nba\0d\n").returncode == USAGE
     listed = sq(sq_env, "-q", queue, "list")
     assert listed.stdout.split() == [b"1", b"pending", b"0", b"good"], listed.stdout
+
+
+# -- an attacker's inputs: one line and a documented code, never a traceback ------
+
+
+def _one_line(done: subprocess.CompletedProcess[bytes]) -> str:
+    err = done.stderr.decode(errors="replace")
+    assert b"Traceback" not in done.stderr and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_host_name_that_is_not_utf8_is_refused_and_nothing_is_claimed(sq_env: Env) -> None:
+    assert sq(sq_env, "enqueue", "a").returncode == 0
+    env = {**sq_env, "STATEQUEUE_HOST": os.fsdecode(b"h\xff")}
+    done = sq(env, "run", "--", "true")
+    assert done.returncode == USAGE
+    assert "STATEQUEUE_HOST must be UTF-8 text" in _one_line(done)
+    assert sq(sq_env, "list").stdout.split()[:3] == [b"1", b"pending", b"0"]
+
+
+def test_a_store_url_that_is_not_utf8_is_refused(sq_env: Env) -> None:
+    done = sq(sq_env, "--store", os.fsdecode(b"postgresql://u@h/\xff"), "status")
+    assert done.returncode == USAGE
+    assert "invalid store URL: it is not UTF-8 text" in _one_line(done)
+
+
+def test_a_watch_interval_past_a_day_is_refused(sq_env: Env) -> None:
+    assert sq(sq_env, "enqueue", "a").returncode == 0
+    done = sq(sq_env, "status", "--watch", "--interval", "1e10")  # overflowed time_t
+    assert done.returncode == USAGE
+    assert "--interval must be a number of seconds up to 86400" in _one_line(done)
+
+
+def test_an_error_never_names_a_file_descriptor_as_the_file(sq_env: Env, sq_home: Path) -> None:
+    assert sq(sq_env, "enqueue", "a").returncode == 0
+    journal = sq_home / "default" / "journal.jsonl"
+    journal.unlink()
+    journal.mkdir()
+    done = sq(sq_env, "fsck")
+    assert done.returncode == 6
+    assert _one_line(done) == "statequeue: error: Is a directory\n"  # was "error: 5: Is a ..."

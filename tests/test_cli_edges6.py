@@ -272,7 +272,7 @@ def test_queues_refuses_a_home_that_is_a_file_as_status_does(tmp_path: Path, cli
     home = tmp_path / "a-file"
     home.write_text("not a folder\n")
     for command in ("queues", "status"):
-        code, out, err = cli("--home", str(home), command)
+        code, _out, err = cli("--home", str(home), command)
         assert code == 2, (command, err)
         assert err.strip() == f"statequeue: home {home} exists and is not a folder"
 

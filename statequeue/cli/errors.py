@@ -126,7 +126,9 @@ def _exit_code_of(exc: BaseException) -> int | None:
         silence_stdout()
         return 0
     if isinstance(exc, OSError):
-        where = f" {exc.filename}:" if exc.filename else ""  # no "error::" without one
+        # No "error::" without a name; an fd number (an fstat's) names nothing.
+        named = isinstance(exc.filename, str | bytes) and exc.filename
+        where = f" {os.fsdecode(exc.filename)}:" if named else ""
         return fail(f"error:{where} {exc.strerror or exc}", int(ExitCode.IO_ERROR))
     return None
 

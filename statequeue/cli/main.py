@@ -244,7 +244,8 @@ def _run_fast(opts: _Fast) -> int:
         silence_stdout()
         code = 0
     except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""  # name the file, as run_guarded does
+        named = isinstance(exc.filename, str | bytes) and exc.filename  # not an fd number
+        where = f" {os.fsdecode(exc.filename)}" if named else ""  # as run_guarded does
         code = fail(f"error:{where}: {exc.strerror or exc}", 6)
     # Everything is written, fsynced and closed. Skip the interpreter's
     # teardown, which would free a million item strings one by one (~0.4 s).

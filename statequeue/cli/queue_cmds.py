@@ -20,6 +20,8 @@ from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
 from statequeue.core.errors import InvalidItem, UsageError
 
+MAX_INTERVAL = 86400.0  # seconds: --interval of `status --watch`, at most a day
+
 
 @app.command()
 def enqueue(
@@ -75,8 +77,11 @@ def status(
 
     Example: statequeue status --json | jq .counts
     """
-    if not math.isfinite(interval):  # nan passes click's min=0.1; then time.sleep(nan) raised
-        raise UsageError(f"--interval must be a finite number of seconds, not {interval}")
+    if not math.isfinite(interval) or interval > MAX_INTERVAL:
+        # nan passes click's min=0.1, then time.sleep(nan) raised; 1e10 overflowed time_t
+        raise UsageError(
+            f"--interval must be a number of seconds up to {MAX_INTERVAL:g} (a day), not {interval}"
+        )
     q = open_queue(ctx, home, queue, create=False)
     if watch:
         from statequeue.cli.watch import watch_status  # lazy: start-up time (stats, rich)

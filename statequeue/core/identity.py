@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from statequeue.core.errors import UsageError
 from statequeue.core.models import RunnerInfo
 from statequeue.core.textsafe import json_text
 
@@ -23,7 +24,13 @@ def host_name() -> str:
     containers that share a host name, and tests that play several hosts."""
     import socket  # lazy: start-up time (enqueue never needs it)
 
-    return os.environ.get("STATEQUEUE_HOST") or socket.gethostname()
+    chosen = os.environ.get("STATEQUEUE_HOST")
+    if chosen and not chosen.isascii():
+        try:
+            chosen.encode()
+        except UnicodeEncodeError:  # a byte that is not UTF-8: no record could hold it
+            raise UsageError("STATEQUEUE_HOST must be UTF-8 text") from None
+    return chosen or socket.gethostname()
 
 
 def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> RunnerInfo:

@@ -35,6 +35,11 @@ def _check_driver(url: str) -> None:
         raise InvalidStoreUrl(
             f"invalid store URL {mask(url)!r}: expected postgresql://... or a libpq conninfo"
         )
+    if not url.isascii():
+        try:
+            url.encode()
+        except UnicodeEncodeError:  # a byte that is not UTF-8 (held as a surrogate escape)
+            raise InvalidStoreUrl("invalid store URL: it is not UTF-8 text") from None
     try:
         import psycopg  # noqa: F401  # lazy: optional dependency psycopg; is it there?
     except ImportError as exc:
