@@ -40,8 +40,17 @@ def _line(event: ItemFinished, width: int = WHOLE) -> str:
         return f"[later] {what} {attempt}: try again in {format_duration(event.deferred)}"
     if event.state is ItemState.PENDING:
         retry = f"retry {claim.failures + 1} of {event.retries}"
-        return f"[retry] {what} {attempt}: {outcome.reason}; {retry} follows"
-    return f"[failed] {what} {attempt}: {outcome.reason}"
+        return f"[retry] {what} {attempt}: {_reason(outcome.reason)}; {retry} follows"
+    return f"[failed] {what} {attempt}: {_reason(outcome.reason)}"
+
+
+REASON_SHOWN = 2000  # characters of a reason a progress line shows (`show ID` has it whole)
+
+
+def _reason(text: str) -> str:
+    """A failure's reason on one progress line: control characters escaped (a
+    worker's reason may hold a NUL or an escape sequence), cut if very long."""
+    return shown(text, REASON_SHOWN)
 
 
 def _gone(exc: OSError) -> bool:
