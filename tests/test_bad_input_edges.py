@@ -190,7 +190,7 @@ def test_a_watch_interval_past_a_day_is_refused(sq_env: Env) -> None:
     assert sq(sq_env, "enqueue", "a").returncode == 0
     done = sq(sq_env, "status", "--watch", "--interval", "1e10")  # overflowed time_t
     assert done.returncode == USAGE
-    assert "--interval must be a number of seconds up to 86400" in _one_line(done)
+    assert "--interval must be a finite number of seconds up to 86400" in _one_line(done)
 
 
 def test_an_error_never_names_a_file_descriptor_as_the_file(sq_env: Env, sq_home: Path) -> None:

@@ -80,7 +80,8 @@ def status(
     if not math.isfinite(interval) or interval > MAX_INTERVAL:
         # nan passes click's min=0.1, then time.sleep(nan) raised; 1e10 overflowed time_t
         raise UsageError(
-            f"--interval must be a number of seconds up to {MAX_INTERVAL:g} (a day), not {interval}"
+            f"--interval must be a finite number of seconds up to {MAX_INTERVAL:g} (a day),"
+            f" not {interval}"
         )
     q = open_queue(ctx, home, queue, create=False)
     if watch:
