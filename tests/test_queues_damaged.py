@@ -76,3 +76,28 @@ def test_list_queues_passes_a_damaged_queue_to_on_damaged(sq_home: Path, three: 
     seen: list[str] = []
     found = list_queues(sq_home, on_damaged=lambda name, exc: seen.append(name))
     assert [s.queue for s in found] == ["a", "c"] and seen == ["bad"]
+
+
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [("lock", "bad/lock: Is a directory"), ("logs", "bad/logs exists and is not a folder")],
+)
+def test_a_queue_folder_broken_in_other_ways_does_not_hide_the_others(
+    sq_env: Env, sq_home: Path, broken: str, reason: str
+) -> None:
+    # An attacker's find: its `lock` a folder, or its `logs` a file, made
+    # `queues` fail for the whole home (exit 6 or 2, the healthy ones unlisted).
+    for name in ("a", "bad"):
+        assert sq(sq_env, "enqueue", "-q", name, "x").returncode == 0
+    path = sq_home / "bad" / broken
+    if path.is_dir():
+        path.rmdir()
+        path.write_text("x\n")
+    else:
+        path.unlink()
+        path.mkdir()
+    listed = sq(sq_env, "queues", "--json")
+    assert listed.returncode == DAMAGED, listed.stderr
+    rows = {q["queue"]: q for q in json.loads(listed.stdout)["queues"]}
+    assert rows["a"]["counts"]["pending"] == 1
+    assert rows["bad"]["damaged"].endswith(reason), rows["bad"]

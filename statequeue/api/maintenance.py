@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from statequeue.api.queue import Queue
 from statequeue.api.queue_whole import refuse_runners, remove_scratch, scratch_checked
 from statequeue.api.shared_store import queue_folder
-from statequeue.core.errors import DamagedState, UnsafeFolder, UsageError
+from statequeue.core.errors import DamagedState, NoAccess, UnsafeFolder, UsageError
 from statequeue.core.location import resolve_home, validate_queue_name
 from statequeue.store.opening import (
     check_home,
@@ -128,7 +128,19 @@ def list_queues(
             if on_damaged is None:
                 raise
             on_damaged(folder.name, exc)
+        except (OSError, UsageError) as exc:
+            # Broken in a way opening does not call damage (its lock a folder,
+            # its logs a file): still one queue's trouble, not the listing's.
+            if on_damaged is None or isinstance(exc, NoAccess):
+                raise
+            what = exc.message if isinstance(exc, UsageError) else _os_error_text(exc)
+            on_damaged(folder.name, DamagedState(what))
     return found
+
+
+def _os_error_text(exc: OSError) -> str:
+    named = isinstance(exc.filename, str | bytes) and exc.filename
+    return f"{os.fsdecode(exc.filename)}: {exc.strerror}" if named else str(exc.strerror or exc)
 
 
 def queues_place(
