@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING
 from statequeue.api.queue import Queue
 from statequeue.api.queue_whole import refuse_runners, remove_scratch, scratch_checked
 from statequeue.api.shared_store import queue_folder
-from statequeue.core.errors import DamagedState, NoAccess, UnsafeFolder, UsageError
+from statequeue.core.errors import (
+    DamagedState,
+    NoAccess,
+    UnsafeFolder,
+    UsageError,
+    os_error_text,
+)
 from statequeue.core.location import resolve_home, validate_queue_name
 from statequeue.store.opening import (
     check_home,
@@ -133,14 +139,9 @@ def list_queues(
             # its logs a file): still one queue's trouble, not the listing's.
             if on_damaged is None or isinstance(exc, NoAccess):
                 raise
-            what = exc.message if isinstance(exc, UsageError) else _os_error_text(exc)
+            what = exc.message if isinstance(exc, UsageError) else os_error_text(exc)
             on_damaged(folder.name, DamagedState(what))
     return found
-
-
-def _os_error_text(exc: OSError) -> str:
-    named = isinstance(exc.filename, str | bytes) and exc.filename
-    return f"{os.fsdecode(exc.filename)}: {exc.strerror}" if named else str(exc.strerror or exc)
 
 
 def queues_place(

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from statequeue.core.errors import StateQueueError
+from statequeue.core.errors import StateQueueError, os_error_text
 from statequeue.core.exitcodes import ExitCode
 
 PROG = "statequeue"
@@ -126,10 +126,7 @@ def _exit_code_of(exc: BaseException) -> int | None:
         silence_stdout()
         return 0
     if isinstance(exc, OSError):
-        # No "error::" without a name; an fd number (an fstat's) names nothing.
-        named = isinstance(exc.filename, str | bytes) and exc.filename
-        where = f" {os.fsdecode(exc.filename)}:" if named else ""
-        return fail(f"error:{where} {exc.strerror or exc}", int(ExitCode.IO_ERROR))
+        return fail(f"error: {os_error_text(exc)}", int(ExitCode.IO_ERROR))
     return None
 
 

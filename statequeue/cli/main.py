@@ -226,7 +226,7 @@ def _run_fast(opts: _Fast) -> int:
     # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.cli import errors
     from statequeue.cli.errors import fail, silence_stdout
-    from statequeue.core.errors import StateQueueError
+    from statequeue.core.errors import StateQueueError, os_error_text
 
     errors.hint_queue = opts.values.get("queue")  # None: $STATEQUEUE_QUEUE's or the default
     try:
@@ -244,9 +244,7 @@ def _run_fast(opts: _Fast) -> int:
         silence_stdout()
         code = 0
     except OSError as exc:
-        named = isinstance(exc.filename, str | bytes) and exc.filename  # not an fd number
-        where = f" {os.fsdecode(exc.filename)}" if named else ""  # as run_guarded does
-        code = fail(f"error:{where}: {exc.strerror or exc}", 6)
+        code = fail(f"error: {os_error_text(exc)}", 6)  # as run_guarded says it
     # Everything is written, fsynced and closed. Skip the interpreter's
     # teardown, which would free a million item strings one by one (~0.4 s).
     try:

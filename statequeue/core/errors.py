@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from statequeue.core.exitcodes import ExitCode
 
 
@@ -227,3 +229,13 @@ class TryLater(StateQueueError):
         super().__init__(message)
         self.seconds = seconds
         """Seconds to wait before the item runs again; None: an adaptive backoff."""
+
+
+def os_error_text(exc: OSError) -> str:
+    """``PATH: reason`` for an OSError, or the reason alone when it names no
+    file (an fd number, as an fstat's error carries, names none)."""
+    reason = exc.strerror or str(exc)
+    name = exc.filename
+    if isinstance(name, str | bytes) and name:
+        return f"{os.fsdecode(name)}: {reason}"
+    return reason

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 
 from statequeue.core.errors import DurabilityError
 
@@ -112,3 +113,13 @@ def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
     """The error raised when a write or fsync fails; the caller must stop."""
     reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return DurabilityError(f"{action} {path} failed: {reason}; stopped without acknowledging")
+
+
+def regular_or_none(fd: int) -> int | None:
+    """``fd`` if it is a regular file; else it is closed and None. For files a
+    child can reach (its log, its result): opened O_NONBLOCK by the caller, a
+    FIFO or a folder put there is neither read nor waited on."""
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None

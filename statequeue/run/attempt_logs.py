@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 
 from statequeue.core.errors import StateQueueError
+from statequeue.core.fileio import regular_or_none
 from statequeue.core.models import Claim
 from statequeue.store.base import Store
 
@@ -26,11 +26,11 @@ def hand_over_log(store: Store, claim: Claim, path: Path | None) -> None:
     try:
         # O_NONBLOCK: the child may have put a FIFO there since (the folder
         # is its result's); only a regular file is read, never waited on.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:  # gone, or a link (ELOOP): nothing of ours to store
         return
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+    fd = regular_or_none(opened)
+    if fd is None:
         return
     with open(fd, "rb") as f:
         data = f.read()

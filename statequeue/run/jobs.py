@@ -25,7 +25,7 @@ import orjson
 
 from statequeue.core.durations import format_setting
 from statequeue.core.errors import InvalidResult, KeeperLost
-from statequeue.core.fileio import CRASH
+from statequeue.core.fileio import CRASH, regular_or_none
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.records import json_problem, load_result
 from statequeue.run.keeper import Keeper
@@ -406,9 +406,9 @@ class Job:
         a FIFO planted there (by the child: the folder is its result's) must not
         block the open, which a signal could not end (PEP 475 retries it); it
         and anything else but a file is refused (OSError: no log is kept)."""
-        fd = self._open(f"{self._name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+        fd = regular_or_none(self._open(f"{self._name}.log", flags))
+        if fd is None:
             raise OSError(errno.EINVAL, "the log is not a regular file")
         return fd
 

@@ -6,12 +6,12 @@ the queue lock, the writes and compaction."""
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from statequeue.core.fileio import regular_or_none
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, decode, item_text
 from statequeue.store.base import attempts_since, deferrals_in
@@ -115,11 +115,11 @@ class JournalReads(RecordStore):
         try:
             # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
             flags = os.O_RDONLY | os.O_NONBLOCK
-            fd = self.dir.open_file(f"{item_id}.{attempt}.log", flags, sub="logs")
+            opened = self.dir.open_file(f"{item_id}.{attempt}.log", flags, sub="logs")
         except FileNotFoundError:
             return None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a folder: no log to show
-            os.close(fd)
+        fd = regular_or_none(opened)
+        if fd is None:  # a FIFO, a folder: no log to show
             return None
         with open(fd, "rb") as f:
             f.seek(offset)

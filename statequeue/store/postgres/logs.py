@@ -9,10 +9,10 @@ the file's bytes here (bytea: any bytes round-trip) and removes the file.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from typing import TYPE_CHECKING
 
+from statequeue.core.fileio import regular_or_none
 from statequeue.core.models import Claim
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
@@ -89,11 +89,11 @@ def read_local(
     try:
         # Relative to the checked folder, never through a link (folder.py).
         # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
-        fd = scratch.open_file(name, os.O_RDONLY | os.O_NONBLOCK, sub=SUBFOLDER)
+        opened = scratch.open_file(name, os.O_RDONLY | os.O_NONBLOCK, sub=SUBFOLDER)
     except FileNotFoundError:
         return None  # stored and removed meanwhile: the caller asks the database again
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+    fd = regular_or_none(opened)
+    if fd is None:
         return None
     with open(fd, "rb") as f:
         f.seek(offset)
