@@ -24,6 +24,6 @@ def gone(pid: int) -> bool:
     """True once ``pid`` has ended (a zombie, not ours to reap, counts)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended between open and read
         return True
     return stat.rsplit(") ", 1)[-1].startswith("Z")
