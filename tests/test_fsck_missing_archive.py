@@ -1,6 +1,8 @@
 """`fsck` and a deleted archive: the journal's header says the archive holds
-the results of compacted items, and every command but `status` refuses the
-queue (exit 5, "archive.jsonl is missing but the journal refers to it").
+the results of compacted items, and every command refuses the queue (exit 5,
+"archive.jsonl is missing but the journal refers to it"), the writers too:
+`run`, `cancel`, `pause` and `status` used to go on (exit 0) and write the
+journal over the loss.
 fsck used to call the queue ok, and `fsck --repair` left it refused, so
 nothing the tool offers could bring the queue back. Now fsck names the damage
 (exit 5) and a repair salvages: the surviving items go on, the lost ids are
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from statequeue import Queue
 from statequeue.core.exitcodes import ExitCode
@@ -61,3 +65,33 @@ def test_fsck_finds_a_deleted_archive_and_repair_brings_the_queue_back(
             (5, "e", "pending"),
         ]
     assert (folder / "archive.jsonl").exists()
+
+
+@pytest.mark.parametrize("emptied", [False, True], ids=["deleted", "emptied"])
+def test_every_command_refuses_a_queue_whose_archive_is_gone(
+    sq_env: dict[str, str], sq_home: Path, emptied: bool
+) -> None:
+    folder = _compacted_queue(sq_home)
+    if emptied:
+        (folder / "archive.jsonl").write_bytes(b"")
+    journal = (folder / "journal.jsonl").read_bytes()
+    commands = [
+        ["status"],
+        ["run", "--", "true"],
+        ["cancel", "4"],
+        ["retry", "4"],
+        ["pause"],
+        ["resume"],
+        ["enqueue", "e"],
+        ["compact"],
+    ]
+    for args in commands:
+        refused = _sq(sq_env, *args)
+        assert refused.returncode == ExitCode.DAMAGED, (args, refused.stdout, refused.stderr)
+        assert "fsck --repair" in refused.stderr, (args, refused.stderr)
+    assert (folder / "journal.jsonl").read_bytes() == journal  # nothing written over the loss
+    listed = _sq(sq_env, "queues")
+    assert listed.returncode == ExitCode.DAMAGED
+    assert "default\tdamaged" in listed.stdout
+    assert _sq(sq_env, "fsck", "--repair").returncode == 0
+    assert _sq(sq_env, "run", "--", "true").returncode == 0

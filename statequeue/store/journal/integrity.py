@@ -116,3 +116,22 @@ def refuse_if_incomplete(
             f"({found.offset} bytes) but the journal has {journal.lines} that follow on: "
             f"acknowledged records were lost; refusing to open {_REPAIR}"
         )
+
+
+def refuse_if_archive_short(folder: QueueFolder, state: QueueState) -> None:
+    """Raise DamagedState when the archive the journal's header vouches for is
+    missing or shorter than the header says: the results of compacted items
+    are gone, and a writer that went on would hide it (promise 5). One lstat,
+    only for a queue that was ever compacted."""
+    if not state.archive_size:
+        return
+    try:
+        size = folder.stat(ARCHIVE).st_size
+    except FileNotFoundError:
+        raise archive_missing(folder.shown(ARCHIVE)) from None
+    if size < state.archive_size:
+        raise DamagedState(
+            f"{folder.shown(ARCHIVE)}: shorter than the journal says ({size} < "
+            f"{state.archive_size} bytes): archived results were lost; refusing to open "
+            "(run `statequeue fsck --repair` to salvage the rest)"
+        )

@@ -18,7 +18,7 @@ from statequeue.core.errors import CorruptJournal
 from statequeue.store.journal import checkpoint
 from statequeue.store.journal.cache_file import Found
 from statequeue.store.journal.folder import QueueFolder
-from statequeue.store.journal.integrity import refuse_if_incomplete
+from statequeue.store.journal.integrity import refuse_if_archive_short, refuse_if_incomplete
 from statequeue.store.journal.journal_file import JournalFile, TornTail
 from statequeue.store.journal.settings import JournalSettings
 from statequeue.store.journal.stats_summary import StatsSummary
@@ -61,6 +61,7 @@ class Replay:
         self.checkpoint_lines = 0
         found, torn, restored = self._read_journal()
         refuse_if_incomplete(self.journal, self.state, found)
+        refuse_if_archive_short(self.folder, self.state)
         if torn is not None:
             if not read_only:  # a read-only queue leaves it for its next writer
                 self.journal.cut_torn(torn)
