@@ -13,7 +13,12 @@ from collections.abc import Iterator
 
 from statequeue.core.errors import ResourcesExhausted
 
-__all__ = ["RESOURCE_ERRNOS", "SHORT_ADVICE", "stop_when_short_of_resources"]
+__all__ = [
+    "RESOURCE_ERRNOS",
+    "SHORT_ADVICE",
+    "lowered_concurrency",
+    "stop_when_short_of_resources",
+]
 
 # Spawn errors that say the runner (or the machine) is short of something,
 # not that the item's command is wrong: the item is given back, uncounted.
@@ -40,3 +45,16 @@ def stop_when_short_of_resources() -> Iterator[None]:
         where = f" ({exc.filename})" if exc.filename else ""
         reason = exc.strerror or str(exc)
         raise ResourcesExhausted(f"cannot run: {reason}{where}; {SHORT_ADVICE}") from None
+
+
+def lowered_concurrency(exc: OSError, running: int, concurrency: int) -> tuple[int, str]:
+    """After a spawn short of resources: run as many items at once as run
+    now, which fit; returns the new concurrency and the warning to give
+    ("" when it is unchanged). With none running there is nothing to wait
+    for: ResourcesExhausted (the items stay pending)."""
+    reason = exc.strerror or str(exc)
+    if not running:
+        raise ResourcesExhausted(f"cannot start any command: {reason}; {SHORT_ADVICE}")
+    if running < concurrency:
+        return running, f"warning: {reason}: running at most {running} items at once"
+    return concurrency, ""

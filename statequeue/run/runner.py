@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.api.queue import Queue
-from statequeue.core.errors import KeeperLost, ResourcesExhausted, StoreUnreachable
+from statequeue.core.errors import KeeperLost, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command, command_drift, report_recovery
+from statequeue.run.checks import check_command
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
@@ -28,11 +28,13 @@ from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
 from statequeue.run.keeper import Keeper
 from statequeue.run.local_keeper import LocalKeeper
 from statequeue.run.options import RunOptions
-from statequeue.run.outage import OUTAGE_SLICE, OUTAGE_TICK, Outage, outage_limit
+from statequeue.run.outage import OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
 from statequeue.run.pacing import until_due
 from statequeue.run.recorder import ResultRecorder
-from statequeue.run.resources import RESOURCE_ERRNOS, SHORT_ADVICE
+from statequeue.run.registration import register_run, unregister_run
+from statequeue.run.resources import RESOURCE_ERRNOS, lowered_concurrency
+from statequeue.run.stopping import close_children, forward_stop, give_back_all
 from statequeue.run.verify_step import VerifyStep
 from statequeue.run.wakeup import follow_poll
 
@@ -95,6 +97,7 @@ class Runner:
         self._concurrency = options.jobs  # lowered when spawning runs short of resources
         self._stop_signal: int | None = None
         self._stop_count = 0
+        self._stop_forwarded = False
         self._taking = True
         self._taken: set[int] = set()  # with --limit only: a run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
@@ -146,23 +149,7 @@ class Runner:
         Raises CommandNotFound, with nothing claimed, if the command is missing."""
         check_command(self.options.command, self.spec.base_env)
         store = self.queue.store
-        if self.options.lease is not None:
-            store.use_lease(self.options.lease)
-        store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (_ride_out)
-        earlier = store.commands()
-        store.register_runner(self.info, exclusive=self.options.single)
-        if self.guard is not None:  # held by the keeper too, until all we leave is gone
-            self.guard.send_liveness(self.queue.name, store.liveness_fds(self.info.runner_id))
-        if drift := command_drift(earlier, self.options.command):
-            self.on_event(Notice(drift))
-        try:
-            opts = self.options
-            report_recovery(
-                store, opts.on_interrupted, opts.max_crashes, bool(opts.verify), self.on_event
-            )
-        except BaseException:
-            store.unregister_runner(self.info.runner_id)
-            raise
+        register_run(store, self.queue.name, self.info, self.options, self.guard, self.on_event)
         if self.options.max_time is not None:
             self._max_time_at = time.monotonic() + self.options.max_time
         try:
@@ -171,18 +158,9 @@ class Runner:
             self._report_ready()
             with contextlib.suppress(Exception):  # best effort: its lock dies with us anyway
                 self.queue.unreserve()
-            self._shutdown()
-            if self.workers is not None:
-                self.workers.close(self.keeper, self.options.grace)
-            if self.keeper is not None:
-                # The keeper exits, or stays until a detached leftover of an
-                # item has ended, holding that item's claim.
-                self.keeper.close()
-            elif self.guard is not None:  # no child was started: nothing to hold
-                self.guard.close({})
-            # Unreachable: its row is marked stopped once its pid or lease is seen gone.
-            with contextlib.suppress(StoreUnreachable):
-                store.unregister_runner(self.info.runner_id)
+            give_back_all(self.jobs, store, self.recorder)
+            close_children(self.workers, self.keeper, self.guard, self.options.grace)
+            unregister_run(store, self.info)
             self._watch.close()
             if self.spec.pipes is not None:
                 self.spec.pipes.close()
@@ -207,7 +185,7 @@ class Runner:
 
     def _ride_out(self, outage: Outage) -> bool:
         """Wait for the store to come back, fencing the claims whose leases
-        run out meanwhile (see run_outage.py). True once it answers again;
+        run out meanwhile (outage.py). True once it answers again;
         False if a signal stopped the run meanwhile (its children have ended).
         StoreUnreachable once the run gives up."""
         self.on_event(Notice(outage.start_text(), warning=True))
@@ -385,16 +363,10 @@ class Runner:
         return False
 
     def _short_of_resources(self, exc: OSError) -> None:
-        """Run fewer items at once: as many as run now, which fit. With none
-        running there is nothing to wait for: stop (the items stay pending)."""
-        reason = exc.strerror or str(exc)
-        if not self.jobs:
-            raise ResourcesExhausted(f"cannot start any command: {reason}; {SHORT_ADVICE}")
-        if len(self.jobs) < self._concurrency:
-            self._concurrency = len(self.jobs)
-            self.on_event(
-                Notice(f"warning: {reason}: running at most {self._concurrency} items at once")
-            )
+        """Run fewer items at once (resources.py)."""
+        self._concurrency, warning = lowered_concurrency(exc, len(self.jobs), self._concurrency)
+        if warning:
+            self.on_event(Notice(warning))
 
     def _idle_wait(self) -> float | None:
         """How long to sleep with no child running, or None to end the run."""
@@ -407,29 +379,24 @@ class Runner:
                 self.on_event(Notice(paused_text(self.queue.name)))
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         self._said_paused = False
-        due = self._next_retry(scope)
-        if due is not None:
-            return min(until_due(due), IDLE_TICK)
-        if self.options.follow and scope is None:
-            return self._follow_poll
-        return None
+        return self._look_again(scope)
 
-    def _next_retry(self, scope: set[int] | None) -> float | None:
-        """When the next deferred retry this run may take, or its next start
-        under --rate (pacing.py), comes due."""
-        return self.recorder.pacing.due(self._store.next_due(scope))
+    def _look_again(self, scope: set[int] | None) -> float | None:
+        """With a slot free, when to look again (None: no need): at the next
+        deferred retry this run may take, or its next start under --rate
+        (pacing.py), and every poll with --follow."""
+        due = self.recorder.pacing.due(self._store.next_due(scope))
+        wait = None if due is None else min(until_due(due), IDLE_TICK)
+        if self.options.follow and scope is None:
+            wait = self._follow_poll if wait is None else min(wait, self._follow_poll)
+        return wait
 
     def _next_deadline(self) -> float:
         now = time.monotonic()
         wait = IDLE_TICK
-        if self._taking and len(self.jobs) < self.options.jobs:
-            # A free slot: look again soon for new items (--follow) or due retries.
-            scope = self._scope()
-            due = self._next_retry(scope)
-            if due is not None:
-                wait = min(wait, until_due(due))
-            if self.options.follow and scope is None:
-                wait = min(wait, self._follow_poll)
+        free = self._taking and len(self.jobs) < self.options.jobs
+        if free and (again := self._look_again(self._scope())) is not None:
+            wait = min(wait, again)
         fence = self.fencing.wait_bound()  # a lease that needs renewing soon (lease clock)
         if fence is not None and self.jobs:
             wait = min(wait, fence)
@@ -517,27 +484,14 @@ class Runner:
     def _handle_stop(self) -> None:
         if self._stop_signal is None:
             return
-        if self._taking:
-            self._taking = False
-            now = time.monotonic()
-            for job in self.jobs.values():
-                job.stop_reason = job.stop_reason or "stopped"
-                job.signal_group(self._stop_signal)
-                job.kill_at = now + self.options.grace
-        if self._stop_count > 1:
-            for job in self.jobs.values():
-                job.killed = True
-                job.signal_group(signal.SIGKILL)
-
-    def _shutdown(self) -> None:
-        """On an unexpected error: kill children and give their items back."""
-        with contextlib.suppress(Exception):
-            self.recorder.give_back_prefetched()
-        for job in list(self.jobs.values()):
-            job.signal_group(signal.SIGKILL)
-            job.reap()
-            job.close()
-            # Best effort: if this fails too, recovery finds the item on the next run.
-            with contextlib.suppress(Exception):
-                self.queue.store.release(job.claim, "interrupted: runner stopped on an error")
-        self.jobs.clear()
+        # Forwarded once, even when the run had stopped taking items already
+        # (--max-time, --halt-on-failure): its children must hear it too.
+        first, self._stop_forwarded = not self._stop_forwarded, True
+        self._taking = False
+        forward_stop(
+            self.jobs.values(),
+            self._stop_signal,
+            self.options.grace,
+            first=first,
+            hard=self._stop_count > 1,
+        )

@@ -1,0 +1,60 @@
+"""A run's entry in the store, from its start to its end.
+
+Before its first claim a run registers itself (``--single`` refuses a second
+runner), hands its liveness lock to the keeper when a guard started it (the
+keeper holds it until every process the run leaves is gone: promise 4),
+warns when the queue was last run with another command, and reports what
+recovery found of an earlier run. At its end it unregisters: a store that
+cannot be reached then marks it stopped once its pid or lease is seen gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from statequeue.core.errors import StoreUnreachable
+from statequeue.core.models import RunnerInfo
+from statequeue.run.checks import command_drift, report_recovery
+from statequeue.run.events import Notice, RunEvent
+from statequeue.run.guard import GuardLink
+from statequeue.run.options import RunOptions
+from statequeue.run.outage import OUTAGE_SLICE
+from statequeue.store.base import Store
+
+__all__ = ["register_run", "unregister_run"]
+
+
+def register_run(
+    store: Store,
+    queue: str,
+    info: RunnerInfo,
+    options: RunOptions,
+    guard: GuardLink | None,
+    on_event: Callable[[RunEvent], None],
+) -> None:
+    """Register the run in ``store`` and report recovery (unregistered again
+    if that fails)."""
+    if options.lease is not None:
+        store.use_lease(options.lease)
+    store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (runner: _ride_out)
+    earlier = store.commands()
+    store.register_runner(info, exclusive=options.single)
+    if guard is not None:  # held by the keeper too, until all we leave is gone
+        guard.send_liveness(queue, store.liveness_fds(info.runner_id))
+    if drift := command_drift(earlier, options.command):
+        on_event(Notice(drift))
+    try:
+        report_recovery(
+            store, options.on_interrupted, options.max_crashes, bool(options.verify), on_event
+        )
+    except BaseException:
+        store.unregister_runner(info.runner_id)
+        raise
+
+
+def unregister_run(store: Store, info: RunnerInfo) -> None:
+    """The run's end in the store (unreachable: its row is marked stopped
+    once its pid or lease is seen gone)."""
+    with contextlib.suppress(StoreUnreachable):
+        store.unregister_runner(info.runner_id)

@@ -1,0 +1,75 @@
+"""How a run stops its children: on a signal (with --grace), and on an error.
+
+A first SIGINT, SIGTERM or SIGHUP is forwarded to every child's process
+group, and each gets ``--grace`` seconds before SIGKILL (the runner's loop
+enforces that time, jobs.py: ``enforce_times``); a second one kills them at
+once. On an unexpected error every child is killed and its item given back
+(recovery finds it on the next run if even that fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from statequeue.run.guard import GuardLink
+from statequeue.run.jobs import Job
+from statequeue.run.keeper import Keeper
+from statequeue.run.recorder import ResultRecorder
+from statequeue.store.base import Store
+
+if TYPE_CHECKING:
+    from statequeue.run.persistent import WorkerPool
+
+__all__ = ["close_children", "forward_stop", "give_back_all"]
+
+
+def forward_stop(
+    jobs: Iterable[Job], signum: int, grace: float, *, first: bool, hard: bool
+) -> None:
+    """Send ``signum`` to each job's group and give it ``grace`` seconds
+    (``first``: the first signal, seen now); ``hard`` (a second
+    signal): SIGKILL every group now."""
+    jobs = list(jobs)
+    if first:
+        now = time.monotonic()
+        for job in jobs:
+            job.stop_reason = job.stop_reason or "stopped"
+            job.signal_group(signum)
+            job.kill_at = now + grace
+    if hard:
+        for job in jobs:
+            job.killed = True
+            job.signal_group(signal.SIGKILL)
+
+
+def give_back_all(jobs: dict[int, Job], store: Store, recorder: ResultRecorder) -> None:
+    """On an unexpected error: kill every child and give its item back."""
+    with contextlib.suppress(Exception):
+        recorder.give_back_prefetched()
+    for job in list(jobs.values()):
+        job.signal_group(signal.SIGKILL)
+        job.reap()
+        job.close()
+        # Best effort: if this fails too, recovery finds the item on the next run.
+        with contextlib.suppress(Exception):
+            store.release(job.claim, "interrupted: runner stopped on an error")
+    jobs.clear()
+
+
+def close_children(
+    workers: WorkerPool | None, keeper: Keeper | None, guard: GuardLink | None, grace: float
+) -> None:
+    """At a run's end, once every item is settled or given back (``give_back_all``):
+    persistent workers are stopped (with ``grace``), and the keeper closes. It
+    exits, or stays until a detached leftover of an item has ended, holding that
+    item's claim; with no child ever started the guard holds nothing."""
+    if workers is not None:
+        workers.close(keeper, grace)
+    if keeper is not None:
+        keeper.close()
+    elif guard is not None:
+        guard.close({})
