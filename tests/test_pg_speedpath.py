@@ -19,6 +19,7 @@ from statequeue.core.models import Claim, ItemState, Outcome, RunnerInfo
 from tests.conftest import STATEQUEUE
 from tests.pg import PgCluster
 from tests.pg import sql as _sql
+from tests.waiting import until
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, writes  # noqa: E402  (needs psycopg)
@@ -135,6 +136,75 @@ def test_a_retried_finish_and_claim_adopts_the_claim_its_first_try_committed(
             s.close()
     assert [e["id"] for e in _events(pg_url, "start")] == [1, 2]
     assert _sql(pg_url, "SELECT id FROM statequeue.results ORDER BY id") == [(1,), (2,)]
+
+
+def _waiting_on_a_lock(url: str, pid: int) -> bool:
+    rows = _sql(url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid)
+    return bool(rows) and rows[0][0] == "Lock"
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["finish_and_claim", "finish"])
+def test_a_retry_that_overtakes_its_still_running_first_try_finds_its_result(
+    store: PostgresStore, pg_url: str, fused: bool
+) -> None:
+    """The connection was cut while the first try still ran on the server: the
+    retry began before the first try committed. It used to wait for the first
+    try's row lock, find the running row gone and call the token stale
+    (ClaimLost, "nothing was recorded") though the result was recorded, and
+    leave the next item the first try claimed to expire as a crash. Now it
+    finds the result, and the fused retry adopts that claim (schema v11)."""
+    runner, claim = _claimed(store, ["a", "b", "c"])
+    params = {
+        **writes.finish_params("q", claim, OK, (ItemState.DONE, None)),
+        "now": time.time(),
+        "runner": runner.runner_id,
+        "lease": 60.0,
+        "among": None,
+        "sync": True,
+    }
+    from statequeue.store.postgres import functions
+
+    sql = functions.FINISH_AND_CLAIM if fused else functions.FINISH
+    if not fused:
+        for key in ("now", "runner", "lease", "among"):
+            del params[key]
+    answers: dict[str, object] = {}
+
+    def call(name: str, retried: bool, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        try:
+            answers[name] = conn.execute(sql, {**params, "retried": retried}).fetchall()
+        except Exception as exc:  # reported by the assertions below
+            answers[name] = exc
+
+    import threading
+
+    with (
+        psycopg.connect(pg_url) as blocker,
+        psycopg.connect(pg_url, autocommit=True) as first,
+        psycopg.connect(pg_url, autocommit=True) as retry,
+    ):
+        # The first try stops after deleting the running row, at the items
+        # row this transaction holds: as if still running when cut off.
+        blocker.execute("SELECT 1 FROM statequeue.items WHERE queue = 'q' AND id = 1 FOR UPDATE")
+        threads = [threading.Thread(target=call, args=("first", False, first))]
+        threads[0].start()
+        until(lambda: _waiting_on_a_lock(pg_url, first.info.backend_pid), "the first try to wait")
+        threads.append(threading.Thread(target=call, args=("retry", True, retry)))
+        threads[1].start()
+        until(lambda: _waiting_on_a_lock(pg_url, retry.info.backend_pid), "the retry to wait")
+        blocker.commit()
+        for t in threads:
+            t.join(timeout=60)
+    first_rows, retry_rows = answers["first"], answers["retry"]
+    assert isinstance(first_rows, list) and isinstance(retry_rows, list), answers
+    if fused:
+        # The retry answers as the first try did: done, and the same next claim.
+        assert retry_rows[0][0] == "done", retry_rows
+        assert retry_rows[0][1:] == first_rows[0][1:] and first_rows[0][1] == 2, answers
+        assert _live(pg_url) == [(2, "running", first_rows[0][4]), (3, "pending", None)]
+    else:
+        assert retry_rows == first_rows == [("done",)], answers
+    assert _sql(pg_url, "SELECT id FROM statequeue.results ORDER BY id") == [(1,)]
 
 
 def test_a_retried_finish_finds_a_result_already_archived(

@@ -14,6 +14,7 @@ from statequeue.core.errors import SchemaTooNew
 from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
 from statequeue.store.postgres.lean_writes import V7_LEAN_WRITES
 from statequeue.store.postgres.owners import check_owners
+from statequeue.store.postgres.settle_retry import V11_SETTLE_RETRY
 
 if TYPE_CHECKING:
     from statequeue.store.postgres.connection import Connection
@@ -248,9 +249,13 @@ WHERE pg_catalog.pg_relation_size('statequeue.results')
     < 128 * pg_catalog.current_setting('block_size')::bigint;
 """
 
+# A retried finish that overtook its first try (settle_retry.py).
+_V11_SETTLE_RETRY = V11_SETTLE_RETRY
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
     *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS, _V10_RESULTS_RANGE),
+    _V11_SETTLE_RETRY,
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
