@@ -69,8 +69,9 @@ def drop_queue(
     """Delete queue ``name`` with everything in it, once no runner is active on
     it (UsageError otherwise). ``confirm(place)`` is called first and may raise
     to stop; ``place`` is the queue's folder, or the store's URL (password
-    masked). A damaged local queue can be dropped too; an interrupted drop from
-    a PostgreSQL store is finished by dropping again. Returns ``place``."""
+    masked). A damaged or broken local queue (one ``list_queues`` calls
+    damaged) can be dropped too; an interrupted drop from a PostgreSQL store
+    is finished by dropping again. Returns ``place``."""
     url = chosen_url(store)
     if url is not None:
         scratch = resolve_home(home) / ".postgres" / validate_queue_name(name)
@@ -160,13 +161,26 @@ def _idle_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
     try:
         q = Queue(name, home=home, create=False, store=None)
     except DamagedState:
-        folder = queue_folder(name, home)
-        if runner_locks_held(folder):
-            raise UsageError(f"queue {name!r} has an active runner; stop it first") from None
-        return folder
+        return _idle_broken_folder(name, home)
+    except (OSError, UsageError) as exc:
+        # Broken in a way opening does not call damage (its lock a folder, its
+        # logs a file): `queues` lists it as damaged, so it drops as one does,
+        # provided it is a queue's folder at all.
+        if isinstance(exc, NoAccess) or not holds_queue(queue_folder(name, home)):
+            raise
+        return _idle_broken_folder(name, home)
     try:
         refuse_runners(name, q.store.active_runners())
         assert q.path is not None  # a journal store always has its folder
         return q.path
     finally:
         q.close()
+
+
+def _idle_broken_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
+    """The folder of queue ``name``, which cannot be opened, once no runner
+    holds its lock there (read without opening the journal)."""
+    folder = queue_folder(name, home)
+    if runner_locks_held(folder):
+        raise UsageError(f"queue {name!r} has an active runner; stop it first")
+    return folder

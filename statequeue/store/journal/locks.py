@@ -15,7 +15,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from statequeue.core.errors import LockTimeout, UsageError
+from statequeue.core.errors import LockTimeout, NoAccess, UsageError
 from statequeue.store.journal.folder import QueueFolder
 
 CLAIMS = "claims.lock"
@@ -84,9 +84,24 @@ def runner_locks_held(path: Path) -> bool:
     without opening the journal (for `drop` of a queue too damaged to open)."""
     folder = QueueFolder.open(path, create=False)
     try:
-        return not all(lock_is_free(folder, "runners", n) for n in folder.names("runners"))
+        try:
+            names = folder.names("runners")
+        except NoAccess:
+            raise
+        except UsageError:  # ``runners`` is not a folder: no runner can hold a lock in it
+            return False
+        return not all(_runner_lock_free(folder, n) for n in names)
     finally:
         folder.close()
+
+
+def _runner_lock_free(folder: QueueFolder, name: str) -> bool:
+    """lock_is_free for a runner's lock, where a folder in its place (a broken
+    queue being dropped) is a lock nobody can hold."""
+    try:
+        return lock_is_free(folder, "runners", name)
+    except IsADirectoryError:
+        return True
 
 
 def lock_is_free(folder: QueueFolder, sub: str, name: str) -> bool:
