@@ -15,6 +15,7 @@ Import reads and checks the whole file before it changes anything.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
     from statequeue.api.queue import Queue
 
 HEADER_KEY = "statequeue_export"
+# The longest lines an import reads, so an input that never ends a line
+# (/dev/zero) is refused, not held until memory runs out. A header is a few
+# short fields; an item line holds its history, every attempt's result
+# included (a command's is at most 1 MiB), so its bound is far above any
+# export statequeue writes in practice.
+MAX_HEADER_LINE = 1 << 16
+MAX_EXPORT_LINE = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -123,8 +131,26 @@ def export_to_file(queue: Queue, path: Path) -> int:
     return count
 
 
+def export_file_lines(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
+    """The lines of an export read from ``stream``, each at most
+    MAX_HEADER_LINE (the first) or MAX_EXPORT_LINE bytes (InvalidExport
+    after reading that much of a longer one, with nothing more held)."""
+    limit, number = MAX_HEADER_LINE, 1
+    while line := stream.readline(limit + 1):
+        if len(line) > limit:
+            raise InvalidExport(
+                f"line {number}: longer than {limit} bytes: "
+                + ("not a statequeue export" if number == 1 else "not an export line")
+            )
+        yield line
+        limit, number = MAX_EXPORT_LINE, number + 1
+
+
 def read_export(lines: Iterable[bytes]) -> CheckedExport:
-    """Parse and check a whole export; InvalidExport naming the first problem."""
+    """Parse and check a whole export (its lines; an open file is read by
+    ``export_file_lines``); InvalidExport naming the first problem."""
+    if isinstance(lines, io.IOBase):
+        lines = export_file_lines(lines)
     header: ExportHeader | None = None
     entries: list[ExportedItem] = []
     ids: dict[int, int] = {}  # id -> line

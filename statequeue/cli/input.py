@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 from typing import BinaryIO, TypeVar
 
-from statequeue.core.errors import InvalidItem, QueueNotFound, UsageError
-from statequeue.core.items import check_items
+from statequeue.core.errors import InvalidItem, ItemTooLarge, QueueNotFound, UsageError
+from statequeue.core.items import MAX_ITEM_BYTES, check_items
 
 _Q = TypeVar("_Q")
 
@@ -72,17 +72,23 @@ def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[s
         return items, Positions("argument", gaps=gaps)
     where = file if file not in (None, "-") else ""
     reader = _Reader("\0" if null else "\n")
-    if where:
-        try:
-            with open(where, "rb") as f:
-                reader.read_all(f)
-        except OSError as exc:
-            raise UsageError(f"cannot read {file}: {exc.strerror}") from None
-    else:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise UsageError("no items: give ITEM arguments, --file PATH, or pipe items on stdin")
-        reader.read_all(sys.stdin.buffer)
-    return reader.items, Positions("item" if null else "line", where, reader.gaps)
+    positions = Positions("item" if null else "line", where, reader.gaps)
+    try:
+        if where:
+            try:
+                with open(where, "rb") as f:
+                    reader.read_all(f)
+            except OSError as exc:
+                raise UsageError(f"cannot read {file}: {exc.strerror}") from None
+        else:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise UsageError(
+                    "no items: give ITEM arguments, --file PATH, or pipe items on stdin"
+                )
+            reader.read_all(sys.stdin.buffer)
+    except InvalidItem as exc:
+        raise positions.locate(exc) from None
+    return reader.items, positions
 
 
 class _Reader:
@@ -103,12 +109,26 @@ class _Reader:
             # a UTF-8 sequence, so each piece decodes exactly as the whole would.
             cut = chunk.rfind(sep) + 1
             if not cut:
+                self._refuse_endless(sum(map(len, carry)), len(chunk))
                 carry.append(chunk)
                 continue
             self._take(b"".join([*carry, chunk[:cut]]))
             carry = [chunk[cut:]] if cut < len(chunk) else []
         if carry:
             self._take(b"".join(carry) + sep)
+
+    def _refuse_endless(self, held: int, more: int) -> None:
+        """ItemTooLarge (its index the item's) when an item of which ``held``
+        bytes are read, already past the limit, goes on for ``more`` bytes
+        without ending: input with no end of line (/dev/zero) is refused after
+        two chunks, not held. One that ends is checked whole, as every item."""
+        if held > MAX_ITEM_BYTES:
+            self._close_gap()
+            exc = ItemTooLarge(
+                f"item of at least {held + more} bytes exceeds the {MAX_ITEM_BYTES}-byte limit"
+            )
+            exc.index = len(self.items)
+            raise exc
 
     def _take(self, data: bytes) -> None:
         """Take whole lines (``data`` ends with a separator)."""

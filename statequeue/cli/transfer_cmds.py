@@ -71,12 +71,15 @@ def import_(
 
 
 def _open_input(file: str) -> list[bytes]:
-    """Every line of FILE (or stdin), read before the queue is opened."""
+    """Every line of FILE (or stdin), read before the queue is opened; a line
+    past the import's bound is refused once that much is read, not held."""
+    from statequeue.api.transfer import export_file_lines  # lazy: start-up time
+
     if file == "-":
-        return sys.stdin.buffer.readlines()
+        return list(export_file_lines(sys.stdin.buffer))
     try:
         with open(file, "rb") as f:
-            return f.readlines()
+            return list(export_file_lines(f))
     except FileNotFoundError:
         raise NotFound(f"no such file: {file}") from None
     except IsADirectoryError:  # bad input, as `export -o FOLDER` is; not exit 6, a failing disk
