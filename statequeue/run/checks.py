@@ -4,6 +4,7 @@ that the --verify script is valid shell and can run, and what recovery did."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,6 +63,42 @@ def check_verify_script(text: str) -> str:
         why = " ".join(parsed.stderr.decode("utf-8", "replace").split()) or "syntax error"
         raise UsageError(f"invalid --verify script {text!r}: {why}")
     return script
+
+
+_FIRST_WORD = re.compile(r"\s*([A-Za-z0-9_./+-]+)(?=[\s;&|]|$)")
+
+
+def check_verify_command(script: str, env: Mapping[str, str]) -> None:
+    """Refuse a --verify script whose first command is missing or not
+    executable, before anything is claimed, as ``check_command`` does for the
+    command (the check would fail with 126 or 127 on the first item). Only a
+    plain first word is looked at (not ``VAR=x cmd``, ``(...)``, a quoted or
+    replaced word); the shell decides what it names (a builtin, a keyword,
+    a program on the run's PATH)."""
+    import subprocess  # lazy: start-up time (--verify only)
+
+    found = _FIRST_WORD.match(script)
+    if found is None:
+        return
+    word = found.group(1)
+    if "/" in word:
+        if not os.path.exists(word):
+            raise VerifyBroken(f"--verify command not found: {word}; nothing was run")
+        if os.path.isdir(word) or not os.access(word, os.X_OK):
+            raise VerifyBroken(f"--verify command is not executable: {word}; nothing was run")
+        return
+    try:
+        known = subprocess.run(
+            [SHELL, "-c", 'command -v "$1" >/dev/null', "sh", word],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=dict(env),
+            check=False,
+        )
+    except OSError as exc:
+        raise UsageError(f"--verify needs {SHELL}: {exc.strerror or exc}") from None
+    if known.returncode != 0:
+        raise VerifyBroken(f"--verify command not found in PATH: {word}; nothing was run")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command
+from statequeue.run.checks import check_command, check_verify_command
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
@@ -146,8 +146,11 @@ class Runner:
 
     def run(self) -> RunSummary:
         """Run until no item is left (or --limit, --max-time, a signal).
-        Raises CommandNotFound, with nothing claimed, if the command is missing."""
+        Raises CommandNotFound (VerifyBroken for the --verify script's first
+        command), with nothing claimed, if the command is missing."""
         check_command(self.options.command, self.spec.base_env)
+        if self.options.verify:
+            check_verify_command(self.options.verify, self.spec.base_env)
         store = self.queue.store
         register_run(store, self.queue.name, self.info, self.options, self.guard, self.on_event)
         if self.options.max_time is not None:

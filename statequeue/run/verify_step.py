@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from statequeue.api.queue import Queue
+from statequeue.core.errors import VerifyBroken
 from statequeue.core.models import Claim, Outcome
 from statequeue.run.checks import Verifier
 from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
@@ -65,8 +66,15 @@ class VerifyStep:
         assert self.verifier is not None
         try:
             verdict, notes = self.verifier.check(claim, slot)
+        except VerifyBroken:
+            # Nothing of the item ran: as if it had never been claimed, so the
+            # next run (script fixed) counts no attempt and still verifies it first.
+            self.queue.store.release(
+                claim, "not started: the --verify script is broken", uncounted=True
+            )
+            raise
         except BaseException:
-            self.queue.store.release(claim, "interrupted: the --verify script is broken")
+            self.queue.store.release(claim, "interrupted: the --verify check did not complete")
             raise
         for text, warning in notes:
             self.on_event(Notice(text, warning=warning))

@@ -318,7 +318,10 @@ def test_a_broken_verify_stops_the_run_with_exit_2(
 ) -> None:
     enqueue(env, "a")
     crash_after_work(env, work, procs, "a")
-    out = sq(env, "run", "--verify", "no-such-checker {}", "--", "sh", "-c", COUNT_RUN)
+    # Its first word is fine (a missing first command is refused before the run,
+    # tests/test_verify_broken.py); the one it reaches is not.
+    check = "test -n {} && no-such-checker {}"
+    out = sq(env, "run", "--verify", check, "--", "sh", "-c", COUNT_RUN)
     assert out.returncode == 2, out.stderr
     assert "--verify script failed with exit 127 (not found)" in out.stderr
     assert "no-such-checker" in out.stderr  # sh's own message, shown
