@@ -232,7 +232,7 @@ def _damage_byte(path: Path) -> None:
 
 
 def _damage_version(path: Path) -> None:
-    path.write_bytes(path.read_bytes().replace(b"SQSTATS1", b"SQSTATS9", 1))
+    path.write_bytes(path.read_bytes().replace(stats_cache.MAGIC, b"SQSTATS9\n", 1))
 
 
 def _damage_empty(path: Path) -> None:

@@ -20,13 +20,20 @@ from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
 from statequeue.core.errors import ItemNotSettled, TryLater, UsageError
 from statequeue.core.identity import new_runner
-from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
+from statequeue.core.models import (
+    VERIFIED_AFTER_CRASH,
+    Claim,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+    RunnerInfo,
+)
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
 
-VERIFIED_REASON = "verified: finished before its runner died"
+VERIFIED_REASON = VERIFIED_AFTER_CRASH
 LONGEST_NAP = 1.0
 """The longest a loop sleeps before looking again for an item waiting on its retry time."""
 PAUSED_NAP = 0.25

@@ -94,6 +94,14 @@ class Claim:
     """
 
 
+VERIFIED_BEFORE_RUN = "verified before run"
+VERIFIED_AFTER_CRASH = "verified: finished before its runner died"
+VERIFIED_REASONS = frozenset((VERIFIED_BEFORE_RUN, VERIFIED_AFTER_CRASH))
+"""The reasons of an attempt a --verify check (or ``work(verify=)``) settled
+done without running anything: it took no run time (its ``dur`` is 0), so
+`stats` and `report` leave it out of their durations."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one attempt, as recorded durably."""

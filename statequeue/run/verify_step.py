@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from statequeue.api.queue import Queue
 from statequeue.core.errors import VerifyBroken
-from statequeue.core.models import Claim, Outcome
+from statequeue.core.models import VERIFIED_AFTER_CRASH, VERIFIED_BEFORE_RUN, Claim, Outcome
 from statequeue.run.checks import Verifier
 from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
 from statequeue.run.jobs import JobSpec
@@ -81,9 +81,9 @@ class VerifyStep:
         if not verdict.done:
             return False
         if claim.interrupted:
-            outcome = Outcome(ok=True, reason="verified: finished before its runner died")
+            outcome = Outcome(ok=True, reason=VERIFIED_AFTER_CRASH)
         else:
-            outcome = Outcome(ok=True, reason="verified before run")
+            outcome = Outcome(ok=True, reason=VERIFIED_BEFORE_RUN)
         state = self.queue.finish(claim, outcome)
         self.summary.record(claim.item_id, state)
         self.summary.verified += 1

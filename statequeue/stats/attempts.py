@@ -5,6 +5,10 @@ the library settled the item) or a crash recovery (an ``intr`` record that
 counts a crash: its runner died during the attempt). An attempt handed back
 by a stopped runner is not one: it never finished, and runs again.
 
+An attempt that --verify settled done without running (``VERIFIED_REASONS``)
+is one, as `list` and `show` count it, but with no duration: it ran nothing,
+and its recorded 0 s would drag the duration figures down.
+
 The journal keeps an attempt's record until compaction; then the item's
 ``arch`` record (done items) or ``item`` record (unfinished ones) carries its
 attempts as ``tries`` summaries, and ``attempts_of`` reads all three alike.
@@ -17,6 +21,7 @@ from itertools import compress
 from typing import Any, NamedTuple, cast
 
 from statequeue.core.exported import MAX_SECONDS
+from statequeue.core.models import VERIFIED_REASONS
 from statequeue.core.records import Record
 
 
@@ -50,13 +55,14 @@ def is_crash(rec: Record) -> bool:
 def from_end(rec: Record, item_id: int, state: str = "") -> Attempt:
     """The attempt an ``end`` record (or its summary, or an ``arch``) describes."""
     state = state or rec.get("state", "done")
+    reason = rec.get("reason", "")
     return Attempt(
         item_id,
         rec.get("attempt", 0),
         state,
         rec.get("ok", state == "done"),
-        rec.get("dur"),
-        rec.get("reason", ""),
+        None if reason in VERIFIED_REASONS else rec.get("dur"),
+        reason,
         rec.get("exit"),
         rec.get("sig"),
         bool(rec.get("timeout")),
@@ -104,6 +110,12 @@ def from_archived(rec: Record) -> Iterator[Attempt]:
         yield from from_tries(tries, item_id)
     elif "attempt" in rec:  # a bare one (salvaged, never ended) records no attempt
         yield from_end(rec, item_id, "done")
+
+
+def run_durations(records: Sequence[Record]) -> list[float | None]:
+    """The ``dur`` of each of ``records`` (``end`` or ``arch``), None where it
+    gives none or --verify settled it without running (as ``from_end``)."""
+    return [None if rec.get("reason") in VERIFIED_REASONS else rec.get("dur") for rec in records]
 
 
 def attempts_of(records: Iterable[Record]) -> Iterator[Attempt]:

@@ -32,6 +32,7 @@ from statequeue.stats.attempts import (
     from_end,
     from_tries,
     joined_host,
+    run_durations,
 )
 
 _CHUNK = 1 << 20  # a chunk's decoded records (dicts) take several times its size
@@ -127,6 +128,8 @@ _BULK = (_ENQ, _START[:-6], _END, _ARCH)
 _END_LINES = re.compile(rb"\n(" + re.escape(_END) + rb"[^\n]*)")
 _ARCH_LINES = re.compile(rb"\n(" + re.escape(_ARCH) + rb"[^\n]*)")
 _EN_OR_START = (b'\n{"t":"en', b"\n" + _START[:-6])  # enq and end; start
+# In a chunk that holds none (nearly all), durations are taken in C as written.
+_VERIFIED = b'"reason":"verified'
 
 
 def scan_attempt_batches(fd: int, end: int, *, path: str) -> Iterator[AttemptBatch]:
@@ -177,14 +180,15 @@ def _chunk_batches(
         lines.pop()
         yield from batches_of(_scan_lines(lines, started, hosts, path))
         return
+    verified = _VERIFIED in data
     if ends:
-        yield _batch_of_ends(ends, runners)
+        yield _batch_of_ends(ends, runners, verified=verified)
     archived_lines = _ARCH_LINES.findall(framed) if _ARCH in data else []
     if archived_lines:
         archived = _bulk_decode(archived_lines, path)
         plain = [r for r in archived if not r.get("tries") and "attempt" in r]
         if plain:
-            yield _batch_of_archived(plain)
+            yield _batch_of_archived(plain, verified=verified)
         carried = [a for r in archived if r.get("tries") for a in from_archived(r)]
         if carried:
             yield batch_of(carried)
@@ -198,10 +202,12 @@ def _chunk_batches(
         yield batch_of(found)
 
 
-def _batch_of_ends(ends: list[Record], runners: list[Any]) -> AttemptBatch:
+def _batch_of_ends(ends: list[Record], runners: list[Any], *, verified: bool) -> AttemptBatch:
     ids, attempts, states, oks, durations, ats = (
         list(map(itemgetter(key), ends)) for key in ("id", "attempt", "state", "ok", "dur", "at")
     )
+    if verified:  # some were settled by --verify: no run time
+        durations = run_durations(ends)
     return AttemptBatch(
         ids,
         attempts,
@@ -215,7 +221,7 @@ def _batch_of_ends(ends: list[Record], runners: list[Any]) -> AttemptBatch:
     )
 
 
-def _batch_of_archived(archived: list[Record]) -> AttemptBatch:
+def _batch_of_archived(archived: list[Record], *, verified: bool) -> AttemptBatch:
     n = len(archived)
     get = dict.get
     return AttemptBatch(
@@ -223,7 +229,7 @@ def _batch_of_archived(archived: list[Record]) -> AttemptBatch:
         list(map(itemgetter("attempt"), archived)),
         ["done"] * n,
         [True] * n,
-        list(map(get, archived, repeat("dur"))),
+        run_durations(archived) if verified else list(map(get, archived, repeat("dur"))),
         list(map(get, archived, repeat("at"))),
         [r or "" for r in map(get, archived, repeat("runner"))],
         list(map(get, archived, repeat("host"))),

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from statequeue.store.journal.journal_file import JournalFile
 
 NAME = STATS_CACHE
-MAGIC = b"SQSTATS1\n"
+MAGIC = b"SQSTATS2\n"  # 2: --verify's attempts left out of durations
 STAGED = NEW_STATS
 """A compaction's staged cache (``online_compaction.MARK`` names its temp files so)."""
 _TAIL = 32  # bytes just before a position that must still be there

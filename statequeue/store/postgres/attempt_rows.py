@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from statequeue.core.models import VERIFIED_REASONS
 from statequeue.stats.attempts import Attempt
 from statequeue.store.postgres.connection import Connection
 
@@ -54,7 +55,7 @@ def iter_attempts(conn: Connection, queue: str, since: float | None) -> Iterator
                 int(row[1] or 0),
                 str(row[2] or ""),
                 bool(row[3]),
-                row[4],
+                None if row[5] in VERIFIED_REASONS else row[4],  # as stats.attempts.from_end
                 str(row[5]),
                 row[6],
                 row[7],
