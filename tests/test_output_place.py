@@ -49,3 +49,21 @@ def test_a_folder_is_bad_input_and_a_missing_folder_is_not_found(
         assert done.stdout == b""
     assert list(outside.iterdir()) == []  # no temporary file left behind
     assert _files(sq_home) == before
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="needs Linux /proc")
+@pytest.mark.parametrize("command", [["export", "-o"], ["report", "-o"]])
+def test_a_file_in_a_folder_that_takes_no_new_file_is_bad_input(
+    sq_env: Env, sq_home: Path, command: list[str]
+) -> None:
+    """`export -o /proc/version` said "no such folder: /proc" (exit 7): /proc
+    is there, it only creates no file. One line naming the reason, exit 2."""
+    assert _sq(sq_env, "enqueue", "a").returncode == 0
+    before = _files(sq_home)
+    done = _sq(sq_env, *command, "/proc/version")
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert done.stderr.decode() == (
+        "statequeue: cannot write /proc/version: no new file can be created in /proc\n"
+    )
+    assert done.stdout == b""
+    assert _files(sq_home) == before

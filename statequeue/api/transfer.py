@@ -25,10 +25,15 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from statequeue.core.errors import ImportRefused, InvalidExport, NotFound, UsageError
+from statequeue.core.errors import ImportRefused, InvalidExport, UsageError
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
 from statequeue.core.fileio import DEFAULT_OPS, durability_error
-from statequeue.core.output_path import check_writable_place, open_in_place, output_target
+from statequeue.core.output_path import (
+    check_writable_place,
+    creation_refused,
+    open_in_place,
+    output_target,
+)
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -111,11 +116,9 @@ def export_to_file(queue: Queue, path: Path) -> int:
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except (FileNotFoundError, NotADirectoryError):
-        # A bad path, not a failing disk: exit 7, as `import` of a missing file.
-        raise NotFound(f"no such folder: {folder}") from None
     except OSError as exc:
-        raise durability_error("creating", str(tmp), exc) from None
+        # A bad place (gone, /proc, read-only) is not a failing disk.
+        raise (creation_refused(path, exc) or durability_error("creating", str(tmp), exc)) from None
     try:
         with open(fd, "wb") as out:
             count = export_queue(queue, out)

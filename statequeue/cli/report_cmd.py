@@ -16,7 +16,12 @@ import typer
 from statequeue.cli.options import HomeOpt, QueueOpt, StoreOpt, open_queue
 from statequeue.cli.root import app
 from statequeue.core.durations import parse_duration
-from statequeue.core.output_path import check_writable_place, open_in_place, output_target
+from statequeue.core.output_path import (
+    check_writable_place,
+    creation_refused,
+    open_in_place,
+    output_target,
+)
 
 
 @app.command()
@@ -87,6 +92,9 @@ def _replacing(target: Path) -> Iterator[IO[bytes]]:
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
+        refused = creation_refused(target, exc)  # /proc, a read-only folder: not the disk
+        if refused is not None:
+            raise refused from None
         raise OSError(exc.errno, exc.strerror, str(target)) from exc
     try:
         with os.fdopen(fd, "wb") as out:

@@ -48,7 +48,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.USAGE: (
         "usage error or bad input, a command that is not found, a `--verify` script that "
         "cannot run, an unknown help topic, a folder given as the FILE of `export -o`, "
-        "`report -o` or `import`; nothing was changed"
+        "`report -o` or `import`, or a FILE of `export -o` or `report -o` in a folder that "
+        "takes no new file (`/proc`, one you may not write); nothing was changed"
     ),
     ExitCode.NOTHING_TO_DO: (
         "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"

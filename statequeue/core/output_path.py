@@ -12,11 +12,12 @@ gets the new file.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
-from statequeue.core.errors import NotFound, UsageError
+from statequeue.core.errors import NoAccess, NotFound, StateQueueError, UsageError
 
 
 def output_target(path: Path) -> tuple[Path, bool]:
@@ -42,6 +43,22 @@ def check_writable_place(path: Path) -> None:
         raise UsageError(f"{path} is a folder: name a file to write")
     if not path.parent.is_dir():
         raise NotFound(f"no such folder: {path.parent}")
+
+
+def creation_refused(path: Path, exc: OSError) -> StateQueueError | None:
+    """The error for ``exc``, met creating the new file beside ``path``, when
+    the place refused it rather than the disk failing: its folder is gone
+    (NotFound, exit 7), takes no new files, as /proc (UsageError), or may not
+    be written (NoAccess); None for anything else (a failing write)."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        if not path.parent.is_dir():
+            return NotFound(f"no such folder: {path.parent}")
+        return UsageError(f"cannot write {path}: no new file can be created in {path.parent}")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NoAccess(
+            f"cannot write {path}: no new file can be created in {path.parent} ({exc.strerror})"
+        )
+    return None
 
 
 def _resolved(path: Path) -> Path:
