@@ -88,3 +88,29 @@ def test_compact_refuses_a_keep_logs_that_is_no_age(keep: Any) -> None:
         with pytest.raises(UsageError, match="keep_logs must be a number of seconds >= 0"):
             q.compact(keep_logs=keep)
         assert q.compact(keep_logs=0).archived == 1
+
+
+@pytest.mark.parametrize("grace", ["1e300", "86401", "100000000000000000000s", "2d"])
+def test_a_grace_past_a_day_is_refused(sq_env: Env, grace: str) -> None:
+    """`--grace 1e300` was taken: a persistent worker's end was waited for
+    with one poll() of it, which overflowed time_t (a traceback after the
+    items ran). Capped as `status --interval` is: at most a day, else exit 2."""
+    assert subprocess.run([STATEQUEUE, "enqueue", "a"], env=sq_env, check=False).returncode == 0
+    out = subprocess.run(
+        [STATEQUEUE, "run", "--grace", grace, "--", "true"],
+        env=sq_env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == ExitCode.USAGE, out.stderr
+    assert out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr
+    assert b"--grace must be a finite number of seconds up to 86400 (a day)" in out.stderr
+    listed = subprocess.run([STATEQUEUE, "list"], env=sq_env, capture_output=True, check=False)
+    assert listed.stdout.split(b"\t")[1] == b"pending"  # nothing ran
+
+
+def test_a_grace_of_a_day_is_taken() -> None:
+    from statequeue.run.options import RunOptions
+
+    assert RunOptions(command=("true",), grace=86400.0).grace == 86400.0
