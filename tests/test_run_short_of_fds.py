@@ -68,3 +68,30 @@ def test_an_os_error_without_a_file_name_is_one_clean_line(
 
     assert run_guarded(call, []) == 6  # another command than run: ExitCode.IO_ERROR, as before
     assert capsys.readouterr().err == "statequeue: error: Too many open files\n"  # not "error::"
+
+
+def test_the_advice_fits_the_run_and_the_shortage(sq_env: dict[str, str]) -> None:
+    """Under `ulimit -n 22` a one-job run said "cannot start any command: ...
+    or lower --jobs": a run of one job cannot go lower. The advice offers that
+    only with --jobs > 1, and names the limit that ran short (`ulimit -n` is
+    no help for processes). Every low limit, up to where the run works."""
+    for jobs in ("1", "4"):
+        assert sq(sq_env, "enqueue", "-q", f"j{jobs}", "a").returncode == 0
+        steps = set()
+        for fds in range(10, 64):
+            done = sq(sq_env, "run", "-q", f"j{jobs}", "-j", jobs, "--", "true", fds=fds)
+            if done.returncode == 0:
+                break
+            assert done.returncode == RESOURCES, (jobs, fds, done.stderr)
+            line = done.stderr.splitlines()[-1]
+            assert "Too many open files" in line and "`ulimit -n`" in line, line
+            assert ("lower --jobs" in line) == (jobs == "4"), line
+            steps.add(line.split(":")[1])
+        assert " cannot start any command" in steps, steps  # the spawn itself was reached
+    from statequeue.run.resources import short_of  # the remedy per shortage
+
+    eagain = short_of("cannot start any command", OSError(errno.EAGAIN, "No more"), jobs=1)
+    assert str(eagain) == (
+        "cannot start any command: No more; stopped, the items stay pending "
+        "(raise the process limit, e.g. `ulimit -u`)"
+    )

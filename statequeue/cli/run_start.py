@@ -87,7 +87,7 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
 
     options = _options(args)
     store = chosen_url(where.store)
-    with stop_when_short_of_resources():  # EMFILE anywhere: exit 10, as at a spawn
+    with stop_when_short_of_resources(jobs=options.jobs):  # EMFILE anywhere: exit 10
         # before any thread, fd or store is opened
         link = _guard(store is not None) if owns_process else None
         # lazy: start-up time (imported after the fork: in the runner alone,

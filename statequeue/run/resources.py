@@ -15,8 +15,8 @@ from statequeue.core.errors import ResourcesExhausted
 
 __all__ = [
     "RESOURCE_ERRNOS",
-    "SHORT_ADVICE",
     "lowered_concurrency",
+    "short_of",
     "stop_when_short_of_resources",
 ]
 
@@ -26,13 +26,32 @@ __all__ = [
 RESOURCE_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOBUFS, errno.ETOOMANYREFS}
 )
-SHORT_ADVICE = (
-    "stopped, the items stay pending (raise the limit, e.g. `ulimit -n`, or lower --jobs)"
-)
+# What to raise or free for each shortage: `ulimit -n` is no help when the
+# spawn failed for want of processes or memory.
+_REMEDY = {
+    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n`",
+    errno.ENOBUFS: "raise the open-file limit, e.g. `ulimit -n`",
+    errno.ETOOMANYREFS: "raise the open-file limit, e.g. `ulimit -n`",
+    errno.ENFILE: "the system's open-file table is full: close files elsewhere",
+    errno.EAGAIN: "raise the process limit, e.g. `ulimit -u`",
+    errno.ENOMEM: "free some memory",
+}
+
+
+def short_of(what: str, exc: OSError, *, jobs: int) -> ResourcesExhausted:
+    """The one line for a run that stops short of resources: ``what`` failed
+    for ``exc``, and the remedy for that shortage; lowering --jobs is offered
+    only when the run was asked for more than one at once."""
+    reason = exc.strerror or str(exc)
+    remedy = _REMEDY.get(exc.errno or 0, "raise the limit")
+    fewer = ", or lower --jobs" if jobs > 1 else ""
+    return ResourcesExhausted(
+        f"{what}: {reason}; stopped, the items stay pending ({remedy}{fewer})"
+    )
 
 
 @contextlib.contextmanager
-def stop_when_short_of_resources() -> Iterator[None]:
+def stop_when_short_of_resources(*, jobs: int = 1) -> Iterator[None]:
     """Turn running out of fds, processes or memory anywhere in a run (opening
     the queue, the runner's own pipes and locks, not only a spawn) into
     ResourcesExhausted: one line and exit 10, not exit 6 ("a write or fsync
@@ -43,18 +62,21 @@ def stop_when_short_of_resources() -> Iterator[None]:
         if exc.errno not in RESOURCE_ERRNOS:
             raise
         where = f" ({exc.filename})" if exc.filename else ""
-        reason = exc.strerror or str(exc)
-        raise ResourcesExhausted(f"cannot run: {reason}{where}; {SHORT_ADVICE}") from None
+        exc = OSError(exc.errno, f"{exc.strerror or exc}{where}")
+        raise short_of("cannot run", exc, jobs=jobs) from None
 
 
-def lowered_concurrency(exc: OSError, running: int, concurrency: int) -> tuple[int, str]:
+def lowered_concurrency(
+    exc: OSError, running: int, concurrency: int, *, jobs: int
+) -> tuple[int, str]:
     """After a spawn short of resources: run as many items at once as run
     now, which fit; returns the new concurrency and the warning to give
     ("" when it is unchanged). With none running there is nothing to wait
-    for: ResourcesExhausted (the items stay pending)."""
-    reason = exc.strerror or str(exc)
+    for: ResourcesExhausted (the items stay pending; ``jobs``: --jobs)."""
     if not running:
-        raise ResourcesExhausted(f"cannot start any command: {reason}; {SHORT_ADVICE}")
+        raise short_of("cannot start any command", exc, jobs=jobs)
     if running < concurrency:
-        return running, f"warning: {reason}: running at most {running} items at once"
+        reason = exc.strerror or str(exc)
+        items = "item" if running == 1 else "items"
+        return running, f"warning: {reason}: running at most {running} {items} at once"
     return concurrency, ""

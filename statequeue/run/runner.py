@@ -367,7 +367,9 @@ class Runner:
 
     def _short_of_resources(self, exc: OSError) -> None:
         """Run fewer items at once (resources.py)."""
-        self._concurrency, warning = lowered_concurrency(exc, len(self.jobs), self._concurrency)
+        self._concurrency, warning = lowered_concurrency(
+            exc, len(self.jobs), self._concurrency, jobs=self.options.jobs
+        )
         if warning:
             self.on_event(Notice(warning))
 
