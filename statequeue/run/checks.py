@@ -68,6 +68,14 @@ def check_verify_script(text: str) -> str:
 _FIRST_WORD = re.compile(r"\s*([A-Za-z0-9_./+-]+)(?=[\s;&|]|$)")
 
 
+def check_commands(command: tuple[str, ...], verify: str | None, env: Mapping[str, str]) -> None:
+    """``check_command`` for the command, and ``check_verify_command`` for a
+    --verify script: what a run checks before it claims anything."""
+    check_command(command, env)
+    if verify:
+        check_verify_command(verify, env)
+
+
 def check_verify_command(script: str, env: Mapping[str, str]) -> None:
     """Refuse a --verify script whose first command is missing or not
     executable, before anything is claimed, as ``check_command`` does for the

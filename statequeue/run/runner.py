@@ -20,7 +20,7 @@ from statequeue.api.queue import Queue
 from statequeue.core.errors import KeeperLost, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
-from statequeue.run.checks import check_command, check_verify_command
+from statequeue.run.checks import check_commands
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
@@ -148,9 +148,7 @@ class Runner:
         """Run until no item is left (or --limit, --max-time, a signal).
         Raises CommandNotFound (VerifyBroken for the --verify script's first
         command), with nothing claimed, if the command is missing."""
-        check_command(self.options.command, self.spec.base_env)
-        if self.options.verify:
-            check_verify_command(self.options.verify, self.spec.base_env)
+        check_commands(self.options.command, self.options.verify, self.spec.base_env)
         store = self.queue.store
         register_run(store, self.queue.name, self.info, self.options, self.guard, self.on_event)
         if self.options.max_time is not None:
@@ -367,9 +365,8 @@ class Runner:
 
     def _short_of_resources(self, exc: OSError) -> None:
         """Run fewer items at once (resources.py)."""
-        self._concurrency, warning = lowered_concurrency(
-            exc, len(self.jobs), self._concurrency, jobs=self.options.jobs
-        )
+        now = lowered_concurrency(exc, len(self.jobs), self._concurrency, jobs=self.options.jobs)
+        self._concurrency, warning = now
         if warning:
             self.on_event(Notice(warning))
 
