@@ -197,3 +197,48 @@ def test_work_async_raises_the_error_of_a_settle_nobody_awaited(sq_home: Path) -
             asyncio.run(asyncio.wait_for(main(q), HANG_GUARD))
         assert [v.state for v in q.items()] == [ItemState.PENDING] * 2
         assert q.status().runners == ()
+
+
+def test_cancelling_the_task_group_loop_raises_cancelled_error(sq_home: Path) -> None:
+    """The documented pattern (``work_async`` feeding a TaskGroup), cancelled
+    mid-way: the loop's end gave back the items out while their handlers
+    still ran, and a handler's done() then failed ("already settled", "no
+    longer claimed"): the group raised an ExceptionGroup of store errors
+    instead of CancelledError, about half the time. Cancelled at several
+    points; each must end as a cancellation with nothing left claimed."""
+
+    outcomes = []
+    for n, delay in enumerate((0.05, 0.1, 0.15, 0.2, 0.25, 0.3)):
+        q = Queue(f"tg{n}", home=sq_home)
+        q.enqueue([f"p{i}" for i in range(400)])
+
+        async def main(q: Queue = q, delay: float = delay) -> str:
+            async def handle(item: Any) -> None:
+                async with item:
+                    await asyncio.sleep(0.005)
+                    await item.done(item.item.upper())
+
+            async def loop() -> None:
+                async with asyncio.TaskGroup() as tg:
+                    async for item in q.work_async(concurrency=8):
+                        tg.create_task(handle(item))
+
+            task = asyncio.create_task(loop())
+            await asyncio.sleep(delay)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                return "cancelled"
+            except BaseException as exc:  # reported by the assertion
+                return repr(exc)
+            return "finished"
+
+        outcomes.append(asyncio.run(main()))
+        status = q.status()
+        assert status.counts["running"] == 0, (n, status.counts)
+        assert status.runners == ()
+        done = {r.item: r.result for r in q.results(ItemState.DONE)}
+        assert all(result == item.upper() for item, result in done.items())
+        q.close()
+    assert set(outcomes) <= {"cancelled", "finished"}, outcomes

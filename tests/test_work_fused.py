@@ -1,9 +1,13 @@
-"""``Queue.work()`` records an item's result and claims the loop's next item in
-one store step (issue 21 point 14): one commit on PostgreSQL, one fsync on the
-journal, as ``run`` does with ``finish_and_claim``. Same semantics as before on
-every store: the result is durable when done() returns, a loop left early
-gives the claimed-but-unstarted item back uncounted, and a kill -9 re-runs at
-most the items in flight (a real kill; PostgreSQL is a real throwaway server)."""
+"""``Queue.work()`` on PostgreSQL records an item's result and claims the loop's
+next item in one store step (issue 21 point 14): one commit, as ``run`` does
+with ``finish_and_claim``. The local stores claim when the loop hands the next
+item out (a claim there costs no fsync): a program killed between a done()
+and its next item leaves no claim of an item it never saw, which recovery
+counted as an interrupted attempt (three such kills held it as poison). Same
+semantics on every store: the result is durable when done() returns, a loop
+left early gives a claimed-but-unstarted item back uncounted, and a kill -9
+re-runs at most the items in flight (a real kill; PostgreSQL is a real
+throwaway server)."""
 
 from __future__ import annotations
 
@@ -59,12 +63,17 @@ def test_done_and_fail_claim_the_next_item_in_the_same_step(
                     raise ValueError("no")
                 item.done(item.item.upper())
         assert seen == [("a", 1), ("b", 1), ("bad", 1), ("c", 1), ("d", 1)]
-        # One step per item; plain claims only for the first item and to
-        # learn that none is left (a plain claim recovers before saying so,
-        # and the loop asks once more in case a resume came meanwhile).
-        assert calls["finish"] == 0
-        assert calls["finish_and_claim"] == 5
-        assert calls["claim"] <= 3
+        if kind == "postgres":
+            # One step per item; plain claims only for the first item and to
+            # learn that none is left (a plain claim recovers before saying so,
+            # and the loop asks once more in case a resume came meanwhile).
+            assert calls["finish"] == 0
+            assert calls["finish_and_claim"] == 5
+            assert calls["claim"] <= 3
+        else:  # a claim per item handed out, and the looks for one more
+            assert calls["finish_and_claim"] == 0
+            assert calls["finish"] == 5
+            assert 5 < calls["claim"] <= 7
         assert [r.result for r in q.results(ItemState.DONE)] == ["A", "B", "C", "D"]
         bad = q.result("bad")
         assert bad is not None and bad.state is ItemState.FAILED and bad.reason == "ValueError: no"
@@ -88,6 +97,77 @@ def test_a_loop_left_after_done_gives_the_next_item_back_uncounted(
         attempts = {item.item: item.attempt for item in q.work() if item.done() or True}
         assert attempts == {"b": 1, "c": 1}  # b's give-back counted no attempt, no crash
         assert q.history("b").state is ItemState.DONE
+
+
+KILLED_AFTER_DONE = """
+import os, signal, sys
+from statequeue import Queue
+with Queue("fw", home=sys.argv[1]) as q:
+    for item in q.work():
+        item.done(item.item.upper())
+        os.kill(os.getpid(), signal.SIGKILL)  # after a result, before the next item
+"""
+
+
+def test_a_program_killed_after_done_leaves_no_claim_of_its_next_item(
+    sq_home: Path, tmp_path: Path
+) -> None:
+    """Three kills between a done() and the loop's next item: on a local
+    store the next item was claimed by that done(), so each kill counted an
+    interrupted attempt of an item the program never saw, and the third held
+    it as poison. Now each kill costs nothing but the killed run."""
+    import subprocess
+    import sys
+
+    with Queue("fw", home=sq_home) as q:
+        q.enqueue(["a", "b", "c", "d"])
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AFTER_DONE)
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, str(script), str(sq_home)], timeout=120)
+        assert proc.returncode == -9
+    with Queue("fw", home=sq_home, create=False) as q:
+        views = {v.item: v for v in q.items()}
+        assert [views[x].state for x in "abc"] == [ItemState.DONE] * 3
+        assert views["d"].state is ItemState.PENDING, views["d"]
+        assert views["d"].attempts == 0, views["d"]
+        seen = [(i.item, i.attempt, i.interrupted) for i in q.work() if i.done() or True]
+        assert seen == [("d", 1, False)]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_an_interrupt_inside_done_leaves_the_loop_as_an_interrupt(
+    kind: str, request: pytest.FixtureRequest, sq_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C landing inside done() (in its fsync or commit) after the result
+    was written: the give-back of the item, now settled, raised a store
+    error ("no longer claimed", "already settled") that replaced the
+    KeyboardInterrupt, so `except KeyboardInterrupt` never ran and the
+    program exited 1 with tracebacks. The interrupt now ends the loop as
+    itself, with the result kept and nothing left claimed."""
+    with _open(kind, request, sq_home) as q:
+        q.enqueue(["a", "b"])
+        store = q.store
+        name = "finish_and_claim" if store.chains_claims else "finish"
+        original = getattr(store, name)
+
+        def written_then_interrupted(*args: Any, **kw: Any) -> Any:
+            original(*args, **kw)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(store, name, written_then_interrupted)
+        loop = q.work()
+        with pytest.raises(KeyboardInterrupt):
+            for item in loop:
+                with item:
+                    item.done("A")
+        loop.close()  # as a program's exit does: the loop gives back what it holds
+        monkeypatch.undo()
+        a = q.result("a")
+        assert a is not None and a.state is ItemState.DONE and a.result == "A"
+        assert q.status().runners == ()
+        if not store.chains_claims:  # the claim of b was never made
+            assert {v.item: v.attempts for v in q.items()}["b"] == 0
 
 
 def test_kill_9_during_work_then_resume(tmp_path: Path, sq_env: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ for item in queue.work(retries=2):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
-from statequeue.core.errors import ItemNotSettled, TryLater, UsageError
+from statequeue.core.errors import ItemNotSettled, StateQueueError, TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import (
     VERIFIED_AFTER_CRASH,
@@ -237,7 +238,10 @@ class WorkItem:
             log_traceback(self.queue.store, self.claim, exc)  # for `statequeue logs ID`
             self.fail(failure_reason(exc))
             return True  # the attempt is recorded as failed; the loop goes on
-        self.release(f"interrupted: {type(exc).__name__} inside the work item")
+        # Best effort, so that the interrupt is what the caller sees: one that
+        # cut a done() short may have left the item settled (its record written).
+        with contextlib.suppress(StateQueueError):
+            self.release(f"interrupted: {type(exc).__name__} inside the work item")
         return False
 
 
@@ -247,6 +251,12 @@ def work_loop(
     """The generator behind ``Queue.work``."""
     runner = new_runner(command=("python", *sys.argv[:1]))
     queue.register_runner(runner)
+    # A result and the next claim in one store step where the store does it
+    # in one commit (Store.chains_claims), and not under a rate (each start
+    # is paced first); elsewhere the claim is made when the item is handed
+    # out, so a program killed after done() leaves no claim of an item it
+    # never saw (recovery would count an interrupted attempt against it).
+    chain = runner if queue.store.chains_claims and policy.rate is None else None
     current: WorkItem | None = None
     taken: Claim | None = None  # claimed by the last item's done() or fail()
     # The last item's done() or fail() looked for the next item in the same
@@ -255,6 +265,7 @@ def work_loop(
     # first, decides at once (else a claim, a look, and a second claim that
     # recovers again: the tail of every loop's run).
     exhausted = False
+    unwinding = False
     try:
         while True:
             looked = False
@@ -289,8 +300,7 @@ def work_loop(
                     return
             if not paced:  # enqueued since the look: its start is paced now
                 rate_limits.wait_for_start(queue, policy.rate)
-            # Under a rate, no claim is made with a result: each start is paced first.
-            current = WorkItem(queue, claim, policy, runner=None if policy.rate else runner)
+            current = WorkItem(queue, claim, policy, runner=chain)
             if not verified(current, verify):
                 yield current
                 if not (current.settled or current.released):
@@ -300,8 +310,15 @@ def work_loop(
             taken, current.next_claim = current.next_claim, None
             exhausted = taken is None and current.chained
             current = None
+    except BaseException:
+        # An interrupt, an error or the generator closed: what is left goes
+        # back best effort (recovery finds the rest), and the exception that
+        # ended the loop is the one the caller sees, never a store error of
+        # the give-back (a KeyboardInterrupt inside done() left the item settled).
+        unwinding = True
+        raise
     finally:
-        end_work(queue, runner.runner_id, current, taken)
+        end_work(queue, runner.runner_id, current, taken, best_effort=unwinding)
 
 
 def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
@@ -339,15 +356,26 @@ def next_nap(queue: Queue, among: Collection[int] | None = None) -> float | None
 
 
 def end_work(
-    queue: Queue, runner_id: str, current: WorkItem | None, taken: Claim | None = None
+    queue: Queue,
+    runner_id: str,
+    current: WorkItem | None,
+    taken: Claim | None = None,
+    *,
+    best_effort: bool = False,
 ) -> None:
     """Give back an unsettled item, and the next one its done() claimed (never
-    started: uncounted), and record that the loop stopped."""
+    started: uncounted), and record that the loop stopped. ``best_effort``
+    (an exception ends the loop): a store error of one step is let go and the
+    next step is still taken (recovery finds what is left)."""
     if queue.closed:
         return  # closing released the claims: recovery gives the items back
+    errors = (StateQueueError,) if best_effort else ()
     if current is not None and not (current.settled or current.released):
-        queue.release(current.claim, "abandoned: the work loop stopped early")
+        with contextlib.suppress(*errors):
+            queue.release(current.claim, "abandoned: the work loop stopped early")
     following = taken or (current.next_claim if current is not None else None)
     if following is not None:
-        queue.release(following, "abandoned: the work loop stopped early", uncounted=True)
-    queue.unregister_runner(runner_id)
+        with contextlib.suppress(*errors):
+            queue.release(following, "abandoned: the work loop stopped early", uncounted=True)
+    with contextlib.suppress(*errors):
+        queue.unregister_runner(runner_id)

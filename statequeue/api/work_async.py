@@ -21,7 +21,7 @@ from statequeue.api.work import (
     next_nap,
     verified,
 )
-from statequeue.core.errors import TryLater, UsageError
+from statequeue.core.errors import StateQueueError, TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, RunnerInfo
 
@@ -45,6 +45,8 @@ class AsyncWorkItem:
         self.sync_item = item
         self._slots = slots
         self._settling: _Settling[Any] | None = None
+        self.given_back: BaseException | None = None
+        """Set when the loop's end gave the item back: what a settle then raises."""
 
     @property
     def id(self) -> int:
@@ -91,6 +93,10 @@ class AsyncWorkItem:
         await asyncio.to_thread(self.sync_item.heartbeat)
 
     def _settle(self, call: Callable[..., _T], *args: Any) -> _Settling[_T]:
+        if self.given_back is not None:
+            # The loop ended (cancelled, or left early) and gave the item back:
+            # a cancellation goes on as one, never as a store error.
+            raise self.given_back
         pending = self._settling
         if pending is not None and not pending.task.done():
             raise UsageError(f"item {self.id} is already being settled")
@@ -139,8 +145,10 @@ class AsyncWorkItem:
             await self.fail(failure_reason(exc))
             return True
         # Cancelled or interrupted: give the item back without awaiting (a
-        # cancelled task must not wait), then let the exception go on.
-        self.sync_item.release(f"interrupted: {type(exc).__name__} inside the work item")
+        # cancelled task must not wait), then let the exception go on, never
+        # a store error of the give-back (the loop's end may have raced it).
+        with suppress(StateQueueError):
+            self.sync_item.release(f"interrupted: {type(exc).__name__} inside the work item")
         self._slots.settled(self)
         return False
 
@@ -221,6 +229,7 @@ async def work_loop_async(
     slots = _Slots(concurrency)
     runner = new_runner(command=("python", *sys.argv[:1]))
     await asyncio.to_thread(queue.register_runner, runner)
+    cancelled = False
     try:
         while True:
             await slots.free.acquire()
@@ -239,8 +248,11 @@ async def work_loop_async(
                 continue
             slots.out.add(item)
             yield item
+    except asyncio.CancelledError:
+        cancelled = True
+        raise
     finally:
-        await _end(queue, runner, slots)
+        await _end(queue, runner, slots, cancelled=cancelled)
 
 
 async def _next_item(
@@ -274,14 +286,29 @@ async def _next_item(
     return None if found is None else AsyncWorkItem(found, slots)
 
 
-async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots) -> None:
-    """Give back the items not settled (the loop was left early) and unregister."""
+async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bool) -> None:
+    """Give back the items not settled (the loop was left early) and unregister.
+    An item whose done() or fail() is under way is left to it (its store call
+    runs on in its thread); a later settle of an item given back here raises
+    CancelledError when the loop was cancelled (its handler's task group is
+    being cancelled too), else UsageError."""
     if queue.closed:
         return
+    back = [
+        item
+        for item in [*slots.out, *slots.stuck]
+        if not item.settled and (item._settling is None or item._settling.task.done())
+    ]
+    for item in back:
+        item.given_back = (
+            asyncio.CancelledError()
+            if cancelled
+            else UsageError(f"item {item.id} was given back: the work loop ended before it")
+        )
 
     def end() -> None:
-        for item in [*slots.out, *slots.stuck]:
-            if not item.settled:
+        for item in back:
+            with suppress(StateQueueError):  # settled meanwhile after all: nothing to give back
                 item.sync_item.release("abandoned: the work loop stopped early")
         queue.unregister_runner(runner.runner_id)
 

@@ -65,6 +65,13 @@ class Store(LeaseHooks, ABC):
     """Claims are leases that expire unless renewed (PostgreSQL): the run's
     keeper process must be able to fence a frozen runner's children, so
     such a run keeps the shape where that keeper starts every child."""
+    chains_claims: bool = False
+    """The library's ``work()`` loop claims the next item in the same store
+    step as a result (``finish_and_claim``: one commit) on a store where each
+    step is a round trip (PostgreSQL). Its price: a program killed between a
+    ``done()`` and taking its next item leaves that claim to recovery, which
+    counts an interrupted attempt of an item that never ran. A local store
+    claims when the loop hands the next item out (no fsync is saved there)."""
     folder: Path | None = None
     """This host's folder for the queue, where it has one: the journal's own
     folder (see ``journal_folder``), or a database store's scratch folder

@@ -73,6 +73,7 @@ class PostgresStore(Store):
     """Queue ``name`` in the database at ``url`` (migrated on open)."""
 
     has_leases = True
+    chains_claims = True
 
     stores_logs = True
     url: str  # always set: the database holds the queue
