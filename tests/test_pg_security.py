@@ -185,6 +185,22 @@ def test_permission_denied_for_the_database_exits_11(pg_url: str, sq_env: dict[s
     assert "permission denied for database" in _one_line(done.stderr)
 
 
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "a"]])
+def test_a_read_only_session_exits_11_in_one_line(
+    pg_url: str, sq_env: dict[str, str], command: list[str]
+) -> None:
+    """A standby, or a session with default_transaction_read_only: a command
+    that writes (`status` folds the counters) was refused with exit 1, the
+    code of an item that failed. `list` only reads, and still works."""
+    assert _cli(sq_env, pg_url, "enqueue", "x").returncode == 0
+    read_only = pg_url + "&options=-c%20default_transaction_read_only%3Don"
+    done = _cli(sq_env, read_only, *command)
+    assert done.returncode == 11, done.stderr
+    line = _one_line(done.stderr)
+    assert "is read-only" in line and "read-only transaction" in line, line
+    assert _cli(sq_env, read_only, "list").returncode == 0
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

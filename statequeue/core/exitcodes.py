@@ -85,8 +85,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.STORE_UNREACHABLE: (
         "the PostgreSQL store (`--store`) could not be reached: connection refused, login "
         "failed, no such database, or the server went away (`run`: for longer than "
-        "`--give-up-after`); or it denied a privilege (permission denied); the message "
-        "masks any password"
+        "`--give-up-after`); or it denied a privilege (permission denied) or a write (a "
+        "read-only standby or session); the message masks any password"
     ),
     ExitCode.SCHEMA_TOO_NEW: (
         "the database's statequeue schema is newer than this statequeue; upgrade statequeue"

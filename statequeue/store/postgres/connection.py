@@ -98,6 +98,15 @@ def guarded(url: str) -> Iterator[None]:
             f"the PostgreSQL store {mask(url)} refused: {reason} (a grant this role lacks; "
             'see "Sharing a database between roles" in `statequeue help postgres`)'
         ) from None
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        # Not an item's failure (exit 1): a standby, or a session made
+        # read-only (default_transaction_read_only); most commands write
+        # (even `status` folds the counters).
+        reason = " ".join(mask(str(exc), url).split())
+        raise StoreDenied(
+            f"the PostgreSQL store {mask(url)} is read-only: {reason} (a standby, or "
+            "default_transaction_read_only; point --store at a writable primary)"
+        ) from None
     except psycopg.Error as exc:
         reason = " ".join(mask(str(exc), url).split())
         raise StateQueueError(f"the PostgreSQL store failed: {reason}") from None
