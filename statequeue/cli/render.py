@@ -46,6 +46,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def counted_ids(ids: Sequence[int], shown_at_most: int = 20) -> str:
+    """``2 items: #8, #9`` (the first ``shown_at_most`` ids, then ``...``): a
+    count and the ids, never a bare id that reads as a count."""
+    listed = ", ".join(f"#{i}" for i in ids[:shown_at_most])
+    more = ", ..." if len(ids) > shown_at_most else ""
+    return f"{plural(len(ids), 'item')}: {listed}{more}"
+
+
 def _share(part: int, total: int) -> str:
     """``part`` of ``total`` in percent, rounded down to 0.1: never "100.0%"
     while anything is left (1,999 of 2,000 is 99.9%, not 100.0%)."""
@@ -68,11 +76,10 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
         lines.append(_pace_line(status))
     lines += _runner_lines(status, texts or {})
     if status.interrupted:
-        ids = ", ".join(str(i) for i in status.interrupted[:20])
+        ids = counted_ids(status.interrupted)
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
     if status.held:
-        ids = ", ".join(str(i) for i in status.held[:20])
-        lines.append(f"held (poison or on hold): {ids}")
+        lines.append(f"held (poison or on hold): {counted_ids(status.held)}")
     lines += _failure_lines(status)
     lines += _next_steps(status)
     return "\n".join(lines)

@@ -7,7 +7,7 @@ import time as clock
 from typing import TYPE_CHECKING
 
 from statequeue.cli.clock import local_time
-from statequeue.cli.render import plural, shown
+from statequeue.cli.render import counted_ids, plural, shown
 from statequeue.core.durations import format_duration
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def failure_lines(s: Stats, names: StatsNames | None = None) -> list[str]:
     lines = [
         f"failures: {plural(s.failed_attempts, 'failed attempt')}; "
         f"{plural(s.retried_items, 'item')} ran a 2nd attempt or later; "
-        f"held: {', '.join(str(i) for i in s.held[:20]) or 'none'}"
+        f"held: {counted_ids(s.held) if s.held else 'none'}"
     ]
     if s.deferred:
         lines.append(f"deferred: {plural(s.deferred, 'attempt')} asked to be tried later")
