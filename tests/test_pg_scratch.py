@@ -137,3 +137,22 @@ def test_drop_never_removes_through_a_linked_scratch_folder(
     assert str(postgres) in line and "symbolic link" in line, line
     # Refused before anything was dropped.
     assert sql(pg_url, "SELECT name FROM statequeue.queues") == [("q",)]
+
+
+def test_a_look_at_a_missing_queue_leaves_no_scratch_folder(
+    pg_url: str, sq_env: dict[str, str], sq_home: Path
+) -> None:
+    """`status` of a queue that does not exist (or was just dropped) exits 7
+    and used to leave HOME/.postgres/QUEUE/{claims,logs} behind."""
+    scratch = sq_home / ".postgres" / "q"
+    missing = _cli(sq_env, pg_url, "status")
+    assert missing.returncode == 7, missing.stderr
+    assert not scratch.exists()
+    assert _cli(sq_env, pg_url, "enqueue", "a").returncode == 0
+    assert scratch.is_dir()  # a queue that exists keeps its folder
+    assert _cli(sq_env, pg_url, "status").returncode == 0
+    assert scratch.is_dir()
+    dropped = _cli(sq_env, pg_url, "drop", "--yes")
+    assert dropped.returncode == 0, dropped.stderr
+    assert _cli(sq_env, pg_url, "status").returncode == 7
+    assert not scratch.exists()

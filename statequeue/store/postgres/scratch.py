@@ -13,6 +13,8 @@ group or others, never reached through a link; otherwise UnsafeFolder (exit 9).
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from statequeue.store.journal.folder import QueueFolder
@@ -31,3 +33,13 @@ def open_scratch(scratch: Path) -> QueueFolder:
         folder.close()
         raise
     return folder
+
+
+def remove_if_unused(folder: QueueFolder) -> None:
+    """Remove ``folder`` and its two subfolders if they are empty: made by an
+    open that then found no such queue (`status` of a missing or dropped
+    queue must not leave its folders behind). Anything in them keeps them."""
+    with contextlib.suppress(OSError):
+        for sub in (logs.SUBFOLDER, reaping.SUBFOLDER):
+            os.rmdir(sub, dir_fd=folder.fd)
+        os.rmdir(folder.path)

@@ -19,6 +19,7 @@ StoreUnreachable.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
@@ -48,7 +49,7 @@ from statequeue.store.postgres.leases import Leases, kill_grace
 from statequeue.store.postgres.notify import Listener
 from statequeue.store.postgres.reader import Reader
 from statequeue.store.postgres.schema import migrate
-from statequeue.store.postgres.scratch import open_scratch
+from statequeue.store.postgres.scratch import open_scratch, remove_if_unused
 from statequeue.store.postgres.session import PATIENCE, Session
 from statequeue.store.rate_bucket import Bucket, BucketChange
 
@@ -96,6 +97,7 @@ class PostgresStore(Store):
         """A local folder for this host's logs of running attempts and claim
         locks; a finished attempt's log is stored in the database (``save_log``)."""
         # Checked first (scratch.py): an unsafe one stops before the database is touched.
+        made_now = scratch is not None and not create and not os.path.lexists(scratch)
         self.scratch = None if scratch is None else open_scratch(scratch)
         self._leases = Leases(url, name, lease)
         self._locks = reaping.ClaimLocks(self.scratch)
@@ -107,9 +109,11 @@ class PostgresStore(Store):
             with session.guard():
                 migrate(session.conn)
                 self._open_queue(session.conn, create)
-        except BaseException:
+        except BaseException as exc:
             if session is not None:
                 session.close()
+            if made_now and isinstance(exc, QueueNotFound) and self.scratch is not None:
+                remove_if_unused(self.scratch)  # a look at a missing queue leaves no folder
             self._close_scratch()
             raise
         self._reader = Reader(session, name, self.scratch)
