@@ -64,3 +64,35 @@ def test_queue_drop_removes_its_scratch_folder(pg_url: str, tmp_path: Path) -> N
     assert scratch.is_dir()
     q.drop()
     assert not scratch.exists()
+
+
+DIES_REGISTERED = """
+import os, sys
+from statequeue import Queue
+from statequeue.core.identity import new_runner
+q = Queue("q", store=sys.argv[1], home=sys.argv[2])
+q.register_runner(new_runner())
+os._exit(0)  # its row stays: the runner died without unregistering
+"""
+
+
+def test_drop_after_a_runner_of_this_host_died(
+    pg_url: str, sq_env: dict[str, str], sq_home: Path
+) -> None:
+    """A runner killed on this host left its row; drop refused "has an active
+    runner (pid N on HOST)" naming the dead pid until the lease ran out. A
+    dead pid of this host is not an active runner (as `run --single` says)."""
+    import sys
+
+    died = subprocess.run(
+        [sys.executable, "-c", DIES_REGISTERED, pg_url, str(sq_home)], env=sq_env, timeout=60
+    )
+    assert died.returncode == 0
+    dropped = subprocess.run(
+        [STATEQUEUE, "drop", "-q", "q", "--store", pg_url, "--yes"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dropped.returncode == 0, dropped.stderr

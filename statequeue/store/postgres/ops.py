@@ -5,8 +5,9 @@ queue (which would create it)."""
 from __future__ import annotations
 
 from statequeue.core.errors import QueueNotFound, UsageError
+from statequeue.core.identity import boot_id, host_name
 from statequeue.core.views import Status
-from statequeue.store.postgres import queries
+from statequeue.store.postgres import queries, reaping
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
 
@@ -75,6 +76,9 @@ def drop(url: str, queue: str) -> None:
 
 
 def _mark_dropping(conn: Connection, queue: str) -> None:
+    # A runner of this host whose pid is gone is not active: its row said so
+    # until its lease ran out ("has an active runner (pid N)", a dead pid).
+    reaping.stop_dead_runners_here(conn, queue, host=host_name(), boot=boot_id())
     with conn.transaction():
         # The row lock orders this against runner registration (which takes
         # it too): a runner registered first is seen here, a later one finds
