@@ -35,13 +35,21 @@ def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     if has_token(program):
         return
     if "/" in program:
-        if not os.path.exists(program):
-            raise CommandNotFound(f"command not found: {program}; nothing was run")
-        if os.path.isdir(program) or not os.access(program, os.X_OK):
-            raise CommandNotFound(f"command is not executable: {program}; nothing was run")
+        if problem := _path_problem(program):
+            raise CommandNotFound(f"command {problem}: {program}; nothing was run")
         return
     if not find_program(program, env.get("PATH", os.defpath)):
         raise CommandNotFound(f"command not found in PATH: {program}; nothing was run")
+
+
+def _path_problem(program: str) -> str:
+    """Why the program at path ``program`` cannot run ("not found", "is not
+    executable"), or "" when it can."""
+    if not os.path.exists(program):
+        return "not found"
+    if os.path.isdir(program) or not os.access(program, os.X_OK):
+        return "is not executable"
+    return ""
 
 
 def check_verify_script(text: str) -> str:
@@ -90,10 +98,8 @@ def check_verify_command(script: str, env: Mapping[str, str]) -> None:
         return
     word = found.group(1)
     if "/" in word:
-        if not os.path.exists(word):
-            raise VerifyBroken(f"--verify command not found: {word}; nothing was run")
-        if os.path.isdir(word) or not os.access(word, os.X_OK):
-            raise VerifyBroken(f"--verify command is not executable: {word}; nothing was run")
+        if problem := _path_problem(word):
+            raise VerifyBroken(f"--verify command {problem}: {word}; nothing was run")
         return
     try:
         known = subprocess.run(
