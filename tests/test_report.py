@@ -289,6 +289,9 @@ def test_default_path_stdout_and_a_self_contained_page(
     urls = set(re.findall(r"https?://[^\"' )]+", page))
     assert urls == {"http://www.w3.org/2000/svg"}  # a namespace name, never fetched
     assert "@media (prefers-color-scheme:dark)" in page and "@media print" in page
+    # Attempts by outcome, beside the item-state cards: a held item's last
+    # attempt ended "interrupted", so a bare "attempts: 0 held" read as a contradiction.
+    assert "<dt>attempts, by how each ended</dt>" in page
     streamed = _sq(sq_env, "-q", "cli", "report", "-o", "-", "--since", "1d")
     assert streamed.returncode == 0 and streamed.stdout.startswith("<!DOCTYPE html>")
 

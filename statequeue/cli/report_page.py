@@ -168,7 +168,10 @@ def _header(r: Report) -> str:
             "wall time",
             f"{wall}" + (f" (from {escape(clock(f.first_start))})" if f.first_start else ""),
         ),
-        ("attempts", ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in enumerate(f.kinds)) or "0"),
+        (
+            "attempts, by how each ended",
+            ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in enumerate(f.kinds)) or "0",
+        ),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
         ("hosts", escape(", ".join(r.hosts)) or "-"),
         ("commands", commands),
