@@ -88,3 +88,43 @@ def test_drop_never_follows_a_linked_broken_queue(
     lock_a_folder(outside)
     assert run_guarded(_invoke, ["drop", "q", "--yes"]) == 9
     assert (outside / "journal.jsonl").exists()
+
+
+@pytest.mark.parametrize("stray", ["claims.lock", "state.ckpt", "stats.ckpt", "archive.jsonl"])
+def test_drop_never_deletes_a_users_file_beside_a_stray_queue_file(
+    sq_home: Path, capsys: pytest.CaptureFixture[str], stray: str
+) -> None:
+    """A folder in the home holding a user's file and one file with a queue's
+    name (no journal): it opened as a damaged queue, and drop deleted the
+    folder with the user's file in it."""
+    folder = sq_home / "nq"
+    folder.mkdir(mode=0o700, parents=True)
+    (folder / "mydata.txt").write_text("precious")
+    (folder / stray).write_text("junk")
+    assert run_guarded(_invoke, ["drop", "nq", "--yes"]) == 2
+    assert "mydata.txt, which statequeue did not make" in capsys.readouterr().err
+    assert (folder / "mydata.txt").read_text() == "precious"
+
+
+def test_drop_keeps_a_healthy_queue_that_holds_a_users_file(
+    sq_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Queue("q", home=sq_home).enqueue(["a"])
+    (sq_home / "q" / "notes.txt").write_text("mine")
+    assert run_guarded(_invoke, ["drop", "q", "--yes"]) == 2
+    assert (sq_home / "q" / "notes.txt").read_text() == "mine"
+    (sq_home / "q" / "notes.txt").unlink()
+    assert run_guarded(_invoke, ["drop", "q", "--yes"]) == 0
+    assert not (sq_home / "q").exists()
+
+
+def test_queue_drop_in_the_library_keeps_a_users_file(sq_home: Path) -> None:
+    from statequeue.core.errors import UsageError
+
+    q = Queue("q", home=sq_home)
+    q.enqueue(["a"])
+    (sq_home / "q" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match=r"notes\.txt, which statequeue did not make"):
+        q.drop()
+    assert (sq_home / "q" / "notes.txt").read_text() == "mine"
+    q.close()

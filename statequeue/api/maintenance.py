@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.api.queue import Queue
-from statequeue.api.queue_whole import refuse_runners, remove_scratch, scratch_checked
+from statequeue.api.queue_whole import (
+    refuse_foreign,
+    refuse_runners,
+    remove_scratch,
+    scratch_checked,
+)
 from statequeue.api.shared_store import queue_folder
 from statequeue.core.errors import (
     DamagedState,
@@ -80,6 +85,7 @@ def drop_queue(
         remove_scratch(scratch)
         return place
     folder = _idle_folder(name, home)
+    refuse_foreign(folder)
     if confirm is not None:
         confirm(str(folder))
     remove_folder(folder)

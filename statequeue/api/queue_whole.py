@@ -19,6 +19,7 @@ from statequeue.store.base import Store
 from statequeue.store.opening import (
     check_nested_folder,
     drop_postgres_queue,
+    foreign_entries,
     fsck_folder,
     remove_folder,
 )
@@ -79,8 +80,20 @@ def drop_folder(
     """Delete the open queue ``name`` in ``folder`` unless ``runners`` are
     active; ``before`` (closing the queue) runs just before the files go."""
     refuse_runners(name, runners)
+    refuse_foreign(folder)
     before()
     remove_folder(folder)
+
+
+def refuse_foreign(folder: Path) -> None:
+    """UsageError when queue folder ``folder`` also holds entries statequeue
+    did not make (a user's file put there): a drop never deletes those."""
+    if strangers := foreign_entries(folder):
+        shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+        raise UsageError(
+            f"{folder} also holds {shown}, which statequeue did not make: not dropped "
+            "(move them out, then drop again)"
+        )
 
 
 def refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:

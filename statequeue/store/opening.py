@@ -128,6 +128,13 @@ def check_home(home: Path) -> None:
     os.close(open_home(home, create=False))
 
 
+def foreign_entries(folder: Path) -> list[str]:
+    """The entries of queue folder ``folder`` statequeue did not make."""
+    from statequeue.store.journal.integrity import foreign_entries as found  # lazy: start-up time
+
+    return found(folder)
+
+
 def holds_queue(folder: Path) -> bool:
     """Whether ``folder`` holds a local queue (its journal, or an archive left
     without one: a damaged queue); UnsafeFolder for a link or another user's."""

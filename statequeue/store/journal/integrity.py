@@ -10,6 +10,7 @@ is missing or holds nothing of one. `fsck` reports the same conditions.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from statequeue.core.errors import DamagedState, NoAccess, UsageError
@@ -46,6 +47,26 @@ _HISTORY = (
     "claims.lock",
 )
 _HISTORY_DIRS = ("logs", "claims", "runners")
+# Every name statequeue makes at a queue folder's top level ("rate": run
+# --rate's bucket; "compact.lock": online compaction's), besides its hidden
+# temporary files (a leading dot) and the copies fsck --repair keeps.
+QUEUE_ENTRIES = frozenset({*_HISTORY, *_HISTORY_DIRS, JOURNAL, "lock", "compact.lock", "rate"})
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """The entries at the top of queue folder ``path`` that statequeue did not
+    make (a user's file put there): `drop` refuses to delete them with it."""
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+    return [
+        n
+        for n in names
+        if n not in QUEUE_ENTRIES and not n.startswith(".") and ".damaged-" not in n
+    ]
+
+
 _REPAIR = "(run `statequeue fsck --repair` to salvage the valid records)"
 
 
