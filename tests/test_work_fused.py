@@ -216,3 +216,57 @@ def test_runners_register_side_by_side_and_an_exclusive_one_is_still_refused(
     finally:
         for store in (first, second, third):
             store.close()
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("where", ["claim", "settle"])
+def test_ctrl_c_inside_a_claiming_store_call_leaves_nothing_claimed(
+    kind: str,
+    where: str,
+    request: pytest.FixtureRequest,
+    sq_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real SIGINT landing inside the store call that claims (the loop's
+    claim, or a done() that claims the next item on PostgreSQL) after the
+    claim was made: the loop never learnt of it, the program exited
+    cleanly, and the item stayed running until recovery counted an
+    interrupted attempt of an item the program never saw. The interrupt
+    now waits for the call, and the claim goes back uncounted."""
+    import os
+    import signal
+
+    with _open(kind, request, sq_home) as q:
+        q.enqueue(["a", "b", "c"])
+        store = q.store
+        if where == "claim":
+            name = "claim"
+        else:
+            name = "finish_and_claim" if store.chains_claims else "finish"
+        original = getattr(store, name)
+        calls = []
+
+        def interrupted_after(*args: Any, **kw: Any) -> Any:
+            value = original(*args, **kw)
+            calls.append(value)
+            if (where == "claim" and len(calls) == 1) or where == "settle":
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, after the store's work
+            return value
+
+        monkeypatch.setattr(store, name, interrupted_after)
+        loop = q.work()
+        with pytest.raises(KeyboardInterrupt):
+            for item in loop:
+                with item:
+                    item.done(item.item.upper())
+        loop.close()
+        monkeypatch.undo()
+        views = {v.item: v for v in q.items()}
+        # claim: a was claimed and never handed out; settle: a is done and
+        # b (claimed by that done() on PostgreSQL) was never handed out.
+        first = "a" if where == "claim" else "b"
+        if where == "settle":
+            assert views["a"].state is ItemState.DONE
+        assert [views[x].state for x in first + "c"] == [ItemState.PENDING] * 2, views
+        assert views[first].attempts == 0, views[first]
+        assert q.status().runners == ()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
+from statequeue.api.interrupts import deferred_interrupt
 from statequeue.core.errors import ItemNotSettled, StateQueueError, TryLater, UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import (
@@ -131,6 +132,7 @@ class WorkItem:
         self._runner = runner
         self.next_claim: Claim | None = None
         self.chained = False  # settled with a look for the next claim (next_claim, or none due)
+        self.handed = False  # given to the program (else a give-back counts no attempt)
         # Made just after the claim: an attempt lasts from it to done/fail, as
         # a command's does from launch to exit (monotonic: `stats` sums these).
         self._claimed_at = time.monotonic()
@@ -192,20 +194,23 @@ class WorkItem:
         outcome = Outcome(ok=ok, duration=self._took(), reason=reason, result=result)
         if ok:
             rate_limits.succeeded(self.queue, self.policy.rate)
-        if self._runner is None:
-            self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
-        else:
-            # Durable before it returns, as finish is (Store.finish_and_claim).
-            self.state, self.next_claim = self.queue.finish_and_claim(
-                self.claim,
-                outcome,
-                retry_at=retry_at,
-                runner=self._runner,
-                on_interrupted=self.policy.on_interrupted,
-                max_crashes=self.policy.max_crashes,
-            )
-            self.chained = True
-        self.settled = True
+        # An interrupt waits for the store call (interrupts.py): the item is
+        # then known settled, and the next claim known, for the loop to give back.
+        with deferred_interrupt():
+            if self._runner is None:
+                self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
+            else:
+                # Durable before it returns, as finish is (Store.finish_and_claim).
+                self.state, self.next_claim = self.queue.finish_and_claim(
+                    self.claim,
+                    outcome,
+                    retry_at=retry_at,
+                    runner=self._runner,
+                    on_interrupted=self.policy.on_interrupted,
+                    max_crashes=self.policy.max_crashes,
+                )
+                self.chained = True
+            self.settled = True
         return self.state
 
     def _took(self) -> float:
@@ -281,11 +286,13 @@ def work_loop(
             if not paced and queue.status().counts["pending"] > 0:
                 rate_limits.wait_for_start(queue, policy.rate)
                 paced = True
-            claim = taken or queue.claim(
-                runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
-            )
-            taken = None
-            if claim is None:
+            # The claim and the item made of it in one step an interrupt
+            # cannot split (interrupts.py): whatever ends the loop from here
+            # finds the claim in ``current`` (or still in ``taken``).
+            with deferred_interrupt():
+                current = _take(queue, runner, policy, taken, chain)
+                taken = None
+            if current is None:
                 if looked:
                     return
                 if wait_for_due(queue):
@@ -293,15 +300,15 @@ def work_loop(
                 # Not paused now and nothing waits for a retry: but a resume
                 # may have come between the claim and that look. One more
                 # claim decides (else the loop would end beside pending items).
-                claim = queue.claim(
-                    runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
-                )
-                if claim is None:
+                with deferred_interrupt():
+                    current = _take(queue, runner, policy, None, chain)
+                if current is None:
                     return
             if not paced:  # enqueued since the look: its start is paced now
                 rate_limits.wait_for_start(queue, policy.rate)
-            current = WorkItem(queue, claim, policy, runner=chain)
+            claim = current.claim
             if not verified(current, verify):
+                current.handed = True
                 yield current
                 if not (current.settled or current.released):
                     raise ItemNotSettled(
@@ -319,6 +326,20 @@ def work_loop(
         raise
     finally:
         end_work(queue, runner.runner_id, current, taken, best_effort=unwinding)
+
+
+def _take(
+    queue: Queue,
+    runner: RunnerInfo,
+    policy: WorkPolicy,
+    taken: Claim | None,
+    chain: RunnerInfo | None,
+) -> WorkItem | None:
+    """The loop's next item: ``taken`` (claimed by the last done()), else a claim."""
+    claim = taken or queue.claim(
+        runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
+    )
+    return None if claim is None else WorkItem(queue, claim, policy, runner=chain)
 
 
 def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
@@ -371,8 +392,12 @@ def end_work(
         return  # closing released the claims: recovery gives the items back
     errors = (StateQueueError,) if best_effort else ()
     if current is not None and not (current.settled or current.released):
-        with contextlib.suppress(*errors):
-            queue.release(current.claim, "abandoned: the work loop stopped early")
+        with contextlib.suppress(*errors):  # never handed out: its attempt never began
+            queue.release(
+                current.claim,
+                "abandoned: the work loop stopped early",
+                uncounted=not current.handed,
+            )
     following = taken or (current.next_claim if current is not None else None)
     if following is not None:
         with contextlib.suppress(*errors):
