@@ -270,3 +270,35 @@ def test_ctrl_c_inside_a_claiming_store_call_leaves_nothing_claimed(
         assert [views[x].state for x in first + "c"] == [ItemState.PENDING] * 2, views
         assert views[first].attempts == 0, views[first]
         assert q.status().runners == ()
+
+
+EXITS_HOLDING = """
+import sys
+from statequeue import Queue
+with Queue("fw", home=sys.argv[1]) as q:
+    loop = q.work()
+    print(next(loop).item)  # the program ends here, its item unsettled, the loop never closed
+"""
+
+
+def test_a_program_that_ends_holding_an_item_gives_it_back(sq_home: Path, tmp_path: Path) -> None:
+    """Closing the Queue left the open loop's item claimed: recovery counted a
+    crash at each such clean exit, and the fourth run found it held as
+    poison. close() now closes the loops first: the item goes back."""
+    import subprocess
+    import sys
+
+    with Queue("fw", home=sq_home) as q:
+        q.enqueue(["a", "b"])
+    script = tmp_path / "holding.py"
+    script.write_text(EXITS_HOLDING)
+    for _ in range(4):
+        done = subprocess.run(
+            [sys.executable, str(script), str(sq_home)], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0 and done.stdout == "a\n", done.stderr
+    with Queue("fw", home=sq_home, create=False) as q:
+        status = q.status()
+        assert status.counts["running"] == 0 and status.counts["held"] == 0, status.counts
+        assert status.interrupted == () or not status.interrupted
+        assert [i.item for i in q.work(max_crashes=1) if i.done() or True] == ["a", "b"]

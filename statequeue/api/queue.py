@@ -15,13 +15,15 @@ more than one store call lives beside it (``queue_reading``, ``queue_whole``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from statequeue.api import queue_reading as reading
 from statequeue.api.queue_reads import QueueReads
@@ -123,6 +125,10 @@ class Queue(QueueReads):
             name, home=home, create=create, store=store, auto_compact=auto_compact, lease=lease
         )
         self.name = self._shared.name
+        # Open work() loops: closed first by close(), so their items go back
+        # while the store is still open (else recovery counted a crash).
+        # (A loop is its process's: a forked child must not give back the parent's items.)
+        self._loops: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     @property
     def store(self) -> Store:
@@ -148,7 +154,14 @@ class Queue(QueueReads):
         return self._shared.closed
 
     def close(self) -> None:
-        """Release the queue's files; later calls raise QueueClosed. Idempotent."""
+        """Release the queue's files; later calls raise QueueClosed. Idempotent.
+        A ``work()`` loop still open first gives back its item, as leaving
+        the loop does (a program that ends holding one leaves no claim)."""
+        me = os.getpid()
+        for loop, pid in list(self._loops.items()):
+            if pid == me:
+                with contextlib.suppress(Exception):  # running in another thread: recovery's
+                    loop.close()
         self._shared.close()
 
     def notices(self) -> list[str]:
@@ -357,7 +370,9 @@ class Queue(QueueReads):
             rate=as_rate(rate),
             max_deferrals=max_deferrals,
         )
-        return work_loop(self, policy, verify)
+        loop = work_loop(self, policy, verify)
+        self._loops[loop] = os.getpid()
+        return loop
 
     def work_async(
         self,
