@@ -132,3 +132,31 @@ def test_library_import_of_an_open_file_is_bounded_too(sq_env: Env) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "line 1: longer than 65536 bytes: not a statequeue export\n0\n"
+
+
+def test_running_out_of_memory_is_one_line_and_exit_10(sq_env: Env) -> None:
+    """A valid input too big for the memory a limit leaves (an endless
+    stream of short lines): MemoryError ended `enqueue` with a traceback,
+    exit 1 (the code of a failed item). Now one line, exit 10 (resources)."""
+    cap = 400 << 20
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    feed = subprocess.Popen(["seq", "1", "100000000"], stdout=subprocess.PIPE)
+    try:
+        done = subprocess.run(
+            [STATEQUEUE, "-q", "big", "enqueue"],
+            env=sq_env,
+            stdin=feed.stdout,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=capped,
+        )
+    finally:
+        feed.kill()
+        feed.wait()
+    assert done.returncode == 10, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("statequeue: out of memory") and done.stderr.count("\n") == 1

@@ -96,13 +96,13 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
     try:
         return call(argv)
     except BaseException as exc:
-        code = _exit_code_of(exc)
+        code = exit_code_of(exc)
         if code is None:
             raise
         return code
 
 
-def _exit_code_of(exc: BaseException) -> int | None:
+def exit_code_of(exc: BaseException) -> int | None:
     """The exit code for ``exc``, its line printed; None to let it go on."""
     if isinstance(exc, StateQueueError):
         return fail(exc.message, int(exc.exit_code))
@@ -127,6 +127,15 @@ def _exit_code_of(exc: BaseException) -> int | None:
         return 0
     if isinstance(exc, OSError):
         return fail(f"error: {os_error_text(exc)}", int(ExitCode.IO_ERROR))
+    if isinstance(exc, MemoryError):
+        # E.g. an enqueue of an endless stream under a memory limit: every
+        # write is all-or-nothing (fsynced batches), so what was
+        # acknowledged stays and the rest was not written.
+        return fail(
+            "out of memory; what was acknowledged is kept, the rest was not written "
+            "(raise the limit, or give the input in smaller parts)",
+            int(ExitCode.RESOURCES),
+        )
     return None
 
 

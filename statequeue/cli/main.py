@@ -225,26 +225,19 @@ def _run_fast(opts: _Fast) -> int:
     """Run a fast-path command; its exit code."""
     # lazy: start-up time (the fast path loads only what its command needs)
     from statequeue.cli import errors
-    from statequeue.cli.errors import fail, silence_stdout
-    from statequeue.core.errors import StateQueueError, os_error_text
 
     errors.hint_queue = opts.values.get("queue")  # None: $STATEQUEUE_QUEUE's or the default
     try:
         code = _fast_enqueue(opts) if opts.command == "enqueue" else _fast_status(opts)
         sys.stdout.flush()
-    except StateQueueError as exc:
-        code = fail(exc.message, int(exc.exit_code))
-    except KeyboardInterrupt:
-        # As the full CLI: one line, 130. An enqueue stopped while reading its
-        # input queued nothing; one stopped while writing keeps what it fsynced.
-        code = fail("interrupted", 130)
-    except BrokenPipeError:
-        # The reader went away (`| head`): quiet, as in the full CLI. For
-        # enqueue, the items are queued all the same.
-        silence_stdout()
-        code = 0
-    except OSError as exc:
-        code = fail(f"error: {os_error_text(exc)}", 6)  # as run_guarded says it
+    except BaseException as exc:
+        # One line and an exit code, as the full CLI says it (errors.py): an
+        # enqueue stopped while reading its input queued nothing; one stopped
+        # while writing keeps what it fsynced; a reader gone (`| head`) is quiet.
+        handled = errors.exit_code_of(exc)
+        if handled is None:
+            raise
+        code = handled
     # Everything is written, fsynced and closed. Skip the interpreter's
     # teardown, which would free a million item strings one by one (~0.4 s).
     try:

@@ -80,7 +80,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.RESOURCES: (
         "`run` ran short of file descriptors, processes or memory before it could start a "
         "single child (opening the queue, its own pipes, a spawn); the items it took were "
-        "given back, pending"
+        "given back, pending; or any command ran out of memory (an endless input under a "
+        "memory limit): what was acknowledged is kept"
     ),
     ExitCode.STORE_UNREACHABLE: (
         "the PostgreSQL store (`--store`) could not be reached: connection refused, login "
