@@ -67,13 +67,15 @@ def test_fsck_finds_a_deleted_archive_and_repair_brings_the_queue_back(
     assert (folder / "archive.jsonl").exists()
 
 
-@pytest.mark.parametrize("emptied", [False, True], ids=["deleted", "emptied"])
+@pytest.mark.parametrize("how", ["deleted", "emptied", "a folder"])
 def test_every_command_refuses_a_queue_whose_archive_is_gone(
-    sq_env: dict[str, str], sq_home: Path, emptied: bool
+    sq_env: dict[str, str], sq_home: Path, how: str
 ) -> None:
     folder = _compacted_queue(sq_home)
-    if emptied:
+    if how == "emptied":
         (folder / "archive.jsonl").write_bytes(b"")
+    elif how == "a folder":
+        (folder / "archive.jsonl").mkdir()
     journal = (folder / "journal.jsonl").read_bytes()
     commands = [
         ["status"],
@@ -93,5 +95,8 @@ def test_every_command_refuses_a_queue_whose_archive_is_gone(
     listed = _sq(sq_env, "queues")
     assert listed.returncode == ExitCode.DAMAGED
     assert "default\tdamaged" in listed.stdout
+    if how == "a folder":  # the hint says: move it aside first
+        assert "move it aside" in refused.stderr
+        (folder / "archive.jsonl").rmdir()
     assert _sq(sq_env, "fsck", "--repair").returncode == 0
     assert _sq(sq_env, "run", "--", "true").returncode == 0

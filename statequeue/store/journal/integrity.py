@@ -11,6 +11,7 @@ is missing or holds nothing of one. `fsck` reports the same conditions.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from statequeue.core.errors import DamagedState, NoAccess, UsageError
@@ -147,9 +148,15 @@ def refuse_if_archive_short(folder: QueueFolder, state: QueueState) -> None:
     if not state.archive_size:
         return
     try:
-        size = folder.stat(ARCHIVE).st_size
+        found = folder.stat(ARCHIVE)
     except FileNotFoundError:
         raise archive_missing(folder.shown(ARCHIVE)) from None
+    if not stat.S_ISREG(found.st_mode):  # a folder or a link put in its place
+        raise DamagedState(
+            f"{folder.shown(ARCHIVE)} is not a regular file (a folder or a link in its place); "
+            "refusing to open (move it aside, then run `statequeue fsck --repair`)"
+        )
+    size = found.st_size
     if size < state.archive_size:
         raise DamagedState(
             f"{folder.shown(ARCHIVE)}: shorter than the journal says ({size} < "
