@@ -101,3 +101,26 @@ def test_a_queue_folder_broken_in_other_ways_does_not_hide_the_others(
     rows = {q["queue"]: q for q in json.loads(listed.stdout)["queues"]}
     assert rows["a"]["counts"]["pending"] == 1
     assert rows["bad"]["damaged"].endswith(reason), rows["bad"]
+
+
+def test_a_queue_whose_journal_is_missing_is_listed_as_damaged(
+    sq_env: dict[str, str], sq_home: Path
+) -> None:
+    """Its journal deleted, the folder still holds its claims lock and logs:
+    `status -q d` refused it (exit 5) but `queues` left it out and said 0."""
+    from statequeue import Queue
+
+    with Queue("d", home=sq_home) as q:
+        q.enqueue(["a"])
+    with Queue("ok", home=sq_home) as q:
+        q.enqueue(["b"])
+    ran = subprocess.run(
+        [STATEQUEUE, "-q", "d", "run", "--", "echo", "hi"], env=sq_env, capture_output=True
+    )
+    assert ran.returncode == 0
+    (sq_home / "d" / "journal.jsonl").unlink()
+    listed = subprocess.run([STATEQUEUE, "queues"], env=sq_env, capture_output=True, text=True)
+    assert listed.returncode == 5, listed.stdout + listed.stderr
+    lines = listed.stdout.splitlines()
+    assert any(line.startswith("d\tdamaged") for line in lines), lines
+    assert any(line.startswith("ok\t") for line in lines), lines

@@ -84,8 +84,9 @@ def queue_history(folder: QueueFolder) -> list[str]:
 
 
 def holds_queue(path: Path) -> bool:
-    """Whether the folder ``path`` holds a queue: its journal, or an archive
-    left without one (a damaged queue, which opening refuses). Looked up
+    """Whether the folder ``path`` holds a queue: its journal, or what only a
+    queue leaves (an archive, checkpoints, logs, claims) without one (a
+    damaged queue, which opening refuses). Looked up
     relative to the folder opened and checked as any queue folder is (a link
     or another user's folder raises UnsafeFolder); False for a plain file."""
     try:
@@ -95,7 +96,9 @@ def holds_queue(path: Path) -> bool:
     except UsageError:  # a file beside the queues, not a folder
         return False
     try:
-        return folder.exists(JOURNAL) or folder.exists(ARCHIVE)
+        # A journal, or what only a queue leaves (its journal then lost: a
+        # damaged queue, which `queues` lists and opening refuses).
+        return folder.exists(JOURNAL) or bool(queue_history(folder))
     finally:
         folder.close()
 
