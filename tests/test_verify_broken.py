@@ -76,3 +76,36 @@ def test_a_check_found_broken_on_an_item_counts_no_attempt(
     assert done.returncode == 0, done.stderr
     assert not ran.exists(), "an item ran without its --verify-first check"
     assert {state for state, _ in attempts(sq_env).values()} == {"done"}
+
+
+def test_a_script_broken_on_one_item_lets_the_items_in_flight_finish(
+    sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """--verify-first -j3, the script exiting 126 on item 4 only: the run
+    killed the other slots' children at once (no --grace), recorded them
+    pending to run again though one had written its output, and said
+    "nothing run" after item 1 had run. Now no new item starts, those in
+    flight finish and are recorded, and the run then stops (exit 2)."""
+    from statequeue import ItemState
+
+    check = tmp_path / "check.sh"
+    check.write_text('#!/bin/sh\ncase "$1" in 4) exit 126;; *) exit 1;; esac\n')
+    check.chmod(0o755)
+    ran = tmp_path / "ran"
+    with Queue(home=sq_home) as q:
+        q.enqueue([str(i) for i in range(1, 9)])
+    script = f'if [ "$1" = 1 ]; then sleep 0.3; else sleep 1.5; fi; echo "$1" >> {ran}'
+    done = subprocess.run(
+        [STATEQUEUE, "run", "-j3", "--verify", f"{check} {{}}", "--verify-first", "--",
+         "sh", "-c", script, "_", "{}"],
+        env=sq_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "no item was started after it" in done.stderr
+    with Queue(home=sq_home, create=False) as q:
+        views = {v.item: v for v in q.items()}
+    finished = sorted(ran.read_text().split())
+    assert finished == ["1", "2", "3"], (finished, done.stderr)
+    assert [views[x].state for x in "123"] == [ItemState.DONE] * 3, views
+    assert views["4"].state is ItemState.PENDING and views["4"].attempts == 0
+    assert all(views[x].state is ItemState.PENDING for x in "5678")

@@ -168,7 +168,7 @@ class Verifier:
         what = "not found" if verdict.code == 127 else "cannot run"
         return (
             f"--verify script failed with exit {verdict.code} ({what}) on item "
-            f"{claim.item_id}{said}; stopped (nothing run; fix the script)"
+            f"{claim.item_id}{said}; no item was started after it (fix the script)"
         )
 
 

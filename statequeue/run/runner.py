@@ -61,8 +61,7 @@ class Runner:
     ) -> None:
         self.queue = queue
         self.guard = guard  # the CLI's shape (guard.py): we start each child ourselves
-        # Taken once: ``queue.store`` checks the process id on every use (for
-        # a Queue used across a fork), a syscall the per-item path need not pay.
+        # Taken once: ``queue.store`` checks the pid on every use (a syscall per item).
         self._store = queue.store
         self.options = options
         self._sink = on_event or (lambda event: None)
@@ -92,6 +91,7 @@ class Runner:
             self.summary,
             self.on_event,
             stopping=lambda: self._stop_signal is not None,
+            on_broken=self._stop_taking,
         )
         self.jobs: dict[int, Job] = {}  # by the keeper's token (a pid may be reused)
         self._concurrency = options.jobs  # lowered when spawning runs short of resources
@@ -145,9 +145,8 @@ class Runner:
     # -- main loop ---------------------------------------------------------------
 
     def run(self) -> RunSummary:
-        """Run until no item is left (or --limit, --max-time, a signal).
-        Raises CommandNotFound (VerifyBroken for the --verify script's first
-        command), with nothing claimed, if the command is missing."""
+        """Run until no item is left (or --limit, --max-time, a signal, a broken
+        --verify: VerifyBroken). CommandNotFound, nothing claimed, for a missing command."""
         check_commands(self.options.command, self.options.verify, self.spec.base_env)
         store = self.queue.store
         register_run(store, self.queue.name, self.info, self.options, self.guard, self.on_event)
@@ -155,6 +154,8 @@ class Runner:
             self._max_time_at = time.monotonic() + self.options.max_time
         try:
             self._loop()
+            if self.verify.broken is not None:  # once the items in flight have ended
+                raise self.verify.broken
         finally:
             self._report_ready()
             with contextlib.suppress(Exception):  # best effort: its lock dies with us anyway

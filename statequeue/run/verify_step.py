@@ -35,8 +35,13 @@ class VerifyStep:
         on_event: Callable[[RunEvent], None],
         *,
         stopping: Callable[[], bool],
+        on_broken: Callable[[], None] = lambda: None,
     ) -> None:
         self.queue = queue
+        self.broken: VerifyBroken | None = None
+        """Set when the script could not run on an item: the run takes no new
+        item, lets those in flight end, and raises it at its end."""
+        self._on_broken = on_broken
         self.options = options
         self.summary = summary
         self.on_event = on_event
@@ -61,18 +66,22 @@ class VerifyStep:
 
     def verified(self, claim: Claim, slot: int) -> bool:
         """Run --verify for ``claim`` (in job slot ``slot``); on exit 0 record it
-        done without running it. A broken script (exit 126/127) gives the item
-        back and stops the run."""
+        done without running it (True: not to be started). A broken script
+        (exit 126/127) gives the item back and stops the run taking items (``broken``)."""
         assert self.verifier is not None
         try:
             verdict, notes = self.verifier.check(claim, slot)
-        except VerifyBroken:
+        except VerifyBroken as exc:
             # Nothing of the item ran: as if it had never been claimed, so the
             # next run (script fixed) counts no attempt and still verifies it first.
             self.queue.store.release(
                 claim, "not started: the --verify script is broken", uncounted=True
             )
-            raise
+            # The items in flight end as they would (their results are kept);
+            # nothing new starts, and the run then stops with this error.
+            self.broken = exc
+            self._on_broken()
+            return True
         except BaseException:
             self.queue.store.release(claim, "interrupted: the --verify check did not complete")
             raise
