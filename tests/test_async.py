@@ -189,11 +189,11 @@ def test_work_async_raises_the_error_of_a_settle_nobody_awaited(sq_home: Path) -
     async def main(q: Queue) -> None:
         async for item in q.work_async(concurrency=1):
             await item.release("later")
-            item.done()  # not awaited, and fails: the item is settled already
+            item.done()  # not awaited, and fails: the item was given back already
 
     with Queue("ne") as q:
         q.enqueue(["a", "b"])
-        with pytest.raises(statequeue.UsageError, match="already settled"):
+        with pytest.raises(statequeue.UsageError, match="was given back"):
             asyncio.run(asyncio.wait_for(main(q), HANG_GUARD))
         assert [v.state for v in q.items()] == [ItemState.PENDING] * 2
         assert q.status().runners == ()

@@ -122,5 +122,7 @@ def test_a_queue_whose_journal_is_missing_is_listed_as_damaged(
     listed = subprocess.run([STATEQUEUE, "queues"], env=sq_env, capture_output=True, text=True)
     assert listed.returncode == 5, listed.stdout + listed.stderr
     lines = listed.stdout.splitlines()
-    assert any(line.startswith("d\tdamaged") for line in lines), lines
+    damaged = [line for line in lines if line.startswith("d\tdamaged")]
+    assert damaged, lines
+    assert "`statequeue -q d fsck --repair`" in damaged[0]  # a hint that names its queue
     assert any(line.startswith("ok\t") for line in lines), lines

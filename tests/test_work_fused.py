@@ -302,3 +302,18 @@ def test_a_program_that_ends_holding_an_item_gives_it_back(sq_home: Path, tmp_pa
         assert status.counts["running"] == 0 and status.counts["held"] == 0, status.counts
         assert status.interrupted == () or not status.interrupted
         assert [i.item for i in q.work(max_crashes=1) if i.done() or True] == ["a", "b"]
+
+
+def test_done_after_the_loop_ended_says_the_item_was_given_back(sq_home: Path) -> None:
+    """After a `break`, the loop gives its item back; a done() then raised a
+    bare StateQueueError "no longer claimed by runner ..."."""
+    from statequeue.core.errors import UsageError
+
+    with Queue("fw", home=sq_home) as q:
+        q.enqueue(["a"])
+        loop = q.work()
+        item = next(loop)
+        loop.close()  # as a `break` out of the for loop does
+        with pytest.raises(UsageError, match="was given back"):
+            item.done()
+        assert {v.item: v.state for v in q.items()} == {"a": ItemState.PENDING}

@@ -217,8 +217,12 @@ class WorkItem:
         return time.monotonic() - self._claimed_at
 
     def _check_open(self) -> None:
-        if self.settled or self.released:
+        if self.settled:
             raise UsageError(f"item {self.id} is already settled")
+        if self.released:
+            raise UsageError(
+                f"item {self.id} was given back (release(), or the work loop ended before it)"
+            )
 
     def __enter__(self) -> WorkItem:
         return self
@@ -398,6 +402,7 @@ def end_work(
                 "abandoned: the work loop stopped early",
                 uncounted=not current.handed,
             )
+        current.released = True  # a done() after the loop ended says so (_check_open)
     following = taken or (current.next_claim if current is not None else None)
     if following is not None:
         with contextlib.suppress(*errors):

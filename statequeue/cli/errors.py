@@ -47,13 +47,19 @@ def with_queue(text: str) -> str:
         return text
     if hint_queue is None:
         hint_queue = queue_of(_hint_argv)
-    if not hint_queue:
+    return hint_for(text, hint_queue)
+
+
+def hint_for(text: str, queue: str) -> str:
+    """``text`` with ``-q QUEUE`` in each `statequeue COMMAND` hint (``queue``
+    empty: as it is)."""
+    if not queue or "`statequeue " not in text:
         return text
     import re  # lazy: start-up time (a hint only; enqueue imports no re)
     import shlex
 
     hint = re.compile(rf"`statequeue (?=(?:{_ON_A_QUEUE})\b)")
-    return hint.sub(f"`statequeue -q {shlex.quote(hint_queue)} ", text)
+    return hint.sub(f"`statequeue -q {shlex.quote(queue)} ", text)
 
 
 def queue_of(argv: Sequence[str], named: str | None = None) -> str:

@@ -11,6 +11,7 @@ import orjson
 import typer
 
 from statequeue.cli.completion import complete_state
+from statequeue.cli.errors import hint_for
 from statequeue.cli.event_text import describe_events
 from statequeue.cli.logs_all import write_all_logs
 from statequeue.cli.options import (
@@ -317,7 +318,7 @@ def queues(
         given_home,
         store=store_url(ctx),
         on_unsafe=_warn_skipped,
-        on_damaged=lambda name, exc: damaged.update({name: exc.message}),
+        on_damaged=lambda name, exc: damaged.update({name: hint_for(exc.message, name)}),
     )
     _show_queues(rows, damaged, where, place, json)
     if damaged:
