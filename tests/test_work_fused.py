@@ -236,6 +236,9 @@ def test_ctrl_c_inside_a_claiming_store_call_leaves_nothing_claimed(
     import os
     import signal
 
+    # Python's own SIGINT handler, as a program has it (another test may have left its own).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     with _open(kind, request, sq_home) as q:
         q.enqueue(["a", "b", "c"])
         store = q.store
