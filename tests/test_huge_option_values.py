@@ -36,19 +36,8 @@ def test_the_backoff_still_doubles_from_the_first_delay() -> None:
 
 @pytest.mark.parametrize("burst", ["99999999999999999999999", "1000000001"])
 def test_a_burst_past_the_bound_is_refused(sq_env: Env, burst: str) -> None:
-    assert subprocess.run([STATEQUEUE, "enqueue", "a"], env=sq_env, check=False).returncode == 0
-    out = subprocess.run(
-        [STATEQUEUE, "run", "--burst", burst, "--rate", "1/s", "--", "true"],
-        env=sq_env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == ExitCode.USAGE, out.stderr
-    assert out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr
-    assert b"--burst must be from 1 to 1000000000" in out.stderr
-    listed = subprocess.run([STATEQUEUE, "list"], env=sq_env, capture_output=True, check=False)
-    assert listed.stdout.split(b"\t")[1] == b"pending"  # nothing ran
+    err = _refused_run(sq_env, "--burst", burst, "--rate", "1/s")
+    assert b"--burst must be from 1 to 1000000000" in err
 
 
 def test_the_largest_burst_runs(sq_env: Env) -> None:
@@ -95,9 +84,22 @@ def test_a_grace_past_a_day_is_refused(sq_env: Env, grace: str) -> None:
     """`--grace 1e300` was taken: a persistent worker's end was waited for
     with one poll() of it, which overflowed time_t (a traceback after the
     items ran). Capped as `status --interval` is: at most a day, else exit 2."""
+    err = _refused_run(sq_env, "--grace", grace)
+    assert b"--grace must be a finite number of seconds up to 86400 (a day)" in err
+
+
+def test_a_grace_of_a_day_is_taken() -> None:
+    from statequeue.run.options import RunOptions
+
+    assert RunOptions(command=("true",), grace=86400.0).grace == 86400.0
+
+
+def _refused_run(sq_env: Env, *options: str) -> bytes:
+    """`run OPTIONS -- true` on a queue of one item: refused in one line with
+    exit 2 and nothing run; its stderr."""
     assert subprocess.run([STATEQUEUE, "enqueue", "a"], env=sq_env, check=False).returncode == 0
     out = subprocess.run(
-        [STATEQUEUE, "run", "--grace", grace, "--", "true"],
+        [STATEQUEUE, "run", *options, "--", "true"],
         env=sq_env,
         capture_output=True,
         timeout=60,
@@ -105,12 +107,6 @@ def test_a_grace_past_a_day_is_refused(sq_env: Env, grace: str) -> None:
     )
     assert out.returncode == ExitCode.USAGE, out.stderr
     assert out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr
-    assert b"--grace must be a finite number of seconds up to 86400 (a day)" in out.stderr
     listed = subprocess.run([STATEQUEUE, "list"], env=sq_env, capture_output=True, check=False)
     assert listed.stdout.split(b"\t")[1] == b"pending"  # nothing ran
-
-
-def test_a_grace_of_a_day_is_taken() -> None:
-    from statequeue.run.options import RunOptions
-
-    assert RunOptions(command=("true",), grace=86400.0).grace == 86400.0
+    return out.stderr

@@ -38,7 +38,7 @@ def check_url(url: str) -> None:
     try:
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error as exc:
-        reason = " ".join(mask(str(exc), url).split())
+        reason = _said(exc, url)
         raise InvalidStoreUrl(f"invalid store URL {mask(url)!r}: {reason}") from None
 
 
@@ -76,8 +76,13 @@ def is_lost(conn: Connection) -> bool:
 
 
 def unreachable(exc: BaseException, url: str) -> StoreUnreachable:
-    reason = " ".join(mask(str(exc), url).split()) or type(exc).__name__
+    reason = _said(exc, url) or type(exc).__name__
     return StoreUnreachable(f"cannot reach the PostgreSQL store {mask(url)}: {reason}")
+
+
+def _said(exc: BaseException, url: str) -> str:
+    """What the server or driver said, on one line, the password masked."""
+    return " ".join(mask(str(exc), url).split())
 
 
 @contextmanager
@@ -93,7 +98,7 @@ def guarded(url: str) -> Iterator[None]:
     except psycopg.errors.InsufficientPrivilege as exc:
         # Not an item's failure (exit 1): the role lacks a grant (USAGE on
         # the schema, CREATE on the database for the first migration).
-        reason = " ".join(mask(str(exc), url).split())
+        reason = _said(exc, url)
         raise StoreDenied(
             f"the PostgreSQL store {mask(url)} refused: {reason} (a grant this role lacks; "
             'see "Sharing a database between roles" in `statequeue help postgres`)'
@@ -102,11 +107,11 @@ def guarded(url: str) -> Iterator[None]:
         # Not an item's failure (exit 1): a standby, or a session made
         # read-only (default_transaction_read_only); most commands write
         # (even `status` folds the counters).
-        reason = " ".join(mask(str(exc), url).split())
+        reason = _said(exc, url)
         raise StoreDenied(
             f"the PostgreSQL store {mask(url)} is read-only: {reason} (a standby, or "
             "default_transaction_read_only; point --store at a writable primary)"
         ) from None
     except psycopg.Error as exc:
-        reason = " ".join(mask(str(exc), url).split())
+        reason = _said(exc, url)
         raise StateQueueError(f"the PostgreSQL store failed: {reason}") from None
