@@ -290,6 +290,15 @@ class Job:
         with contextlib.suppress(KeeperLost):  # nothing left to signal
             self.keeper.signal(self.token, signum)
 
+    def cut(self) -> None:
+        """The child of a stopped or timed-out attempt has ended: nothing of
+        the attempt may outlive it -- what is left of its group, and the
+        detached descendants of its item (a new session), are killed; the
+        claim stays held until none is left."""
+        self.signal_group(signal.SIGKILL)
+        with contextlib.suppress(KeeperLost):
+            self.keeper.cut(self.claim.item_id)
+
     def exited(self) -> bool:
         """True once the keeper reported the child's exit (or failed spawn)."""
         if self.returncode is not None:

@@ -121,6 +121,12 @@ class Keeper:
         """Signal the process group of ``token``'s child, if it is not reaped yet."""
         self._send((kp.SIGNAL, token, int(signum)), [])
 
+    def cut(self, item_id: int) -> None:
+        """``item_id``'s attempt was stopped or timed out, and its child has
+        ended: have every process left of it killed (its claim held until
+        none is left)."""
+        self._send((kp.CUT, 0, item_id), [])
+
     def deadline(self, token: int, at: float) -> None:
         """Have the keeper SIGKILL ``token``'s process group at the monotonic
         time ``at`` (a lease's end), unless a later deadline replaces it."""

@@ -15,7 +15,10 @@ child that appears, which it may kill by pid because an unreaped child keeps
 its pid -- until it has no child at all, then releases the claims and exits.
 When the run ends normally (goodbye), every item is settled: a detached
 process an item left behind may go on, and the keeper stays until the last
-one has exited, holding its item's claim so no retry overlaps it.
+one has exited, holding its item's claim so no retry overlaps it -- except
+for an item the runner CUT (its attempt was stopped by a signal or timed
+out): what is left of it is killed, as of a fenced item below, but only the
+processes surely of it.
 
 Self-fencing (stores with leases): the runner sends each token's DEADLINE,
 the end of its lease as last renewed, on the lease clock (lease_clock.py,
@@ -71,6 +74,7 @@ if TYPE_CHECKING or __package__:
         ASSIGN,
         CPU_APPEND_ENV,
         CPU_REPORT_ENV,
+        CUT,
         DEADLINE,
         DEADLINE_POLL,
         ENVIRON,
@@ -110,6 +114,7 @@ else:  # a script under -I -S: the package is not importable, its folders are
         ASSIGN,
         CPU_APPEND_ENV,
         CPU_REPORT_ENV,
+        CUT,
         DEADLINE,
         DEADLINE_POLL,
         ENVIRON,
@@ -144,6 +149,7 @@ __all__ = [
     "ASSIGN",
     "CPU_APPEND_ENV",
     "CPU_REPORT_ENV",
+    "CUT",
     "DEADLINE",
     "DEADLINE_POLL",
     "ENVIRON",

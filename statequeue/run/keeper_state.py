@@ -39,6 +39,7 @@ WAITER_GONE = signal.SIGUSR1  # guard mode: our parent (the waiter) died (PR_SET
 HEADER = struct.Struct("<II")  # payload length, number of fds sent
 SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
 LIVENESS, HOLD = 8, 9  # guard mode: the runner's liveness lock; a claim to keep at its end
+CUT = 10  # an attempt stopped or timed out: kill what is left of its item
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
@@ -97,6 +98,10 @@ class KeeperProcess:
         self.deadlines: dict[int, float] = {}
         self.deadline_items: dict[int, int] = {}  # token -> its item (the leader may be reaped)
         self.fencing: set[int] = set()  # held items whose deadline came: kill all of them
+        # Held items whose attempt was stopped (a signal, --timeout): kill
+        # what is left of them, but only processes surely theirs -- an
+        # orphan that may be another item's is not killed for this one.
+        self.cut: set[int] = set()
         self.programs: dict[str, str] = {}  # name -> its path on PATH, found once
         self.environ: dict[str, str] = dict(os.environ)  # until the runner sends its own
         self.liveness: list[int] = []  # guard mode: the runner's liveness lock, held to the end
@@ -170,6 +175,8 @@ class KeeperProcess:
             self.liveness += [fd for fd in fds if fd >= 0]
             self.queue = request[2]  # the name adopted orphans carry (STATEQUEUE_QUEUE)
             return
+        if request[0] == CUT:
+            return self.cut_item(request[2])
         if request[0] == HOLD:  # the run ended while a leftover of this item may live
             self.hold(request[2], [fd for fd in fds if fd >= 0])
             self.finished.add(request[2])
@@ -265,6 +272,16 @@ class KeeperProcess:
         # Unreaped, the leader keeps its pid, so its group id names its group.
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(leader.pid, signum)
+
+    def cut_item(self, item: int) -> None:
+        """``item``'s attempt was stopped (by a signal, or its --timeout) and
+        its leader has ended: kill its detached leftovers (a new session
+        escapes the group), as more are reparented, until none is left; the
+        claim is held meanwhile, and released as a finished item's is."""
+        if item in self.held:
+            self.cut.add(item)
+            self.idle_gap, self.idle_until = 0.0, 0.0
+            self.kill_fenced()
 
     def reply(self, kind: int, token: int, value: int) -> None:
         assert self.sock is not None  # a keeper process always has its socket
@@ -379,6 +396,7 @@ class KeeperProcess:
                 os.close(fd)
             self.finished.discard(item)
             self.fencing.discard(item)
+            self.cut.discard(item)
         if not self.held and self.children_fd >= 0:
             # Nothing to look for until an item is held again: the file is
             # not kept open past the claims it serves (a library process).
@@ -474,14 +492,15 @@ class KeeperProcess:
         self.kill_fenced()
 
     def kill_fenced(self) -> None:
-        """SIGKILL every child of the keeper that may be of a fenced item, and
-        the process group it leads: as after a kill -9 of the runner, but for
-        these items only. The dead ones' own children are reparented to the
-        keeper in turn, and killed on a later look (see ``timeout``)."""
-        if not self.fencing or not self.has_children():
+        """SIGKILL every child of the keeper that may be of a fenced item (or
+        is surely of a cut one), and the process group it leads: as after a
+        kill -9 of the runner, but for these items only. The dead ones' own
+        children are reparented to the keeper in turn, and killed on a later
+        look (see ``timeout``)."""
+        if not (self.fencing or self.cut) or not self.has_children():
             return
         for pid, owners in self.attribute(children()).items():
-            if not owners & self.fencing:
+            if not (owners & self.fencing or (owners and owners <= self.cut)):
                 continue
             # An unreaped child keeps its pid, and so does the group it leads:
             # neither signal can hit another process.
@@ -491,7 +510,7 @@ class KeeperProcess:
                 os.kill(pid, signal.SIGKILL)
 
     def timeout(self, now: float) -> float | None:
-        if self.ending or self.fencing:
+        if self.ending or self.fencing or self.cut:
             return FENCE_POLL  # children may appear without a SIGCHLD (reparented)
         wait = None
         if self.finished:

@@ -32,6 +32,7 @@ from statequeue.run.guard import GuardLink
 from statequeue.run.keeper import Keeper, readable
 
 _WAIT_STEP = 0.05  # seconds between looks while waiting for one child's exit
+CUT_WAIT = 5.0  # seconds the end of a run waits for a stopped item's leftovers to die
 
 
 class _State(kp.KeeperProcess):
@@ -135,6 +136,9 @@ class LocalKeeper(Keeper):
     def signal(self, token: int, signum: int) -> None:
         self._state.signal(token, signum)
 
+    def cut(self, item_id: int) -> None:
+        self._state.cut_item(item_id)
+
     def deadline(self, token: int, at: float) -> None:
         # Stores with leases run in the older shape (their keeper process
         # fences a frozen runner); a deadline here is enforced by ``tend``.
@@ -164,6 +168,8 @@ class LocalKeeper(Keeper):
         state = self._state
         if state.deadlines:
             state.enforce(lease_clock.now())
+        elif state.cut:
+            state.kill_fenced()
         if state.finished:
             state.settle(time.monotonic())
 
@@ -181,6 +187,19 @@ class LocalKeeper(Keeper):
             with contextlib.suppress(OSError):
                 readable(self._wake_r, kp.FENCE_POLL)
                 os.read(self._wake_r, 4096)
+
+    def _end_cut(self) -> None:
+        """Before the run ends: kill what is left of the items whose attempt
+        was stopped, as it is reparented here, until none is left (SIGKILL:
+        a moment; at most CUT_WAIT, then the guard holds their claims)."""
+        state = self._state
+        end = time.monotonic() + CUT_WAIT
+        while state.cut and time.monotonic() < end:
+            state.kill_fenced()
+            with contextlib.suppress(TimeoutError):
+                self.receive_within(kp.FENCE_POLL)
+            state.cost_until = state.idle_until = 0.0  # look now, not at the scan's pace
+            state.settle(time.monotonic())
 
     def receive_within(self, timeout: float) -> None:
         if not readable(self._wake_r, timeout):
@@ -207,6 +226,7 @@ class LocalKeeper(Keeper):
         else:
             with contextlib.suppress(KeeperLost):
                 self.receive()
+                self._end_cut()
             state.settle_if_childless()
             self._guard.close({item: fds for item, fds in state.held.items()})
         state.release(set(state.held))

@@ -462,10 +462,8 @@ class Runner:
                 self.summary.attempts -= 1
                 unstarted.append((job, error))
                 continue
-            if job.stop_reason:
-                # Stopped or timed out: what is left of its process group (a
-                # descendant that ignored TERM) must not outlive the attempt.
-                job.signal_group(signal.SIGKILL)
+            if job.stop_reason:  # stopped or timed out: nothing of it may live on
+                job.cut()
             del self.jobs[job.token]
             self._watch.forget_output(job)  # finish() closes the pipes
             results.append((job, job.finish()))

@@ -53,6 +53,7 @@ def give_back_all(jobs: dict[int, Job], store: Store, recorder: ResultRecorder) 
     for job in list(jobs.values()):
         job.signal_group(signal.SIGKILL)
         job.reap()
+        job.cut()  # its detached leftovers too: the item goes back to the queue
         job.close()
         # Best effort: if this fails too, recovery finds the item on the next run.
         with contextlib.suppress(Exception):
