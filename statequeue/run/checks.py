@@ -190,28 +190,45 @@ def report_recovery(
     max_crashes: int,
     verify: bool,
     on_event: Callable[[RunEvent], None],
+    *,
+    asked: OnInterrupted = OnInterrupted.RETRY,
 ) -> None:
     """Recover what dead runners left in flight now, to say so (a claim
-    would do it silently)."""
+    would do it silently). ``asked``: the run's --on-interrupted, which
+    ``policy`` (the one recovery applies) is not when --verify decides first."""
     report = store.recover(on_interrupted=policy, max_crashes=max_crashes)
-    notes = recovery_notice(report.retried, report.failed, report.held, policy, verify)
+    notes = recovery_notice(report.retried, report.failed, report.held, policy, verify, asked=asked)
     for text, warning in notes:
         on_event(Notice(text, warning=warning))
 
 
+_THEN = {
+    OnInterrupted.RETRY: "verifying, then retrying what is not done",
+    OnInterrupted.FAIL: "verifying; what is not done is marked failed (--on-interrupted fail)",
+    OnInterrupted.HOLD: "verifying; what is not done is held (--on-interrupted hold)",
+}
+
+
 def recovery_notice(
-    retried: list[int], failed: list[int], held: list[int], policy: OnInterrupted, verify: bool
+    retried: list[int],
+    failed: list[int],
+    held: list[int],
+    policy: OnInterrupted,
+    verify: bool,
+    *,
+    asked: OnInterrupted = OnInterrupted.RETRY,
 ) -> list[tuple[str, bool]]:
     """What recovery did with items left in flight by dead runners: one line
-    each, and whether it is a warning (poison held) that --quiet still shows."""
+    each, and whether it is a warning that --quiet still shows (an item
+    settled as failed or held without running: a cron job must hear of it)."""
     notes: list[tuple[str, bool]] = []
-    then = "verifying, then retrying what is not done" if verify else "retrying"
     if retried:
+        then = _THEN[asked] if verify else "retrying"
         notes.append((f"recovered {_items(retried)}: {then}", False))
     if failed:
-        notes.append((f"recovered {_items(failed)}: marked failed (--on-interrupted fail)", False))
+        notes.append((f"recovered {_items(failed)}: marked failed (--on-interrupted fail)", True))
     if held and policy is OnInterrupted.HOLD:
-        notes.append((f"recovered {_items(held)}: held (--on-interrupted hold)", False))
+        notes.append((f"recovered {_items(held)}: held (--on-interrupted hold)", True))
     elif held:
         poison = (
             f"held {_items(held, 'poison item')}: in flight during too many runner crashes "

@@ -90,6 +90,16 @@ class RunOptions:
         if self.verify_first and not self.verify:
             raise UsageError("--verify-first needs --verify SCRIPT")
 
+    @property
+    def recovery_policy(self) -> OnInterrupted:
+        """The policy the store's recovery applies: with --verify, a policy
+        that would settle an item (fail, hold) waits for the check, so the
+        item goes back to pending marked crashed, and the run settles it by
+        the policy only once the check says it is not done (verify_step.py)."""
+        if self.verify and self.on_interrupted is not OnInterrupted.RETRY:
+            return OnInterrupted.RETRY
+        return self.on_interrupted
+
     def _check_persistent(self) -> None:
         if not self.persistent:
             if self.recycle_after is not None or self.recycle_rss is not None:

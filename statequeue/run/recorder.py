@@ -140,7 +140,7 @@ class ResultRecorder:
             state = self._store.interrupt(
                 claim,
                 job.interruption,
-                on_interrupted=self.options.on_interrupted,
+                on_interrupted=self.options.recovery_policy,
                 max_crashes=self.options.max_crashes,
             )
         except (ClaimLost, StoreUnreachable):  # taken over, or left to recovery
@@ -210,7 +210,7 @@ class ResultRecorder:
                     outcome,
                     retry_at=retry_at,
                     runner=self.info,
-                    on_interrupted=self.options.on_interrupted,
+                    on_interrupted=self.options.recovery_policy,
                     max_crashes=self.options.max_crashes,
                     among=scope,
                 )

@@ -46,7 +46,12 @@ def register_run(
         on_event(Notice(drift))
     try:
         report_recovery(
-            store, options.on_interrupted, options.max_crashes, bool(options.verify), on_event
+            store,
+            options.recovery_policy,
+            options.max_crashes,
+            bool(options.verify),
+            on_event,
+            asked=options.on_interrupted,
         )
     except BaseException:
         store.unregister_runner(info.runner_id)

@@ -265,7 +265,7 @@ class Runner:
             try:
                 claim = self.recorder.take_prefetched() or self.queue.claim(
                     self.info,
-                    on_interrupted=self.options.on_interrupted,
+                    on_interrupted=self.options.recovery_policy,
                     max_crashes=self.options.max_crashes,
                     among=scope,
                 )

@@ -12,7 +12,14 @@ from collections.abc import Callable
 
 from statequeue.api.queue import Queue
 from statequeue.core.errors import VerifyBroken
-from statequeue.core.models import VERIFIED_AFTER_CRASH, VERIFIED_BEFORE_RUN, Claim, Outcome
+from statequeue.core.models import (
+    VERIFIED_AFTER_CRASH,
+    VERIFIED_BEFORE_RUN,
+    Claim,
+    ItemState,
+    OnInterrupted,
+    Outcome,
+)
 from statequeue.run.checks import Verifier
 from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
 from statequeue.run.jobs import JobSpec
@@ -88,7 +95,7 @@ class VerifyStep:
         for text, warning in notes:
             self.on_event(Notice(text, warning=warning))
         if not verdict.done:
-            return False
+            return self._settled_by_policy(claim)
         if claim.interrupted:
             outcome = Outcome(ok=True, reason=VERIFIED_AFTER_CRASH)
         else:
@@ -97,4 +104,28 @@ class VerifyStep:
         self.summary.record(claim.item_id, state)
         self.summary.verified += 1
         self.on_event(ItemFinished(claim, outcome, state, verified=True))
+        return True
+
+    def _settled_by_policy(self, claim: Claim) -> bool:
+        """An interrupted item the check says is not done, under
+        ``--on-interrupted fail`` or ``hold``: settled so without running
+        (the attempt that was claimed for the check never began: uncounted).
+        False under ``retry``: it runs."""
+        policy = self.options.on_interrupted
+        if not claim.interrupted or policy is OnInterrupted.RETRY:
+            return False
+        target = ItemState.FAILED if policy is OnInterrupted.FAIL else ItemState.HELD
+        reason = (
+            f"interrupted: its runner died during attempt {claim.attempt - 1}; "
+            f"--verify says it is not done (--on-interrupted {policy.value})"
+        )
+        self.queue.store.release(claim, reason, uncounted=True, to=target)
+        self.summary.record(claim.item_id, target)
+        done = "marked failed" if target is ItemState.FAILED else "held"
+        self.on_event(
+            Notice(
+                f"#{claim.item_id}: {done}: not done by --verify after an interruption",
+                warning=True,
+            )
+        )
         return True

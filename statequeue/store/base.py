@@ -165,11 +165,20 @@ class Store(LeaseHooks, ABC):
         """Let the reserved claim lock go, if one is held (``reserve``)."""
 
     @abstractmethod
-    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
+    def release(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        uncounted: bool = False,
+        to: ItemState = ItemState.PENDING,
+    ) -> None:
         """Give a claimed item back as pending without counting a crash (the
         runner was stopped by a signal). With ``uncounted`` the attempt never
         began (the runner could not start it): it does not count either, and
-        its number is given out again. Releases the claim."""
+        its number is given out again. ``to``: FAILED or HELD instead of
+        pending, for an item settled without running (``--on-interrupted``
+        after ``--verify`` said it was not done). Releases the claim."""
 
     def defer(
         self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int

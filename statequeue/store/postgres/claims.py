@@ -230,14 +230,21 @@ class Claims:
             cursor = self._kept = conn.cursor()
         return cursor
 
-    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
+    def release(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        uncounted: bool = False,
+        to: ItemState = ItemState.PENDING,
+    ) -> None:
         generation = self._session.generation
 
         def attempt(conn: Connection) -> None:
             try:
                 with conn.transaction():
                     attempts = writes.held(conn, self.name, claim)
-                    writes.give_back(conn, self.name, claim, reason, attempts - uncounted)
+                    writes.give_back(conn, self.name, claim, reason, attempts - uncounted, to)
             except ClaimLost:
                 if self._session.generation == generation:
                     raise

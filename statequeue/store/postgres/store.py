@@ -269,8 +269,15 @@ class PostgresStore(Store):
             among=among,
         )
 
-    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
-        self._claims.release(claim, reason, uncounted=uncounted)
+    def release(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        uncounted: bool = False,
+        to: ItemState = ItemState.PENDING,
+    ) -> None:
+        self._claims.release(claim, reason, uncounted=uncounted, to=to)
 
     def interrupt(
         self,

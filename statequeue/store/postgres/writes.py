@@ -154,26 +154,34 @@ def stale(claim: Claim) -> ClaimLost:
     )
 
 
-def give_back(conn: Connection, queue: str, claim: Claim, reason: str, attempts: int) -> None:
-    """Put a claimed item back as pending, with ``attempts`` made so far."""
+def give_back(
+    conn: Connection,
+    queue: str,
+    claim: Claim,
+    reason: str,
+    attempts: int,
+    to: ItemState = ItemState.PENDING,
+) -> None:
+    """Put a claimed item back as pending (or ``to``), with ``attempts`` made so far."""
     conn.execute(
-        "UPDATE statequeue.live SET state = 'pending', attempts = %(a)s, token = NULL,"
+        "UPDATE statequeue.live SET state = %(s)s, attempts = %(a)s, token = NULL,"
         " runner = NULL, holder = NULL, lease_until = NULL, failures = 0, interrupted = %(i)s,"
         " reason = %(r)s, changed_at = %(now)s WHERE queue = %(q)s AND id = %(id)s",
         {
             "q": queue,
             "id": claim.item_id,
+            "s": to.value,
             "a": attempts,
-            "i": claim.interrupted,
+            "i": claim.interrupted and to is ItemState.PENDING,
             "r": safe(reason),
             "now": time.time(),
         },
     )
-    count(conn, queue, {"running": -1, "pending": 1})
+    count(conn, queue, {"running": -1, to.value: 1})
     # Unlike the journal's, this event has never carried ``crashed`` nor the
     # uncounted ``attempts`` (the item's row holds both).
     rec = transitions.interrupted_record(
-        claim.item_id, claim.attempt, ItemState.PENDING, reason, crashed=False, at=now()
+        claim.item_id, claim.attempt, to, reason, crashed=False, at=now()
     )
     event(conn, queue, rec)
 

@@ -336,7 +336,14 @@ class RecordStore(RecordReads):
         """Make every record written so far durable; the caller holds the lock
         (``sync`` takes it). Stores whose writes are durable at once need nothing."""
 
-    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
+    def release(
+        self,
+        claim: Claim,
+        reason: str,
+        *,
+        uncounted: bool = False,
+        to: ItemState = ItemState.PENDING,
+    ) -> None:
         with self._locked() as state:
             item = self._claimed_item(state, claim)
             # An item claimed after a crash keeps that mark (a --verify stopped
@@ -344,9 +351,9 @@ class RecordStore(RecordReads):
             rec = transitions.interrupted_record(
                 item.id,
                 item.attempts,
-                ItemState.PENDING,
+                to,
                 reason,
-                crashed=claim.interrupted,
+                crashed=claim.interrupted and to is ItemState.PENDING,
                 at=record_time(),
             )
             if uncounted:

@@ -1,0 +1,89 @@
+"""``--on-interrupted fail|hold`` waits for ``--verify`` before it settles an item.
+
+Promise 3: after a crash only the in-flight items are recovered, by the
+policy, after ``--verify``. Under ``fail`` and ``hold`` recovery settled the
+interrupted items at once, without running the check: work that had finished
+was marked failed (or held), the run's summary said ``failed: 0`` and exited
+0, and ``--quiet`` printed nothing. Now the items wait pending for the check:
+one it says is done is recorded done; only the others are failed or held,
+counted in the summary, with a warning that ``--quiet`` keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statequeue import Queue
+from tests.conftest import STATEQUEUE
+
+# Claims items 1 and 2, then dies with both claimed: its runner is gone.
+_DIE_HOLDING = """
+import os, sys
+from statequeue import Queue
+from statequeue.core.identity import new_runner
+q = Queue(home=sys.argv[1], store=sys.argv[2] or None)
+runner = new_runner()
+q.register_runner(runner)
+q.claim(runner)
+q.claim(runner)
+os._exit(0)
+"""
+
+
+@pytest.fixture(params=["journal", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "journal":
+        return ""
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.mark.parametrize("policy", ["fail", "hold"])
+def test_the_check_comes_before_the_policy(
+    sq_env: dict[str, str], sq_home: Path, tmp_path: Path, policy: str, store_url: str
+) -> None:
+    store = ["--store", store_url] if store_url else []
+    with Queue(home=sq_home, store=store_url or None) as q:
+        q.enqueue(["1", "2", "3"])
+    died = subprocess.run(
+        [sys.executable, "-c", _DIE_HOLDING, str(sq_home), store_url], env=sq_env, check=False
+    )
+    assert died.returncode == 0
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (marks / "1").touch()  # item 1's work had finished; item 2's had not
+    check = f"touch {marks}/checked-{{}}; test -e {marks}/{{}}"
+    ran = subprocess.run(
+        [
+            *(STATEQUEUE, *store, "run", "--quiet", "--json", "--on-interrupted", policy),
+            *("--verify", check, "--", "sh", "-c", f'touch "{marks}/ran-$1"', "_", "{}"),
+        ],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    summary = json.loads(ran.stdout)
+    # The check ran for both interrupted items, and neither ran again.
+    assert (marks / "checked-1").exists() and (marks / "checked-2").exists(), ran.stderr
+    assert not (marks / "ran-1").exists() and not (marks / "ran-2").exists()
+    assert (marks / "ran-3").exists()
+    with Queue(home=sq_home, store=store_url or None, create=False) as q:
+        views = {v.item: v for v in q.store.items()}
+    states = {text: v.state.value for text, v in views.items()}
+    reason = views["2"].reason
+    expected = "failed" if policy == "fail" else "held"
+    assert states == {"1": "done", "2": expected, "3": "done"}, (states, ran.stderr)
+    assert "--verify says it is not done" in reason, reason
+    assert summary["verified"] == 1
+    # Said even under --quiet, and counted: a cron job hears of it.
+    assert f"#2: {'marked failed' if policy == 'fail' else 'held'}" in ran.stderr
+    if policy == "fail":
+        assert summary["failed"] == 1 and ran.returncode == 1, (summary, ran.stderr)
+    else:
+        assert ran.returncode == 0, ran.stderr
