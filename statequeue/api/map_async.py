@@ -13,6 +13,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from statequeue.api.map_names import QueueKey, default_queue, queue_key, refuse_nested, working_on
 from statequeue.api.map_run import SETTLE_NAP, MapRun
 from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
@@ -49,15 +50,19 @@ async def map_async(
         rate=as_rate(rate),
     )
     owned = not isinstance(queue, Queue)
+    if queue is None:
+        queue = default_queue(fn, "map_async")
     q = queue if isinstance(queue, Queue) else await _open(queue, home, store)
     try:
         run = MapRun(q, items, policy)
         await asyncio.to_thread(run.plan)
+        key = queue_key(q)
+        refuse_nested(key, run.left_ids(), run.text_of)
         await asyncio.to_thread(q.register_runner, run.runner)
         try:
             # No more slots than items to run: each idle slot's claim is a
             # worker-thread call (concurrency=10**5 for two items took 15 s).
-            await _run_all(run, fn, max(1, min(concurrency, run.left)))
+            await _run_all(run, fn, key, max(1, min(concurrency, run.left)))
         finally:
             if not q.closed:
                 await asyncio.shield(asyncio.to_thread(q.unregister_runner, run.runner.runner_id))
@@ -73,16 +78,18 @@ async def _open(
     return await asyncio.to_thread(lambda: Queue(name, home=home, store=store))
 
 
-async def _run_all(run: MapRun, fn: Callable[[str], Awaitable[Any]], concurrency: int) -> None:
+async def _run_all(
+    run: MapRun, fn: Callable[[str], Awaitable[Any]], key: QueueKey, concurrency: int
+) -> None:
     while not run.finished:
         async with asyncio.TaskGroup() as group:
             for _ in range(concurrency):
-                group.create_task(_slot(run, fn))
+                group.create_task(_slot(run, fn, key))
         if not await asyncio.to_thread(run.settle_rest):
             await asyncio.sleep(SETTLE_NAP)
 
 
-async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]]) -> None:
+async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]], key: QueueKey) -> None:
     """Take items one at a time; each result is durable before the next claim."""
     while True:
         got = await _off_loop_claim(run)
@@ -92,7 +99,8 @@ async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]]) -> None:
             await asyncio.sleep(got)
             continue
         try:
-            value = await fn(got.item)
+            with working_on(key, got.item_id):  # a call inside fn for this item is refused
+                value = await fn(got.item)
         except Exception as exc:
             await asyncio.to_thread(run.record_failure, got, exc)
             continue

@@ -90,6 +90,16 @@ class MapRun:
             if text is not None:
                 self.results[text] = r.result
 
+    def left_ids(self) -> set[int]:
+        """The ids this call still has to settle (after ``plan``: what will run)."""
+        with self._lock:
+            return set(self._left)
+
+    def text_of(self, item_id: int) -> str:
+        """The text of item ``item_id`` of this call."""
+        with self._lock:
+            return self._left.get(item_id, str(item_id))
+
     @property
     def finished(self) -> bool:
         with self._lock:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from statequeue.api.map_names import default_queue, queue_key, refuse_nested, working_on
 from statequeue.api.map_run import SETTLE_NAP, MapRun
 from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
@@ -88,6 +89,9 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
 
     Results are returned as stored (JSON values: a tuple comes back as a
     list); a result that is not JSON fails its item with InvalidResult.
+
+    Without ``queue``, the results are kept in a queue named for ``fn``
+    (map_names.py: ``crawl.fetch`` for ``fetch`` of ``crawl.py``).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"jobs must be a whole number, at least 1, not {jobs!r}")
@@ -99,14 +103,16 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         retry_max_delay=retry_max_delay,
         rate=as_rate(rate),
     )
-    with opened(queue, home, store) as q:
+    with opened(default_queue(fn, "map") if queue is None else queue, home, store) as q:
         run = MapRun(q, items, policy)
         run.plan()
+        key = queue_key(q)
+        refuse_nested(key, run.left_ids(), run.text_of)
         # No more slots (threads, or processes in the pool) than items to run:
         # jobs=1000 for 3 items started 1000 threads; none are needed for none.
         slots = max(1, min(jobs, run.left))
         with registered(run), _pool(processes and not run.finished, slots) as pool:
-            call: Callable[[Claim], Any] = functools.partial(_in_thread, fn)
+            call: Callable[[Claim], Any] = functools.partial(_in_thread, fn, key)
             if pool is not None:
                 call = functools.partial(_in_pool, pool, fn)
             while not run.finished:
@@ -185,8 +191,9 @@ def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
     run.record(claim, value)
 
 
-def _in_thread(fn: Callable[[str], Any], claim: Claim) -> Any:
-    return fn(claim.item)
+def _in_thread(fn: Callable[[str], Any], key: tuple[object, ...], claim: Claim) -> Any:
+    with working_on(key, claim.item_id):  # a call inside fn for this item is refused
+        return fn(claim.item)
 
 
 def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
@@ -229,10 +236,12 @@ def resumable(
         lock = threading.Lock()
         holder: list[Queue] = []
 
+        name = default_queue(fn, "resumable") if queue is None else queue
+
         def the_queue() -> Queue:
             with lock:
                 if not holder or holder[0].closed:
-                    holder[:] = [Queue(queue, home=home, store=store)]
+                    holder[:] = [Queue(name, home=home, store=store)]
                 return holder[0]
 
         @functools.wraps(fn)
