@@ -29,6 +29,7 @@ from statequeue.api import queue_reading as reading
 from statequeue.api.queue_reads import QueueReads
 from statequeue.api.queue_whole import check_store, drop_store
 from statequeue.api.shared_store import SharedStore
+from statequeue.api.user_states import cancel_items, retry_items
 from statequeue.core.errors import UsageError
 from statequeue.core.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exported: public API
 from statequeue.core.items import check_item as check_item
@@ -304,14 +305,14 @@ class Queue(QueueReads):
         ``states`` (members or names; one alone is fine; UnknownState for
         another); returns the ids changed (see ``Store.retry``)."""
         wanted = None if ids is None else reading.item_ids(ids)
-        with self._shared.using() as store:
-            return store.retry(wanted, states=_state_set(states))
+        with self._shared.using() as store:  # what a dead runner left is recovered first
+            return retry_items(store, wanted, _state_set(states))
 
     def cancel(self, ids: Sequence[int]) -> list[int]:
         """Cancel pending, failed or held items; returns the ids changed."""
         wanted = reading.item_ids(ids)
-        with self._shared.using() as store:
-            return store.cancel(wanted)
+        with self._shared.using() as store:  # what a dead runner left is recovered first
+            return cancel_items(store, wanted)
 
     def pause(self) -> None:
         """Stop runners (and ``work()`` loops) from taking new items; they finish what they hold."""
