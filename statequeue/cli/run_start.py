@@ -14,12 +14,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from statequeue.core.durations import parse_duration
-from statequeue.core.errors import UsageError
+from statequeue.core.errors import QueueNotFound, UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
 if TYPE_CHECKING:
+    from statequeue.api.queue import Queue
     from statequeue.run.events import RunSummary
     from statequeue.run.guard import GuardLink
     from statequeue.run.options import RunOptions
@@ -99,9 +100,7 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
 
         auto_compact = None if args["auto_compact"] else 0
         quiet, json = args["quiet"], args["json"]
-        with Queue(
-            where.queue, home=where.home, create=False, auto_compact=auto_compact, store=store
-        ) as q:
+        with _open_queue(Queue, where, auto_compact, store, follow=options.follow) as q:
             print_notices(q.notices())
             tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
             on_tty = sys.stdout is not None and sys.stdout.isatty()
@@ -233,3 +232,22 @@ def exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
     if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
         return exit_empty
     return int(ExitCode.OK)
+
+
+def _open_queue(
+    queue: type[Queue], where: Where, auto_compact: int | None, store: str | None, *, follow: bool
+) -> Queue:
+    """The queue to run; with --follow (a service, perhaps started before the
+    first enqueue) a missing one is created, and said so, instead of exit 7."""
+    try:
+        return queue(
+            where.queue, home=where.home, create=False, auto_compact=auto_compact, store=store
+        )
+    except QueueNotFound:
+        if not follow:
+            raise
+    q = queue(where.queue, home=where.home, create=True, auto_compact=auto_compact, store=store)
+    print(
+        f"statequeue: queue {q.name} did not exist: created it; waiting for items", file=sys.stderr
+    )
+    return q
