@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -156,7 +157,7 @@ def _click_exit_code(click: Any, exc: BaseException) -> int | None:
         hint = ""
         if exc.ctx is not None and exc.ctx.command_path:
             hint = f" (see `{exc.ctx.command_path} --help`)"
-        return fail(f"error: {exc.format_message()}{hint}", int(ExitCode.USAGE))
+        return fail(f"error: {_other_tools(exc.format_message())}{hint}", int(ExitCode.USAGE))
     if isinstance(exc, click.exceptions.Exit):
         return int(exc.exit_code)
     if isinstance(exc, click.exceptions.Abort):
@@ -164,6 +165,35 @@ def _click_exit_code(click: Any, exc: BaseException) -> int | None:
     if isinstance(exc, click.ClickException):
         return fail(f"error: {exc.format_message()}", int(ExitCode.USAGE))
     return None
+
+
+# Commands of other queue tools (pueue, task-spooler, GNU parallel's habits)
+# and what statequeue calls them: said in place of click's spelling guess.
+_OTHER_TOOLS = {
+    "watch": "status --watch",
+    "add": "enqueue",
+    "push": "enqueue",
+    "submit": "enqueue",
+    "ls": "list",
+    "log": "logs",
+    "follow": "logs ID --follow",
+    "restart": "retry",
+    "remove": "cancel",
+    "kill": "cancel",
+    "start": "run",
+    "clean": "compact",
+    "wait": "run, or status --watch",
+}
+
+
+def _other_tools(message: str) -> str:
+    """Click's "No such command 'X'. Did you mean ...?" for a name another
+    queue tool uses: the statequeue command that does it instead."""
+    match = re.match(r"No such command '([^']+)'\.", message)
+    if match is None or match.group(1) not in _OTHER_TOOLS:
+        return message
+    name = match.group(1)
+    return f"No such command '{name}'. Did you mean '{_OTHER_TOOLS[name]}'?"
 
 
 def silence_stdout() -> None:
