@@ -280,6 +280,7 @@ def _wait_for_runner(status: int, keeper: int) -> None:
                 os.killpg(keeper, signal.SIGTERM)
         os._exit(1)
     if code < 0:  # died by a signal: so do we, as a shell reports it
+        _say_runner_killed(runner, -code)
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs
             signal.signal(-code, signal.SIG_DFL)
         with contextlib.suppress(OSError, ValueError):
@@ -287,6 +288,23 @@ def _wait_for_runner(status: int, keeper: int) -> None:
             os.kill(os.getpid(), -code)
         os._exit(128 - code)
     os._exit(code)
+
+
+def _say_runner_killed(runner: int, signum: int) -> None:
+    """One line for a runner killed by a signal (kill -9 of its own pid, the
+    OOM killer): the waiter dies by the same signal, which a shell reports
+    only as a code; the line says what became of the run."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    who = f" (pid {runner})" if runner > 0 else ""
+    line = (
+        f"statequeue: the run's runner{who} was killed by {name}; its keeper stopped "
+        "what it had started, and the next run recovers the items it held\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode())
 
 
 def _wait_gone(pid: int) -> None:
