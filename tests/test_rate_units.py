@@ -108,12 +108,42 @@ def test_the_bucket_gives_one_start_per_interval_after_its_burst() -> None:
     assert rate_bucket.take(bucket, 100.0) == pytest.approx(0.1)  # nothing taken
     assert rate_bucket.take(bucket, 100.05) == pytest.approx(0.05)
     assert rate_bucket.take(bucket, 100.1) == 0.0
-    # A pause refills the burst (and half a start of slack for late takers), no more:
+    # A pause refills the burst, no more: the 4th start waits a whole interval.
     assert [rate_bucket.take(bucket, 200.0) for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert rate_bucket.take(bucket, 200.0) == pytest.approx(0.05)
-    # A taker late by half an interval keeps what it earned meanwhile:
+    assert rate_bucket.take(bucket, 200.0) == pytest.approx(0.1)
     assert rate_bucket.take(bucket, 200.1) == 0.0
-    assert rate_bucket.take(bucket, 200.15) == 0.0
+    assert rate_bucket.take(bucket, 200.15) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("per_second", [1.0, 2.0, 5.0])
+def test_after_a_pause_the_first_two_starts_are_a_whole_interval_apart(per_second: float) -> None:
+    # The tester's `--rate 1/s` run after an idle spell: the first two starts
+    # came 0.5 s apart (half a start of slack held by an idle bucket).
+    interval = 1 / per_second
+    bucket = rate_bucket.configured(None, RateLimit(per_second), now=100.0)
+    assert rate_bucket.take(bucket, 100.0) == 0.0
+    assert rate_bucket.take(bucket, 103.0) == 0.0  # after 3 s idle
+    assert rate_bucket.take(bucket, 103.0 + interval / 2) == pytest.approx(interval / 2)
+    assert rate_bucket.take(bucket, 103.0 + interval * 0.99) > 0.0
+    assert rate_bucket.take(bucket, 103.0 + interval) == 0.0
+    # The same after an idle spell that other bucket updates (AIMD) looked at:
+    rate_bucket.on_deferral(bucket, 110.0)  # halves the rate, refills the bucket
+    rate_bucket.on_deferral(bucket, 112.0)
+    slower = 1 / bucket.current
+    assert rate_bucket.take(bucket, 112.01) == 0.0
+    assert rate_bucket.take(bucket, 112.01 + slower / 2) == pytest.approx(slower / 2)
+
+
+def test_a_late_taker_keeps_what_it_earned_but_only_while_late() -> None:
+    bucket = rate_bucket.configured(None, RateLimit(10.0), now=100.0)
+    assert rate_bucket.take(bucket, 100.0) == 0.0
+    assert rate_bucket.take(bucket, 100.05) == pytest.approx(0.05)  # told: at 100.1
+    assert rate_bucket.take(bucket, 100.12) == 0.0  # woke 20 ms late: kept, not lost
+    assert rate_bucket.take(bucket, 100.2) == 0.0  # on the original schedule
+    # Never more than the late window: a bucket full for longer holds the burst.
+    late = 0.1 + rate_bucket.LATE_WINDOW + 0.01
+    assert rate_bucket.take(bucket, 100.2 + late) == 0.0
+    assert rate_bucket.take(bucket, 100.2 + late + 0.09) > 0.0
 
 
 def test_a_deferral_halves_the_rate_once_per_hold_and_successes_raise_it_to_the_limit() -> None:
@@ -164,6 +194,22 @@ def test_two_opens_of_one_queue_share_the_bucket(
     finally:
         one.close()
         two.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "journal", "postgres"])
+def test_each_store_starts_one_per_interval_after_an_idle_spell(
+    sq_home: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    store = MemoryStore() if kind == "memory" else _open_again(kind, sq_home, request)
+    limit = RateLimit(2.0)  # burst 1: one start per 0.5 s
+    try:
+        assert store.take_start(limit)[0] == 0.0
+        time.sleep(0.8)  # idle: over an interval and a half
+        assert store.take_start(limit)[0] == 0.0
+        # Half a start of slack in an idle bucket made this 0.25 s or less:
+        assert store.take_start(limit)[0] > 0.4
+    finally:
+        store.close()
 
 
 def _open_again(kind: str, home: Path, request: pytest.FixtureRequest) -> Store:

@@ -33,9 +33,14 @@ RECOVER_SHARE = 1 / 8
 """Below 90% of the rate of the last cut, each success recovers this share of the gap."""
 _EPSILON = 1e-9
 LATE_SLACK = 0.5
-"""Tokens kept beyond the burst: a runner that comes for its start late (a
-wakeup, a database round trip) keeps what it earned meanwhile, up to half a
-start, so lateness does not lower the rate; never a whole extra start."""
+"""Tokens kept beyond the burst for a late taker: a runner that comes for its
+start late (a wakeup, a database round trip) keeps what it earned since the
+bucket filled up, up to half a start, so lateness does not lower the rate."""
+LATE_WINDOW = 0.05
+"""Seconds: only that late. A bucket full for longer has sat idle, and holds
+exactly ``burst``: after a pause the standard bound holds, at most
+``burst + rate * T`` starts in any T seconds (half a start more let the
+first two starts after a pause come half an interval apart)."""
 PROBE_STEPS = 60
 """Above it, successes add ``limit / PROBE_STEPS`` per second of successes."""
 
@@ -86,9 +91,19 @@ def configured(bucket: Bucket | None, limit: RateLimit, now: float) -> Bucket:
 
 def refill(bucket: Bucket, now: float) -> None:
     """Add the tokens earned since ``stamp`` at the current rate, up to
-    ``burst`` (and ``LATE_SLACK``)."""
+    ``burst``; beyond it (up to ``LATE_SLACK``) only what a taker earned by
+    coming at most ``LATE_WINDOW`` after the bucket filled up.
+
+    A bucket full for longer keeps ``stamp`` at the time it filled up (and
+    ``tokens`` at ``burst``), so that a later refill does not take an idle
+    bucket for one that just filled: ``stamp`` is then not ``now``."""
     earned = max(0.0, now - bucket.stamp) * bucket.current  # a clock step back earns none
-    bucket.tokens = min(bucket.burst + LATE_SLACK, bucket.tokens + earned)
+    filled = bucket.tokens + earned
+    full_at = bucket.stamp + (bucket.burst - bucket.tokens) / bucket.current
+    if filled >= bucket.burst and now - full_at > LATE_WINDOW:
+        bucket.tokens, bucket.stamp = bucket.burst, min(full_at, now)
+        return
+    bucket.tokens = min(bucket.burst + LATE_SLACK, filled)
     bucket.stamp = now
 
 
@@ -97,7 +112,7 @@ def take(bucket: Bucket, now: float) -> float:
     there (nothing taken)."""
     refill(bucket, now)
     if bucket.tokens >= 1.0 - _EPSILON:  # a runner woken on time is not sent back for 1e-15 s
-        bucket.tokens = max(0.0, bucket.tokens - 1.0)
+        bucket.tokens, bucket.stamp = max(0.0, bucket.tokens - 1.0), now
         return 0.0
     return (1.0 - bucket.tokens) / bucket.current
 

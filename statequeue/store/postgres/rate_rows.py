@@ -21,18 +21,23 @@ from statequeue.core.rates import RateLimit
 from statequeue.store import transitions
 from statequeue.store.postgres import writes
 from statequeue.store.postgres.connection import Connection
-from statequeue.store.rate_bucket import LATE_SLACK, Bucket, BucketChange
+from statequeue.store.rate_bucket import LATE_SLACK, LATE_WINDOW, Bucket, BucketChange
 
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
 
-# One statement: refill at the current rate up to the burst and its slack (a
-# clock step back earns nothing), take a token if there is one, say how long
-# until the next: rate_bucket.take in SQL.
+# One statement: refill at the current rate up to the burst (a clock step back
+# earns nothing), and up to its slack only for a taker at most the late window
+# after the bucket filled up, take a token if there is one, say how long until
+# the next: rate_bucket.refill and rate_bucket.take in SQL. A start is always
+# there when the bucket is full, so the stamp is always now.
 _TAKE = f"""
 WITH t AS (SELECT {_NOW} AS now), b AS (
     SELECT r.queue, r.rate_now, t.now,
-           least(r.burst + %(slack)s, r.tokens + greatest(0.0, t.now - r.stamp) * r.rate_now)
-               AS have
+           least(
+               CASE WHEN t.now - (r.stamp + (r.burst - r.tokens) / r.rate_now) > %(window)s
+                    THEN r.burst ELSE r.burst + %(slack)s END,
+               r.tokens + greatest(0.0, t.now - r.stamp) * r.rate_now
+           ) AS have
     FROM statequeue.rate_buckets r, t
     WHERE r.queue = %(q)s AND r.lim = %(lim)s AND r.burst = %(burst)s
     FOR UPDATE OF r
@@ -52,7 +57,7 @@ def take(conn: Connection, queue: str, limit: RateLimit) -> tuple[float, float] 
     when the wait is 0; None when the queue has no bucket with this limit yet
     (the caller sets it up through ``update``)."""
     params = {"q": queue, "lim": limit.per_second, "burst": float(limit.burst)}
-    params["slack"] = LATE_SLACK
+    params.update(slack=LATE_SLACK, window=LATE_WINDOW)
     row = conn.execute(_TAKE, params).fetchone()
     return None if row is None else (float(row[0]), float(row[1]))
 
