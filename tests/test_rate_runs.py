@@ -147,7 +147,44 @@ def test_status_shows_the_current_rate_beside_the_limit_and_deferred_items(
     current = status["rate_limit"]["current_per_second"]
     assert current in (25.0, 12.5)  # halved by each deferral, unless within the hold
     text = sq(sq_env, "status").stdout
-    assert f"start rate: {current:g}/s of at most 50/s (burst 1); deferred 2" in text
+    assert f"paced at {current:g}/s of at most 50/s (burst 1); deferred 2" in text
+    assert "/s in the last minute (all runners), paced at" in text  # its 2 starts
+    assert "MORE than the limit" not in text
+
+
+def test_a_runner_without_rate_is_named_as_unpaced_and_status_counts_its_starts(
+    sq_env: Env,
+) -> None:
+    # The tester's case: one runner paced at 4/s, then one without --rate that
+    # started the rest at once, while status said "4/s of at most 4/s".
+    enqueue(sq_env, 40)
+    args = [STATEQUEUE, "run", "--rate", "4/s", "--quiet", "--", "true"]
+    paced = subprocess.Popen(args, env=sq_env, stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: sum(r["t"] == "start" for r in events(sq_env)) >= 2, "two paced starts")
+        plain = sq(sq_env, "run", "--", "true")
+    finally:
+        _, err = paced.communicate(timeout=60)
+    assert paced.returncode == 0, err
+    assert plain.returncode == 0, plain.stderr
+    note = "does not follow: only runners given --rate are paced (--rate 4/s --burst 1 to"
+    assert note in plain.stderr
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["counts"]["done"] == 40
+    limit = status["rate_limit"]
+    assert limit["over_limit"] is True
+    assert limit["started_per_second"] > 4.0  # every runner's starts, not the bucket's pace
+    text = sq(sq_env, "status").stdout
+    assert "MORE than the limit, some runner is not paced (no --rate)" in text
+
+
+def test_status_does_not_flag_a_queue_whose_runners_all_take_the_rate(sq_env: Env) -> None:
+    enqueue(sq_env, 6)
+    done = sq(sq_env, "run", "-j2", "--rate", "10/s", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "does not follow" not in done.stderr
+    limit = json.loads(sq(sq_env, "status", "--json").stdout)["rate_limit"]
+    assert limit["over_limit"] is False and limit["started_per_second"] > 0
 
 
 # -- AIMD against a rate-limited API -------------------------------------------------------------

@@ -241,6 +241,29 @@ def store(request: pytest.FixtureRequest, sq_home: Path) -> Iterator[Store]:
     opened.close()
 
 
+def test_status_counts_the_starts_of_the_last_minute_in_every_store(store: Store) -> None:
+    store.enqueue(["a", "b", "c"])
+    assert store.status().starts is None  # none yet
+    runner = new_runner()
+    store.register_runner(runner)
+    for _ in range(3):
+        assert store.claim(runner) is not None
+    starts = store.status().starts
+    assert starts is not None and starts.count == 3 and starts.per_second > 0
+    assert starts.first <= starts.last <= time.time() + 1
+
+
+def test_status_is_over_the_limit_only_with_more_starts_than_the_bucket_lets_through() -> None:
+    from statequeue.core.rates import Pace
+    from statequeue.core.views import Starts, Status
+
+    pace = Pace(current=4.0, limit=4.0, burst=1)
+    paced = Status("q", {}, pace=pace, starts=Starts(13, 100.0, 103.0, 4.0))  # 1 + 4 * 3
+    assert not paced.over_limit
+    assert Status("q", {}, pace=pace, starts=Starts(40, 100.0, 103.0, 12.0)).over_limit
+    assert not Status("q", {}, starts=Starts(40, 100.0, 103.0, 12.0)).over_limit  # no --rate
+
+
 def _claim_and_defer(store: Store, *, delay: float, max_deferrals: int = 100) -> ItemState:
     runner = new_runner()
     store.register_runner(runner)

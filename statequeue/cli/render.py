@@ -86,12 +86,19 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
 
 
 def _pace_line(status: Status) -> str:
-    """The shared start rate beside its limit (``run --rate``), and the deferred items."""
+    """The starts of the last minute (every runner's) beside the shared start
+    rate and its limit (``run --rate``), and the deferred items."""
     deferred = f"deferred {status.deferred}"
     if status.pace is None:
         return deferred
     now, limit = rate_text(status.pace.current), rate_text(status.pace.limit)
-    return f"start rate: {now} of at most {limit} (burst {status.pace.burst}); {deferred}"
+    paced = f"paced at {now} of at most {limit} (burst {status.pace.burst})"
+    if status.starts is None:
+        return f"start rate: {paced}; {deferred}"
+    started = f"{rate_text(status.starts.per_second)} in the last minute (all runners)"
+    if status.over_limit:
+        paced += ": MORE than the limit, some runner is not paced (no --rate)"
+    return f"start rate: {started}, {paced}; {deferred}"
 
 
 def _status_headline(status: Status) -> str:

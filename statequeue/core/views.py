@@ -82,6 +82,29 @@ class ActiveRunner:
     """Its persistent workers, where the store keeps them (``Store.publish_workers``)."""
 
 
+STARTS_WINDOW = 60.0
+"""Seconds of starts ``status`` counts (every runner's, paced or not)."""
+
+
+@dataclass(frozen=True)
+class Starts:
+    """The items started in the last ``STARTS_WINDOW`` seconds, by every
+    runner and library loop (``status``): at least two."""
+
+    count: int
+    first: float
+    last: float
+    per_second: float
+    """``count`` over the time from the first to the status (as ``Status.rate``)."""
+
+
+def starts_of(count: int, first: float, last: float, now: float) -> Starts | None:
+    """The ``Starts`` of ``count`` starts from ``first`` to ``last``; None for fewer than two."""
+    if count < 2:
+        return None
+    return Starts(count, first, last, count / max(now - first, 1e-3))
+
+
 @dataclass(frozen=True)
 class Status:
     """Counts per state and what is going on in one queue."""
@@ -100,6 +123,19 @@ class Status:
     """Pending items waiting because their last attempt asked to be tried later (exit 75)."""
     pace: Pace | None = None
     """The queue's shared start rate (``run --rate``): current and limit; None when unlimited."""
+    starts: Starts | None = None
+    """The starts of the last minute, every runner's: None for fewer than two."""
+
+    @property
+    def over_limit(self) -> bool:
+        """More starts in the last minute than the queue's limit lets through
+        its bucket (``burst + limit * T``, with a margin for the records'
+        timing and a limit that changed): some runner or library loop takes
+        no starts from it (no ``--rate``, no ``rate=``)."""
+        if self.pace is None or self.starts is None:
+            return False
+        allowed = self.pace.burst + self.pace.limit * (self.starts.last - self.starts.first)
+        return self.starts.count > 1.1 * allowed + 1
 
     @property
     def eta(self) -> float | None:
@@ -156,6 +192,8 @@ class Status:
                 "current_per_second": self.pace.current,
                 "limit_per_second": self.pace.limit,
                 "burst": self.pace.burst,
+                "started_per_second": self.starts.per_second if self.starts else None,
+                "over_limit": self.over_limit,
             },
         }
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
+from statequeue.core.rates import Pace, rate_text
 from statequeue.core.textsafe import json_text
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
@@ -181,6 +182,16 @@ def command_drift(earlier: list[list[str]], command: tuple[str, ...]) -> str:
     return (
         "warning: this queue was last run with a different command: "
         f"{shlex.join(earlier[-1])!s} (now: {shlex.join(command)})"
+    )
+
+
+def unpaced_note(pace: Pace) -> str:
+    """The note of a runner without ``--rate`` on a queue whose runners use one."""
+    limit = rate_text(pace.limit)
+    return (
+        f"note: this queue has a start rate (at most {limit}, burst {pace.burst}) that this"
+        f" runner does not follow: only runners given --rate are paced"
+        f" (--rate {limit} --burst {pace.burst} to follow it)"
     )
 
 

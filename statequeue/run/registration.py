@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from statequeue.core.errors import StoreUnreachable
 from statequeue.core.models import RunnerInfo
-from statequeue.run.checks import command_drift, report_recovery
+from statequeue.run.checks import command_drift, report_recovery, unpaced_note
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.guard import GuardLink
 from statequeue.run.options import RunOptions
@@ -44,6 +44,8 @@ def register_run(
         guard.send_liveness(queue, store.liveness_fds(info.runner_id))
     if drift := command_drift(earlier, options.command):
         on_event(Notice(drift))
+    if options.rate is None and (pace := store.pace()) is not None:
+        on_event(Notice(unpaced_note(pace)))
     try:
         report_recovery(
             store,

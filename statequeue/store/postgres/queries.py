@@ -16,13 +16,16 @@ from statequeue.core.errors import ItemNotFound
 from statequeue.core.models import ItemState
 from statequeue.core.records import item_fields
 from statequeue.core.views import (
+    STARTS_WINDOW,
     ActiveRunner,
     Failure,
     ItemHistory,
     ItemResult,
     ItemView,
+    Starts,
     Status,
     WorkerView,
+    starts_of,
 )
 from statequeue.store.postgres import sql
 from statequeue.store.postgres.connection import Connection
@@ -102,6 +105,7 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
         interrupted=tuple(int(r[0]) for r in interrupted),
         paused=paused,
         rate=_rate(conn, queue),
+        starts=_starts(conn, queue),
     )
 
 
@@ -114,6 +118,28 @@ def _rate(conn: Connection, queue: str) -> float | None:
     if row is None or int(row[0]) < 2:
         return None
     return int(row[0]) / max(now - float(row[1]), 1e-3)
+
+
+# The starts among the queue's latest events (the index on (queue, seq), read
+# backwards: a bounded look however long the queue's history).
+_STARTS = """
+SELECT count(*), min(at), max(at) FROM (
+    SELECT body->>'t' AS t, (body->>'at')::float8 AS at FROM statequeue.events
+    WHERE queue = %(q)s ORDER BY seq DESC LIMIT %(look)s
+) e WHERE t = 'start' AND at >= %(since)s
+"""
+_STARTS_LOOK = 10_000
+
+
+def _starts(conn: Connection, queue: str) -> Starts | None:
+    """The starts of the last minute, every runner's (``Status.starts``)."""
+    now = time.time()
+    row = conn.execute(
+        _STARTS, {"q": queue, "look": _STARTS_LOOK, "since": now - STARTS_WINDOW}
+    ).fetchone()
+    if row is None or row[1] is None:
+        return None
+    return starts_of(int(row[0]), float(row[1]), float(row[2]), now)
 
 
 def items(conn: Connection, queue: str, state: ItemState | None) -> Iterator[ItemView]:

@@ -89,6 +89,7 @@ class QueueState:
         self.paused = False
         self.orphans = 0
         self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
+        self.recent_starts: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)  # status: all runners'
         self.commands: list[list[str]] = []
         # Which pending item a claim takes next (see pending.py).
         self.order = PendingOrder(self)
@@ -326,6 +327,7 @@ class QueueState:
         item.runner = rec["runner"]
         item.not_before = 0.0
         self._move(item, RUNNING)
+        self.recent_starts.append(rec.get("at", 0.0))
 
     def _on_end(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
@@ -422,6 +424,7 @@ class QueueState:
             "commands": self.commands,
             "runners": list(self.runners.values()),
             "recent_ends": list(self.recent_ends),
+            "recent_starts": list(self.recent_starts),
             "counts": {s.value: n for s, n in self.counts.items()},
             **self.order.export(),
             "items": items,
@@ -443,6 +446,7 @@ class QueueState:
         self.commands = meta["commands"]
         self.runners = {r["runner"]: r for r in meta["runners"]}
         self.recent_ends.extend(meta["recent_ends"])
+        self.recent_starts.extend(meta.get("recent_starts", ()))  # older checkpoints lack it
         self.counts = {s: int(meta["counts"][s.value]) for s in ItemState}
         self.order.restore_export(meta)
         self.codes = bytearray(codes)
@@ -471,12 +475,8 @@ class QueueState:
 
     def rate(self, now: float, window: float = 60.0) -> float | None:
         """Items finished per second over the last ``window`` seconds, if any."""
-        ends = self.recent_ends
-        recent = [t for t in ends if now - t <= window]
-        if len(recent) < 2:
-            return None
-        span = max(now - recent[0], 1e-3)
-        return len(recent) / span
+        recent = [t for t in self.recent_ends if now - t <= window]
+        return len(recent) / max(now - recent[0], 1e-3) if len(recent) > 1 else None
 
 
 # Maps a state code to 1 for a live (not done) item, else 0.
