@@ -128,7 +128,7 @@ SELECT count(*), min(at), max(at) FROM (
     WHERE queue = %(q)s ORDER BY seq DESC LIMIT %(look)s
 ) e WHERE t = 'start' AND at >= %(since)s
 """
-_STARTS_LOOK = 10_000
+_STARTS_LOOK = 4_000  # about the 2,000 starts the journal store keeps (a start, an end each)
 
 
 def _starts(conn: Connection, queue: str) -> Starts | None:
