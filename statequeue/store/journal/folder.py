@@ -101,7 +101,9 @@ class QueueFolder:
         """os.open of ``name`` relative to the folder, never following a link.
 
         A link raises UnsafeFolder; a permission error NoAccess naming the file;
-        other errors (FileNotFoundError, ...) pass through."""
+        a missing file QueueNotFound if the folder itself was removed (the
+        queue was dropped meanwhile); other errors (FileNotFoundError, ...)
+        pass through."""
         try:
             return os.open(name, flags | _NOFOLLOW, mode, dir_fd=self.subfolder(sub))
         except OSError as exc:
@@ -117,8 +119,35 @@ class QueueFolder:
         if exc.errno in _DENIED:
             action = "write" if writing else "read"
             return NoAccess(f"cannot {action} {shown}: {exc.strerror}")
+        if exc.errno == errno.ENOENT and self.removed():
+            return self.gone()
         exc.filename = shown
         return exc
+
+    def removed(self) -> bool:
+        """True when the folder was deleted since it was opened (a `drop` by
+        another process, or an ``rm -r``), or its name now holds another
+        folder (dropped and made again): every file it had is gone."""
+        try:
+            held = os.fstat(self.fd)
+        except OSError:
+            return False
+        if held.st_nlink == 0:  # a removed folder has no name left
+            return True
+        try:
+            named = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino)
+
+    def gone(self) -> QueueNotFound:
+        """The error for using a queue whose folder was removed meanwhile."""
+        return QueueNotFound(
+            f"queue {self.path.name!r} was dropped: its folder {self.path} was removed "
+            "after this process opened it"
+        )
 
     def read_bytes(self, name: str) -> bytes:
         """The whole content of ``name``."""
