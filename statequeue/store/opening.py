@@ -108,8 +108,9 @@ def remove_folder(folder: Path) -> None:
     """Delete the queue folder ``folder`` and everything in it, never
     following a link (QueueNotFound when it is not there)."""
     from statequeue.store.journal.folder import remove_queue_folder  # lazy: start-up time
+    from statequeue.store.journal.integrity import JOURNAL
 
-    remove_queue_folder(folder)
+    remove_queue_folder(folder, last=JOURNAL)
 
 
 def check_nested_folder(home: Path, *names: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -124,10 +125,21 @@ class QueueFolder:
         exc.filename = shown
         return exc
 
-    def removed(self) -> bool:
+    def removed(self, *, settle: float = 0.0) -> bool:
         """True when the folder was deleted since it was opened (a `drop` by
         another process, or an ``rm -r``), or its name now holds another
-        folder (dropped and made again): every file it had is gone."""
+        folder (dropped and made again): every file it had is gone.
+
+        ``settle``: seconds to keep looking while it is not (yet): a `drop`
+        removes the journal, then at once the folder."""
+        end = time.monotonic() + settle
+        while not self._removed():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _removed(self) -> bool:
         try:
             held = os.fstat(self.fd)
         except OSError:
@@ -256,9 +268,13 @@ def check_owner(st: os.stat_result, path: Path, what: str) -> None:
         )
 
 
-def remove_queue_folder(path: Path) -> None:
+def remove_queue_folder(path: Path, *, last: str | None = None) -> None:
     """Delete the queue folder ``path`` and everything in it, relative to its
-    checked home, never following a link (a linked queue folder is refused)."""
+    checked home, never following a link (a linked queue folder is refused).
+
+    ``last``: a file removed only after everything else, just before the
+    folder itself (the journal: a process that has the queue open sees it
+    gone only as the folder goes, and so tells a drop from damage)."""
     home_fd = open_home(path.parent, create=False)
     try:
         try:
@@ -271,6 +287,8 @@ def remove_queue_folder(path: Path) -> None:
 
         # rmtree with dir_fd walks by fds (O_NOFOLLOW): nothing outside is touched.
         try:
+            if last is not None:
+                _remove_all_but(home_fd, path.name, last)
             shutil.rmtree(path.name, dir_fd=home_fd)
         except PermissionError as exc:  # as every other write to a queue one may not change
             entry = f" ({exc.filename})" if exc.filename else ""
@@ -278,6 +296,26 @@ def remove_queue_folder(path: Path) -> None:
         os.fsync(home_fd)
     finally:
         os.close(home_fd)
+
+
+def _remove_all_but(home_fd: int, name: str, last: str) -> None:
+    """Delete everything in folder ``name`` (of the home ``home_fd``) but
+    ``last``, never following a link."""
+    import shutil  # lazy: start-up time (only removing a queue needs it)
+
+    fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=home_fd)
+    try:
+        for entry in os.listdir(fd):
+            if entry == last:
+                continue
+            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(entry, dir_fd=fd)
+            else:
+                with suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _open_queue_dir(home_fd: int, path: Path, *, create: bool, ops: FileOps) -> int:

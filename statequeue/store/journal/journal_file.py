@@ -219,7 +219,14 @@ class JournalFile:
         """Open the existing file at ``path`` and start reading from its beginning."""
         self.close()
         flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
-        self.fd = self.folder.open_file(self.name, flags)
+        try:
+            self.fd = self.folder.open_file(self.name, flags)
+        except FileNotFoundError:
+            # The journal of an open queue goes missing only as the queue is
+            # dropped (the folder goes an instant later), or by hand.
+            if self.folder.removed(settle=1.0):
+                raise self.folder.gone() from None
+            raise
         self.inode = os.fstat(self.fd).st_ino
         self.offset = self.lines = 0
         self.last_seq = None
