@@ -211,7 +211,7 @@ def test_eta_is_the_left_items_over_the_rate_of_the_last_ten_minutes() -> None:
     assert s.eta == pytest.approx(300.0)
     figures = s.to_json()
     assert figures["rate"] == {"window_seconds": 600, "finished_in_window": 600, "per_minute": 60.0}
-    assert figures["eta"] == {"left": 300, "seconds": 300.0}
+    assert figures["eta"] == {"left": 300, "seconds": 300.0, "runner_active": None}
     # Throughput over the span: 20 full one-minute buckets of 60 finishes.
     assert figures["throughput"]["bucket_seconds"] == 60
     assert sum(figures["throughput"]["finished"]) == 1200
@@ -364,7 +364,7 @@ def test_status_watch_shows_the_rate_and_eta_lines(sq_env: dict[str, str]) -> No
         claim = store.claim(runner)
         assert claim is not None
         store.finish(claim, Outcome(ok=True, duration=0.5, exit_code=0))
-    q.close()
+    # The runner stays active (registered, its lock held) while the watch looks.
     proc = subprocess.Popen(
         [STATEQUEUE, "-q", "watched", "status", "--watch", "--interval", "0.2"],
         env=sq_env,
@@ -383,6 +383,7 @@ def test_status_watch_shows_the_rate_and_eta_lines(sq_env: dict[str, str]) -> No
     finally:
         proc.kill()  # by its pid
         proc.wait()
+        q.close()
 
 
 def test_iter_attempts_yields_one_record_per_finished_attempt() -> None:

@@ -123,4 +123,4 @@ def queue_stats(shared: SharedStore, since: float | None, now: float | None) -> 
                 now=now,
                 since=since,
             )
-    return replace(found, deferred=deferred)
+    return replace(found, deferred=deferred, runner_active=bool(status.runners))

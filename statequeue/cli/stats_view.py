@@ -60,18 +60,28 @@ def histogram_rows(s: Stats) -> list[tuple[str, int]]:
 
 
 def rate_lines(s: Stats) -> list[str]:
-    return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left)]
+    active = s.runner_active is not False
+    return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left, active=active)]
 
 
 def rate_text(
-    rate: float | None, window: float, finished: int, left: int, *, paused: bool = False
+    rate: float | None,
+    window: float,
+    finished: int,
+    left: int,
+    *,
+    paused: bool = False,
+    active: bool = True,
 ) -> str:
-    """The rate and ETA line, for `stats` and `status --watch` alike."""
+    """The rate and ETA line, for `stats` and `status --watch` alike: an ETA
+    only while a runner is ``active`` (after a kill -9 nothing is finishing)."""
     per_min = 0.0 if rate is None else rate * 60
     line = f"rate: {per_min:.1f} items/min over the last {format_duration(window)}"
     line += f" ({finished} finished)"
     if paused and left:  # as `status` says: no new item starts until `resume`
         line += f"; ETA paused ({plural(left, 'item')} left)"
+    elif not active and left:
+        line += f"; no ETA: no runner is active ({plural(left, 'item')} left)"
     elif rate and left:
         line += f"; ETA {format_duration(left / rate)} for {plural(left, 'item')} left"
     elif left:
@@ -79,12 +89,15 @@ def rate_text(
     return line
 
 
-def watch_lines(live: LiveRate, left: int, *, paused: bool = False) -> list[str]:
+def watch_lines(
+    live: LiveRate, left: int, *, paused: bool = False, active: bool = True
+) -> list[str]:
     """What `status --watch` adds on each refresh (brought up to date first)."""
     live.update()
     now = clock.time()
     count = live.recent.count(now)
-    return [rate_text(live.rate(now), live.recent.span(now), count, left, paused=paused)]
+    rate = live.rate(now)
+    return [rate_text(rate, live.recent.span(now), count, left, paused=paused, active=active)]
 
 
 def _item(item_id: int, names: StatsNames | None) -> str:

@@ -47,7 +47,7 @@ def watch_status(queue: Any, *, interval: float, json: bool) -> None:
                 # One rate and ETA on the screen, the one `stats` gives (its
                 # window stated), not also status's own one-minute figure.
                 one_rate = dataclasses.replace(st, rate=None)
-                lines = watch_lines(rate, left, paused=st.paused)
+                lines = watch_lines(rate, left, paused=st.paused, active=bool(st.runners))
                 running = tracker.running_items(st)
                 texts = {r.item_id: r.text for r in running}
                 lines += running_lines(running, st)

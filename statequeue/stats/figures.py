@@ -118,6 +118,9 @@ class Stats:
     hosts: tuple[Group, ...]
     deferred: int = 0
     """Deferrals (attempts that asked to be tried later) the store still records."""
+    runner_active: bool | None = None
+    """Whether a runner (a `run`, a ``work()`` loop) is active on the queue now;
+    None when not known (figures of attempts alone). No ETA without one."""
 
     @property
     def left(self) -> int:
@@ -125,8 +128,9 @@ class Stats:
 
     @property
     def eta(self) -> float | None:
-        """Seconds until the pending and running items finish, at ``rate``."""
-        if not self.left or not self.rate:
+        """Seconds until the pending and running items finish, at ``rate``;
+        None when unknown, or while no runner is active (nothing will finish)."""
+        if not self.left or not self.rate or self.runner_active is False:
             return None
         return self.left / self.rate
 
