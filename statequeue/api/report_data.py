@@ -10,8 +10,9 @@ item has one.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from statequeue.api.shared_store import SharedStore
@@ -26,6 +27,9 @@ HISTORY_LOOKUPS = 5
 history, at most: on a journal a history is a scan of the queue."""
 TEXT_WIDTH = 300
 """The report shows at most this many characters of an item's text."""
+IN_FLIGHT_LOOKUPS = 20
+"""Items in flight when their runner died whose attempt (start, runner) is
+read from their history, at most (the rest are counted)."""
 
 
 def gather_report(shared: SharedStore, since: float | None, now: float | None = None) -> Report:
@@ -38,6 +42,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
         status = store.status()
         commands = tuple(" ".join(c) for c in store.commands())
         deferred = store.deferrals(cutoff)
+        _add_in_flight(store, fold, status.interrupted)
         fold.add_all(store.iter_attempt_batches(cutoff))
     figures = fold.build()
     with shared.using() as store:
@@ -64,10 +69,26 @@ def store_kind(store: Store) -> str:
     return "journal" if store.journal_folder() is not None else "memory"
 
 
+def _add_in_flight(store: Store, fold: ReportFold, ids: Sequence[int]) -> None:
+    """The attempts in flight when their runner died, not recovered yet (the
+    items `status` lists as interrupted): each one's start from its history."""
+    for n, item_id in enumerate(ids):
+        attempt, runner, started = 0, "", None
+        if n < IN_FLIGHT_LOOKUPS:
+            with contextlib.suppress(ItemNotFound):  # dropped meanwhile
+                for e in store.history(item_id).events:
+                    if e.get("t") == "start":
+                        at = e.get("at")
+                        started = float(at) if isinstance(at, int | float) else None
+                        attempt, runner = int(e.get("attempt", 0)), str(e.get("runner") or "")
+        fold.add_in_flight(item_id, attempt, runner, started)
+
+
 def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:
     f = figures
     wanted = {i for g in f.failures for i in g.example_ids}
-    wanted |= {r.item_id for rows in (f.slowest, f.most_retried, f.interrupted) for r in rows}
+    rows_with_items = (f.slowest, f.most_retried, f.interrupted, f.in_flight)
+    wanted |= {r.item_id for rows in rows_with_items for r in rows}
     texts, states = _texts(store, wanted)
 
     def filled(rows: tuple[ItemRow, ...], with_state: bool) -> tuple[ItemRow, ...]:
@@ -89,6 +110,7 @@ def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:
         slowest=filled(f.slowest, False),
         most_retried=filled(f.most_retried, True),
         interrupted=filled(f.interrupted, True),
+        in_flight=filled(f.in_flight, True),
     )
 
 

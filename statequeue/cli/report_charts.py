@@ -152,6 +152,11 @@ def timeline_svg(t: Timeline, start: float | None, end: float | None) -> str:
             f"item {b.item_id} attempt {b.attempt}: {KIND_NAMES[b.kind]}, "
             f"{span(b.end - b.start)}, {clock(b.start)} to {clock(b.end)} on {t.lanes[b.lane]}"
         )
+        if b.in_flight:
+            tip = (
+                f"item {b.item_id} attempt {b.attempt}: in flight when its runner died, "
+                f"not recovered yet; started {clock(b.start)} on {t.lanes[b.lane]}"
+            )
         body.append(
             _mark(
                 "rect",

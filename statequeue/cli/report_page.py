@@ -89,7 +89,8 @@ def render_report(report: Report) -> str:
             "When did throughput drop? Attempts ended per minute, stacked by outcome: "
             f"{f.kinds[RETRIED]} retries (failed or deferred, then put back), "
             f"{report.deferred} deferrals (exit 75: try later), "
-            f"{f.kinds[HELD]} held for a person, {f.kinds[INTERRUPTED]} interrupted.",
+            f"{f.kinds[HELD]} held for a person, {f.kinds[INTERRUPTED]} interrupted"
+            + _not_ended(f.in_flight_total),
             _legend() + throughput_svg(f.throughput),
         ),
         _section(
@@ -111,6 +112,14 @@ def render_report(report: Report) -> str:
         ),
         _section("Slowest attempts", "", _rows(f.slowest, "duration", span, "outcome")),
         _section("Most retried items", "", _rows(f.most_retried, "attempts", _count, "state now")),
+        _section(
+            "Interrupted, not recovered yet",
+            f"Attempts in flight when their runner died ({f.in_flight_total} in all, as "
+            "`statequeue status` lists them; the latest started shown): the next run "
+            "recovers them (--on-interrupted). Their bars in the timeline run to the last "
+            "moment known.",
+            _rows(f.in_flight, "started at", clock, "state now"),
+        ),
         _section(
             "Interrupted and recovered",
             f"Attempts whose runner died ({f.interrupted_total} in all; the latest shown), "
@@ -168,10 +177,7 @@ def _header(r: Report) -> str:
             "wall time",
             f"{wall}" + (f" (from {escape(clock(f.first_start))})" if f.first_start else ""),
         ),
-        (
-            "attempts, by how each ended",
-            ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in enumerate(f.kinds)) or "0",
-        ),
+        ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total)),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
         ("hosts", escape(", ".join(r.hosts)) or "-"),
         ("commands", commands),
@@ -181,6 +187,20 @@ def _header(r: Report) -> str:
         f"<header><h1>Queue {escape(r.queue)}</h1>"
         f'<div class="cards">{card_html}</div><dl class="head">{head}</dl></header>'
     )
+
+
+def _ended(kinds: tuple[int, ...], in_flight: int) -> str:
+    """Ended attempts by kind; then those in flight when their runner died."""
+    text = ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in enumerate(kinds)) or "0"
+    if in_flight:
+        text += f"; and {in_flight} in flight when their runner died, not recovered yet"
+    return text
+
+
+def _not_ended(in_flight: int) -> str:
+    if not in_flight:
+        return "."
+    return f" (and {in_flight} in flight when their runner died: not ended, not counted here)."
 
 
 def _sampled_note(r: Report) -> str:

@@ -76,6 +76,8 @@ class ReportFold:
         self.retried: dict[int, int] = {}  # item id -> its highest attempt (>= 2)
         self.interrupted: list[tuple[float, int, int]] = []
         self.interrupted_total = 0
+        self.in_flight: list[tuple[float, int, int, str]] = []  # (start, id, attempt, runner)
+        self.in_flight_total = 0
         self.undated = 0
         self.done_sketch = QuantileSketch()
         self.other_sketch = QuantileSketch()
@@ -149,6 +151,15 @@ class ReportFold:
         self.runner.extend(map(ids.__getitem__, column(runners)))
         self.kind.extend(column(kinds))
 
+    def add_in_flight(
+        self, item_id: int, attempt: int, runner: str, started_at: float | None
+    ) -> None:
+        """An attempt in flight when its runner died, not recovered yet (no
+        attempt ended it): shown apart, and in the timeline from its start."""
+        self.in_flight_total += 1
+        if started_at is not None and attempt > 0:
+            self.in_flight.append((started_at, item_id, attempt, runner))
+
     def _add_failure(self, a: Attempt) -> None:
         reason = normalise_reason(a)
         group = self.reasons.get(reason)
@@ -182,6 +193,14 @@ class ReportFold:
             # minimum once the ends themselves are counted.
             first = min(min(map(operator.sub, self.end, self.dur)), min(self.end))
             last = max(self.end)
+        recovered = {(i, at) for _, i, at in self.interrupted}
+        # Recovered meanwhile (between `status` and the attempts read): an attempt now.
+        flying = sorted((x for x in self.in_flight if (x[1], x[2]) not in recovered), reverse=True)
+        if flying:
+            first = min(first if first is not None else math.inf, flying[-1][0])
+            last = max(last if last is not None else -math.inf, flying[0][0])
+        for _, _, _, runner in flying:
+            self.runner_ids.setdefault(runner, len(self.runner_ids))
         names = {i: r for r, i in self.runner_ids.items()}
         per_runner = Counter(self.runner)
         runners = tuple(
@@ -196,7 +215,7 @@ class ReportFold:
             kinds=tuple(self.kinds),
             runners=runners,
             throughput=self._throughput(first, last, unsuccessful),
-            timeline=self._timeline(names, unsuccessful),
+            timeline=self._timeline(names, unsuccessful, flying, last),
             histogram=self._histogram(),
             failures=self._failures(),
             slowest=self._slowest(),
@@ -210,6 +229,10 @@ class ReportFold:
                 ItemRow(i, n, at) for at, i, n in heapq.nlargest(INTERRUPTED_KEPT, self.interrupted)
             ),
             interrupted_total=self.interrupted_total,
+            in_flight=tuple(
+                ItemRow(i, at, start, state="running") for start, i, at, _ in flying[:TOP_ROWS]
+            ),
+            in_flight_total=self.in_flight_total - (len(self.in_flight) - len(flying)),
         )
 
     def _throughput(
@@ -268,32 +291,54 @@ class ReportFold:
             for i in top[:TOP_ROWS]
         )
 
-    def _timeline(self, names: dict[int, str], unsuccessful: list[int]) -> Timeline:
+    def _timeline(
+        self,
+        names: dict[int, str],
+        unsuccessful: list[int],
+        flying: list[tuple[float, int, int, str]],
+        last: float | None,
+    ) -> Timeline:
+        """Bars of the sampled attempts, and of those in flight (``flying``:
+        start, id, attempt, runner) from their start to ``last``."""
         n = len(self.end)
         end, dur = self.end, self.dur
-        starts = {i: end[i] - max(dur[i], 0.0) for i in _sampled(dur, unsuccessful)}
-        shown = sorted(starts, key=starts.__getitem__)
+        # (start, end, item, attempt, runner, kind, in flight) of each bar
+        rows = [
+            (
+                end[i] - max(dur[i], 0.0),
+                end[i],
+                self.item[i],
+                self.attempt[i],
+                self.runner[i],
+                self.kind[i],
+                False,
+            )
+            for i in _sampled(dur, unsuccessful)
+        ]
+        till = last if last is not None else 0.0
+        rows += [
+            (start, max(till, start), i, at, self.runner_ids[runner], INTERRUPTED, True)
+            for start, i, at, runner in flying
+        ]
+        rows.sort(key=operator.itemgetter(0))
         lanes: list[tuple[str, int]] = []  # (runner, slot) of each lane, as first used
         free: dict[int, list[tuple[float, int]]] = {}  # runner -> heap of (free at, lane)
         placed = []
-        for i in shown:
-            runner = self.runner[i]
+        for r in rows:
+            start, stop, runner = r[0], r[1], r[4]
             heap = free.setdefault(runner, [])
-            if heap and (heap[0][0] <= starts[i] or len(heap) >= MAX_SLOTS):
+            if heap and (heap[0][0] <= start or len(heap) >= MAX_SLOTS):
                 lane = heapq.heappop(heap)[1]
             else:
                 lane = len(lanes)
                 lanes.append((names[runner] or "?", len(heap) + 1))
-            heapq.heappush(heap, (self.end[i], lane))
-            placed.append((lane, i))
+            heapq.heappush(heap, (stop, lane))
+            placed.append((lane, r))
         order = sorted(range(len(lanes)), key=lanes.__getitem__)  # a runner's lanes together
         row = {lane: n for n, lane in enumerate(order)}
-        bars = tuple(
-            Bar(row[lane], starts[i], end[i], self.item[i], self.attempt[i], self.kind[i])
-            for lane, i in placed
-        )
+        bars = tuple(Bar(row[lane], *r[:4], kind=r[5], in_flight=r[6]) for lane, r in placed)
         names_shown = tuple(f"{lanes[lane][0]} #{lanes[lane][1]}" for lane in order)
-        return Timeline(names_shown, bars, n, len(bars))
+        return Timeline(names_shown, bars, n + len(flying), len(bars))
 
 
 def _sampled(dur: array[float], unsuccessful: list[int]) -> Iterable[int]:

@@ -34,6 +34,9 @@ class Bar:
     item_id: int
     attempt: int
     kind: int
+    in_flight: bool = False
+    """An attempt in flight when its runner died, not recovered yet: its end is
+    not known (the bar runs to the last moment the report knows of)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,10 @@ class AttemptFigures:
     most_retried: tuple[ItemRow, ...]
     interrupted: tuple[ItemRow, ...]
     interrupted_total: int
+    in_flight: tuple[ItemRow, ...] = ()
+    """Attempts in flight when their runner died, not recovered yet (the items
+    `status` lists as interrupted), by start time (``value``), latest first."""
+    in_flight_total: int = 0
 
 
 @dataclass(frozen=True)
