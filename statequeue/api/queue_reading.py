@@ -103,24 +103,21 @@ def queue_stats(shared: SharedStore, since: float | None, now: float | None) -> 
     ``since`` is asked), else folded from every finished attempt; with the
     deferrals the store records."""
     # lazy: start-up time (the figures' modules; only `stats` needs them)
-    from statequeue.stats.figures import stats_of_batches
+    from statequeue.stats.figures import StatsBuilder
 
     now = time.time() if now is None else now
     cutoff = None if since is None else now - since
     with shared.using() as store:
-        status = store.status()
         deferred = store.deferrals(cutoff)
         builder = store.stats_summary() if since is None else None
         if builder is not None:  # cached up to a position
             builder.now = now
-            found = builder.build(queue=status.queue, counts=status.counts, held=status.held)
         else:
-            found = stats_of_batches(
-                store.iter_attempt_batches(cutoff),
-                queue=status.queue,
-                counts=status.counts,
-                held=status.held,
-                now=now,
-                since=since,
-            )
+            builder = StatsBuilder(now=now, since=since)
+            builder.add_all(store.iter_attempt_batches(cutoff))
+        # The counts after the attempts, never before: an item a runner
+        # finishes in between is then among the counts too, so the done
+        # items' durations never outnumber the done items (one output, one story).
+        status = store.status()
+        found = builder.build(queue=status.queue, counts=status.counts, held=status.held)
     return replace(found, deferred=deferred, runner_active=bool(status.runners))
