@@ -224,10 +224,7 @@ def run(
     rate: Annotated[
         str | None,
         typer.Option(
-            help=(
-                "Most starts a second, minute or hour, shared by the queue's runners"
-                " given --rate (statequeue help rates)."
-            ),
+            help="Most starts a second, minute or hour, for runners given --rate (help rates).",
             metavar="N/s|N/m|N/h",
             show_default=False,
             rich_help_panel=_RATES,
