@@ -36,4 +36,11 @@ def sq_env(sq_home: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(params=["journal", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """ "" for the journal store, else a fresh PostgreSQL database's URL: a
+    test taking it runs on both stores."""
+    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else ""
+
+
 from tests.pg import pg_cluster, pg_url  # noqa: E402, F401  (fixtures for every test)

@@ -9,7 +9,6 @@ next run would, then act on it. An item whose runner lives is still refused.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,36 +18,13 @@ from statequeue.core.errors import UsageError
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
 from tests.conftest import STATEQUEUE
-
-# Claims items 1 and 2, then dies with both claimed: its runner is gone.
-_DIE_HOLDING = """
-import os, sys
-from statequeue import Queue
-from statequeue.core.identity import new_runner
-q = Queue(home=sys.argv[1], store=sys.argv[2] or None)
-runner = new_runner()
-q.register_runner(runner)
-q.claim(runner)
-q.claim(runner)
-os._exit(0)
-"""
-
-
-@pytest.fixture(params=["journal", "postgres"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "journal":
-        return ""
-    url: str = request.getfixturevalue("pg_url")
-    return url
+from tests.dead_runner import die_holding_two
 
 
 def _interrupted(sq_env: dict[str, str], sq_home: Path, store_url: str) -> list[str]:
     with Queue(home=sq_home, store=store_url or None) as q:
         q.enqueue(["a", "b", "c"])
-    died = subprocess.run(
-        [sys.executable, "-c", _DIE_HOLDING, str(sq_home), store_url], env=sq_env, check=False
-    )
-    assert died.returncode == 0
+    die_holding_two(sq_env, sq_home, store_url)
     return ["--store", store_url] if store_url else []
 
 

@@ -44,12 +44,6 @@ def _keeper_of(runner: int) -> int:
     raise AssertionError(f"no keeper among {kids}")
 
 
-@pytest.fixture(params=["journal", "postgres"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    """ "" for the journal store, else a PostgreSQL database's URL."""
-    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else ""
-
-
 @pytest.mark.parametrize("victim", ["runner", "keeper", "both"])
 def test_after_kill9_no_worker_lives_on_and_only_the_items_in_flight_run_again(
     sq_home: Path, sq_env: dict[str, str], tmp_path: Path, victim: str, store_url: str

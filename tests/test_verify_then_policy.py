@@ -13,34 +13,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from statequeue import Queue
 from tests.conftest import STATEQUEUE
-
-# Claims items 1 and 2, then dies with both claimed: its runner is gone.
-_DIE_HOLDING = """
-import os, sys
-from statequeue import Queue
-from statequeue.core.identity import new_runner
-q = Queue(home=sys.argv[1], store=sys.argv[2] or None)
-runner = new_runner()
-q.register_runner(runner)
-q.claim(runner)
-q.claim(runner)
-os._exit(0)
-"""
-
-
-@pytest.fixture(params=["journal", "postgres"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "journal":
-        return ""
-    url: str = request.getfixturevalue("pg_url")
-    return url
+from tests.dead_runner import die_holding_two
 
 
 @pytest.mark.parametrize("policy", ["fail", "hold"])
@@ -50,10 +29,7 @@ def test_the_check_comes_before_the_policy(
     store = ["--store", store_url] if store_url else []
     with Queue(home=sq_home, store=store_url or None) as q:
         q.enqueue(["1", "2", "3"])
-    died = subprocess.run(
-        [sys.executable, "-c", _DIE_HOLDING, str(sq_home), store_url], env=sq_env, check=False
-    )
-    assert died.returncode == 0
+    die_holding_two(sq_env, sq_home, store_url)
     marks = tmp_path / "marks"
     marks.mkdir()
     (marks / "1").touch()  # item 1's work had finished; item 2's had not
