@@ -90,6 +90,14 @@ class WorkerPool:
             worker = self.workers[slot] = Worker(keeper, self.spec, slot, self._limit(slot))
         return worker
 
+    def renew(self, slot: int, keeper: Keeper) -> Worker:
+        """A new worker for ``slot`` in place of the one there (stopped)."""
+        old = self.workers.get(slot)
+        if old is not None:
+            self._drop(old)
+        worker = self.workers[slot] = Worker(keeper, self.spec, slot, self._limit(slot))
+        return worker
+
     def _limit(self, slot: int) -> int | None:
         """Items before recycling: the first worker of slot k goes (k-1)/jobs
         of the way early, so the slots' restarts stay spread out."""
@@ -246,6 +254,15 @@ class WorkerAttempt(Job):
 
     def _spawn(self) -> int:
         self.worker = self._pool.worker_for(self.slot, self.keeper)
+        if self.worker.replied_unasked():
+            # A second reply to its last request (or one it wrote unasked):
+            # the worker is out of step; this item, which it never saw, goes
+            # to a new one rather than failing for it.
+            self.warnings.append(
+                f"the worker of slot {self.slot} sent a reply it was not asked for; "
+                "it was stopped, and this item went to a new worker"
+            )
+            self.worker = self._pool.renew(self.slot, self.keeper)
         self.worker.busy = True
         self.worker.attempt = self  # what its pipes report is this attempt's
         self._answered_before = self.worker.done > 0

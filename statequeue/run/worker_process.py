@@ -170,6 +170,10 @@ class Worker:
             return "the worker does not read its requests (its stdin is full)"
         return ""
 
+    def replied_unasked(self) -> bool:
+        """Whether it wrote a reply while it had no request (before a new one)."""
+        return self._unsolicited() or self.reader.pending()
+
     def _unsolicited(self) -> bool:
         """Whether it wrote a reply while it had no request (read now, before the next)."""
         if self._reply_r not in self.pipes:  # at end of file already
