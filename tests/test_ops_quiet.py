@@ -77,6 +77,6 @@ def test_cron_recipe_mails_a_failure_with_the_summary(
     lines = done.stderr.splitlines()
     assert done.returncode == 1, done.stderr
     assert [line for line in lines if not line.startswith("[failed]")] == [
-        "statequeue: items: 1 ok, 1 failed; 4 attempts"
+        "statequeue: items: 1 ok, 1 failed; 4 attempts started"
     ], lines
     assert any("bad.pdf attempt 3: exit code 1" in line for line in lines), lines

@@ -258,7 +258,7 @@ def test_summary_counts_each_item_once_by_where_it_ended() -> None:
     s.record(2, ItemState.FAILED)
     s.record(3, ItemState.PENDING)
     assert (s.succeeded, s.failed, s.retried) == (1, 1, 1)
-    assert s.text() == "items: 1 ok, 1 failed, 1 waiting for a retry; 5 attempts"
+    assert s.text() == "items: 1 ok, 1 failed, 1 waiting for a retry; 5 attempts started"
 
 
 # -- what a child leaves: its log and its result ------------------------------------

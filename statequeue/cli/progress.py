@@ -76,7 +76,7 @@ class View(Protocol):
 
 class PlainView:
     """One line per finished item on stderr; with ``quiet``, only failures
-    for good, warnings, and the summary when an item failed for good (cron
+    for good, warnings, and the summary when an item failed for good or was held (cron
     mails any output: a run that went well must leave stderr empty)."""
 
     def __init__(self, *, quiet: bool = False) -> None:

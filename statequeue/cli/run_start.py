@@ -118,7 +118,7 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
                 report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
     code = exit_code(summary, follow=options.follow, exit_empty=args["exit_empty"])
     if not json:
-        view.summary(f"statequeue: {summary.text()}", failed=summary.failed > 0)
+        view.summary(f"statequeue: {summary.text()}", failed=summary.needs_a_look)
         return code
     # lazy: start-up time (the JSON summary only)
     from statequeue.cli.render import emit_json
@@ -208,6 +208,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
     return {
         "succeeded": summary.succeeded,
         "failed": summary.failed,
+        "held": summary.held,
         "retry_pending": summary.retried,
         "verified": summary.verified,
         "interrupted": summary.released,
@@ -227,7 +228,7 @@ def exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
         return int(ExitCode.INTERRUPTED_HUP)
     if summary.stopped_by is not None:
         return int(ExitCode.INTERRUPTED_TERM)
-    if summary.failed:
+    if summary.needs_a_look:  # an item failed for good, or was held
         return int(ExitCode.FAILED)
     if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
         return exit_empty

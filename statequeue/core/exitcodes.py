@@ -42,7 +42,8 @@ MEANINGS: dict[ExitCode, str] = {
         "`run --follow` stopped by SIGTERM with every child stopped within `--grace`"
     ),
     ExitCode.FAILED: (
-        "at least one item failed (after its retries); or `run` stopped because its keeper "
+        "at least one item failed (after its retries) or was held (poison after "
+        "`--max-crashes`, `--on-interrupted hold`); or `run` stopped because its keeper "
         "process died (its unfinished items run again next time)"
     ),
     ExitCode.USAGE: (

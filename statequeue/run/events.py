@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, ItemState, Outcome
+
+if TYPE_CHECKING:
+    from statequeue.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,9 @@ class RunSummary:
     moves an item out of it), and a `--follow` run that lives for months must
     not grow by an id per item. The sets below hold only items that may move."""
     failed_for_good: set[int] = field(default_factory=set)
+    held_items: set[int] = field(default_factory=set)
+    """Items held (poison after --max-crashes, --on-interrupted hold): not
+    failed, but they wait for the user (`retry --held`)."""
     waiting: set[int] = field(default_factory=set)
     """Items that failed and wait for an automatic retry (a later run takes them)."""
     verified: int = 0
@@ -61,7 +70,7 @@ class RunSummary:
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
-        for bucket in (self.failed_for_good, self.waiting, self.handed_back):
+        for bucket in (self.failed_for_good, self.held_items, self.waiting, self.handed_back):
             bucket.discard(item_id)
         if state is ItemState.DONE:
             self.ok += 1
@@ -69,10 +78,24 @@ class RunSummary:
             self.waiting.add(item_id)
         elif state is ItemState.FAILED:
             self.failed_for_good.add(item_id)
+        elif state is ItemState.HELD:
+            self.held_items.add(item_id)
 
     def hand_back(self, item_id: int) -> None:
         self.waiting.discard(item_id)
         self.handed_back.add(item_id)
+
+    def ended(self, store: Store, stopped_by: int | None) -> None:
+        """The run is over (``stopped_by``: the signal that stopped it). An
+        item it left waiting for a retry that is no longer pending (cancelled
+        during its wait, or run by another runner) waits no more: not counted
+        so. Best effort: a store that cannot answer leaves the count as it is."""
+        self.stopped_by = stopped_by
+        if not self.waiting:
+            return
+        with contextlib.suppress(StateQueueError, OSError):
+            states = store.states(self.waiting)
+            self.waiting = {i for i, s in states.items() if s is ItemState.PENDING}
 
     @property
     def started(self) -> int:
@@ -89,6 +112,15 @@ class RunSummary:
         return len(self.failed_for_good)
 
     @property
+    def held(self) -> int:
+        return len(self.held_items)
+
+    @property
+    def needs_a_look(self) -> bool:
+        """An item failed for good or was held: exit 1, and ``--quiet`` prints the summary."""
+        return bool(self.failed_for_good or self.held_items)
+
+    @property
     def retried(self) -> int:
         return len(self.waiting)
 
@@ -102,19 +134,23 @@ class RunSummary:
         return self.stopped_by is not None and self.killed_on_stop == 0
 
     def text(self) -> str:
-        """One line for the user: items by outcome, then attempts."""
-        idle = not (self.attempts or self.verified or self.retried or self.released)
+        """One line for the user: items by outcome, then attempts. Attempts
+        started: those handed back unfinished on a stop count too, as the
+        store counts them (`show`), though `stats` counts finished ones only."""
+        idle = not (self.attempts or self.verified or self.retried or self.released or self.held)
         if idle and self.stopped_by is None:
             return "nothing to do: no pending item is due"
         parts = [f"{self.succeeded} ok"]
         if self.verified:
             parts[0] += f" ({self.verified} verified, not run)"
         parts.append(f"{self.failed} failed")
+        if self.held:
+            parts.append(f"{self.held} held")
         if self.retried:
             parts.append(f"{self.retried} waiting for a retry")
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
-        attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s")
+        attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s") + " started"
         stopped = "" if self.stopped_by is None or not idle else " (stopped)"
         return f"items: {', '.join(parts)}; {attempts}{stopped}"
 

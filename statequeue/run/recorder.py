@@ -146,9 +146,7 @@ class ResultRecorder:
         except (ClaimLost, StoreUnreachable):  # taken over, or left to recovery
             self.summary.hand_back(claim.item_id)
             return
-        self.summary.record(claim.item_id, state)
-        if state is ItemState.HELD:
-            self.summary.failed_for_good.add(claim.item_id)
+        self.summary.record(claim.item_id, state)  # held: counted held, not failed
         # A crash, not a failure: --retries does not count it (ItemFinished would say so).
         after = _AFTER_INTERRUPT.get(state, state.value)
         self.on_event(Notice(f"item {claim.item_id}: {job.interruption}; {after}", warning=True))

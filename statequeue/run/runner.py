@@ -166,7 +166,7 @@ class Runner:
             self._watch.close()
             if self.spec.pipes is not None:
                 self.spec.pipes.close()
-        self.summary.stopped_by = self._stop_signal
+        self.summary.ended(self._store, self._stop_signal)
         return self.summary
 
     def _out_of_time(self) -> bool:
