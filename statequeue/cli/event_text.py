@@ -95,6 +95,8 @@ _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
 
 
 def _carried(r: Record) -> str:
+    if "imported" in r:  # written by `import` (records/transfer.py), not by a compaction
+        return f"{_item(r)} imported: {r.get('state')}"
     text = f"{_item(r)} carried over by compaction: {r.get('state')}"
     at = r.get("enq_at")  # the enqueue record it replaces had the batch's time
     return text + (f" (enqueued {local_time(float(at))})" if isinstance(at, int | float) else "")
@@ -115,7 +117,10 @@ def _archived(r: Record) -> str:
 
 def record_time(rec: Record) -> float | None:
     """When the record was written, if it says."""
-    at = rec.get("at", rec.get("since") if rec.get("t") == "run" else None)
+    kind = rec.get("t")
+    at = rec.get("at", rec.get("since") if kind == "run" else None)
+    if kind == "item":  # an imported item's record says when
+        at = rec.get("imported")
     return float(at) if isinstance(at, int | float) else None
 
 

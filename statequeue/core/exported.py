@@ -6,8 +6,9 @@ into ``ExportedItem`` and back, so a queue moves between any two of them.
 An item's ``history`` is its outcome records, oldest first, in the journal's
 record format (``records``): ``end`` (one per finished attempt: ``ok``,
 ``exit``, ``sig``, ``dur``, ``reason``, ``result``, ``err``, ``at``),
-``intr`` (its runner died, or it was handed back) and ``set`` (a user's
-retry or cancel). Claims (``start``) are not kept: an export holds no
+``intr`` (its runner died, or it was handed back), ``defer`` (an attempt
+asked to be tried later: ``delay``, ``deferrals``, ``retry_at``) and ``set``
+(a user's retry or cancel). Claims (``start``) are not kept: an export holds no
 running item (a running item is exported as pending, interrupted).
 """
 
@@ -26,7 +27,7 @@ from statequeue.core.records import Record, json_problem
 from statequeue.core.textsafe import item_json
 
 FORMAT_VERSION = 1
-HISTORY_KINDS = ("end", "intr", "set")
+HISTORY_KINDS = ("end", "intr", "defer", "set")
 RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
 """The fields of an ``end`` record that make up a result (as compaction keeps them)."""
 _HISTORY_DROP = ("seq", "id", "crc", "token", "episode", "tries", "last")
@@ -56,6 +57,8 @@ class ExportedItem:
     attempts: int = 0
     crashes: int = 0
     failures: int = 0
+    deferrals: int = 0
+    """Times it asked to be tried later in its current episode (``--max-deferrals``)."""
     reason: str = ""
     retry_at: float | None = None
     interrupted: bool = False
@@ -71,7 +74,8 @@ class ExportedItem:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.item_id, **item_json(self.item)}
         out.update(state=self.state.value, attempts=self.attempts, crashes=self.crashes)
-        out.update(failures=self.failures, reason=self.reason, retry_at=self.retry_at)
+        out.update(failures=self.failures, deferrals=self.deferrals)
+        out.update(reason=self.reason, retry_at=self.retry_at)
         out.update(interrupted=self.interrupted, archived=self.archived)
         out["history"] = list(self.history)
         return out
@@ -113,6 +117,7 @@ def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
         attempts=_int(obj.get("attempts", 0), "attempts"),
         crashes=_int(obj.get("crashes", 0), "crashes"),
         failures=_int(obj.get("failures", 0), "failures"),
+        deferrals=_int(obj.get("deferrals", 0), "deferrals"),  # older exports: none
         reason=_str(obj.get("reason", ""), "reason"),
         retry_at=float(retry_at) if retry_at is not None else None,
         interrupted=obj.get("interrupted") is True,
@@ -131,6 +136,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "sig": (int,),
     "crashes": (int,),
     "attempts": (int,),
+    "delay": _NUMBER,
+    "deferrals": (int,),
     "ok": (bool,),
     "crashed": (bool,),
     "timeout": (bool,),
@@ -140,10 +147,10 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _check_history(record: object) -> None:
-    """ValueError unless ``record`` is an end, intr or set record whose fields
-    have the types the stores write."""
+    """ValueError unless ``record`` is an end, intr, defer or set record whose
+    fields have the types the stores write."""
     if not isinstance(record, dict) or record.get("t") not in HISTORY_KINDS:
-        raise ValueError("history must hold only end, intr and set records")
+        raise ValueError("history must hold only end, intr, defer and set records")
     ItemState(record.get("state", ItemState.DONE.value))
     for name, types in _FIELD_TYPES.items():
         value = record.get(name)

@@ -32,9 +32,10 @@ _LIVE = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
 _ITEMS_PAGE = """
 SELECT i.id, i.item, coalesce(l.state, i.state), coalesce(l.attempts, i.attempts),
        coalesce(l.crashes, 0), coalesce(l.failures, 0), coalesce(l.reason, i.reason),
-       l.retry_at, coalesce(l.interrupted, false)
+       l.retry_at, coalesce(l.interrupted, false), coalesce(d.count, 0)
 FROM statequeue.items i
 LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
+LEFT JOIN statequeue.deferrals d ON l.id IS NOT NULL AND d.queue = i.queue AND d.id = i.id
 WHERE i.queue = %(q)s AND i.id > %(after)s
 ORDER BY i.id LIMIT %(limit)s
 """
@@ -45,11 +46,11 @@ _HISTORY_PAGE = """
 SELECT id, body FROM (
     SELECT id, body, seq FROM statequeue.events
     WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
-      AND body->>'t' IN ('end', 'intr', 'set')
+      AND body->>'t' IN ('end', 'intr', 'defer', 'set')
     UNION ALL
     SELECT id, body, seq FROM statequeue.archived_events
     WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
-      AND body->>'t' IN ('end', 'intr', 'set')
+      AND body->>'t' IN ('end', 'intr', 'defer', 'set')
 ) h
 ORDER BY id, seq
 """
@@ -75,7 +76,7 @@ def export_items(conn: Connection, queue: str) -> Iterator[ExportedItem]:
 
 
 def _exported(row: tuple[Any, ...], history: list[Record]) -> ExportedItem:
-    item_id, item, state, attempts, crashes, failures, reason, retry_at, interrupted = row
+    item_id, item, state, attempts, crashes, failures, reason, retry_at, interrupted, defers = row
     running = state == ItemState.RUNNING.value
     return ExportedItem(
         item_id=int(item_id),
@@ -84,6 +85,7 @@ def _exported(row: tuple[Any, ...], history: list[Record]) -> ExportedItem:
         attempts=int(attempts),
         crashes=int(crashes),
         failures=int(failures),
+        deferrals=int(defers),
         reason=INTERRUPTED_REASON if running else str(reason),
         retry_at=float(retry_at) if retry_at is not None else None,
         interrupted=running or bool(interrupted),
@@ -149,6 +151,9 @@ def _insert(conn: Connection, queue: str, fresh: list[tuple[int, bytes, Exported
     history = [(i, Jsonb({**r, "id": i})) for i, _, e in fresh for r in e.history]
     if history:
         conn.execute(_INSERT_EVENTS, {"q": queue, **_columns(history, ("id", "body"))})
+    defers = [(i, e.deferrals) for i, _, e in fresh if e.deferrals and e.state in _LIVE]
+    if defers:  # --max-deferrals counts on, and `status` says "deferred N"
+        conn.execute(_INSERT_DEFERRALS, {"q": queue, **_columns(defers, ("id", "count"))})
     deltas: dict[str, int] = {}
     for _, _, e in fresh:
         deltas[e.state.value] = deltas.get(e.state.value, 0) + 1
@@ -218,6 +223,12 @@ INSERT INTO statequeue.events (queue, id, body)
 SELECT %(q)s, id, body FROM unnest(%(id)b::bigint[], %(body)b::jsonb[]) WITH ORDINALITY
     AS e(id, body, n)
 ORDER BY n
+"""
+
+_INSERT_DEFERRALS = """
+INSERT INTO statequeue.deferrals (queue, id, count)
+SELECT %(q)s, * FROM unnest(%(id)b::bigint[], %(count)b::int[])
+ON CONFLICT (queue, id) DO UPDATE SET count = EXCLUDED.count
 """
 
 

@@ -3,8 +3,9 @@
 Export reads the archive and the live journal once and folds each item's
 records into an ``ExportedItem``; its current state comes from the replayed
 ``QueueState``. Import writes one ``item`` record per item (the record a
-compaction's snapshot uses for an unfinished item, here for any state), so
-that an item arrives whole in one record or not at all.
+compaction's snapshot uses for an unfinished item, here for any state,
+marked ``imported`` with the time of the import, so that `show` says where
+it came from), so that an item arrives whole in one record or not at all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from statequeue.core.exported import RESULT_KEYS, ExportedItem, history_record, out_of_reach
 from statequeue.core.models import EnqueueResult, ItemState
 from statequeue.core.records import Record, item_fields, item_text
-from statequeue.store.records.backend import RecordBackend
+from statequeue.store.records.backend import RecordBackend, record_time
 from statequeue.store.records.state import QueueState
 
 IMPORT_BATCH = 1_000
@@ -64,7 +65,7 @@ def _gather(found: dict[int, _Found], r: Record) -> None:
         entry.history = [history_record(t) for t in r.get("tries", ())]
         if "last" in r:
             _with_last(entry.history, {"t": "end", **r["last"]})
-    elif kind in ("start", "end", "intr", "set") and r.get("id") in found:
+    elif kind in ("start", "end", "intr", "defer", "set") and r.get("id") in found:
         entry = found[r["id"]]
         if kind == "start":
             entry.attempts = r["attempt"]
@@ -107,6 +108,7 @@ def _exported(state: QueueState, item_id: int, f: _Found) -> ExportedItem:
         attempts=live.attempts,
         crashes=live.crashes,
         failures=live.failures,
+        deferrals=live.deferrals,
         reason=INTERRUPTED_REASON if running else live.reason,
         retry_at=live.not_before or None,
         interrupted=running or live.interrupted,
@@ -114,13 +116,16 @@ def _exported(state: QueueState, item_id: int, f: _Found) -> ExportedItem:
     )
 
 
-def item_record(entry: ExportedItem, item_id: int) -> Record:
-    """The one record that imports ``entry`` as item ``item_id``: an ``item``
-    record with its state, counters, last result and outcome history."""
+def item_record(entry: ExportedItem, item_id: int, at: float) -> Record:
+    """The one record that imports ``entry`` as item ``item_id`` at time
+    ``at``: an ``item`` record with its state, counters, last result and
+    outcome history."""
     rec: Record = {"t": "item", "id": item_id, **item_fields(entry.item)}
     rec.update(state=entry.state.value, attempts=entry.attempts, crashes=entry.crashes)
+    rec["imported"] = at  # `show`: not carried over by a compaction
     details = {
         "failures": entry.failures,
+        "deferrals": entry.deferrals,
         "reason": entry.reason,
         "retry_at": entry.retry_at,
         "interrupted": entry.interrupted,
@@ -146,6 +151,7 @@ def import_items(backend: RecordBackend, entries: Sequence[ExportedItem]) -> Enq
             keys = backend.known_keys(state)
             next_id = state.next_id
             batch: list[Record] = []
+            at = record_time()
             for entry in entries[start : start + IMPORT_BATCH]:
                 if entry.item in keys or entry.item in seen:
                     continue
@@ -154,7 +160,7 @@ def import_items(backend: RecordBackend, entries: Sequence[ExportedItem]) -> Enq
                 # items skipped as already here leave it out of replay's reach.
                 if not out_of_reach(entry.item_id, next_id):
                     next_id = max(entry.item_id, next_id)
-                batch.append(item_record(entry, next_id))
+                batch.append(item_record(entry, next_id, at))
                 next_id += 1
             # One durable append per batch; a crash keeps whole records only.
             backend.write(batch, sync=True)
