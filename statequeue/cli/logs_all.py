@@ -1,9 +1,11 @@
 """`statequeue logs --all`: every item's last-attempt output, in item order.
 
 What `parallel -k` gives (and with `--tag`, `parallel --tag`: each line
-prefixed with its item and a tab). Streamed: items are read a batch at a
-time and each log is written as soon as it is read, so memory holds one
-attempt's log (at most --log-limit) whatever the size of the queue.
+prefixed with its item and a tab; the item escaped as every human view
+escapes it, and whole: a tab, newline or ESC in it cannot fake or garble a
+line). Streamed: items are read a batch at a time and each log is written as
+soon as it is read, so memory holds one attempt's log (at most --log-limit)
+whatever the size of the queue.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import orjson
 
-from statequeue.core.textsafe import exact_bytes, item_json
+from statequeue.core.textsafe import escaped, item_json
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -51,7 +53,7 @@ def _last_logs(q: Queue, state: ItemState | None) -> Iterator[tuple[ItemView, by
 
 
 def _tagged(item: str, data: bytes) -> bytes:
-    prefix = exact_bytes(item).replace(b"\n", b"\\n") + b"\t"
+    prefix = escaped(item).encode() + b"\t"  # never cut: the tag tells the items apart
     lines = data.splitlines(keepends=True)
     return b"".join(prefix + line for line in lines)
 
