@@ -124,7 +124,7 @@ def test_quiet_prints_only_failures_and_the_summary(env: dict[str, str]) -> None
     assert out.returncode == 1
     assert out.stderr.splitlines() == [
         "[failed] #2 bad attempt 2: exit code 1",
-        "statequeue: items: 2 ok, 1 failed; 5 attempts",
+        "statequeue: items: 2 ok, 1 failed; 5 attempts started",
     ]
 
 
@@ -227,7 +227,7 @@ def test_summary_counts_items_not_events(env: dict[str, str]) -> None:
     script = '[ "$STATEQUEUE_ATTEMPT" -ge 3 ]'
     out = sq(env, "run", "--retries", "3", "--retry-delay", "0", "--", "sh", "-c", script)
     assert out.returncode == 0, out.stderr
-    assert out.stderr.splitlines()[-1] == "statequeue: items: 2 ok, 0 failed; 6 attempts"
+    assert out.stderr.splitlines()[-1] == "statequeue: items: 2 ok, 0 failed; 6 attempts started"
 
 
 def test_summary_is_printed_on_a_terminal_with_jobs(env: dict[str, str]) -> None:
@@ -252,7 +252,7 @@ def test_summary_is_printed_on_a_terminal_with_jobs(env: dict[str, str]) -> None
         seen += chunk
     os.close(leader)
     assert proc.wait(timeout=30) == 0
-    assert b"items: 3 ok, 0 failed; 3 attempts" in seen, seen
+    assert b"items: 3 ok, 0 failed; 3 attempts started" in seen, seen
 
 
 # -- 10: a timeout says what happened -------------------------------------------------
