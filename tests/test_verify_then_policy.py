@@ -12,6 +12,7 @@ counted in the summary, with a warning that ``--quiet`` keeps.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from statequeue import Queue
 from tests.conftest import STATEQUEUE
 from tests.dead_runner import die_holding_two
+from tests.waiting import until
 
 
 @pytest.mark.parametrize("policy", ["fail", "hold"])
@@ -64,3 +66,46 @@ def test_the_check_comes_before_the_policy(
     failed, held = (1, 0) if policy == "fail" else (0, 1)
     assert (summary["failed"], summary["held"]) == (failed, held), (summary, ran.stderr)
     assert ran.returncode == 1, ran.stderr
+
+
+def test_a_check_stopped_by_a_signal_settles_nothing(
+    sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """SIGTERM while the check runs kills it: it said nothing, so the items
+    stay to be checked by the next run (they were marked failed unchecked)."""
+    with Queue(home=sq_home) as q:
+        q.enqueue(["1", "2", "3"])
+    die_holding_two(sq_env, sq_home, "")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (marks / "1").touch()
+    check = f"touch {marks}/checked-{{}}; sleep 30; test -e {marks}/{{}}"
+    argv = [STATEQUEUE, "run", "--on-interrupted", "fail", "--verify", check, "--", "true"]
+    proc = subprocess.Popen(argv, env=sq_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: any(marks.glob("checked-*")), "the check to start")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    with Queue(home=sq_home, create=False) as q:
+        states = {v.item: v.state.value for v in q.store.items()}
+        assert "failed" not in states.values(), (states, err)
+        assert set(q.status().interrupted) | {
+            v.item_id for v in q.store.items() if v.state.value == "pending"
+        } >= {1, 2}
+    # The next run checks them: 1 is done, 2 is not (failed by the policy).
+    check_again = f"test -e {marks}/{{}}"
+    again = subprocess.run(
+        [STATEQUEUE, "run", "--on-interrupted", "fail", "--verify", check_again, "--", "true"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    with Queue(home=sq_home, create=False) as q:
+        states = {v.item: v.state.value for v in q.store.items()}
+    assert states == {"1": "done", "2": "failed", "3": "done"}, (states, again.stderr)

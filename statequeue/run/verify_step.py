@@ -95,7 +95,9 @@ class VerifyStep:
         for text, warning in notes:
             self.on_event(Notice(text, warning=warning))
         if not verdict.done:
-            return self._settled_by_policy(claim)
+            # A check stopped by a signal (or timed out) decided nothing: the
+            # item is not settled by the policy (the runner gives it back, or runs it).
+            return verdict.code is not None and self._settled_by_policy(claim)
         if claim.interrupted:
             outcome = Outcome(ok=True, reason=VERIFIED_AFTER_CRASH)
         else:
