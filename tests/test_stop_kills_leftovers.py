@@ -87,3 +87,52 @@ def test_the_escaped_leftover_of_a_stopped_attempt_is_killed(
     with Queue(home=sq_home, create=False) as q:
         (view,) = q.store.items()
         assert view.state.value == ("pending" if how == "sigterm" else "failed")
+
+
+_WORKER = """#!/bin/sh
+while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed 's/.*"id": *\\([0-9]*\\).*/\\1/')
+  case "$line" in
+    *'"daemon"'*) setsid sh -c 'echo $$ > "$0"; sleep 300; : sq-escapee-mark' "$PIDFILE" \\
+        </dev/null >/dev/null 2>&1 & ;;
+    *'"hang"'*) sleep 300 ;;
+  esac
+  echo "{\\"id\\": $id, \\"ok\\": true}" >&$STATEQUEUE_REPLY_FD
+done
+"""
+
+
+def test_a_persistent_run_stopped_leaves_an_earlier_item_s_detached_process(
+    sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """A worker's leftovers carry no item's mark: stopping the item in flight
+    must not kill what a finished item started (as per-item runs leave it)."""
+    with Queue(home=sq_home) as q:
+        q.enqueue(["daemon", "hang"])
+    worker = tmp_path / "worker.sh"
+    worker.write_text(_WORKER)
+    worker.chmod(0o755)
+    pid_file = tmp_path / "daemon.pid"
+    env = dict(sq_env, PIDFILE=str(pid_file))
+    proc = subprocess.Popen(
+        [STATEQUEUE, "run", "--persistent", "--grace", "1", "--", str(worker)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pid = 0
+    try:
+        until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "the daemon")
+        pid = int(pid_file.read_text())
+        with Queue(home=sq_home, create=False) as q:
+            until(lambda: q.status().counts["done"] == 1, "the first item to be recorded")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert _alive(pid), "the finished item's detached process was killed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid:
+            _kill(pid)
+    assert proc.returncode == ExitCode.INTERRUPTED_TERM

@@ -276,6 +276,12 @@ class WorkerAttempt(Job):
             self._broken(problem)
         return self.worker.token
 
+    def cut(self) -> None:
+        """A stopped attempt's worker: its group is killed, but not the
+        detached processes of the run: a worker's leftovers carry no item's
+        mark, and one an earlier item started may rightly live on."""
+        self.signal_group(signal.SIGKILL)
+
     # -- output and the reply ------------------------------------------------
 
     def read(self, fd: int) -> bool:
