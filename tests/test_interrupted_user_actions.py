@@ -45,7 +45,12 @@ def test_cancel_takes_an_interrupted_item(
     assert done.returncode == 0, done.stderr
     states = _states(sq_home, store_url)
     assert states["a"] == "cancelled", states
-    assert states["b"] == "pending"  # recovered with it, as the next run would
+    # The other item the dead runner left waits for the next run (and its
+    # --on-interrupted): a cancel recovers only what it names.
+    assert states["b"] == "running", states
+    again = _sq(sq_env, *store, "cancel", "2")
+    assert again.returncode == 0, again.stderr
+    assert _states(sq_home, store_url)["b"] == "cancelled"
 
 
 def test_retry_takes_an_interrupted_item(
@@ -55,6 +60,12 @@ def test_retry_takes_an_interrupted_item(
     done = _sq(sq_env, *store, "retry", "2")
     assert done.returncode == 0, done.stderr
     assert _states(sq_home, store_url)["b"] == "pending"
+    assert _states(sq_home, store_url)["a"] == "running"  # not named: left to the next run
+    # A new episode: no crash mark left for --verify and --on-interrupted to
+    # settle it by (it was failed unrun), so it runs.
+    ran = _sq(sq_env, *store, "run", "--on-interrupted", "hold", "--verify", "false", "--", "true")
+    assert ran.returncode != 2, ran.stderr
+    assert _states(sq_home, store_url)["b"] == "done", ran.stderr
 
 
 def test_an_item_whose_runner_lives_is_still_refused(sq_home: Path) -> None:

@@ -210,7 +210,7 @@ def test_a_reaper_skips_while_another_ones_turn_is_open(pg_url: str) -> None:
             # turn's commit: lock_timeout turns that wait into an error.
             other.execute("SET lock_timeout = '5s'")
             report = RecoveryReport()
-            rule = (OnInterrupted.RETRY, 3)
+            rule = (OnInterrupted.RETRY, 3, None)
             with other.transaction():
                 skipped = other.execute(
                     statements.REAP_TURN, {"q": "q", "every": 0.0, "lock": reaping.REAP_LOCK}

@@ -443,10 +443,15 @@ class Store(LeaseHooks, ABC):
 
     @abstractmethod
     def recover(
-        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+        self,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        only: Collection[int] | None = None,
     ) -> RecoveryReport:
         """Apply the policy to items whose runner (and its children) are gone,
-        atomically per item; returns what was done. ``claim`` does this too."""
+        atomically per item; returns what was done. ``claim`` does this too.
+        ``only``: these items alone (a user's cancel or retry of them)."""
 
     def liveness_fds(self, runner_id: str) -> tuple[int, ...]:
         """The fds by which this process holds ``runner_id``'s liveness lock,

@@ -335,11 +335,16 @@ class Claims:
         )
 
     def recover(
-        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+        self,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        only: Collection[int] | None = None,
     ) -> RecoveryReport:
-        self._recovered_at = time.monotonic()
+        if only is None:
+            self._recovered_at = time.monotonic()
         report = RecoveryReport()
-        rule = (on_interrupted, max_crashes)
+        rule = (on_interrupted, max_crashes, only)
 
         def attempt(conn: Connection) -> None:
             reaping.reap_same_host(

@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import os
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from statequeue.core.models import OnInterrupted
@@ -43,6 +44,10 @@ from statequeue.store.postgres.schema import LOCK_CLASS
 if TYPE_CHECKING:
     from statequeue.core.views import RecoveryReport
     from statequeue.store.journal.folder import QueueFolder
+
+Rule = tuple[OnInterrupted, int, Collection[int] | None]
+"""How to settle an interrupted item: the policy, --max-crashes, and the
+items to look at (None: all; a user's cancel or retry names its own)."""
 
 SUBFOLDER = "claims"
 _LOCK_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -161,7 +166,7 @@ def reap_same_host(
     host: str,
     boot: str,
     locks: ClaimLocks,
-    rule: tuple[OnInterrupted, int],
+    rule: Rule,
     report: RecoveryReport,
 ) -> None:
     """Recover at once the items (and rows) of dead runners of this host and boot."""
@@ -169,7 +174,10 @@ def reap_same_host(
         return  # without a boot id a pid proves nothing
     stop_dead_runners_here(conn, queue, host=host, boot=boot)
     found = conn.execute(sql.SAME_HOST, {"q": queue, "host": host, "boot": boot}).fetchall()
+    only = rule[2]
     for item_id, token, pid in found:
+        if only is not None and int(item_id) not in only:
+            continue
         if not pid_gone(int(pid)) or not locks.is_free(int(token)):
             continue
         with conn.transaction():
@@ -203,7 +211,7 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
 def reap_expired(
     conn: Connection,
     queue: str,
-    rule: tuple[OnInterrupted, int],
+    rule: Rule,
     report: RecoveryReport,
     locks: ClaimLocks,
 ) -> None:
@@ -221,7 +229,10 @@ def reap_expired(
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
             lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid(), how="lease")
             writes.event(conn, queue, lost)
+        only = rule[2]
         for *row, token in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
+            if only is not None and int(str(row[0])) not in only:
+                continue
             if not locks.is_held(int(token)):
                 recover_row(conn, queue, tuple(row), rule, report)
                 settled.append(int(token))
@@ -236,11 +247,11 @@ def recover_row(
     conn: Connection,
     queue: str,
     row: tuple[object, ...],
-    rule: tuple[OnInterrupted, int],
+    rule: Rule,
     report: RecoveryReport,
 ) -> None:
     item_id, attempts, crashes = (int(str(v)) for v in row)
-    policy, max_crashes = rule
+    policy, max_crashes, _ = rule
     target, bucket = writes.policy(policy, crashes + 1, max_crashes, report)
     writes.recover_one(conn, queue, item_id, attempts, crashes + 1, target, policy)
     bucket.append(item_id)

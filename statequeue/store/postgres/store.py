@@ -314,9 +314,15 @@ class PostgresStore(Store):
         return self._session.patiently(lambda conn: rate_rows.deferrals(conn, self.name, since))
 
     def recover(
-        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+        self,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        only: Collection[int] | None = None,
     ) -> RecoveryReport:
-        return self._claims.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
+        return self._claims.recover(
+            on_interrupted=on_interrupted, max_crashes=max_crashes, only=only
+        )
 
     def handed_over(self, claim: Claim) -> None:
         self._claims.handed_over(claim)

@@ -253,11 +253,15 @@ class RecordStore(RecordReads):
         return item, fds
 
     def recover(
-        self, *, on_interrupted: OnInterrupted = OnInterrupted.RETRY, max_crashes: int = 3
+        self,
+        *,
+        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
+        max_crashes: int = 3,
+        only: Collection[int] | None = None,
     ) -> RecoveryReport:
         """Apply the policy to items whose runner (and its children) are gone."""
         with self._locked() as state:
-            return self._recovery.recover(state, on_interrupted, max_crashes)
+            return self._recovery.recover(state, on_interrupted, max_crashes, only)
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True

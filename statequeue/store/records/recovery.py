@@ -21,10 +21,16 @@ class Recovery:
         self.backend = backend
         self.runners = runners
 
-    def recover(self, state: QueueState, policy: OnInterrupted, max_crashes: int) -> RecoveryReport:
-        """Settle every running item whose claim no live process holds (the
-        caller holds the lock); runs with every claim, so it is cheap when
-        nothing died."""
+    def recover(
+        self,
+        state: QueueState,
+        policy: OnInterrupted,
+        max_crashes: int,
+        only: Container[int] | None = None,
+    ) -> RecoveryReport:
+        """Settle every running item (of ``only``, if given) whose claim no
+        live process holds (the caller holds the lock); runs with every
+        claim, so it is cheap when nothing died."""
         report = RecoveryReport()
         # Hosts of the runners, taken before the dead ones are forgotten: an
         # attempt that died with its runner names both (for `stats`). Copied
@@ -33,6 +39,8 @@ class Recovery:
         self.runners.prune_dead(state)
         alive = state.runners  # pruned: only the live ones are left
         for item in state.running():
+            if only is not None and item.id not in only:
+                continue
             if kept_by_keeper(state, item, alive) or not self.backend.claim_free(item):
                 continue
             why = f"interrupted: its runner died during attempt {item.attempts}"
