@@ -44,7 +44,7 @@ def test_two_functions_keep_their_own_results(sq_home: Path) -> None:
     assert square("3") == 9
     assert negate("3") == -3  # was 9: square's stored result
     assert statequeue.map(len, ["333"]) == [3]
-    names = {q.queue for q in list_queues(home=sq_home)}
+    names = {q.queue.rsplit("-", 1)[0] for q in list_queues(home=sq_home)}
     assert f"{__name__}.square" in names and f"{__name__}.negate" in names, names
 
 
@@ -58,7 +58,9 @@ def test_the_run_s_queue_variable_is_not_the_default(
     assert statequeue.map(shout, ["a-part0", "a-part1"]) == ["A-PART0", "A-PART1"]
     with Queue("jobs", home=sq_home, create=False) as jobs:
         assert [v.item for v in jobs.store.items()] == ["a"]  # the run's queue is untouched
-    with Queue(f"{__name__}.shout", home=sq_home, create=False) as own:
+    (own_name,) = [q.queue for q in list_queues(home=sq_home) if q.queue != "jobs"]
+    assert own_name.startswith(f"{__name__}.shout-"), own_name
+    with Queue(own_name, home=sq_home, create=False) as own:
         assert sorted(v.item for v in own.store.items()) == ["a-part0", "a-part1"]
 
 
@@ -155,3 +157,46 @@ def test_another_thread_asking_for_the_item_still_waits(sq_home: Path) -> None:
 
     assert asyncio.run(both()) == ["kk"] * 4
     assert calls == ["k"]  # ran once; the other threads waited, none was refused
+
+
+_SAME_NAME = """
+import sys
+import statequeue
+
+def f(x):
+    return sys.argv[1] + x
+
+print(statequeue.map(f, ["1"])[0])
+"""
+
+
+def test_same_named_scripts_and_bound_methods_do_not_share_results(
+    sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "job.py").write_text(_SAME_NAME)
+    said = [
+        subprocess.run(
+            [sys.executable, str(tmp_path / side / "job.py"), side.upper()],
+            env=sq_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for side in ("a", "b")
+    ]
+    assert said == ["A1", "B1"]  # b/job.py's f got a/job.py's result before
+
+
+class _Fetcher:
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def get(self, path: str) -> str:
+        return self.base + path
+
+
+def test_a_bound_method_needs_a_queue(sq_home: Path) -> None:
+    with pytest.raises(UsageError, match="bound to an object"):
+        statequeue.map(_Fetcher("http://one/").get, ["p"])

@@ -2,7 +2,7 @@
 that would wait for themselves.
 
 Without ``queue=``, the results of ``fn`` are kept in a queue named for it
-(``crawl.fetch`` for ``fetch`` defined in ``crawl.py``), never in
+(``crawl.fetch-`` and a short hash, for ``fetch`` defined in ``crawl.py``), never in
 ``$STATEQUEUE_QUEUE``: a program that ``run`` starts has that variable set to
 the run's own queue, and a helper's cache put there became the run's items
 (and two functions sharing one default queue read each other's results,
@@ -13,18 +13,21 @@ A call made inside ``fn`` for the same item on the same queue (``parse(u)``
 calling ``download(u)``, both ``@resumable(queue="p")``, or ``fn`` calling
 itself) would wait for the outer call's claim forever; it is refused
 instead (UsageError). Known per thread and per asyncio task (a context
-variable), so another thread asking for the same item still waits for it.
-Not seen across processes (``processes=True``: ``fn`` runs in a pool).
+variable), so another thread asking for the same item still waits for it --
+and so does a call ``fn`` hands to a thread of its own (an executor): not
+caught, it waits forever. Not seen across processes (``processes=True``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from statequeue.api.queue import Queue
@@ -34,7 +37,7 @@ from statequeue.core.location import validate_queue_name
 __all__ = ["QueueKey", "default_queue", "queue_key", "refuse_nested", "working_on"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_MAX = 128
+_READABLE = 100  # characters of the name before its hash
 
 QueueKey = tuple[object, ...]
 # The (queue, item id) pairs whose fn this thread or task is inside of.
@@ -45,8 +48,11 @@ _WORKING: ContextVar[tuple[tuple[QueueKey, int], ...]] = ContextVar(
 
 def default_queue(fn: Callable[..., Any], what: str) -> str:
     """The queue name for ``fn``'s results: its module and qualified name
-    (the script's file name for ``__main__``). UsageError for a callable
-    with no stable name (``what``: the call, for the message)."""
+    (the script's file name for ``__main__``), shortened and made safe, with
+    a short hash of the whole name (the script's full path for ``__main__``)
+    so that two functions never share one: ``job.f-1a2b3c4d``. UsageError for
+    a callable with no stable name, or a method bound to an object (its
+    results may depend on the object: ``what`` names the call)."""
     qualname = getattr(fn, "__qualname__", None)
     module = getattr(fn, "__module__", None)
     if not isinstance(qualname, str) or not isinstance(module, str) or "<" in qualname:
@@ -55,13 +61,21 @@ def default_queue(fn: Callable[..., Any], what: str) -> str:
             f"{what}: give queue=NAME: {shown!r} (a lambda, a nested function or a callable "
             "object) has no stable name to keep its results under"
         )
+    bound = getattr(fn, "__self__", None)
+    if bound is not None and not isinstance(bound, (type, ModuleType)):
+        raise UsageError(
+            f"{what}: give queue=NAME: {qualname!r} is bound to an object, and its results "
+            "may differ from one object to another"
+        )
+    whole = f"{module}:{qualname}"
     if module == "__main__":
         main = getattr(sys.modules.get("__main__"), "__file__", None)
-        module = Path(main).stem if isinstance(main, str) and main else "__main__"
-    name = _UNSAFE.sub("_", f"{module}.{qualname}").lstrip(".") or "map"
-    if len(name) > _MAX:
-        name = name[-_MAX:].lstrip(".") or "map"
-    return validate_queue_name(name)
+        if isinstance(main, str) and main:
+            module = Path(main).stem
+            whole = f"{Path(main).resolve()}:{qualname}"
+    readable = _UNSAFE.sub("_", f"{module}.{qualname}").lstrip(".")[:_READABLE] or "map"
+    digest = hashlib.sha1(whole.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return validate_queue_name(f"{readable}-{digest}")
 
 
 def queue_key(queue: Queue) -> QueueKey:
