@@ -32,7 +32,12 @@ def _clock(epoch: float) -> str:
 def headline(s: Stats) -> str:
     scope = f" in the last {format_duration(s.since)}" if s.since is not None else ""
     c = s.counts
-    counts = ", ".join(f"{c[k]} {k}" for k in c if c[k])
+    # With no runner alive, what is still marked running was left by a dead
+    # one: `status` calls those items interrupted, and so does this line.
+    dead = s.runner_active is False
+    counts = ", ".join(
+        f"{c[k]} {'interrupted' if dead and k == 'running' else k}" for k in c if c[k]
+    )
     return f"queue {s.queue}: {plural(s.attempts, 'finished attempt')}{scope} ({counts or 'empty'})"
 
 
