@@ -28,3 +28,11 @@ def test_another_tool_s_command_name_is_answered(
     assert done.returncode == ExitCode.USAGE
     assert f"Did you mean '{meant}'?" in done.stderr, done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_kill_says_how_to_stop_a_running_item(sq_env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [STATEQUEUE, "kill"], env=sq_env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert "Did you mean 'cancel'?" in done.stderr and "kill -TERM PID" in done.stderr

@@ -180,6 +180,7 @@ _OTHER_TOOLS = {
     "restart": "retry",
     "remove": "cancel",
     "kill": "cancel",
+    "stop": "cancel",
     "start": "run",
     "clean": "compact",
     "wait": "run, or status --watch",
@@ -193,7 +194,10 @@ def _other_tools(message: str) -> str:
     if match is None or match.group(1) not in _OTHER_TOOLS:
         return message
     name = match.group(1)
-    return f"No such command '{name}'. Did you mean '{_OTHER_TOOLS[name]}'?"
+    said = f"No such command '{name}'. Did you mean '{_OTHER_TOOLS[name]}'?"
+    if name in ("kill", "stop"):
+        said += " (an item that is running: stop its run with Ctrl-C or `kill -TERM PID`)"
+    return said
 
 
 def silence_stdout() -> None:
