@@ -109,3 +109,28 @@ def test_a_check_stopped_by_a_signal_settles_nothing(
     with Queue(home=sq_home, create=False) as q:
         states = {v.item: v.state.value for v in q.store.items()}
     assert states == {"1": "done", "2": "failed", "3": "done"}, (states, again.stderr)
+
+
+def test_a_check_that_times_out_does_not_run_the_item_under_fail(
+    sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """The check's time limit (--timeout) passed: nothing says the work is
+    undone, but under --on-interrupted fail it must not run again (it ran)."""
+    with Queue(home=sq_home) as q:
+        q.enqueue(["1", "2", "3"])
+    die_holding_two(sq_env, sq_home, "")
+    ran = subprocess.run(
+        [
+            *(STATEQUEUE, "run", "--timeout", "1", "--on-interrupted", "fail"),
+            *("--verify", "sleep 30", "--", "sh", "-c", f'touch "{tmp_path}/ran-$1"', "_", "{}"),
+        ],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert not (tmp_path / "ran-1").exists() and not (tmp_path / "ran-2").exists(), ran.stderr
+    assert (tmp_path / "ran-3").exists(), ran.stderr
+    with Queue(home=sq_home, create=False) as q:
+        states = {v.item: v.state.value for v in q.store.items()}
+    assert states == {"1": "failed", "2": "failed", "3": "done"}, (states, ran.stderr)

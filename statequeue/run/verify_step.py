@@ -49,6 +49,7 @@ class VerifyStep:
         """Set when the script could not run on an item: the run takes no new
         item, lets those in flight end, and raises it at its end."""
         self._on_broken = on_broken
+        self._stopping = stopping
         self.options = options
         self.summary = summary
         self.on_event = on_event
@@ -95,9 +96,10 @@ class VerifyStep:
         for text, warning in notes:
             self.on_event(Notice(text, warning=warning))
         if not verdict.done:
-            # A check stopped by a signal (or timed out) decided nothing: the
-            # item is not settled by the policy (the runner gives it back, or runs it).
-            return verdict.code is not None and self._settled_by_policy(claim)
+            # A check stopped by a signal decided nothing: the item is not
+            # settled by the policy (the runner gives it back). One that timed
+            # out is taken as not done: under fail or hold the item must not run.
+            return not self._stopping() and self._settled_by_policy(claim)
         if claim.interrupted:
             outcome = Outcome(ok=True, reason=VERIFIED_AFTER_CRASH)
         else:
