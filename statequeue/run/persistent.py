@@ -83,11 +83,8 @@ class WorkerPool:
         self._keeper = keeper
         self._collect(keeper)
         worker = self.workers.get(slot)
-        if worker is not None and (worker.retired or worker.dead() or self._due(worker)):
-            self._drop(worker)
-            worker = None
-        if worker is None:
-            worker = self.workers[slot] = Worker(keeper, self.spec, slot, self._limit(slot))
+        if worker is None or worker.retired or worker.dead() or self._due(worker):
+            return self.renew(slot, keeper)
         return worker
 
     def renew(self, slot: int, keeper: Keeper) -> Worker:
