@@ -151,7 +151,7 @@ class Verifier:
             raise VerifyBroken(self._broken_message(claim, verdict))
         notes: list[tuple[str, bool]] = []
         if verdict.code is None and not self.stopping():
-            notes.append((f"item {claim.item_id}: --verify timed out; running the item", True))
+            notes.append((f"item {claim.item_id}: --verify timed out; taken as not done", True))
         elif not verdict.done and verdict.code is not None and not self.shown_failure:
             self.shown_failure = True
             lines = last_lines(verdict.stderr)
