@@ -149,9 +149,9 @@ def test_a_loop_s_start_marks_dead_runners_of_this_host_once(
     looks: list[str] = []
     plain = reaping.stop_dead_runners_here
 
-    def counted(conn: Any, queue: str, *, host: str, boot: str) -> None:
+    def counted(conn: Any, queue: str, *, host: str, boot: str) -> list[str]:
         looks.append(queue)
-        plain(conn, queue, host=host, boot=boot)
+        return plain(conn, queue, host=host, boot=boot)
 
     monkeypatch.setattr(reaping, "stop_dead_runners_here", counted)
     q = Queue("q", store=pg_url, home=tmp_path / "home")

@@ -9,7 +9,10 @@ runner has this host name and boot id, whose pid is gone, and whose claim
 lock file is free is recovered at once. The claim lock (``ClaimLocks``) is a
 flock on a file per token in this host's scratch folder, passed to the child:
 the keeper holds its copy until no process of the item is left, so a free
-lock means nothing of the attempt still runs.
+lock means nothing of the attempt still runs. Each runner also holds a
+file of its own (``runner-ID.lock``) from its registration on, before any
+claim of it commits: a claim with no file of its own (its runner died
+between the commit and the making or renaming of the file) goes by it.
 
 An expired lease is no proof either, where the claim lock file is here: a
 lock still held on this host means a process of the attempt lives (a frozen
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
@@ -66,6 +70,8 @@ class ClaimLocks:
     def __init__(self, folder: QueueFolder | None) -> None:
         self._folder = folder
         self._fds: dict[int, int] = {}
+        # runner id -> the fd of its own lock file, held while it is registered.
+        self._runners: dict[str, int] = {}
         # (token, fd) of a settled claim's file, still locked by this process
         # alone, that the next ``take`` renames instead of creating a file.
         self._spare: tuple[int, int] | None = None
@@ -73,6 +79,42 @@ class ClaimLocks:
     def _claims(self) -> int:
         assert self._folder is not None
         return self._folder.subfolder(SUBFOLDER, create=True)
+
+    def hold_runner(self, runner_id: str) -> None:
+        """Lock ``runner_id``'s own file, before any claim of it commits.
+
+        A claim whose token file was never made (the runner died between the
+        commit and ``take``, or before the rename of a settled claim's file)
+        is then still known here: its runner's file, free once the runner is
+        gone, stands for it (``_held``). Without it such a claim waited for
+        its lease. Not fsynced: after a crash of the host the boot id differs,
+        and no shortcut is taken."""
+        if self._folder is None or runner_id in self._runners or not _runner_named(runner_id):
+            return
+        fd = self._folder.open_file(_runner_file(runner_id), os.O_RDWR | os.O_CREAT, sub=SUBFOLDER)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh id's file: nobody has it
+        except OSError:
+            os.close(fd)  # someone does: no shortcut for this runner's claims
+            return
+        self._runners[runner_id] = fd
+
+    def let_runner_go(self, runner_id: str) -> None:
+        """Unlock and remove ``runner_id``'s file (unregistered: it claims no more)."""
+        fd = self._runners.pop(runner_id, None)
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(_runner_file(runner_id), dir_fd=self._claims())
+        os.close(fd)
+
+    def forget_runner(self, runner_id: str) -> None:
+        """Remove the file of ``runner_id``, a dead runner of this host, if nothing holds it."""
+        if self._folder is None or not _runner_named(runner_id):
+            return
+        if self._held_file(_runner_file(runner_id)) is False:
+            with contextlib.suppress(OSError):
+                os.unlink(_runner_file(runner_id), dir_fd=self._claims())
 
     def take(self, token: int) -> tuple[int, ...]:
         """Lock ``token``'s file; the fds a child must inherit (none without a folder)."""
@@ -113,22 +155,32 @@ class ClaimLocks:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{token}.lock", dir_fd=self._claims())
 
-    def is_free(self, token: int) -> bool:
-        """True when the file exists and no process holds it (a missing file proves nothing)."""
-        return self._held(token) is False
+    def is_free(self, token: int, runner_id: str | None = None) -> bool:
+        """True when the file exists and no process holds it (a missing file
+        proves nothing); without a token file, ``runner_id``'s file decides."""
+        return self._held(token, runner_id) is False
 
-    def is_held(self, token: int) -> bool:
-        """True when ``token``'s file is here and some process holds its lock."""
-        return self._held(token) is True
+    def is_held(self, token: int, runner_id: str | None = None) -> bool:
+        """True when ``token``'s file is here and some process holds its lock
+        (without a token file: ``runner_id``'s file, held by its live runner)."""
+        return self._held(token, runner_id) is True
 
-    def _held(self, token: int) -> bool | None:
+    def _held(self, token: int, runner_id: str | None) -> bool | None:
         """Whether a process holds ``token``'s lock; None when there is no file
-        (the claim was not taken on this host). A lock that cannot be tested
-        counts as held: never reap what might still run."""
+        (the claim was not taken on this host). A claim with no file of its own
+        (committed, its file not yet made or renamed) is its runner's: that
+        runner's file decides, when it has one here. A lock that cannot be
+        tested counts as held: never reap what might still run."""
         if self._folder is None:
             return None
+        held = self._held_file(f"{token}.lock")
+        if held is None and runner_id is not None and _runner_named(runner_id):
+            return self._held_file(_runner_file(runner_id))
+        return held
+
+    def _held_file(self, name: str) -> bool | None:
         try:
-            fd = os.open(f"{token}.lock", _LOCK_FLAGS, dir_fd=self._claims())
+            fd = os.open(name, _LOCK_FLAGS, dir_fd=self._claims())
         except OSError:
             return None
         try:
@@ -147,6 +199,20 @@ class ClaimLocks:
             self.let_go(token, remove=True)  # settled: its file is done with
         for token in list(self._fds):
             self.let_go(token, remove=False)
+        for runner_id in list(self._runners):
+            self.let_runner_go(runner_id)
+
+
+_RUNNER_ID = re.compile(r"[0-9a-f]{1,64}")
+
+
+def _runner_named(runner_id: str) -> bool:
+    """Whether ``runner_id`` (read from the database) is safe as part of a file name."""
+    return _RUNNER_ID.fullmatch(runner_id) is not None
+
+
+def _runner_file(runner_id: str) -> str:
+    return f"runner-{runner_id}.lock"
 
 
 def pid_gone(pid: int) -> bool:
@@ -172,13 +238,16 @@ def reap_same_host(
     """Recover at once the items (and rows) of dead runners of this host and boot."""
     if not boot:
         return  # without a boot id a pid proves nothing
-    stop_dead_runners_here(conn, queue, host=host, boot=boot)
+    dead = set(stop_dead_runners_here(conn, queue, host=host, boot=boot))
     found = conn.execute(sql.SAME_HOST, {"q": queue, "host": host, "boot": boot}).fetchall()
     only = rule[2]
-    for item_id, token, pid in found:
+    for item_id, token, pid, runner_id in found:
         if only is not None and int(item_id) not in only:
             continue
-        if not pid_gone(int(pid)) or not locks.is_free(int(token)):
+        if not pid_gone(int(pid)):
+            continue
+        dead.add(str(runner_id))
+        if not locks.is_free(int(token), str(runner_id)):
             continue
         with conn.transaction():
             row = conn.execute(sql.ONE_HELD, {"q": queue, "id": item_id, "token": token})
@@ -186,16 +255,21 @@ def reap_same_host(
             if held is not None:
                 recover_row(conn, queue, held, rule, report)
         locks.let_go(int(token), remove=True)
+    if only is None:  # each of their claims was looked at: their own files are done with
+        for runner_id in dead:
+            locks.forget_runner(runner_id)
 
 
-def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str) -> None:
+def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str) -> list[str]:
     """Mark stopped the rows of this host's runners whose pid is gone (their
-    items are left to ``reap_same_host`` and the leases)."""
+    items are left to ``reap_same_host`` and the leases); their ids."""
     if not boot:
-        return
+        return []
     key = {"q": queue, "host": host, "boot": boot}
+    stopped: list[str] = []
     for rid, pid in conn.execute(sql.SAME_HOST_RUNNERS, key).fetchall():
         if pid_gone(int(pid)):
+            stopped.append(str(rid))
             with conn.transaction():
                 conn.execute(
                     "UPDATE statequeue.runners SET stopped_at = %s WHERE queue = %s"
@@ -206,6 +280,7 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
                     rid, at=writes.now(), by=os.getpid(), how="pid"
                 )
                 writes.event(conn, queue, lost)
+    return stopped
 
 
 def reap_expired(
@@ -230,10 +305,10 @@ def reap_expired(
             lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid(), how="lease")
             writes.event(conn, queue, lost)
         only = rule[2]
-        for *row, token in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
+        for *row, token, runner_id in conn.execute(sql.EXPIRED, {"q": queue}).fetchall():
             if only is not None and int(str(row[0])) not in only:
                 continue
-            if not locks.is_held(int(token)):
+            if not locks.is_held(int(token), None if runner_id is None else str(runner_id)):
                 recover_row(conn, queue, tuple(row), rule, report)
                 settled.append(int(token))
     for token in settled:  # recovered (committed): its lock file is done with

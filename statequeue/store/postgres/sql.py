@@ -123,7 +123,7 @@ WHERE name = %(q)s
 # Locked rows are skipped (their holder is finishing or renewing them); the
 # lease is checked on the row as locked, so a renew that committed first wins.
 EXPIRED = """
-SELECT l.id, l.attempts, l.crashes, l.token FROM statequeue.live l
+SELECT l.id, l.attempts, l.crashes, l.token, l.runner FROM statequeue.live l
 WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
 FOR UPDATE SKIP LOCKED
@@ -132,7 +132,7 @@ FOR UPDATE SKIP LOCKED
 # Items held by runners of this host and boot, for the same-host shortcut
 # (their pids are checked here, by the caller).
 SAME_HOST = """
-SELECT l.id, l.token, r.pid FROM statequeue.live l
+SELECT l.id, l.token, r.pid, l.runner FROM statequeue.live l
 JOIN statequeue.runners r ON r.queue = l.queue AND r.runner_id = l.runner
 WHERE l.queue = %(q)s AND l.state = 'running' AND r.host = %(host)s AND r.boot = %(boot)s
 ORDER BY l.id

@@ -208,6 +208,7 @@ class PostgresStore(Store):
                         f"another runner is active on queue {self.name!r} "
                         f"(pid {r.pid} on {r.host}); not starting"
                     )
+            self._locks.hold_runner(runner.runner_id)  # before any claim of it commits
             writes.add_runner(conn, self.name, runner, self._leases.lease)
         self._leases.runners.add(runner.runner_id)
         self._leases.start()
@@ -224,6 +225,7 @@ class PostgresStore(Store):
             conn.execute(sql.RUNNER_STOPPED, params)
 
         self._session.patiently(attempt)
+        self._locks.let_runner_go(runner_id)
 
     def publish_workers(self, runner_id: str, workers: Sequence[WorkerView]) -> None:
         self._leases.publish(runner_id, [[w.slot, w.pid, w.items, w.rss] for w in workers])
