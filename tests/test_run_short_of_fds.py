@@ -95,3 +95,24 @@ def test_the_advice_fits_the_run_and_the_shortage(sq_env: dict[str, str]) -> Non
         "cannot start any command: No more; stopped, the items stay pending "
         "(raise the process limit, e.g. `ulimit -u`)"
     )
+
+
+def test_a_run_that_starts_nothing_does_not_first_say_it_runs_one(
+    sq_env: dict[str, str],
+) -> None:
+    """Under `ulimit -n 22`, `run -j4` warned "running at most 1 item at
+    once" and then stopped with "cannot start any command": the one it
+    counted as running had failed to start too. Each limit up to where a
+    run works: a run that started nothing gives the one line only."""
+    assert sq(sq_env, "enqueue", *[str(n) for n in range(8)]).returncode == 0
+    stopped = 0
+    for fds in range(16, 64):
+        done = sq(sq_env, "run", "-j4", "--", "true", fds=fds)
+        if done.returncode == 0:
+            break
+        assert done.returncode == RESOURCES, (fds, done.stderr)
+        started = json.loads(sq(sq_env, "status", "--json").stdout)["counts"]["done"]
+        assert started == 0, (fds, started)  # nothing ran: nothing may be said to run
+        assert done.stderr.splitlines() == [done.stderr.strip()], (fds, done.stderr)
+        stopped += 1
+    assert stopped, "no limit stopped the run: the test no longer covers the case"

@@ -305,6 +305,11 @@ class Job:
             return True
         return self.token in self.keeper.exits or self.token in self.keeper.failed
 
+    def start_failed(self) -> bool:
+        """Whether the keeper said already that the child could not be
+        started (``spawn_error`` then takes the reason)."""
+        return self.token in self.keeper.failed
+
     def spawn_error(self) -> OSError | None:
         """Why the child could not be started, if it could not."""
         code = self.keeper.failed.pop(self.token, None)

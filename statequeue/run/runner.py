@@ -366,7 +366,8 @@ class Runner:
 
     def _short_of_resources(self, exc: OSError) -> None:
         """Run fewer items at once (resources.py)."""
-        now = lowered_concurrency(exc, len(self.jobs), self._concurrency, jobs=self.options.jobs)
+        running = sum(not job.start_failed() for job in self.jobs.values())  # truly started
+        now = lowered_concurrency(exc, running, self._concurrency, jobs=self.options.jobs)
         self._concurrency, warning = now
         if warning:
             self.on_event(Notice(warning))
