@@ -367,6 +367,10 @@ class KeeperProcess:
             return
         leaders = self.leaders
         alive = {leader.item for leader in leaders.values()}
+        if RUNNER_TOKEN in self.by_token:
+            # Guard mode, the runner not reaped yet: the leftovers of the items
+            # it handed over (HOLD) may still be its children, not ours.
+            alive |= self.finished
         if all(pid in leaders for pid in found):  # the usual: no orphan, nothing to attribute
             self.owners = {}
         else:
