@@ -80,9 +80,29 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
     if status.held:
         lines.append(f"held (poison or on hold): {counted_ids(status.held)}")
+    if status.leftovers:
+        lines.append(_leftovers_line(status.leftovers))
     lines += _failure_lines(status)
     lines += _next_steps(status)
     return "\n".join(lines)
+
+
+def _leftovers_line(leftovers: Sequence[tuple[int, Sequence[int]]]) -> str:
+    """The pending items a process of an earlier attempt still keeps from
+    every run (its claim is held until it ends), with its pids."""
+    shown = [f"#{i} ({pids_text(pids)})" for i, pids in leftovers[:20]]
+    more = ", ..." if len(leftovers) > 20 else ""
+    return (
+        f"pending, waiting for a process of an earlier attempt to end: "
+        f"{plural(len(leftovers), 'item')}: {', '.join(shown)}{more}"
+    )
+
+
+def pids_text(pids: Sequence[int]) -> str:
+    """``pid 12``, ``pids 12, 14``, or ``pid unknown``."""
+    if not pids:
+        return "pid unknown"
+    return ("pid " if len(pids) == 1 else "pids ") + ", ".join(str(p) for p in pids)
 
 
 def _pace_line(status: Status) -> str:

@@ -125,6 +125,10 @@ class Status:
     """The queue's shared start rate (``run --rate``): current and limit; None when unlimited."""
     starts: Starts | None = None
     """The starts of the last minute, every runner's: None for fewer than two."""
+    leftovers: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """Pending items whose claim a process left by an earlier attempt still
+    holds (its run's keeper keeps it until that process ends), each with the
+    pids noted for it: a run waits for them."""
 
     @property
     def over_limit(self) -> bool:
@@ -182,6 +186,7 @@ class Status:
             ],
             "held": list(self.held),
             "interrupted": list(self.interrupted),
+            "leftovers": [{"id": i, "pids": list(pids)} for i, pids in self.leftovers],
             "paused": self.paused,
             "rate": self.rate,
             "eta_seconds": self.eta,

@@ -91,6 +91,12 @@ class GuardLink:
         process of the run is gone."""
         self.send((kp.LIVENESS, 0, queue), fds)
 
+    def send_note(self, where: tuple[int, str] | None) -> None:
+        """Where the keeper notes the processes it waits for, holding their
+        items' claims, after the run (``Store.leftover_note``; None: nowhere)."""
+        if where is not None:
+            self.send((kp.NOTE, 0, where[1]), [where[0]])
+
     def close(self, held: dict[int, list[int]]) -> None:
         """End the run: the claims of items a leftover may still run for go to
         the keeper, which holds each until no process of its item is left."""

@@ -90,6 +90,7 @@ if TYPE_CHECKING or __package__:
         LOST,
         MAX_FDS,
         NO_ITEM,
+        NOTE,
         REPLY,
         REPLY_FD,
         RUNNER_TOKEN,
@@ -130,6 +131,7 @@ else:  # a script under -I -S: the package is not importable, its folders are
         LOST,
         MAX_FDS,
         NO_ITEM,
+        NOTE,
         REPLY,
         REPLY_FD,
         RUNNER_TOKEN,
@@ -164,6 +166,7 @@ __all__ = [
     "LIVENESS",
     "LOST",
     "MAX_FDS",
+    "NOTE",
     "NO_ITEM",
     "REPLY",
     "REPLY_FD",
@@ -222,9 +225,13 @@ def main() -> None:
         keeper.report(exits)
         if not keeper.ending:
             keeper.settle(time.monotonic())
+        if keeper.note is not None and keeper.goodbye:  # what a later run waits for
+            keeper.note.write(keeper.held, keeper.owners)
         if (keeper.ending or keeper.goodbye) and not keeper.has_children():
             break
     keeper.release(set(keeper.held))
+    if keeper.note is not None:
+        keeper.note.close()
     for fd in keeper.liveness:
         os.close(fd)
     report_cpu(os.environ.get(CPU_REPORT_ENV, ""))

@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
+    from statequeue.core.leftover_note import LeftoverNote
     from statequeue.run import keeper_os
     from statequeue.run.keeper_os import children, claim_target, suppress
 else:  # a script under -I -S: keeper_process.py put our folders on sys.path
     import keeper_os
     import lease_clock
     from keeper_os import children, claim_target, suppress
+    from leftover_note import LeftoverNote
 
 SOCKET_FD = 3  # where the keeper finds its end of the socket
 STATUS_FD = 4  # guard mode: where the runner's wait status goes (to the waiter, guard.py)
@@ -40,6 +42,7 @@ HEADER = struct.Struct("<II")  # payload length, number of fds sent
 SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
 LIVENESS, HOLD = 8, 9  # guard mode: the runner's liveness lock; a claim to keep at its end
 CUT = 10  # an attempt stopped or timed out: kill what is left of its item
+NOTE = 11  # where to note the leftovers held for after the run (core/leftover_note.py)
 # keeper -> runner: fixed-size replies.
 REPLY = struct.Struct("<Bqq")  # kind, token, value
 FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
@@ -110,6 +113,7 @@ class KeeperProcess:
         self.childless = False  # the last ``reap`` found no child at all
         self.children_fd = UNOPENED  # our /proc children file (own_children)
         self.runner_code: int | None = None  # guard mode: the runner's exit code, once reaped
+        self.note: LeftoverNote | None = None  # what the claims held after the run wait for
 
     # -- requests -------------------------------------------------------------
 
@@ -177,6 +181,10 @@ class KeeperProcess:
             return
         if request[0] == CUT:
             return self.cut_item(request[2])
+        if request[0] == NOTE:  # its folder (lost: no note), and its name there
+            if fds and fds[0] >= 0:
+                self.note = LeftoverNote(fds[0], request[2])
+            return
         if request[0] == HOLD:  # the run ended while a leftover of this item may live
             self.hold(request[2], [fd for fd in fds if fd >= 0])
             self.finished.add(request[2])

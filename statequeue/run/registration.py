@@ -42,6 +42,7 @@ def register_run(
     store.register_runner(info, exclusive=options.single)
     if guard is not None:  # held by the keeper too, until all we leave is gone
         guard.send_liveness(queue, store.liveness_fds(info.runner_id))
+        guard.send_note(store.leftover_note(info.runner_id))
     if drift := command_drift(earlier, options.command):
         on_event(Notice(drift))
     if options.rate is None and (pace := store.pace()) is not None:

@@ -24,6 +24,7 @@ from statequeue.run.checks import check_commands
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import GuardLink
+from statequeue.run.held_wait import HeldWait
 from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
 from statequeue.run.keeper import Keeper
 from statequeue.run.local_keeper import LocalKeeper
@@ -114,6 +115,7 @@ class Runner:
         self.fencing = Fencing(queue, options.grace, self.on_event)
         self.keeper: Keeper | None = None
         self._watch = OutputWatch(queue.store)
+        self._held = HeldWait(queue.store, self.on_event)  # says what a held claim waits for
         self._follow_poll = follow_poll()
         self.workers: WorkerPool | None = None
         if options.persistent:
@@ -389,7 +391,7 @@ class Runner:
         """With a slot free, when to look again (None: no need): at the next
         deferred retry this run may take, or its next start under --rate
         (pacing.py), and every poll with --follow."""
-        due = self.recorder.pacing.due(self._store.next_due(scope))
+        due = self.recorder.pacing.due(self._held.next_due(scope))
         wait = None if due is None else min(until_due(due), IDLE_TICK)
         if self.options.follow and scope is None:
             wait = self._follow_poll if wait is None else min(wait, self._follow_poll)

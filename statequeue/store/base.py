@@ -459,6 +459,21 @@ class Store(LeaseHooks, ABC):
         left is gone (run/guard.py). Default: none (no such lock)."""
         return ()
 
+    def leftover_note(self, runner_id: str) -> tuple[int, str] | None:
+        """Where the keeper of runner ``runner_id`` notes the processes it
+        waits for after the run, holding their items' claims
+        (core/leftover_note.py): a folder's fd, held by the store, and a name
+        in it. Default: None (the store reads no such note)."""
+        return None
+
+    def held_by_leftovers(self, among: Collection[int] | None = None) -> dict[int, tuple[int, ...]]:
+        """The pending items (of ``among``, if given) that a process left by
+        an earlier attempt keeps from being claimed (its keeper holds the
+        claim until it ends: promise 4), each with the live pids its keeper
+        noted. A hint for a person, read without the queue lock. Default: {}
+        (the store cannot tell)."""
+        return {}
+
     @abstractmethod
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""

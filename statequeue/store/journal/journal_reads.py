@@ -6,24 +6,30 @@ the queue lock, the writes and compaction."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from contextlib import suppress
+from dataclasses import replace
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from statequeue.core.errors import StateQueueError
 from statequeue.core.fileio import regular_or_none
+from statequeue.core.leftover_note import note_name
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, decode, item_text
 from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
+from statequeue.store.journal.claims import ClaimLocks
 from statequeue.store.journal.folder import QueueFolder
 from statequeue.store.journal.integrity import ARCHIVE
 from statequeue.store.journal.journal_file import JournalFile, iter_records, read_from
+from statequeue.store.journal.leftover_notes import RUNNERS, held_by_leftovers
 from statequeue.store.journal.stats_summary import StatsSummary
 from statequeue.store.records.record_store import RecordStore
 
 if TYPE_CHECKING:
-    from statequeue.core.views import ItemView, LogsRemoved
+    from statequeue.core.views import ItemView, LogsRemoved, Status
     from statequeue.stats.attempts import Attempt, AttemptBatch
     from statequeue.stats.figures import StatsBuilder
 
@@ -33,6 +39,7 @@ class JournalReads(RecordStore):
 
     folder: Path
     dir: QueueFolder
+    claims: ClaimLocks
     journal: JournalFile
     summary: StatsSummary
     read_only: bool
@@ -82,6 +89,22 @@ class JournalReads(RecordStore):
     def journal_folder(self) -> Path:
         """The queue's own folder: its records live there (see ``Store``)."""
         return self.folder
+
+    # -- leftovers of earlier attempts (core/leftover_note.py) ------------------
+
+    def leftover_note(self, runner_id: str) -> tuple[int, str] | None:
+        with suppress(OSError, StateQueueError):  # no note: a hint, not a promise
+            return self.dir.subfolder(RUNNERS), note_name(runner_id)
+        return None
+
+    def held_by_leftovers(self, among: Collection[int] | None = None) -> dict[int, tuple[int, ...]]:
+        return held_by_leftovers(self.dir, self.state, self.claims, among)
+
+    def status(self) -> Status:
+        """The record stores' status, with the pending items a leftover holds."""
+        found = super().status()
+        held = self.held_by_leftovers()
+        return replace(found, leftovers=tuple(sorted(held.items()))) if held else found
 
     @property
     def logs_fd(self) -> int:
