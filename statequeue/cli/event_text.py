@@ -77,6 +77,8 @@ _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
     "intr": lambda r: (
         f"recovered {_item(r)} -> {r.get('state')}: {shown(str(r.get('reason', '')))}"
     ),
+    "check": lambda r: f"--verify checks {_item(r)} before attempt {r.get('attempt')}",
+    "checked": lambda r: f"--verify: {_item(r)} not done; attempt {r.get('attempt')} runs",
     "defer": lambda r: (
         f"deferred {_item(r)} attempt {r.get('attempt')}: asked to be tried later; "
         f"due again in {r.get('delay')}s (deferral {r.get('deferrals')})"

@@ -8,6 +8,7 @@ finished). Apart from the runner, which only asks whether a claim was settled.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from statequeue.api.queue import Queue
@@ -78,6 +79,9 @@ class VerifyStep:
         (exit 126/127) gives the item back and stops the run taking items (``broken``)."""
         assert self.verifier is not None
         try:
+            # A check is no attempt of the command: if the runner dies during
+            # it, the item goes back uncounted, with no crash (Store.check_starts).
+            self.queue.store.check_starts(claim)
             verdict, notes = self.verifier.check(claim, slot)
         except VerifyBroken as exc:
             # Nothing of the item ran: as if it had never been claimed, so the
@@ -99,7 +103,12 @@ class VerifyStep:
             # A check stopped by a signal decided nothing: the item is not
             # settled by the policy (the runner gives it back). One that timed
             # out is taken as not done: under fail or hold the item must not run.
-            return not self._stopping() and self._settled_by_policy(claim)
+            if self._stopping():
+                return False
+            if self._settled_by_policy(claim):
+                return True
+            self._command_starts(claim)
+            return False
         if claim.interrupted:
             outcome = Outcome(ok=True, reason=VERIFIED_AFTER_CRASH)
         else:
@@ -109,6 +118,17 @@ class VerifyStep:
         self.summary.verified += 1
         self.on_event(ItemFinished(claim, outcome, state, verified=True))
         return True
+
+    def _command_starts(self, claim: Claim) -> None:
+        """The check is over and the command starts: from now on the runner's
+        death is a crash of the item (Store.check_ends). If that cannot be
+        recorded, the item goes back and the error stops the run."""
+        try:
+            self.queue.store.check_ends(claim)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error that stops the run is the first
+                self.queue.store.release(claim, "interrupted: the --verify check did not complete")
+            raise
 
     def _settled_by_policy(self, claim: Claim) -> bool:
         """An interrupted item the check says is not done, under

@@ -180,6 +180,21 @@ class Store(LeaseHooks, ABC):
         pending, for an item settled without running (``--on-interrupted``
         after ``--verify`` said it was not done). Releases the claim."""
 
+    def check_starts(self, claim: Claim) -> None:
+        """The claimed attempt is only a ``--verify`` check until ``check_ends``:
+        if its runner dies (or loses its lease) meanwhile, recovery gives the
+        item back as pending, counting neither the attempt nor a crash
+        (nothing of its command ran), and keeping its mark of an earlier
+        interruption, so the next run checks it again. Recorded as a claim's
+        start is (not synced: a dead runner does not lose it). ClaimLost /
+        StateQueueError for a stale claim. Default: nothing recorded (a death
+        during the check then counts as a crash, as during any attempt)."""
+
+    def check_ends(self, claim: Claim) -> None:
+        """The check of ``check_starts`` is over and the item's command
+        starts: a death of its runner from now on is a crash of the item.
+        Default: nothing (see ``check_starts``)."""
+
     def defer(
         self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
     ) -> ItemState:

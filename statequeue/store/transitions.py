@@ -189,6 +189,37 @@ def interrupted_record(
     return rec
 
 
+def check_record(claim: Claim, *, over: bool, at: float) -> Record:
+    """The ``check`` record: the claimed attempt is only a ``--verify`` check
+    so far (nothing of the command runs), so its runner's death is no crash
+    (``check_interrupted_record``); or, ``over``, the ``checked`` record: the
+    check said the work is not done, and the command starts (a death from now
+    on is a crash of the item)."""
+    return {
+        "t": "checked" if over else "check",
+        "id": claim.item_id,
+        "attempt": claim.attempt,
+        "at": at,
+    }
+
+
+def check_interrupted_reason(attempt: int) -> str:
+    """The reason recorded for an item whose runner died during its check."""
+    return f"interrupted: its runner died during the --verify check before attempt {attempt}"
+
+
+def check_interrupted_record(item_id: int, attempt: int, *, crashed: bool, at: float) -> Record:
+    """The ``intr`` record that settles an attempt whose runner died while
+    only its ``--verify`` check ran: pending again as if never claimed (the
+    attempt and no crash counted: its command never ran), keeping the mark
+    that an earlier attempt died mid-way (``crashed``), so that the next run
+    checks it again."""
+    reason = check_interrupted_reason(attempt)
+    rec = interrupted_record(item_id, attempt, ItemState.PENDING, reason, crashed=crashed, at=at)
+    rec["attempts"] = attempt - 1
+    return rec
+
+
 def starts_episode(rec: Record) -> bool:
     """True for a record that starts a new episode of an item's life (what
     ``run --retries`` counts failures within): a user's ``retry`` (a ``set``

@@ -163,6 +163,8 @@ def _item_record(
         rec.update((k, v) for k, v in extra.items() if v)
         if item.interrupted:
             rec["interrupted"] = True
+        if item.checking:
+            rec["checking"] = True  # its runner's death during the check is no crash
     if item_id in last_end:
         rec["last"] = last_end[item_id]  # a failed item keeps its result and stderr
     if item_id in tries:

@@ -40,7 +40,14 @@ from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.views import RecoveryReport
 from statequeue.store import transitions
-from statequeue.store.postgres import functions, queries, rate_rows, reaping, writes
+from statequeue.store.postgres import (
+    check_marks,
+    functions,
+    queries,
+    rate_rows,
+    reaping,
+    writes,
+)
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.leases import Leases
 from statequeue.store.postgres.session import Session
@@ -274,6 +281,10 @@ class Claims:
             return self.finish(claim, failed)
         self._forget(claim)
         return ItemState.PENDING
+
+    def mark_check(self, claim: Claim, *, over: bool) -> None:
+        """``Store.check_starts`` (``check_ends`` when ``over``): check_marks.py."""
+        self._session.patiently(lambda conn: check_marks.mark(conn, self.name, claim, over=over))
 
     def interrupt(
         self,

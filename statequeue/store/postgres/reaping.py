@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.core.models import OnInterrupted
 from statequeue.store import transitions
-from statequeue.store.postgres import queries, sql, writes
+from statequeue.store.postgres import check_marks, queries, sql, writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.schema import LOCK_CLASS
 
@@ -325,7 +325,11 @@ def recover_row(
     rule: Rule,
     report: RecoveryReport,
 ) -> None:
-    item_id, attempts, crashes = (int(str(v)) for v in row)
+    item_id, attempts, crashes = (int(str(v)) for v in row[:3])
+    if row[3]:  # only its --verify check ran: no attempt, no crash (check_marks.py)
+        check_marks.give_back_unchecked(conn, queue, item_id, attempts)
+        report.retried.append(item_id)
+        return
     policy, max_crashes, _ = rule
     target, bucket = writes.policy(policy, crashes + 1, max_crashes, report)
     writes.recover_one(conn, queue, item_id, attempts, crashes + 1, target, policy)

@@ -123,7 +123,8 @@ WHERE name = %(q)s
 # Locked rows are skipped (their holder is finishing or renewing them); the
 # lease is checked on the row as locked, so a renew that committed first wins.
 EXPIRED = """
-SELECT l.id, l.attempts, l.crashes, l.token, l.runner FROM statequeue.live l
+SELECT l.id, l.attempts, l.crashes, (l.checking = l.token) IS TRUE, l.token, l.runner
+FROM statequeue.live l
 WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
 FOR UPDATE SKIP LOCKED
@@ -144,7 +145,7 @@ WHERE queue = %(q)s AND stopped_at IS NULL AND host = %(host)s AND boot = %(boot
 """
 
 ONE_HELD = """
-SELECT l.id, l.attempts, l.crashes FROM statequeue.live l
+SELECT l.id, l.attempts, l.crashes, (l.checking = l.token) IS TRUE FROM statequeue.live l
 WHERE l.queue = %(q)s AND l.id = %(id)s AND l.token = %(token)s AND l.state = 'running'
 FOR UPDATE SKIP LOCKED
 """

@@ -326,6 +326,12 @@ class PostgresStore(Store):
             on_interrupted=on_interrupted, max_crashes=max_crashes, only=only
         )
 
+    def check_starts(self, claim: Claim) -> None:
+        self._claims.mark_check(claim, over=False)
+
+    def check_ends(self, claim: Claim) -> None:
+        self._claims.mark_check(claim, over=True)
+
     def handed_over(self, claim: Claim) -> None:
         self._claims.handed_over(claim)
 

@@ -38,6 +38,7 @@ class LiveItem:
         "_load",
         "_text",
         "attempts",
+        "checking",
         "crashes",
         "deferrals",
         "failures",
@@ -72,6 +73,7 @@ class LiveItem:
         self.interrupted = False  # its last attempt died with its runner
         self.last_err = ""  # the last stderr line of its last unsuccessful attempt
         self.not_before = 0.0  # wall-clock time before which a retry must wait
+        self.checking = False  # its running attempt is only a --verify check so far
 
     @property
     def text(self) -> str:

@@ -365,6 +365,20 @@ class RecordStore(RecordReads):
             self._write([rec], sync=True)
             self._drop_claim(claim.item_id)
 
+    def check_starts(self, claim: Claim) -> None:
+        self._check_mark(claim, over=False)
+
+    def check_ends(self, claim: Claim) -> None:
+        self._check_mark(claim, over=True)
+
+    def _check_mark(self, claim: Claim, *, over: bool) -> None:
+        with self._locked() as state:
+            self._claimed_item(state, claim)
+            # Unsynced, as the start record: a dead runner does not lose it
+            # (the kernel has it), and a power cut ends the attempt's processes too.
+            rec = transitions.check_record(claim, over=over, at=record_time())
+            self._write([rec], sync=False)
+
     def interrupt(
         self,
         claim: Claim,

@@ -43,6 +43,14 @@ class Recovery:
                 continue
             if kept_by_keeper(state, item, alive) or not self.backend.claim_free(item):
                 continue
+            if item.checking:  # only its --verify check ran: not an attempt, no crash
+                rec = transitions.check_interrupted_record(
+                    item.id, item.attempts, crashed=item.interrupted, at=record_time()
+                )
+                rec["runner"] = item.runner
+                self.backend.write([rec], sync=False)
+                report.retried.append(item.id)
+                continue
             why = f"interrupted: its runner died during attempt {item.attempts}"
             # The runner that died (for `stats`).
             rec, target = crash_record(item, item.runner, policy, max_crashes, why)

@@ -314,6 +314,7 @@ class QueueState:
         item.reason = rec.get("reason", "")
         item.last_seq = rec["seq"]
         item.interrupted = rec.get("interrupted", False)
+        item.checking = rec.get("checking", False)
         item.not_before = rec.get("retry_at", 0.0)
         item.last_err = last_line(rec.get("last", {}).get("err", ""))
         if state in self.ids_in:
@@ -326,6 +327,7 @@ class QueueState:
         item.attempts = rec["attempt"]
         item.runner = rec["runner"]
         item.not_before = 0.0
+        item.checking = False
         self._move(item, RUNNING)
         self.recent_starts.append(rec.get("at", 0.0))
 
@@ -343,6 +345,12 @@ class QueueState:
         if not rec.get("ok"):
             item.failures += 1
         self._move(item, ItemState(rec["state"]))
+
+    def _on_check(self, rec: Record, loc: int) -> None:
+        # A --verify check of the running attempt begins (or is over: ``checked``).
+        item = self._item(rec["id"])
+        if item.state is RUNNING and item.attempts == rec.get("attempt"):
+            item.checking = rec["t"] == "check"
 
     def _on_defer(self, rec: Record, loc: int) -> None:
         # Asked to be tried later: pending again once its delay is over; not
@@ -410,6 +418,7 @@ class QueueState:
                 i.failures,
                 i.last_err,
                 i.deferrals,
+                i.checking,
             ]
             for i in self.items.values()
         ]
@@ -464,6 +473,7 @@ class QueueState:
             item = LiveItem(item_id, loc, self.loader)
             item.last_err = row[11] if len(row) > 11 else ""  # older checkpoints lack it
             item.deferrals = row[12] if len(row) > 12 else 0  # as do those before deferrals
+            item.checking = bool(row[13]) if len(row) > 13 else False  # and before checks
             item.state = STATE_OF[code]
             item.attempts, item.crashes = attempts, crashes
             item.runner, item.reason = runner, reason
@@ -492,6 +502,8 @@ _HANDLERS: dict[str, Callable[[QueueState, Record, int], None]] = {
     "start": QueueState._on_start,
     "end": QueueState._on_end,
     "intr": QueueState._on_intr,
+    "check": QueueState._on_check,
+    "checked": QueueState._on_check,
     "defer": QueueState._on_defer,
     "set": QueueState._on_set,
     "run": QueueState._on_run,
