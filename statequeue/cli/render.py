@@ -78,6 +78,9 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     if status.interrupted:
         ids = counted_ids(status.interrupted)
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
+    if status.interrupted_pending:
+        ids = counted_ids(status.interrupted_pending)
+        lines.append(f"interrupted, back to pending (--verify checks them first): {ids}")
     if status.held:
         lines.append(f"held (poison or on hold): {counted_ids(status.held)}")
     if status.leftovers:

@@ -116,6 +116,9 @@ class Status:
     held: tuple[int, ...] = ()
     interrupted: tuple[int, ...] = ()
     """Items recorded as running whose runner is gone: the next run recovers them."""
+    interrupted_pending: tuple[int, ...] = ()
+    """Pending items whose last attempt was interrupted (its runner died) and
+    not settled since: a run with --verify checks them before running them."""
     paused: bool = False
     rate: float | None = None
     """Items finished per second over the last minute, while there is progress."""
@@ -186,6 +189,7 @@ class Status:
             ],
             "held": list(self.held),
             "interrupted": list(self.interrupted),
+            "interrupted_pending": list(self.interrupted_pending),
             "leftovers": [{"id": i, "pids": list(pids)} for i, pids in self.leftovers],
             "paused": self.paused,
             "rate": self.rate,

@@ -93,6 +93,11 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'held' ORDER BY id", q
     ).fetchall()
     interrupted = conn.execute(sql.INTERRUPTED, q).fetchall()
+    marked = conn.execute(
+        "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'pending'"
+        " AND interrupted ORDER BY id",
+        q,
+    ).fetchall()
     return Status(
         queue=queue,
         counts=counts(conn, queue),
@@ -103,6 +108,7 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
         ),
         held=tuple(int(r[0]) for r in held),
         interrupted=tuple(int(r[0]) for r in interrupted),
+        interrupted_pending=tuple(int(r[0]) for r in marked),
         paused=paused,
         rate=_rate(conn, queue),
         starts=_starts(conn, queue),

@@ -67,6 +67,9 @@ def status_view(
         ),
         held=tuple(sorted(i.id for i in state.in_state(ItemState.HELD))),
         interrupted=tuple(sorted(interrupted)),
+        interrupted_pending=tuple(
+            sorted(i.id for i in state.items.values() if i.interrupted and i.state is PENDING)
+        ),
         paused=state.paused,
         rate=state.rate(now),
         starts=starts_of(len(recent), min(recent), max(recent), now) if recent else None,
