@@ -241,9 +241,8 @@ class Runner:
             wait = self._next_deadline()
         until = time.monotonic() + wait
         while not self._wait(wait):
-            # Only children's output came: nothing the loop acts on has
-            # changed, so wait on for what it was waiting for (a child's
-            # exit comes from the keeper, after its pipes' end of file).
+            # Only children's output came: wait on for what it was waiting
+            # for (a child's exit comes from the keeper, after its pipes' EOF).
             wait = until - time.monotonic()
             if wait <= 0:
                 break
@@ -367,9 +366,9 @@ class Runner:
         return False
 
     def _short_of_resources(self, exc: OSError) -> None:
-        """Run fewer items at once (resources.py)."""
-        running = sum(not job.start_failed() for job in self.jobs.values())  # truly started
-        now = lowered_concurrency(exc, running, self._concurrency, jobs=self.options.jobs)
+        """Run fewer items at once (resources.py): as many as truly started."""
+        started = sum(not job.start_failed() for job in self.jobs.values())
+        now = lowered_concurrency(exc, started, self._concurrency, jobs=self.options.jobs)
         self._concurrency, warning = now
         if warning:
             self.on_event(Notice(warning))
@@ -473,8 +472,7 @@ class Runner:
         if self.workers is not None:  # what its `reserving` asks
             self.workers.attempts_ended([outcome.duration for _, outcome in results])
         self.recorder.record_batch(results, self._stop_signal)
-        # Every claim that did not start goes back (or fails) before the run
-        # may stop for want of resources: none may be left claimed.
+        # Every claim not started goes back (or fails) first: none left claimed.
         short = [error for job, error in unstarted if self._not_started(job.claim, error)]
         if short:
             self._short_of_resources(short[0])
