@@ -51,7 +51,7 @@ def test_queues_lists_the_healthy_ones_and_marks_the_damaged_one(
     assert rows[2][1:] == ["2 items", "pending 2"]
     assert rows[1][1] == "damaged" and "journal.jsonl: line 2" in rows[1][2]
     assert done.stderr.splitlines() == [
-        "statequeue: queue 'bad' is damaged; run `statequeue fsck -q bad`"
+        "statequeue: queue 'bad' is damaged; run `statequeue -q bad fsck`"
     ]
     assert (sq_home / "bad" / "journal.jsonl").read_bytes() == three  # nothing changed
 

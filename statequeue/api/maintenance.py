@@ -109,13 +109,15 @@ def list_queues(
     store: str | None = None,
     on_unsafe: Callable[[UnsafeFolder], None] | None = None,
     on_damaged: Callable[[str, DamagedState], None] | None = None,
+    on_no_access: Callable[[NoAccess], None] | None = None,
 ) -> list[Status]:
     """The status of every queue under ``home`` (or in the PostgreSQL store
     ``store``), by name. An unsafe entry in the home (a link, another user's
     folder) raises UnsafeFolder, or with ``on_unsafe`` is passed to it and
     left out; an unsafe home raises either way. A queue too damaged to open
     raises DamagedState, or with ``on_damaged`` is passed to it (with its
-    name) and left out, so one damaged queue does not hide the others."""
+    name) and left out, so one damaged queue does not hide the others; one
+    this user cannot read raises NoAccess, or is passed to ``on_no_access``."""
     url = chosen_url(store)
     if url is not None:
         return postgres_queues(url)
@@ -141,10 +143,14 @@ def list_queues(
             if on_damaged is None:
                 raise
             on_damaged(folder.name, exc)
+        except NoAccess as exc:
+            if on_no_access is None:
+                raise
+            on_no_access(exc)
         except (OSError, UsageError) as exc:
             # Broken in a way opening does not call damage (its lock a folder,
             # its logs a file): still one queue's trouble, not the listing's.
-            if on_damaged is None or isinstance(exc, NoAccess):
+            if on_damaged is None:
                 raise
             what = exc.message if isinstance(exc, UsageError) else os_error_text(exc)
             on_damaged(folder.name, DamagedState(what))

@@ -24,7 +24,7 @@ from statequeue.cli.options import (
 )
 from statequeue.cli.render import emit_json, err, escaped, plural, shown
 from statequeue.cli.root import app
-from statequeue.core.errors import ItemNotFound, StateQueueError, UsageError
+from statequeue.core.errors import ItemNotFound, NoAccess, StateQueueError, UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import ItemState, item_state
 from statequeue.core.textsafe import record_json
@@ -303,7 +303,7 @@ def queues(
 
     A queue too damaged to open is listed on its own line as damaged, with
     the reason (in --json: {"queue": NAME, "damaged": REASON}); the others
-    are listed as usual, and the exit code is 5 (run `statequeue fsck -q NAME`).
+    are listed as usual, and the exit code is 5 (run `statequeue -q NAME fsck`).
 
     Example: statequeue queues --json
     """
@@ -312,24 +312,29 @@ def queues(
     given_home = home if home is not None else (ctx.obj or {}).get("home")
     where, place = queues_place(given_home, store=store_url(ctx))
     damaged: dict[str, str] = {}
+    unreadable: list[NoAccess] = []
     # One unsafe entry (a link) must not hide every good queue: warn, skip it;
-    # nor one damaged queue: it is listed as such.
+    # nor one damaged queue: it is listed as such; nor one this user cannot
+    # read: skipped with a warning, and the exit code is its error's.
     rows = list_queues(
         given_home,
         store=store_url(ctx),
         on_unsafe=_warn_skipped,
         on_damaged=lambda name, exc: damaged.update({name: hint_for(exc.message, name)}),
+        on_no_access=unreadable.append,
     )
     _show_queues(rows, damaged, where, place, json)
+    for exc in unreadable:
+        _warn_skipped(exc)
     if damaged:
         if len(damaged) == 1:
             (name,) = damaged
-            err(f"statequeue: queue {name!r} is damaged; run `statequeue fsck -q {name}`")
+            err(f"statequeue: queue {name!r} is damaged; run `statequeue -q {name} fsck`")
         else:
             names = ", ".join(repr(name) for name in damaged)
-            err(f"statequeue: queues {names} are damaged; run `statequeue fsck -q NAME` on each")
+            err(f"statequeue: queues {names} are damaged; run `statequeue -q NAME fsck` on each")
         return int(ExitCode.DAMAGED)
-    return int(ExitCode.OK)
+    return int(unreadable[0].exit_code) if unreadable else int(ExitCode.OK)
 
 
 def _warn_skipped(exc: StateQueueError) -> None:
