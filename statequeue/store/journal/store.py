@@ -140,7 +140,16 @@ class JournalStore(JournalReads):
                 # was renamed into place), unless something says otherwise.
                 refuse_if_not_new(self.dir)
                 create_file(self.dir, JOURNAL, [_header(seq=1)], ops=self.ops)
-            self._reload()
+            try:
+                self._reload()
+            except NoAccess:
+                if self.read_only:
+                    raise
+                # The journal itself may not be written (its mode, not the
+                # folder's): read it as a read-only queue is read.
+                self.read_only = True
+                self.journal.writable = False
+                self._reload()
             # Only now that the journal opened: a damaged queue is left as found.
             if not self.read_only:
                 remove_stale_temp_files(self.dir)
