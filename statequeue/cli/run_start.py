@@ -91,6 +91,12 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
     with stop_when_short_of_resources(jobs=options.jobs):  # EMFILE anywhere: exit 10
         # before any thread, fd or store is opened
         link = _guard(store is not None) if owns_process else None
+        if owns_process and link is None and store is not None:
+            # The keeper's children come to us if it dies: none may outlive
+            # it while its items are given back (run/orphans.py, promise 4).
+            from statequeue.run.orphans import adopt_orphans  # lazy: start-up time
+
+            adopt_orphans()
         # lazy: start-up time (imported after the fork: in the runner alone,
         # while the keeper starts beside it)
         from statequeue.api.queue import Queue

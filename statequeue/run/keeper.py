@@ -47,6 +47,9 @@ class Keeper:
     in_process = False
     """Whether the children are this process's own (LocalKeeper, the guarded shape)."""
 
+    lost = False
+    """Whether the keeper process ended unexpectedly (KeeperLost): orphans.py."""
+
     def __init__(self, queue: str, *, environ: Mapping[str, str] | None = None) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -139,6 +142,7 @@ class Keeper:
         except OSError:
             data = b""
         if not data:
+            self.lost = True
             raise KeeperLost()
         self._inbox += data
         size = kp.REPLY.size
@@ -178,6 +182,7 @@ class Keeper:
         try:
             send_request(self._sock, request, fds)
         except BrokenPipeError:
+            self.lost = True
             raise KeeperLost() from None
 
     def close(self) -> None:

@@ -162,7 +162,7 @@ class Runner:
             self._report_ready()
             with contextlib.suppress(Exception):  # best effort: its lock dies with us anyway
                 self.queue.unreserve()
-            give_back_all(self.jobs, store, self.recorder)
+            give_back_all(self.jobs, store, self.recorder, self.keeper)
             close_children(self.workers, self.keeper, self.guard, self.options.grace)
             unregister_run(store, self.info)
             self._watch.close()

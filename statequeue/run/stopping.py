@@ -4,7 +4,10 @@ A first SIGINT, SIGTERM or SIGHUP is forwarded to every child's process
 group, and each gets ``--grace`` seconds before SIGKILL (the runner's loop
 enforces that time, jobs.py: ``enforce_times``); a second one kills them at
 once. On an unexpected error every child is killed and its item given back
-(recovery finds it on the next run if even that fails).
+(recovery finds it on the next run if even that fails) -- unless the error
+is the keeper's death and a process of the item may live on without it
+(orphans.py): then the item stays claimed, and recovery takes it once its
+claim lock is free.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 from statequeue.run.guard import GuardLink
 from statequeue.run.jobs import Job
 from statequeue.run.keeper import Keeper
+from statequeue.run.orphans import end_orphans
 from statequeue.run.recorder import ResultRecorder
 from statequeue.store.base import Store
 
@@ -46,19 +50,35 @@ def forward_stop(
             job.signal_group(signal.SIGKILL)
 
 
-def give_back_all(jobs: dict[int, Job], store: Store, recorder: ResultRecorder) -> None:
+def give_back_all(
+    jobs: dict[int, Job], store: Store, recorder: ResultRecorder, keeper: Keeper | None = None
+) -> None:
     """On an unexpected error: kill every child and give its item back."""
     with contextlib.suppress(Exception):
         recorder.give_back_prefetched()
+    held = _may_live_on(store, keeper)
     for job in list(jobs.values()):
         job.signal_group(signal.SIGKILL)
         job.reap()
         job.cut()  # its detached leftovers too: the item goes back to the queue
         job.close()
+        if held:  # its claim lock file tells recovery when nothing of it is left
+            continue
         # Best effort: if this fails too, recovery finds the item on the next run.
         with contextlib.suppress(Exception):
             store.release(job.claim, "interrupted: runner stopped on an error")
     jobs.clear()
+
+
+def _may_live_on(store: Store, keeper: Keeper | None) -> bool:
+    """Whether a process of an item may outlive the run: the keeper process,
+    their parent, died, and what it left could not all be killed here
+    (orphans.py). A lost keeper's children are killed first, every one,
+    before any claim goes back. The local store's claims are locks that a
+    retry waits for anyway: its items go back as before."""
+    if keeper is None or keeper.in_process or not keeper.lost:
+        return False
+    return not end_orphans() and store.has_leases
 
 
 def close_children(

@@ -367,6 +367,9 @@ class _KeeperOutOfProcesses:
     """A keeper whose every spawn fails with EAGAIN, reported later, as the
     real keeper reports a failed posix_spawn."""
 
+    in_process = False
+    lost = False  # alive all along: the run gives its claims back
+
     def __init__(self, queue: str, **options: object) -> None:
         self._r, self._w = os.pipe()
         self.failed: dict[int, int] = {}
