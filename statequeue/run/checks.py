@@ -13,6 +13,7 @@ from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
 from statequeue.core.rates import Pace, rate_text
 from statequeue.core.textsafe import json_text
+from statequeue.core.views import RecoveryReport
 from statequeue.run.events import Notice, RunEvent
 from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.keeper_os import find_program
@@ -203,14 +204,16 @@ def report_recovery(
     on_event: Callable[[RunEvent], None],
     *,
     asked: OnInterrupted = OnInterrupted.RETRY,
-) -> None:
+) -> RecoveryReport:
     """Recover what dead runners left in flight now, to say so (a claim
-    would do it silently). ``asked``: the run's --on-interrupted, which
+    would do it silently), and return what it did (the run's summary counts
+    the items it failed or held). ``asked``: the run's --on-interrupted, which
     ``policy`` (the one recovery applies) is not when --verify decides first."""
     report = store.recover(on_interrupted=policy, max_crashes=max_crashes)
     notes = recovery_notice(report.retried, report.failed, report.held, policy, verify, asked=asked)
     for text, warning in notes:
         on_event(Notice(text, warning=warning))
+    return report
 
 
 _THEN = {

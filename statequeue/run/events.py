@@ -11,6 +11,7 @@ from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, ItemState, Outcome
 
 if TYPE_CHECKING:
+    from statequeue.core.views import RecoveryReport
     from statequeue.store.base import Store
 
 
@@ -81,6 +82,13 @@ class RunSummary:
         elif state is ItemState.HELD:
             self.held_items.add(item_id)
 
+    def recovered(self, report: RecoveryReport) -> None:
+        """Count what this run's recovery settled without running it: items
+        marked failed (--on-interrupted fail) or held (--on-interrupted hold,
+        poison after --max-crashes) need a look as much as a failed attempt."""
+        self.failed_for_good.update(report.failed)
+        self.held_items.update(report.held)
+
     def hand_back(self, item_id: int) -> None:
         self.waiting.discard(item_id)
         self.handed_back.add(item_id)
@@ -137,7 +145,9 @@ class RunSummary:
         """One line for the user: items by outcome, then attempts. Attempts
         started: those handed back unfinished on a stop count too, as the
         store counts them (`show`), though `stats` counts finished ones only."""
-        idle = not (self.attempts or self.verified or self.retried or self.released or self.held)
+        idle = not (
+            self.attempts or self.verified or self.retried or self.released or self.needs_a_look
+        )
         if idle and self.stopped_by is None:
             return "nothing to do: no pending item is due"
         parts = [f"{self.succeeded} ok"]

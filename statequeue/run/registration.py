@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+from statequeue.api.queue import Queue
 from statequeue.core.errors import StoreUnreachable
 from statequeue.core.models import RunnerInfo
 from statequeue.run.checks import command_drift, report_recovery, unpaced_note
-from statequeue.run.events import Notice, RunEvent
+from statequeue.run.events import Notice, RunEvent, RunSummary
 from statequeue.run.guard import GuardLink
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE
@@ -26,29 +27,30 @@ __all__ = ["register_run", "unregister_run"]
 
 
 def register_run(
-    store: Store,
-    queue: str,
+    queue: Queue,
     info: RunnerInfo,
     options: RunOptions,
     guard: GuardLink | None,
     on_event: Callable[[RunEvent], None],
+    summary: RunSummary,
 ) -> None:
-    """Register the run in ``store`` and report recovery (unregistered again
-    if that fails)."""
+    """Register the run in ``queue``'s store and report recovery (unregistered
+    again if that fails); the items recovery failed or held count in ``summary``."""
+    store = queue.store
     if options.lease is not None:
         store.use_lease(options.lease)
     store.use_patience(OUTAGE_SLICE)  # outages are ridden out by the loop (runner: _ride_out)
     earlier = store.commands()
     store.register_runner(info, exclusive=options.single)
     if guard is not None:  # held by the keeper too, until all we leave is gone
-        guard.send_liveness(queue, store.liveness_fds(info.runner_id))
+        guard.send_liveness(queue.name, store.liveness_fds(info.runner_id))
         guard.send_note(store.leftover_note(info.runner_id))
     if drift := command_drift(earlier, options.command):
         on_event(Notice(drift))
     if options.rate is None and (pace := store.pace()) is not None:
         on_event(Notice(unpaced_note(pace)))
     try:
-        report_recovery(
+        report = report_recovery(
             store,
             options.recovery_policy,
             options.max_crashes,
@@ -59,6 +61,7 @@ def register_run(
     except BaseException:
         store.unregister_runner(info.runner_id)
         raise
+    summary.recovered(report)
 
 
 def unregister_run(store: Store, info: RunnerInfo) -> None:

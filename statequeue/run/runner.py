@@ -151,7 +151,7 @@ class Runner:
         --verify: VerifyBroken). CommandNotFound, nothing claimed, for a missing command."""
         check_commands(self.options.command, self.options.verify, self.spec.base_env)
         store = self.queue.store
-        register_run(store, self.queue.name, self.info, self.options, self.guard, self.on_event)
+        register_run(self.queue, self.info, self.options, self.guard, self.on_event, self.summary)
         if self.options.max_time is not None:
             self._max_time_at = time.monotonic() + self.options.max_time
         try:
