@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from statequeue.core.errors import StateQueueError, os_error_text
+from statequeue.core.errors import StateQueueError, os_error_text, shortage_remedy
 from statequeue.core.exitcodes import ExitCode
 
 PROG = "statequeue"
@@ -133,6 +133,9 @@ def exit_code_of(exc: BaseException) -> int | None:
         silence_stdout()
         return 0
     if isinstance(exc, OSError):
+        if (remedy := shortage_remedy(exc)) is not None:  # as `run` does (run/resources.py)
+            said = f"error: {os_error_text(exc)}; stopped ({remedy})"
+            return fail(said, int(ExitCode.RESOURCES))
         return fail(f"error: {os_error_text(exc)}", int(ExitCode.IO_ERROR))
     if isinstance(exc, MemoryError):
         # E.g. an enqueue of an endless stream under a memory limit: every

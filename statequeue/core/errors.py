@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 from statequeue.core.exitcodes import ExitCode
+
+# What to raise or free when a command is short of fds, processes or memory
+# (`ulimit -n` is no help when a fork failed for want of processes).
+SHORTAGE_REMEDIES = {
+    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n`",
+    errno.ENFILE: "the system's open-file table is full: close files elsewhere",
+    errno.EAGAIN: "raise the process limit, e.g. `ulimit -u`",
+    errno.ENOMEM: "free some memory",
+}
 
 
 class StateQueueError(Exception):
@@ -103,6 +113,12 @@ class DurabilityError(StateQueueError):
     """a write or fsync failed; stopped without acknowledging (the queue stays recoverable)."""
 
     exit_code = ExitCode.IO_ERROR
+
+
+class ShortOfResources(DurabilityError):
+    """a write failed for want of fds or memory; stopped without acknowledging."""
+
+    exit_code = ExitCode.RESOURCES
 
 
 class RunnerActive(StateQueueError):
@@ -229,6 +245,21 @@ class TryLater(StateQueueError):
         super().__init__(message)
         self.seconds = seconds
         """Seconds to wait before the item runs again; None: an adaptive backoff."""
+
+
+def shortage_remedy(exc: OSError) -> str | None:
+    """What to do when ``exc`` says the process (or the machine) is short of
+    fds, processes or memory; None for any other error. EAGAIN counts (a fork
+    short of processes) unless it is a write that would block: a non-blocking
+    stdout that is full says EAGAIN too, and carries ``characters_written``."""
+    remedy = SHORTAGE_REMEDIES.get(exc.errno or 0)
+    if remedy is not None and exc.errno == errno.EAGAIN and isinstance(exc, BlockingIOError):
+        try:
+            exc.characters_written  # noqa: B018  (set only by a buffered write)
+        except AttributeError:
+            return remedy
+        return None
+    return remedy
 
 
 def os_error_text(exc: OSError) -> str:

@@ -83,8 +83,9 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.RESOURCES: (
         "`run` ran short of file descriptors, processes or memory before it could start a "
         "single child (opening the queue, its own pipes, a spawn); the items it took were "
-        "given back, pending; or any command ran out of memory (an endless input under a "
-        "memory limit): what was acknowledged is kept"
+        "given back, pending; or any other command ran short of file descriptors, "
+        "processes or memory (`ulimit -n`, an endless input under a memory limit): what "
+        "was acknowledged is kept"
     ),
     ExitCode.STORE_UNREACHABLE: (
         "the PostgreSQL store (`--store`) could not be reached: connection refused, login "

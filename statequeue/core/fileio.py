@@ -13,7 +13,7 @@ import os
 import signal
 import stat
 
-from statequeue.core.errors import DurabilityError
+from statequeue.core.errors import DurabilityError, ShortOfResources, shortage_remedy
 
 CRASH_ENV = "STATEQUEUE_TEST_CRASH"
 CRASH_KINDS = ("write", "fsync", "rename", "dirfsync", "spawn", "recorded")
@@ -112,7 +112,10 @@ DEFAULT_OPS = FileOps()
 def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
     """The error raised when a write or fsync fails; the caller must stop."""
     reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    return DurabilityError(f"{action} {path} failed: {reason}; stopped without acknowledging")
+    said = f"{action} {path} failed: {reason}; stopped without acknowledging"
+    if (remedy := shortage_remedy(exc)) is not None:  # exit 10, not 6: not the disk's fault
+        return ShortOfResources(f"{said} ({remedy})")
+    return DurabilityError(said)
 
 
 def regular_or_none(fd: int) -> int | None:

@@ -11,7 +11,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from statequeue.core.errors import ResourcesExhausted
+from statequeue.core.errors import SHORTAGE_REMEDIES, ResourcesExhausted
 
 __all__ = [
     "RESOURCE_ERRNOS",
@@ -29,12 +29,9 @@ RESOURCE_ERRNOS = frozenset(
 # What to raise or free for each shortage: `ulimit -n` is no help when the
 # spawn failed for want of processes or memory.
 _REMEDY = {
-    errno.EMFILE: "raise the open-file limit, e.g. `ulimit -n`",
-    errno.ENOBUFS: "raise the open-file limit, e.g. `ulimit -n`",
-    errno.ETOOMANYREFS: "raise the open-file limit, e.g. `ulimit -n`",
-    errno.ENFILE: "the system's open-file table is full: close files elsewhere",
-    errno.EAGAIN: "raise the process limit, e.g. `ulimit -u`",
-    errno.ENOMEM: "free some memory",
+    **SHORTAGE_REMEDIES,
+    errno.ENOBUFS: SHORTAGE_REMEDIES[errno.EMFILE],
+    errno.ETOOMANYREFS: SHORTAGE_REMEDIES[errno.EMFILE],
 }
 
 
