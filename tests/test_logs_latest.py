@@ -28,7 +28,10 @@ def test_logs_shows_the_latest_attempt_even_when_it_wrote_nothing(
     assert run.returncode == 0, run.stderr
     latest = _sq(sq_env, "logs", "1")
     assert latest.returncode == 0 and latest.stdout == "", latest.stdout
-    assert latest.stderr == "statequeue: no output was recorded for attempt 2 of item 1\n"
+    assert latest.stderr == (
+        "statequeue: no output was recorded for attempt 2 of item 1"
+        " (attempt 1 has output: `statequeue -q default logs 1 --attempt 1`)\n"
+    )
     first = _sq(sq_env, "logs", "1", "--attempt", "1")
     assert first.returncode == 0 and first.stdout == "attempt 1 failed\n", first
     every = _sq(sq_env, "logs", "--all")

@@ -11,7 +11,7 @@ import orjson
 import typer
 
 from statequeue.cli.completion import complete_state
-from statequeue.cli.errors import hint_for
+from statequeue.cli.errors import hint_for, with_queue
 from statequeue.cli.event_text import describe_events
 from statequeue.cli.logs_all import write_all_logs
 from statequeue.cli.options import (
@@ -209,13 +209,28 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
             break
         time.sleep(0.25)
     if shown_path is None:
-        which = f"attempt {wanted} of " if wanted else ""
-        if any(e.get("t") == "arch" for e in h.events):
-            # Archived by `compact`: whatever it wrote was removed after --keep-logs.
-            why = "it was archived, and compaction removes archived items' logs (--keep-logs)"
-            typer.echo(f"statequeue: no output is kept for {which}item {item_id}: {why}", err=True)
-        else:
-            typer.echo(f"statequeue: no output was recorded for {which}item {item_id}", err=True)
+        typer.echo(f"statequeue: {with_queue(_no_output(h, wanted))}", err=True)
+
+
+def _no_output(h: ItemHistory, wanted: int) -> str:
+    """Why attempt ``wanted`` (0: the item has had none) shows no output, and
+    which other attempt has some. Compaction removes an archived item's logs
+    by age: while an earlier attempt's log is kept, a later one's (newer) was
+    not removed, so the attempt recorded none."""
+    logged = sorted({int(os.path.basename(p).split(".")[1]) for p in h.log_paths})
+    which = f"attempt {wanted} of " if wanted else ""
+    archived = any(e.get("t") == "arch" for e in h.events)
+    if archived and not any(a < wanted for a in logged):
+        # Archived by `compact`: whatever it wrote was removed after --keep-logs.
+        why = "it was archived, and compaction removes archived items' logs (--keep-logs)"
+        text = f"no output is kept for {which}item {h.item_id}: {why}"
+    else:
+        text = f"no output was recorded for {which}item {h.item_id}"
+    others = [a for a in logged if a != wanted]
+    if wanted and others:
+        other = max((a for a in others if a < wanted), default=others[-1])
+        text += f" (attempt {other} has output: `statequeue logs {h.item_id} --attempt {other}`)"
+    return text
 
 
 def _check_attempt(h: ItemHistory, attempt: int) -> None:
