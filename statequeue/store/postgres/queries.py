@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from statequeue.core.errors import ItemNotFound
+from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import ItemState
 from statequeue.core.records import item_fields
 from statequeue.core.views import (
@@ -53,10 +54,37 @@ def counts(conn: Connection, queue: str) -> dict[str, int]:
     return found
 
 
+def pid_gone(pid: int) -> bool:
+    """Whether no process has ``pid`` (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
 def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
+    return _runners(conn, queue)[0]
+
+
+def _runners(conn: Connection, queue: str) -> tuple[list[ActiveRunner], list[int]]:
+    """The runners alive, and the items still running of those gone from this
+    host. A runner's heartbeat lease outlives it (killed -9, it keeps its row
+    until the lease ends); on its own host and boot, a gone pid tells at once
+    that it is dead, as recovery there knows (reaping.py)."""
     rows = conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall()
-    return [
-        ActiveRunner(
+    alive: list[ActiveRunner] = []
+    left: list[int] = []
+    here: tuple[str, str] | None = None
+    for rid, pid, host, since, running, heard, ends, lease, workers, boot in rows:
+        if boot:
+            here = here or (host_name(), boot_id())
+            if (str(host), str(boot)) == here and pid_gone(int(pid)):
+                left += [int(i) for i in running]
+                continue
+        runner = ActiveRunner(
             runner_id=str(rid),
             pid=int(pid),
             host=str(host),
@@ -67,8 +95,8 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
             lease=None if lease is None else float(lease),
             workers=_workers(workers),
         )
-        for rid, pid, host, since, running, heard, ends, lease, workers in rows
-    ]
+        alive.append(runner)
+    return alive, left
 
 
 def _workers(rows: Any) -> tuple[WorkerView, ...]:
@@ -92,7 +120,9 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
     held = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'held' ORDER BY id", q
     ).fetchall()
-    interrupted = conn.execute(sql.INTERRUPTED, q).fetchall()
+    interrupted = {int(r[0]) for r in conn.execute(sql.INTERRUPTED, q).fetchall()}
+    runners, left = _runners(conn, queue)
+    interrupted.update(left)  # as once their lease ends: the next run recovers them
     marked = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'pending'"
         " AND interrupted ORDER BY id",
@@ -101,13 +131,13 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
     return Status(
         queue=queue,
         counts=counts(conn, queue),
-        runners=tuple(active_runners(conn, queue)),
+        runners=tuple(runners),
         recent_failures=tuple(
             Failure(int(i), text_of(b), int(a), str(r), last_line(str(e)))
             for i, b, a, r, e in failed
         ),
         held=tuple(int(r[0]) for r in held),
-        interrupted=tuple(int(r[0]) for r in interrupted),
+        interrupted=tuple(sorted(interrupted)),
         interrupted_pending=tuple(int(r[0]) for r in marked),
         paused=paused,
         rate=_rate(conn, queue),

@@ -215,16 +215,6 @@ def _runner_file(runner_id: str) -> str:
     return f"runner-{runner_id}.lock"
 
 
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, another user's
-    return False
-
-
 def reap_same_host(
     conn: Connection,
     queue: str,
@@ -244,7 +234,7 @@ def reap_same_host(
     for item_id, token, pid, runner_id in found:
         if only is not None and int(item_id) not in only:
             continue
-        if not pid_gone(int(pid)):
+        if not queries.pid_gone(int(pid)):
             continue
         dead.add(str(runner_id))
         if not locks.is_free(int(token), str(runner_id)):
@@ -268,7 +258,7 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
     key = {"q": queue, "host": host, "boot": boot}
     stopped: list[str] = []
     for rid, pid in conn.execute(sql.SAME_HOST_RUNNERS, key).fetchall():
-        if pid_gone(int(pid)):
+        if queries.pid_gone(int(pid)):
             stopped.append(str(rid))
             with conn.transaction():
                 conn.execute(

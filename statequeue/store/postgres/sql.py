@@ -75,7 +75,8 @@ SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
 ), extract(epoch FROM clock_timestamp() - r.seen_at)::float8,
-   extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease, r.workers
+   extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease, r.workers,
+   r.boot
 FROM statequeue.runners r
 WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
 ORDER BY r.since, r.runner_id

@@ -1,0 +1,64 @@
+"""PostgreSQL `status` of a runner killed -9 on this host.
+
+Found by an outside tester: `status` showed such a runner as active for
+~20 s, until its heartbeat lease ran out, though its pid was gone and a
+second run on the same host took its items at once (the same-host
+shortcut, store/postgres/reaping.py). A runner whose host and boot id are
+this machine's and whose pid is gone is now dead to `status` at once, as
+after its lease: not listed, not active, its items interrupted. Elsewhere
+(another host name) only the lease tells. On a real server (tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from typing import Any
+
+from tests.conftest import STATEQUEUE
+from tests.waiting import until
+
+
+def _status(env: dict[str, str], url: str) -> dict[str, Any]:
+    argv = [STATEQUEUE, "--store", url, "status", "--json"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_a_runner_killed_here_is_not_active(sq_env: dict[str, str], pg_url: str) -> None:
+    enq = [STATEQUEUE, "--store", pg_url, "enqueue", "a"]
+    assert subprocess.run(enq, env=sq_env, timeout=60).returncode == 0
+    run = subprocess.Popen(
+        [STATEQUEUE, "--store", pg_url, "run", "--", "sh", "-c", "sleep 60"],
+        env=sq_env,
+        start_new_session=True,
+    )
+    try:
+        until(lambda: _status(sq_env, pg_url)["counts"].get("running") == 1, "the item to run", 20)
+        alive = _status(sq_env, pg_url)
+        assert alive["runner_active"] and alive["runners"][0]["pid"] == run.pid, alive
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+        here = _status(sq_env, pg_url)
+        assert not here["runner_active"] and here["runners"] == [], here
+        assert here["interrupted"] == [1], here
+        text = subprocess.run(
+            [STATEQUEUE, "--store", pg_url, "status"],
+            env=sq_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "runner: none active" in text.stdout, text.stdout
+        assert "interrupted (runner died; the next run recovers them): 1 item" in text.stdout
+        # Another host cannot look at the pid: its lease alone tells there.
+        elsewhere = _status({**sq_env, "STATEQUEUE_HOST": "elsewhere"}, pg_url)
+        assert elsewhere["runner_active"] and elsewhere["interrupted"] == [], elsewhere
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the run's own session: its keeper, child
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
