@@ -136,6 +136,10 @@ def logs(
         int | None,
         typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
     ] = None,
+    item: Annotated[
+        str | None,
+        typer.Option("--item", metavar="TEXT", help="The item with exactly this text (not an id)."),
+    ] = None,
     attempt: Annotated[
         int | None, typer.Option(help="Which attempt (default: the latest).", min=1)
     ] = None,
@@ -159,20 +163,25 @@ def logs(
 ) -> None:
     """Print the output (stdout and stderr) an item's attempt wrote.
 
+    Name the item by id, or by its exact text with --item (exit 7 when no item has it).
+
     Example: statequeue logs 42 --follow
 
     Example: statequeue logs --all --tag --state failed
     """
+    if item is not None and (item_id is not None or every):
+        raise UsageError("give an item id, --item TEXT or --all (one of them)")
     if every:
         _check_all_options(item_id, attempt, follow)
         q = open_queue(ctx, home, queue, create=False)
         write_all_logs(q, sys.stdout.buffer, state=parse_state(state), tag=tag, as_json=json)
         return
-    if item_id is None:
-        raise UsageError("logs needs an item id, or --all for every item's output")
+    if item_id is None and item is None:
+        raise UsageError("logs needs an item id (or --item TEXT), or --all for every item's output")
     if tag or state is not None or json:
         raise UsageError("--tag, --state and --json go with --all")
-    _item_logs(open_queue(ctx, home, queue, create=False), item_id, attempt, follow)
+    q = open_queue(ctx, home, queue, create=False)
+    _item_logs(q, item_id if item_id is not None else q.history(item).item_id, attempt, follow)
 
 
 def _check_all_options(item_id: int | None, attempt: int | None, follow: bool) -> None:
