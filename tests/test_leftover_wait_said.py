@@ -50,7 +50,18 @@ def test_a_run_says_which_leftover_it_waits_for(
         # Both claims are held by the first run's keeper, which notes the
         # processes it waits for (here, most likely every one for each item:
         # nothing in them says whose they are).
-        noted = until(lambda: len(_leftovers(sq_env)) == 2 and _leftovers(sq_env), "the note")
+        seen: list[object] = []
+
+        def both_noted() -> list[dict[str, object]] | None:
+            found = _leftovers(sq_env)
+            seen[:] = [found]  # what the last look saw, for a failure's message
+            return found if len(found) == 2 else None
+
+        try:
+            noted = until(both_noted, "the note")
+        except AssertionError:
+            status = sq(sq_env, "status").stdout
+            raise AssertionError(f"no note of both items: last {seen}; status: {status}") from None
         by_item = {entry["id"]: entry["pids"] for entry in noted}  # type: ignore[union-attr]
         assert sorted(by_item) == [1, 2], noted
         assert {p for listed in by_item.values() for p in listed} == set(pids.values()), noted

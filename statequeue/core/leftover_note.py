@@ -63,27 +63,38 @@ class LeftoverNote:
     def _put(self, items: dict[int, list[int]]) -> None:
         import json  # lazy: start-up time (the keeper imports it only for a note)
 
-        if self.fd < 0:
-            self._create()
         line = json.dumps({"keeper": os.getpid(), "items": items}, separators=(",", ":"))
         data = line.encode("ascii") + b"\n"
+        if self.fd < 0:
+            self._create(data)
+            return
         # No fsync: a hint for a person, meant only while this process lives
         # (a reboot ends the leftovers it names). A reader that comes between
         # the write and the truncate reads up to the newline.
         os.pwrite(self.fd, data, 0)
         os.ftruncate(self.fd, len(data))
 
-    def _create(self) -> None:
+    def _create(self, data: bytes) -> None:
+        """Make the note under a name of its own, locked and written, then
+        rename it into place: a reader never finds the note unlocked (it would
+        take it for a dead keeper's and remove it, and the keeper, thinking
+        it said so, would not write it again)."""
         import fcntl  # lazy: start-up time (the keeper imports it only for a note)
 
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.name, flags, 0o600, dir_fd=self.folder_fd)
+        temp = f".{self.name}.{os.getpid()}.tmp"
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600, dir_fd=self.folder_fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: the note is meant
-            os.fsync(self.folder_fd)  # the new name, as after any create
+            os.pwrite(fd, data, 0)
+            os.rename(temp, self.name, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)
+            os.fsync(self.folder_fd)  # the new name, as after any create or rename
         except OSError:
             os.close(fd)
-            os.unlink(self.name, dir_fd=self.folder_fd)
+            try:  # noqa: SIM105  # not contextlib.suppress: the keeper runs under -I -S
+                os.unlink(temp, dir_fd=self.folder_fd)
+            except OSError:
+                pass
             raise
         self.fd = fd
 

@@ -12,7 +12,6 @@ import math
 import os
 import struct
 import time
-from contextlib import suppress
 from pathlib import Path
 
 from statequeue.core.errors import LockTimeout, NoAccess, UsageError
@@ -153,6 +152,14 @@ def unlink_if_free(folder: QueueFolder, sub: str, name: str) -> None:
     except FileNotFoundError:
         return
     if probe is not None:  # still free while we hold it: nobody is using it
-        with suppress(FileNotFoundError):
-            folder.unlink(name, sub=sub)
-        os.close(probe)
+        try:
+            # Only the file probed: its name may have gone to a new file meanwhile
+            # (removed by its holder, made again and locked), which stays.
+            here = folder.stat(name, sub=sub)
+            mine = os.fstat(probe)
+            if (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+                folder.unlink(name, sub=sub)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(probe)
