@@ -186,8 +186,12 @@ class KeeperProcess:
                 self.note = LeftoverNote(fds[0], request[2])
             return
         if request[0] == HOLD:  # the run ended while a leftover of this item may live
-            self.hold(request[2], [fd for fd in fds if fd >= 0])
-            self.finished.add(request[2])
+            item = request[2]
+            self.hold(item, [fd for fd in fds if fd >= 0])
+            self.finished.add(item)
+            # An orphan adopted before this message was read (the runner reaped
+            # first) was attributed without this item: it may be its own.
+            self.owners = {pid: of | {item} for pid, of in self.owners.items()}
             return
         if request[0] == GOODBYE:
             self.goodbye = True
