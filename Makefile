@@ -13,8 +13,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Tests run in TEST_WORKERS processes (pytest-xdist), each test file whole in
+# one of them: most of a test's time is spent waiting on the processes it
+# starts, so three workers keep a 2-CPU machine busy. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
+
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Everything: the fast layer plus the long sweeps and the 1000-kill torture run.
 test-crash: $(STAMP)

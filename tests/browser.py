@@ -13,6 +13,7 @@ does for PostgreSQL.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -52,10 +53,16 @@ def chromium_path() -> str | None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            return None
+    # One install at a time: test processes running side by side (make test's
+    # workers) would otherwise meet on dpkg's lock, and one would fail.
+    with open("/tmp/statequeue-tests-chromium.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(CHROMIUM):  # installed by the process we waited for
+            return CHROMIUM
+        for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                return None
     return CHROMIUM if os.path.exists(CHROMIUM) else None
 
 
