@@ -21,6 +21,7 @@ from statequeue.run.events import Notice, RunEvent, RunSummary
 from statequeue.run.guard import GuardLink
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_SLICE
+from statequeue.run.verify import VERIFY_NAMES_NO_ITEM, names_item
 from statequeue.store.base import Store
 
 __all__ = ["register_run", "unregister_run"]
@@ -47,6 +48,8 @@ def register_run(
         guard.send_note(store.leftover_note(info.runner_id))
     if drift := command_drift(earlier, options.command):
         on_event(Notice(drift))
+    if options.verify and not names_item(options.verify):
+        on_event(Notice(VERIFY_NAMES_NO_ITEM, warning=True))
     if options.rate is None and (pace := store.pace()) is not None:
         on_event(Notice(unpaced_note(pace)))
     try:

@@ -18,6 +18,14 @@ test the same file. Text after a ``#`` that starts a word is a comment and
 is left alone. Everything else in the script is shell, exactly as ``sh -c``
 reads it (``\\$`` stays a literal dollar sign, ``\\{}`` a literal ``{}``).
 
+A script of one plain word and no replacement string (``--verify
+./check.sh``) gets the item as its last word, as ``run`` gives it to a
+command: run as is, the script would get no argument, and its check of
+``out/$1`` would test the folder ``out/`` itself and pass for every item,
+recording items done that never ran. Any other script that names no item
+(no replacement string, no ``$1``, ``${1}``, ``$@`` or ``$*``) runs as
+written, and the run warns that it answers the same for every item.
+
 Exit 0 means done. 126 or 127 (the script's command cannot run or is not
 found) means the check itself is broken: the run stops (exit 2) rather than
 re-running every item. Any other status means not done: the item runs.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -50,7 +59,27 @@ def verify_script(text: str) -> str:
     string rewritten to its quoted positional parameter."""
     if not text.strip():
         raise UsageError("--verify needs a script, e.g. --verify 'test -s out/{}.json'")
+    if _ONE_WORD.fullmatch(text):
+        text = text.strip() + " {}"
     return _Rewriter(text).run()
+
+
+_ONE_WORD = re.compile(r"\s*[A-Za-z0-9_./+-]+\s*")  # a program, alone: no shell syntax
+
+
+VERIFY_NAMES_NO_ITEM = (
+    "--verify names no item ({} or $1): its check answers the same for every item,"
+    " and an item it says is done is recorded done without running"
+)
+
+# A positional parameter written by hand: the script takes the item itself.
+_POSITIONAL = re.compile(r"\$\{?#?[1-9@*]")
+
+
+def names_item(text: str) -> bool:
+    """Whether a --verify script (as written, or as ``verify_script`` made
+    it) uses the item: a replacement string or a positional parameter."""
+    return bool(TOKEN.search(text) or _POSITIONAL.search(text))
 
 
 _PARAM = {name[1:-1]: i + 1 for i, name in enumerate(NAMES)}
