@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from statequeue.core.errors import RunnerActive, StateQueueError
+from statequeue.core.exported import ExportedItem
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, OnInterrupted, Outcome
 from statequeue.store.base import Store
@@ -202,6 +203,33 @@ def test_release_returns_item_without_counting_a_crash(harness: Harness) -> None
     store.release(claim, "stopped by signal")
     again = store.claim(runner, max_crashes=1)
     assert again is not None and again.item == "a" and not again.interrupted
+
+
+def test_a_user_retry_starts_the_item_afresh(harness: Harness) -> None:
+    """A user's retry of a held item whose last attempt was interrupted: on
+    every store it is pending with no crash counted, no interrupted mark
+    (``status``, ``--verify`` and ``--on-interrupted`` read it) and due at
+    once. An import brings such an item in as the export had it."""
+    store = harness.open()
+    held = ExportedItem(
+        item_id=1,
+        item="x",
+        state=ItemState.HELD,
+        attempts=2,
+        crashes=2,
+        reason="poison",
+        retry_at=time.time() + 3600,
+        interrupted=True,
+    )
+    assert store.import_items([held]).added == 1
+    assert store.retry([1]) == [1]
+    store = harness.crash(store)  # read back as well as written
+    assert store.status().interrupted_pending == ()
+    claim = store.claim(new_runner(), max_crashes=3)
+    assert claim is not None and claim.item == "x" and not claim.interrupted
+    store = harness.crash(store)
+    store.recover(max_crashes=3)
+    assert counts(store) == {"pending": 1}  # its first crash since the retry: not poison
 
 
 def test_finish_of_a_claim_not_held_is_refused(harness: Harness) -> None:

@@ -233,6 +233,16 @@ def starts_episode(rec: Record) -> bool:
     return kind == "set" or (kind == "intr" and "crashes" not in rec and "attempts" not in rec)
 
 
+def starts_afresh(rec: Record) -> bool:
+    """True for a user's ``retry`` (a ``set`` back to pending): the item
+    starts afresh, its crashes forgotten. Its crash count (``--max-crashes``)
+    goes back to 0, the mark that its last attempt was interrupted is cleared
+    (no ``--verify`` or ``--on-interrupted`` decides it again, and ``status``
+    no longer lists it under ``interrupted_pending``), and it is due at once.
+    Every store does all three (PostgreSQL in ``writes.move``)."""
+    return rec.get("t") == "set" and rec.get("state") == ItemState.PENDING.value
+
+
 def last_line(text: str, width: int = 200) -> str:
     """The line of a failed attempt's stderr tail that ``status`` shows: the
     last non-empty one, cut to ``width``."""

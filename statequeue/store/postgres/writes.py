@@ -294,6 +294,7 @@ def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: 
             key,
         )
         return
+    # A user's retry starts the item afresh (transitions.starts_afresh).
     conn.execute(
         "UPDATE statequeue.live SET state = 'pending', retry_at = NULL, failures = 0,"
         " crashes = 0, interrupted = false, reason = %(r)s, changed_at = %(now)s"

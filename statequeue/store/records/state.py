@@ -40,7 +40,7 @@ from statequeue.store.records.items import LiveItem as LiveItem
 from statequeue.store.records.items import TextLoader as TextLoader
 from statequeue.store.records.items import id_runs as id_runs
 from statequeue.store.records.pending import PendingOrder
-from statequeue.store.transitions import last_line, starts_episode
+from statequeue.store.transitions import last_line, starts_afresh, starts_episode
 
 RATE_WINDOW_ITEMS = 2000
 # The fields of an ``item`` record that make a pending item more than its state byte.
@@ -378,8 +378,10 @@ class QueueState:
         # cancel / retry / hold issued by a user: a plain state change.
         item = self._item(rec["id"])
         item.last_seq = rec["seq"]
-        if rec["state"] == PENDING.value:
+        if starts_afresh(rec):
             item.crashes = 0
+            item.interrupted = False
+            item.not_before = 0.0
         if starts_episode(rec):
             item.failures = item.deferrals = 0
         self._move(item, ItemState(rec["state"]))
