@@ -57,8 +57,9 @@ class Positions:
 
 def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[str], Positions]:
     """Items from ``args``, else from ``file`` or stdin; empty lines are ignored
-    (and never held: the input is read a chunk at a time). Returns them with
-    what names their positions in error messages.
+    (and never held: the input is read a chunk at a time), and a CR that ends
+    a line (CRLF) is dropped, but not with ``null``. Returns them with what
+    names their positions in error messages.
 
     Bytes that are not UTF-8 are kept losslessly (as surrogate escapes, the
     way Python decodes file names), so `find | statequeue enqueue` never
@@ -100,6 +101,9 @@ class _Reader:
         self.gaps: list[tuple[int, int]] = []
         self.open_gap = 0  # empty lines in the run still going at the last chunk's end
         self.words = re.compile(f"[^{re.escape(sep)}]+")
+        # Lines may end in CRLF (a list saved on Windows): that CR is no part
+        # of the item. NUL-separated items are taken byte for byte.
+        self.crlf = sep == "\n"
 
     def read_all(self, stream: BinaryIO) -> None:
         sep = self.sep.encode()
@@ -132,6 +136,11 @@ class _Reader:
 
     def _take(self, data: bytes) -> None:
         """Take whole lines (``data`` ends with a separator)."""
+        if self.crlf:
+            # Whole lines only, so no CRLF is split between two calls; the
+            # last line without its LF gets one before it comes here. A line
+            # of a CR alone becomes empty: skipped and counted, as any blank.
+            data = data.replace(b"\r\n", b"\n")  # no copy when there is none
         # One decode per chunk; surrogateescape keeps any byte exactly (os.fsdecode
         # per line does the same, a million times slower in sum).
         text = data.decode(sys.getfilesystemencoding(), "surrogateescape")
