@@ -689,6 +689,7 @@ class Harness:
         before = self.library_counts()
         for kind in kinds:
             for k in range(1, 50):
+                self.give_compaction_work()
                 env = dict(self.env, STATEQUEUE_TEST_CRASH=f"{kind}:{k}")
                 proc = self._spawn("compact", ["compact", "--json"], env=env, out=True)
                 code = proc.wait(60)
@@ -703,6 +704,22 @@ class Harness:
                 self.figures.hook_kills += 1
                 self.figures.kills += 1
                 self.figures.extra.setdefault("crash_points", []).append(f"{kind}:{k}")
+
+    def give_compaction_work(self) -> None:
+        """Make the journal hold more dead records than live items (pause and
+        resume records: no item changes), so that the next compaction is put
+        in place: one that archives nothing, shrinks nothing and drops fewer
+        records than it keeps stops before its rename (online_compaction)."""
+        from statequeue import Queue
+
+        journal = self.home / self.queue / "journal.jsonl"
+        with Queue(self.queue, home=self.home, create=False) as q:
+            status = q.status()
+            live = status.total - status.counts["done"]
+            dead = journal.read_bytes().count(b"\n") - live - len(status.runners) - 1
+            for _ in range(max(0, (live - dead) // 2 + 1)):  # each pair: 2 dead records
+                q.pause()
+                q.resume()
 
     def library_counts(self) -> dict[str, int]:
         """The state counts, read in this process with the library."""

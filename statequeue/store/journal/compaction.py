@@ -23,6 +23,10 @@ Its steps, in this order, so that a crash at any point leaves a readable queue:
    checkpoints in place. Every process that reopens then replays only what
    the swap copied.
 
+A body that gains nothing (``online_compaction._gains_nothing``: nothing
+archived, no smaller, fewer records dropped than kept) is never renamed in:
+step 2 stops after writing it, and its temp file is removed.
+
 Until step 3's rename, the old journal still names every item, and the
 archive's extra tail is ignored (the snapshot's ``archive_size`` bounds it);
 records appended meanwhile are in the old journal, and are copied under the

@@ -46,6 +46,7 @@ from statequeue.store.journal.compaction_files import (
 )
 from statequeue.store.journal.integrity import ARCHIVE, JOURNAL
 from statequeue.store.journal.journal_file import JournalFile, parse, read_from, read_line
+from statequeue.store.journal.settings import compaction_due
 from statequeue.store.records.state import QueueState, TextLoader
 
 if TYPE_CHECKING:
@@ -104,7 +105,17 @@ def _compact(site: CompactionSite) -> CompactResult:
     pos, snapshot = _note_position(site)
     new = JournalFile(site.folder, NEW_JOURNAL, ops=site.ops)
     try:
-        built, copied = _build(site, pos, snapshot, new)
+        built = _build_body(site, pos, snapshot, new)
+        if _gains_nothing(pos, snapshot, built, new):
+            # Nothing renamed: the journal, its checkpoints and the archive
+            # (which its header still vouches for) stay as they are.
+            return CompactResult(
+                bytes_before=pos.offset,
+                bytes_after=pos.offset,
+                archived=0,
+                archive_bytes=built.archive_size,
+            )
+        copied = _stage_and_copy(site, pos, snapshot, built, new)
         return _swap(site, pos, built, copied, new)
     except OSError as exc:
         raise durability_error("compacting", str(site.folder.path), exc) from None
@@ -196,22 +207,44 @@ class _Copied:
     last_seq: int  # the old seq of the last of them
 
 
-def _build(
-    site: CompactionSite,
-    pos: Position,
-    snapshot: QueueState,
-    new: JournalFile,
-) -> tuple[Built, _Copied]:
-    """Step 2, holding only ``compact.lock``: archive, write the new journal's
-    body and stage the keys index that names it (at the end of that body:
-    its items are those of the noted position, which this store's journal
-    is still at), copy the records appended since, and stage the state
-    checkpoint after them, so the swap copies, and every process that
-    reopens replays, only what came after that."""
+def _build_body(
+    site: CompactionSite, pos: Position, snapshot: QueueState, new: JournalFile
+) -> Built:
+    """Step 2's first half, holding only ``compact.lock``: archive, and write
+    the new journal's body (fsynced) to the temp file ``new`` creates."""
     fd = site.folder.open_file(NEW_JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     os.close(fd)
     new.open()
-    built = build(pos=pos, folder=site.folder, state=snapshot, new=new, ops=site.ops)
+    return build(pos=pos, folder=site.folder, state=snapshot, new=new, ops=site.ops)
+
+
+def _gains_nothing(pos: Position, snapshot: QueueState, built: Built, new: JournalFile) -> bool:
+    """Whether the body in ``new`` is not worth putting in place: it archived
+    nothing, is no smaller than the journal up to ``pos``, and drops too few
+    records to speed up replay. An ``item`` record says more than the ``enq``
+    record it replaces (state, counts, enqueue time), so a queue of pending
+    items alone would grow. Records dropped that outnumber the live items are
+    what the automatic compaction starts for (``compaction_due``, asked the
+    same here): such a rewrite is always put in place, so no runner starts
+    one again and again that each time gives up."""
+    if built.archived or new.offset < pos.offset:
+        return False
+    live, runners = snapshot.live_count(), len(snapshot.runners)
+    return not compaction_due(pos.lines, live, runners, 1)
+
+
+def _stage_and_copy(
+    site: CompactionSite,
+    pos: Position,
+    snapshot: QueueState,
+    built: Built,
+    new: JournalFile,
+) -> _Copied:
+    """Step 2's second half: stage the keys index that names the new body (at
+    its end: its items are those of the noted position, which this store's
+    journal is still at), copy the records appended since, and stage the state
+    checkpoint after them, so the swap copies, and every process that reopens
+    replays, only what came after that."""
     if site.settings.checkpoint_every > 0:  # while ``new`` holds the body alone: see ``stage``
         archived = (snapshot.archive_size, built.archive_size)
         stats_cache.stage(site.folder, old=pos, new=new, archived=archived)
@@ -222,7 +255,7 @@ def _build(
         fresh = QueueState()
         _replay_written(new, fresh)
         checkpoint.save(site.folder, new, fresh, staged=NEW_STATE)
-    return built, copied
+    return copied
 
 
 def _copy_ahead(pos: Position, new: JournalFile) -> _Copied:
