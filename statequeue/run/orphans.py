@@ -16,6 +16,10 @@ back. Where it could not (no subreaper: a library's runner, or a system
 without ``prctl``; one that would not die in time), the items stay claimed
 and recovery takes them once their claim lock files are free, as after a
 kill -9 of the whole run.
+
+A subreaper adopts more than the keeper's children: a process a --verify hook
+(which the runner starts itself) leaves in the background is reparented to it
+too, and stays a zombie once it ends unless reaped (``reap_adopted``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Collection
 
+from statequeue.core import child_exits
 from statequeue.run.keeper_os import children as _main_children
 
-__all__ = ["adopt_orphans", "end_orphans", "is_subreaper"]
+__all__ = ["adopt_orphans", "end_orphans", "is_subreaper", "reap_adopted"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 END_WITHIN = 10.0
@@ -80,6 +86,25 @@ def _reap_all() -> None:
             return
         if pid == 0:
             return
+
+
+def reap_adopted(own: Collection[int]) -> bool:
+    """Reap, each by its pid, the children of this subreaper that have ended,
+    but for those of ``own`` (the keeper: its waiter waits for it by pid) and
+    those other code of this process started and waits for (child_exits):
+    never ``waitpid(-1)``, which could take their exit status. A child of
+    this process that none of them names is a process it adopted. Returns
+    whether one of those still lives (False at once for no subreaper)."""
+    if not _subreaper:
+        return False
+    alive = False
+    for pid in _children():
+        if pid in own or child_exits.expected(pid):
+            continue
+        with contextlib.suppress(ChildProcessError):
+            ended, _ = os.waitpid(pid, os.WNOHANG)
+            alive = alive or ended == 0
+    return alive
 
 
 def end_orphans(within: float = END_WITHIN) -> bool:

@@ -443,6 +443,7 @@ class Runner:
     def _reap(self) -> None:
         if self.keeper is not None:
             self.keeper.tend()
+        self.verify.reap_leftovers(self.keeper)  # what --verify hooks left in the background
         now = time.monotonic()
         finished: list[Job] = []
         for job in self.jobs.values():

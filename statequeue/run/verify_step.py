@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from statequeue.api.queue import Queue
 from statequeue.core.errors import VerifyBroken
@@ -25,6 +26,10 @@ from statequeue.run.checks import Verifier
 from statequeue.run.events import ItemFinished, Notice, RunEvent, RunSummary
 from statequeue.run.jobs import JobSpec
 from statequeue.run.options import RunOptions
+from statequeue.run.orphans import is_subreaper, reap_adopted
+
+if TYPE_CHECKING:
+    from statequeue.run.keeper import Keeper
 
 __all__ = ["VERIFY_TIMEOUT", "VerifyStep"]
 
@@ -55,6 +60,7 @@ class VerifyStep:
         self.summary = summary
         self.on_event = on_event
         self.verifier: Verifier | None = None
+        self._leftovers = False  # a check's leftover may be ours to reap (reap_leftovers)
         if options.verify:
             self.verifier = Verifier(
                 script=options.verify,
@@ -78,6 +84,7 @@ class VerifyStep:
         done without running it (True: not to be started). A broken script
         (exit 126/127) gives the item back and stops the run taking items (``broken``)."""
         assert self.verifier is not None
+        self._leftovers = self._leftovers or is_subreaper()
         try:
             # A check is no attempt of the command: if the runner dies during
             # it, the item goes back uncounted, with no crash (Store.check_starts).
@@ -118,6 +125,15 @@ class VerifyStep:
         self.summary.verified += 1
         self.on_event(ItemFinished(claim, outcome, state, verified=True))
         return True
+
+    def reap_leftovers(self, keeper: Keeper | None) -> None:
+        """Reap the processes the checks left in the background that have
+        ended since: the runner, a subreaper (orphans.py), adopted them, and
+        nothing else waits for them. Never the keeper process, which the
+        runner waits for by pid. Looked for only while one may live."""
+        if self._leftovers:
+            own = () if keeper is None or keeper.in_process else (keeper.pid,)
+            self._leftovers = reap_adopted(own)
 
     def _command_starts(self, claim: Claim) -> None:
         """The check is over and the command starts: from now on the runner's
