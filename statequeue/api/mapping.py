@@ -229,8 +229,10 @@ def resumable(
     completion per item across runs. ``f(x)`` returns the stored result when
     ``x`` was done before (by any call or process), else runs ``f``, records
     its result durably and returns it; a failure (after ``retries``) raises
-    ``f``'s own exception (MapFailed when ``x`` failed in an earlier run or
-    another process). The queue is opened on the first call and kept open."""
+    ``f``'s own exception. An item that failed before is run again by a later
+    call (a new set of attempts, as ``map`` gives it); MapFailed only when it
+    failed in another process while this call waited for it. The queue is
+    opened on the first call and kept open."""
 
     def decorate(fn: Callable[[str], R]) -> Callable[[str], R]:
         lock = threading.Lock()
