@@ -19,6 +19,7 @@ from statequeue.api.queue import Queue
 from tests import browser
 from tests.browser import Browser, png_colours
 from tests.conftest import STATEQUEUE
+from tests.killed_run import run_killed_running_two
 from tests.test_stats import fill
 
 
@@ -175,6 +176,39 @@ def test_a_downsampled_report_renders(page: Browser, tmp_path: Path) -> None:
     )
     assert marks[1] == figures.timeline.shown, marks
     assert png_colours(_screenshot(page)) > 20
+    assert page.errors() == []
+
+
+def test_attempts_in_flight_when_their_runner_died(
+    page: Browser, sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """A run (-j2) killed with -9 while it ran two items, not recovered yet:
+    the two attempts are drawn in their own slots, each to the time of the
+    report (the right end of the timeline), and the header names the dead
+    runner with its host."""
+    out = tmp_path / "died.html"
+    with run_killed_running_two(sq_env, sq_home, "", tmp_path, ["a", "b", "c"]) as runner:
+        made = subprocess.run(
+            [STATEQUEUE, "report", "-o", str(out)], env=sq_env, capture_output=True, timeout=120
+        )
+        assert made.returncode == 0, made.stderr
+    _open(page, out)
+    bars = _eval(
+        page,
+        "Array.from(document.querySelectorAll('svg.chart')[1].querySelectorAll('.mark'))"
+        ".filter(m => m.getAttribute('data-tip').includes('in flight when its runner died'))"
+        ".map(m => { const r = m.getBoundingClientRect(); return [r.top, r.right]; })",
+    )
+    axis = _eval(
+        page,
+        "document.querySelectorAll('svg.chart')[1].querySelector('line.axis')"
+        ".getBoundingClientRect().right",
+    )
+    assert len(bars) == 2 and bars[0][0] != bars[1][0], bars  # slots #1 and #2
+    assert all(abs(right - axis) < 1 for _, right in bars), (bars, axis)  # to the report
+    text = _eval(page, "document.body.innerText")
+    assert f"1 (0 alive now): {runner.runner_id} ({runner.host}): 2" in text, text[:800]
+    assert "to the time of this report" in text
     assert page.errors() == []
 
 

@@ -261,6 +261,16 @@ def test_dead_runner_is_not_active(harness: Harness) -> None:
     assert store.active_runners() == []
 
 
+def test_a_dead_runners_host_is_known_until_its_items_are_recovered(harness: Harness) -> None:
+    store = harness.open()
+    store.enqueue(["a"])
+    runner = new_runner()
+    store.register_runner(runner)
+    assert store.claim(runner) is not None
+    store = harness.crash(store)
+    assert store.runner_hosts({runner.runner_id, "unknown"}) == {runner.runner_id: runner.host}
+
+
 def test_compact_keeps_counts_dedupe_and_pending_order(harness: Harness) -> None:
     store = harness.open()
     store.enqueue([str(i) for i in range(10)])

@@ -37,7 +37,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
     the last ``since`` seconds (all of them when None)."""
     now = time.time() if now is None else now
     cutoff = None if since is None else now - since
-    fold = ReportFold(cutoff=cutoff)
+    fold = ReportFold(cutoff=cutoff, now=now)
     with shared.using() as store:
         status = store.status()
         commands = tuple(" ".join(c) for c in store.commands())
@@ -71,17 +71,28 @@ def store_kind(store: Store) -> str:
 
 def _add_in_flight(store: Store, fold: ReportFold, ids: Sequence[int]) -> None:
     """The attempts in flight when their runner died, not recovered yet (the
-    items `status` lists as interrupted): each one's start from its history."""
-    for n, item_id in enumerate(ids):
-        attempt, runner, started = 0, "", None
-        if n < IN_FLIGHT_LOOKUPS:
-            with contextlib.suppress(ItemNotFound):  # dropped meanwhile
-                for e in store.history(item_id).events:
-                    if e.get("t") == "start":
-                        at = e.get("at")
-                        started = float(at) if isinstance(at, int | float) else None
-                        attempt, runner = int(e.get("attempt", 0)), str(e.get("runner") or "")
-        fold.add_in_flight(item_id, attempt, runner, started)
+    items `status` lists as interrupted): each one's start and runner from
+    its history, and the runner's host from its registration."""
+    found = [
+        _started(store, item_id) if n < IN_FLIGHT_LOOKUPS else None for n, item_id in enumerate(ids)
+    ]
+    hosts = store.runner_hosts({s[1] for s in found if s is not None and s[1]})
+    for item_id, start in zip(ids, found, strict=True):
+        attempt, runner, started = start or (0, "", None)
+        fold.add_in_flight(item_id, attempt, runner, started, hosts.get(runner, ""))
+
+
+def _started(store: Store, item_id: int) -> tuple[int, str, float | None] | None:
+    """The latest attempt, runner and start time of ``item_id`` (its last
+    ``start`` record); None when it has none, or was dropped meanwhile."""
+    found = None
+    with contextlib.suppress(ItemNotFound):
+        for e in store.history(item_id).events:
+            if e.get("t") == "start":
+                at = e.get("at")
+                started = float(at) if isinstance(at, int | float) else None
+                found = int(e.get("attempt", 0)), str(e.get("runner") or ""), started
+    return found
 
 
 def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:

@@ -155,7 +155,8 @@ def timeline_svg(t: Timeline, start: float | None, end: float | None) -> str:
         if b.in_flight:
             tip = (
                 f"item {b.item_id} attempt {b.attempt}: in flight when its runner died, "
-                f"not recovered yet; started {clock(b.start)} on {t.lanes[b.lane]}"
+                f"not recovered yet; started {clock(b.start)} on {t.lanes[b.lane]}; "
+                "no end known: drawn to the time of this report"
             )
         body.append(
             _mark(

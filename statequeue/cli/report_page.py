@@ -116,8 +116,9 @@ def render_report(report: Report) -> str:
             "Interrupted, not recovered yet",
             f"Attempts in flight when their runner died ({f.in_flight_total} in all, as "
             "`statequeue status` lists them; the latest started shown): the next run "
-            "recovers them (--on-interrupted). Their bars in the timeline run to the last "
-            "moment known.",
+            "recovers them (--on-interrupted). Their end is not known (their processes may "
+            "have died with the runner, or may still run): their bars in the timeline run "
+            "to the time of this report.",
             _rows(f.in_flight, "started at", clock, "state now"),
         ),
         _section(
@@ -157,7 +158,6 @@ def _legend() -> str:
 def _header(r: Report) -> str:
     f = r.figures
     rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}%"
-    wall = "-" if r.wall_seconds is None else span(r.wall_seconds)
     cards = [(name, r.counts.get(name, 0)) for name in ("pending", "running", "done", "failed")]
     cards += [(name, n) for name, n in r.counts.items() if name not in dict(cards) and n]
     card_html = "".join(f'<div class="card"><b>{n}</b>{escape(name)}</div>' for name, n in cards)
@@ -173,10 +173,7 @@ def _header(r: Report) -> str:
         ("store", escape(r.store)),
         ("made", escape(clock(r.now)) + escape(since)),
         ("success rate", f"{rate} of finished items"),
-        (
-            "wall time",
-            f"{wall}" + (f" (from {escape(clock(f.first_start))})" if f.first_start else ""),
-        ),
+        ("wall time", _wall(r)),
         ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total)),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
         ("hosts", escape(", ".join(r.hosts)) or "-"),
@@ -187,6 +184,18 @@ def _header(r: Report) -> str:
         f"<header><h1>Queue {escape(r.queue)}</h1>"
         f'<div class="cards">{card_html}</div><dl class="head">{head}</dl></header>'
     )
+
+
+def _wall(r: Report) -> str:
+    """From the first start to the last end; to the report's time while
+    attempts are in flight with no end (their runner died): said so."""
+    f = r.figures
+    if r.wall_seconds is None or f.first_start is None:
+        return "-"
+    till = ""
+    if f.in_flight:  # the fold ran them to the report's time
+        till = " to the time of this report: attempts in flight when their runner died have no end"
+    return f"{span(r.wall_seconds)} (from {escape(clock(f.first_start))}{till})"
 
 
 def _ended(kinds: tuple[int, ...], in_flight: int) -> str:

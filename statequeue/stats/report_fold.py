@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -61,8 +62,10 @@ _UNKNOWN = -1.0
 class ReportFold:
     """Keeps every finished attempt's row; ``build`` gives ``AttemptFigures``."""
 
-    def __init__(self, *, cutoff: float | None = None) -> None:
+    def __init__(self, *, cutoff: float | None = None, now: float | None = None) -> None:
         self.cutoff = cutoff
+        self.now = now
+        """The report's time: attempts in flight (no end known) run to it (None: the build's)."""
         self.end = array("d")
         self.dur = array("d")
         self.item = array("q")
@@ -152,11 +155,14 @@ class ReportFold:
         self.kind.extend(column(kinds))
 
     def add_in_flight(
-        self, item_id: int, attempt: int, runner: str, started_at: float | None
+        self, item_id: int, attempt: int, runner: str, started_at: float | None, host: str = ""
     ) -> None:
         """An attempt in flight when its runner died, not recovered yet (no
-        attempt ended it): shown apart, and in the timeline from its start."""
+        attempt ended it): shown apart, and in the timeline from its start to
+        the report's time (``now``); its runner (on ``host``) counts it."""
         self.in_flight_total += 1
+        if host and runner:
+            self.hosts.setdefault(runner, host)
         if started_at is not None and attempt > 0:
             self.in_flight.append((started_at, item_id, attempt, runner))
 
@@ -197,12 +203,16 @@ class ReportFold:
         # Recovered meanwhile (between `status` and the attempts read): an attempt now.
         flying = sorted((x for x in self.in_flight if (x[1], x[2]) not in recovered), reverse=True)
         if flying:
+            # Not ended: each runs on as far as the report knows, to its time
+            # (the wall time and the timeline cover them up to now).
+            now = time.time() if self.now is None else self.now
             first = min(first if first is not None else math.inf, flying[-1][0])
-            last = max(last if last is not None else -math.inf, flying[0][0])
+            last = max(last if last is not None else -math.inf, flying[0][0], now)
         for _, _, _, runner in flying:
             self.runner_ids.setdefault(runner, len(self.runner_ids))
         names = {i: r for r, i in self.runner_ids.items()}
         per_runner = Counter(self.runner)
+        per_runner.update(self.runner_ids[runner] for _, _, _, runner in flying)
         runners = tuple(
             (names[i], self.hosts.get(names[i], ""), count)
             for i, count in sorted(per_runner.items(), key=lambda kv: (-kv[1], names[kv[0]]))
@@ -299,7 +309,8 @@ class ReportFold:
         last: float | None,
     ) -> Timeline:
         """Bars of the sampled attempts, and of those in flight (``flying``:
-        start, id, attempt, runner) from their start to ``last``."""
+        start, id, attempt, runner) from their start to ``last`` (the
+        report's time): each its own slot of its runner, as they overlap."""
         n = len(self.end)
         end, dur = self.end, self.dur
         # (start, end, item, attempt, runner, kind, in flight) of each bar

@@ -36,7 +36,7 @@ class Bar:
     kind: int
     in_flight: bool = False
     """An attempt in flight when its runner died, not recovered yet: its end is
-    not known (the bar runs to the last moment the report knows of)."""
+    not known (the bar runs to the report's time)."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,13 @@ class AttemptFigures:
     attempts: int
     first_start: float | None
     last_end: float | None
+    """The last attempt's end; the report's time while attempts are in flight
+    with no end (their runner died, not recovered yet)."""
     kinds: tuple[int, ...]
     """Attempts per kind (``KIND_NAMES``)."""
     runners: tuple[tuple[str, str, int], ...]
-    """(runner, host, attempts), most attempts first."""
+    """(runner, host, attempts: ended ones and those in flight when it died),
+    most attempts first."""
     throughput: Throughput | None
     timeline: Timeline
     histogram: DurationHistogram
@@ -148,7 +151,8 @@ class Report:
 
     @property
     def wall_seconds(self) -> float | None:
-        """From the first attempt's start to the last one's end."""
+        """From the first attempt's start to the last one's end, or to the
+        report's time while attempts are in flight with no end."""
         f = self.figures
         if f.first_start is None or f.last_end is None:
             return None

@@ -290,6 +290,12 @@ class Store(LeaseHooks, ABC):
     def status(self) -> Status:
         """Counts per state, live runners, recent failures and held items."""
 
+    def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
+        """The host each of ``runner_ids`` registered from, dead runners'
+        included while the store keeps their registration (until recovery
+        or compaction forgets them); unknown ones are left out. Default: {}."""
+        return {}
+
     @abstractmethod
     def compact(self) -> CompactResult:
         """Rewrite the state as a snapshot, moving finished results to an archive.

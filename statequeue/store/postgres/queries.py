@@ -107,6 +107,16 @@ def _workers(rows: Any) -> tuple[WorkerView, ...]:
         return ()
 
 
+def runner_hosts(conn: Connection, queue: str, runner_ids: Collection[str]) -> dict[str, str]:
+    """The host of each of ``runner_ids`` registered on ``queue`` (``Store.runner_hosts``)."""
+    rows = conn.execute(
+        "SELECT runner_id, host FROM statequeue.runners"
+        " WHERE queue = %s AND runner_id = ANY(%s::text[])",
+        (queue, sorted(runner_ids)),
+    ).fetchall()
+    return {str(r): str(h) for r, h in rows if h}
+
+
 def status(conn: Connection, queue: str, paused: bool) -> Status:
     roll_up_counts(conn, queue)
     q = {"q": queue}

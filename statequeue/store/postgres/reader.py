@@ -84,6 +84,10 @@ class Reader:
         with self._session.guard():
             return queries.status(self._session.conn, self.name, self.is_paused())
 
+    def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
+        with self._session.guard():
+            return queries.runner_hosts(self._session.conn, self.name, runner_ids)
+
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
         with self._session.guard():
             yield from queries.items(self._session.conn, self.name, state)

@@ -433,6 +433,11 @@ class RecordStore(RecordReads):
             ]
             return status_view(self.name, state, active, interrupted)
 
+    def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
+        with self._locked() as state:
+            found = {r: state.runners.get(r, {}).get("host") for r in runner_ids}
+        return {r: str(host) for r, host in found.items() if host}
+
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
         with self._locked() as state:
