@@ -271,6 +271,19 @@ def test_a_dead_runners_host_is_known_until_its_items_are_recovered(harness: Har
     assert store.runner_hosts({runner.runner_id, "unknown"}) == {runner.runner_id: runner.host}
 
 
+def test_interrupted_lists_what_status_lists(harness: Harness) -> None:
+    store = harness.open()
+    store.enqueue(["a", "b"])
+    runner = new_runner()
+    store.register_runner(runner)
+    assert store.claim(runner) is not None
+    assert store.interrupted() == store.status().interrupted == ()
+    store = harness.crash(store)
+    assert store.interrupted() == store.status().interrupted == (1,)
+    store.recover()
+    assert store.interrupted() == store.status().interrupted == ()
+
+
 def test_compact_keeps_counts_dedupe_and_pending_order(harness: Harness) -> None:
     store = harness.open()
     store.enqueue([str(i) for i in range(10)])

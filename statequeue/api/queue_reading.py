@@ -19,6 +19,7 @@ from statequeue.core.textsafe import shown
 from statequeue.store.base import Store
 
 if TYPE_CHECKING:
+    from statequeue.core.views import ItemHistory, ItemView
     from statequeue.stats.figures import Stats
 
 _T = TypeVar("_T")
@@ -37,6 +38,29 @@ def stream(shared: SharedStore, start: Callable[[Store], Iterator[_T]]) -> Itera
         if not batch:
             return
         yield from batch
+
+
+def items_marked(store: Store, wanted: ItemState | None) -> Iterator[ItemView]:
+    """``store.items(wanted)``, each running item that ``status`` lists as
+    interrupted (its runner died) marked so (``ItemView.interrupted``)."""
+    dead = set(store.interrupted()) if wanted in (None, ItemState.RUNNING) else set()
+    found = store.items(wanted)
+    if not dead:
+        return found
+    running = ItemState.RUNNING
+    return (
+        replace(v, interrupted=True) if v.state is running and v.item_id in dead else v
+        for v in found
+    )
+
+
+def history_marked(store: Store, item_id: int) -> ItemHistory:
+    """``store.history(item_id)``, marked ``interrupted`` when the item is
+    running and ``status`` lists it as interrupted (its runner died)."""
+    found = store.history(item_id)
+    if found.state is ItemState.RUNNING and item_id in store.interrupted():
+        return replace(found, interrupted=True)
+    return found
 
 
 def wanted_state(state: ItemState | str | None) -> ItemState | None:

@@ -28,9 +28,11 @@ class QueueReads:
         return list(self.iter_items(state))
 
     def iter_items(self, state: ItemState | str | None = None) -> Iterator[ItemView]:
-        """``items()`` streamed (for a million items)."""
+        """``items()`` streamed (for a million items). A running item whose
+        runner died (``status`` lists it as interrupted, as of the start of
+        the listing) has ``interrupted`` set."""
         wanted = reading.wanted_state(state)
-        return reading.stream(self._shared, lambda store: store.items(wanted))
+        return reading.stream(self._shared, lambda store: reading.items_marked(store, wanted))
 
     def results(self, state: ItemState | str | None = None) -> list[ItemResult]:
         """The stored result of every finished item (or those in ``state``:
@@ -77,10 +79,11 @@ class QueueReads:
             return store.result(item_id)  # an index lookup on every store
 
     def history(self, item: int | str) -> ItemHistory:
-        """Everything recorded about one item, by id or by exact text; ItemNotFound if unknown."""
+        """Everything recorded about one item, by id or by exact text; ItemNotFound
+        if unknown. ``interrupted`` is set on a running item whose runner died."""
         item_id = reading.item_id(self._shared, item)
         with self._shared.using() as store:
-            return store.history(item_id)
+            return reading.history_marked(store, item_id)
 
     def events(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[Record]:
         """The journal's records as dicts, oldest first (``statequeue events

@@ -68,6 +68,9 @@ def list_items(
 ) -> None:
     """List items, one per line, in id order (streams; fine on a million items).
 
+    A running item whose runner died (`status` lists it as interrupted) shows
+    as interrupted; with --json its state stays running, with "interrupted": true.
+
     Example: statequeue list --state failed --json | jq -r .item
     """
     wanted = parse_state(state)
@@ -77,7 +80,10 @@ def list_items(
         if json:
             out.write(orjson.dumps(view.to_json()) + b"\n")
         else:
-            line = f"{view.item_id}\t{view.state.value}\t{view.attempts}\t{shown(view.item, 200)}"
+            # "interrupted" as `status` says it: running, but its runner died
+            # (one word: the columns stay as they were; --json keeps "state").
+            state_text = "interrupted" if view.interrupted else view.state.value
+            line = f"{view.item_id}\t{state_text}\t{view.attempts}\t{shown(view.item, 200)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
 
 
@@ -111,7 +117,7 @@ def show(
         emit_json(h.to_json())
         return
     _write(f"item {h.item_id}: {shown(h.item, 200)}")
-    _write(f"state: {h.state.value}")
+    _write(f"state: {h.state.value}{_interrupted_note(h)}")
     _write("history (--retries counts failures per episode; `retry` or a stop starts one):")
     episode = 0
     for ev, line in zip(h.events, describe_events(h.events)[0], strict=True):
@@ -201,7 +207,7 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         h = q.history(item_id)  # state first: output read after it is complete
         # The latest attempt by default, as `logs --all` shows, even when it
         # logged nothing: an older attempt's output would pass for its own.
-        wanted = attempt or max((_attempt_of(e) for e in h.events), default=0)
+        wanted = attempt or _latest_attempt(h)
         paths = [p for p in h.log_paths if p.endswith(f".{wanted}.log")]
         if paths and paths[-1] != shown_path:
             shown_path, offset = paths[-1], 0
@@ -244,9 +250,21 @@ def _no_output(h: ItemHistory, wanted: int) -> str:
 
 def _check_attempt(h: ItemHistory, attempt: int) -> None:
     """ItemNotFound unless the item has had attempt ``attempt``."""
-    made = max((_attempt_of(e) for e in h.events), default=0)
+    made = _latest_attempt(h)
     if attempt > made:
         raise ItemNotFound(f"item {h.item_id} has no attempt {attempt} (it has {made})")
+
+
+def _interrupted_note(h: ItemHistory) -> str:
+    """What `status` says of the item when its runner died while it ran."""
+    if not h.interrupted:
+        return ""
+    attempt = _latest_attempt(h)
+    return f" (interrupted: its runner died during attempt {attempt}; the next run recovers it)"
+
+
+def _latest_attempt(h: ItemHistory) -> int:
+    return max((_attempt_of(e) for e in h.events), default=0)
 
 
 def _attempt_of(record: dict[str, Any]) -> int:

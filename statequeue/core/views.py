@@ -225,6 +225,8 @@ class ItemView:
     state: ItemState
     attempts: int = 0
     reason: str = ""
+    interrupted: bool = False
+    """Running, but its runner died: the next run recovers it (``Status.interrupted``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -234,6 +236,7 @@ class ItemView:
             "state": self.state.value,
             "attempts": self.attempts,
             "reason": self.reason,
+            "interrupted": self.interrupted,
         }
 
 
@@ -278,6 +281,8 @@ class ItemHistory:
     result: Any = None
     stderr_tail: str = ""
     log_paths: tuple[str, ...] = ()
+    interrupted: bool = False
+    """Running, but its runner died: the next run recovers it (``Status.interrupted``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -285,6 +290,7 @@ class ItemHistory:
             "id": self.item_id,
             **item_json(self.item),
             "state": self.state.value,
+            "interrupted": self.interrupted,
             "events": [record_json(e) for e in self.events],
             "result": self.result,
             "stderr_tail": self.stderr_tail,

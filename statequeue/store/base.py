@@ -290,6 +290,15 @@ class Store(LeaseHooks, ABC):
     def status(self) -> Status:
         """Counts per state, live runners, recent failures and held items."""
 
+    def interrupted(self) -> tuple[int, ...]:
+        """The items ``status`` lists as interrupted, in id order: recorded as
+        running, but their runner is dead (and, where the store can tell, no
+        process of theirs holds the claim): the next run recovers them. For
+        views that mark such items (`list`, `show`). This default asks
+        ``status``; a store overrides it with the part of ``status`` that
+        decides it (the one rule, shared)."""
+        return self.status().interrupted
+
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         """The host each of ``runner_ids`` registered from, dead runners'
         included while the store keeps their registration (until recovery

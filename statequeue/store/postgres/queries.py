@@ -107,6 +107,18 @@ def _workers(rows: Any) -> tuple[WorkerView, ...]:
         return ()
 
 
+def interrupted(conn: Connection, queue: str) -> tuple[int, ...]:
+    """The items ``status`` lists as interrupted (``Store.interrupted``)."""
+    return _interrupted(conn, queue, _runners(conn, queue)[1])
+
+
+def _interrupted(conn: Connection, queue: str, left: list[int]) -> tuple[int, ...]:
+    """The running items whose lease ended, and ``left``: those of runners
+    gone from this host (as once their lease ends: the next run recovers them)."""
+    found = {int(r[0]) for r in conn.execute(sql.INTERRUPTED, {"q": queue}).fetchall()}
+    return tuple(sorted(found.union(left)))
+
+
 def runner_hosts(conn: Connection, queue: str, runner_ids: Collection[str]) -> dict[str, str]:
     """The host of each of ``runner_ids`` registered on ``queue`` (``Store.runner_hosts``)."""
     rows = conn.execute(
@@ -130,9 +142,7 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
     held = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'held' ORDER BY id", q
     ).fetchall()
-    interrupted = {int(r[0]) for r in conn.execute(sql.INTERRUPTED, q).fetchall()}
     runners, left = _runners(conn, queue)
-    interrupted.update(left)  # as once their lease ends: the next run recovers them
     marked = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'pending'"
         " AND interrupted ORDER BY id",
@@ -147,7 +157,7 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
             for i, b, a, r, e in failed
         ),
         held=tuple(int(r[0]) for r in held),
-        interrupted=tuple(sorted(interrupted)),
+        interrupted=_interrupted(conn, queue, left),
         interrupted_pending=tuple(int(r[0]) for r in marked),
         paused=paused,
         rate=_rate(conn, queue),

@@ -84,6 +84,10 @@ class Reader:
         with self._session.guard():
             return queries.status(self._session.conn, self.name, self.is_paused())
 
+    def interrupted(self) -> tuple[int, ...]:
+        with self._session.guard():
+            return queries.interrupted(self._session.conn, self.name)
+
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         with self._session.guard():
             return queries.runner_hosts(self._session.conn, self.name, runner_ids)

@@ -398,6 +398,9 @@ class PostgresStore(Store):
         waiting = self._session.patiently(lambda c: rate_rows.deferred_waiting(c, self.name))
         return replace(found, deferred=waiting)
 
+    def interrupted(self) -> tuple[int, ...]:
+        return self._reader.interrupted()
+
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         return self._reader.runner_hosts(runner_ids)
 

@@ -425,13 +425,24 @@ class RecordStore(RecordReads):
 
         with self._locked() as state:
             active = self._registry.active(state)
-            alive = {r.runner_id for r in active}
-            interrupted = [
+            return status_view(self.name, state, active, self._interrupted(state, active))
+
+    def interrupted(self) -> tuple[int, ...]:
+        with self._locked() as state:
+            return self._interrupted(state, self._registry.active(state))
+
+    def _interrupted(self, state: QueueState, active: list[ActiveRunner]) -> tuple[int, ...]:
+        """The running items no live runner keeps (``active``: the live ones)
+        and whose claim no process holds: what ``status`` lists as
+        interrupted (the caller holds the lock)."""
+        alive = {r.runner_id for r in active}
+        return tuple(
+            sorted(
                 i.id
                 for i in state.running()
                 if not kept_by_keeper(state, i, alive) and self._claim_free(i)
-            ]
-            return status_view(self.name, state, active, interrupted)
+            )
+        )
 
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         with self._locked() as state:
