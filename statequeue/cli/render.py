@@ -78,6 +78,8 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     if status.interrupted:
         ids = counted_ids(status.interrupted)
         lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
+    if status.held_by_dead_runner:
+        lines.append(held_by_dead_runner_line(status.held_by_dead_runner))
     if status.interrupted_pending:
         ids = counted_ids(status.interrupted_pending)
         lines.append(f"interrupted, back to pending (--verify checks them first): {ids}")
@@ -88,6 +90,15 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     lines += _failure_lines(status)
     lines += _next_steps(status)
     return "\n".join(lines)
+
+
+def held_by_dead_runner_line(ids: Sequence[int]) -> str:
+    """The running items whose runner died while a process of their attempt
+    still holds the claim (its keeper died too): no run takes them yet."""
+    return (
+        "still run by processes of a dead runner (no run takes them until those end; "
+        f"then the next run recovers them): {counted_ids(ids)}"
+    )
 
 
 def _leftovers_line(leftovers: Sequence[tuple[int, Sequence[int]]]) -> str:

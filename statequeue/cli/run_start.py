@@ -210,7 +210,7 @@ def _guard(has_leases: bool) -> GuardLink | None:
     return guard.launch()
 
 
-def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
+def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
     return {
         "succeeded": summary.succeeded,
         "failed": summary.failed,
@@ -220,6 +220,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int]:
         "interrupted": summary.released,
         "attempts": summary.attempts,
         "started": summary.attempts,
+        "held_by_dead_runner": list(summary.held_by_dead_runner),
         "exit_code": code,
     }
 

@@ -132,6 +132,10 @@ class Status:
     """Pending items whose claim a process left by an earlier attempt still
     holds (its run's keeper keeps it until that process ends), each with the
     pids noted for it: a run waits for them."""
+    held_by_dead_runner: tuple[int, ...] = ()
+    """Items recorded as running whose runner is gone (its keeper too) while a
+    process of their attempt lives on and holds the claim: no run takes them
+    until those processes end; then the next run recovers them."""
 
     @property
     def over_limit(self) -> bool:
@@ -191,6 +195,7 @@ class Status:
             "interrupted": list(self.interrupted),
             "interrupted_pending": list(self.interrupted_pending),
             "leftovers": [{"id": i, "pids": list(pids)} for i, pids in self.leftovers],
+            "held_by_dead_runner": list(self.held_by_dead_runner),
             "paused": self.paused,
             "rate": self.rate,
             "eta_seconds": self.eta,

@@ -68,6 +68,9 @@ class RunSummary:
     killed_on_stop: int = 0
     """Children that ignored the stop signal and were killed after --grace."""
     stopped_by: int | None = None
+    held_by_dead_runner: tuple[int, ...] = ()
+    """Items left running by a dead runner whose attempt's processes still
+    hold them, as the run ended (``Store.held_by_dead_runner``): not taken."""
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
@@ -99,6 +102,9 @@ class RunSummary:
         during its wait, or run by another runner) waits no more: not counted
         so. Best effort: a store that cannot answer leaves the count as it is."""
         self.stopped_by = stopped_by
+        with contextlib.suppress(StateQueueError, OSError):
+            # Running, no run may take them yet: said, not left out silently.
+            self.held_by_dead_runner = store.held_by_dead_runner()
         if not self.waiting:
             return
         with contextlib.suppress(StateQueueError, OSError):
@@ -149,7 +155,7 @@ class RunSummary:
             self.attempts or self.verified or self.retried or self.released or self.needs_a_look
         )
         if idle and self.stopped_by is None:
-            return "nothing to do: no pending item is due"
+            return "nothing to do: no pending item is due" + self._held_text()
         parts = [f"{self.succeeded} ok"]
         if self.verified:
             parts[0] += f" ({self.verified} verified, not run)"
@@ -162,7 +168,19 @@ class RunSummary:
             parts.append(f"{self.released} handed back (stopped)")
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s") + " started"
         stopped = "" if self.stopped_by is None or not idle else " (stopped)"
-        return f"items: {', '.join(parts)}; {attempts}{stopped}"
+        return f"items: {', '.join(parts)}; {attempts}{stopped}{self._held_text()}"
+
+    def _held_text(self) -> str:
+        """The items a dead runner's processes still run: not taken by this run."""
+        held = self.held_by_dead_runner
+        if not held:
+            return ""
+        listed = ", ".join(f"#{i}" for i in held[:20]) + (", ..." if len(held) > 20 else "")
+        items = f"{len(held)} item" + ("" if len(held) == 1 else "s")
+        return (
+            f"; not taken: {items} still run by processes of a dead runner "
+            f"(`statequeue status`): {listed}"
+        )
 
 
 def paused_text(queue: str) -> str:

@@ -299,6 +299,13 @@ class Store(LeaseHooks, ABC):
         decides it (the one rule, shared)."""
         return self.status().interrupted
 
+    def held_by_dead_runner(self) -> tuple[int, ...]:
+        """The items ``status`` lists as held by a dead runner, in id order:
+        recorded as running, their runner gone, but a process of their attempt
+        still holds the claim (no run takes them until it ends). This default
+        asks ``status``."""
+        return self.status().held_by_dead_runner
+
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         """The host each of ``runner_ids`` registered from, dead runners'
         included while the store keeps their registration (until recovery

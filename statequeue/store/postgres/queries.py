@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from statequeue.core.errors import ItemNotFound
@@ -66,23 +66,16 @@ def pid_gone(pid: int) -> bool:
 
 
 def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
-    return _runners(conn, queue)[0]
-
-
-def _runners(conn: Connection, queue: str) -> tuple[list[ActiveRunner], list[int]]:
-    """The runners alive, and the items still running of those gone from this
-    host. A runner's heartbeat lease outlives it (killed -9, it keeps its row
-    until the lease ends); on its own host and boot, a gone pid tells at once
-    that it is dead, as recovery there knows (reaping.py)."""
+    """The runners alive. A runner's heartbeat lease outlives it (killed -9,
+    it keeps its row until the lease ends); on its own host and boot, a gone
+    pid tells at once that it is dead, as recovery there knows (reaping.py)."""
     rows = conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall()
     alive: list[ActiveRunner] = []
-    left: list[int] = []
     here: tuple[str, str] | None = None
     for rid, pid, host, since, running, heard, ends, lease, workers, boot in rows:
         if boot:
             here = here or (host_name(), boot_id())
             if (str(host), str(boot)) == here and pid_gone(int(pid)):
-                left += [int(i) for i in running]
                 continue
         runner = ActiveRunner(
             runner_id=str(rid),
@@ -96,7 +89,7 @@ def _runners(conn: Connection, queue: str) -> tuple[list[ActiveRunner], list[int
             workers=_workers(workers),
         )
         alive.append(runner)
-    return alive, left
+    return alive
 
 
 def _workers(rows: Any) -> tuple[WorkerView, ...]:
@@ -107,16 +100,36 @@ def _workers(rows: Any) -> tuple[WorkerView, ...]:
         return ()
 
 
-def interrupted(conn: Connection, queue: str) -> tuple[int, ...]:
-    """The items ``status`` lists as interrupted (``Store.interrupted``)."""
-    return _interrupted(conn, queue, _runners(conn, queue)[1])
+HeldHere = Callable[[int, str], bool]
+"""Whether a process on this host holds the claim lock of (token, runner)."""
 
 
-def _interrupted(conn: Connection, queue: str, left: list[int]) -> tuple[int, ...]:
-    """The running items whose lease ended, and ``left``: those of runners
-    gone from this host (as once their lease ends: the next run recovers them)."""
-    found = {int(r[0]) for r in conn.execute(sql.INTERRUPTED, {"q": queue}).fetchall()}
-    return tuple(sorted(found.union(left)))
+def _not_held(token: int, runner_id: str) -> bool:
+    return False
+
+
+def runner_gone(
+    conn: Connection, queue: str, held: HeldHere
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The running items whose runner is gone, as recovery finds them: their
+    lease ended, or their runner ran on this host and boot and its pid is
+    gone (whether or not a later run marked it stopped). In two, as recovery
+    treats them (reaping.py): those it takes (interrupted: the next run
+    recovers them), and those whose claim lock on this host a process of
+    the attempt still holds (``held``: no run takes them until it ends)."""
+    found = {
+        int(i): (int(t or 0), str(r or ""))
+        for i, t, r in conn.execute(sql.INTERRUPTED, {"q": queue}).fetchall()
+    }
+    boot = boot_id()
+    if boot:
+        gone: dict[int, bool] = {}
+        key = {"q": queue, "host": host_name(), "boot": boot}
+        for i, t, pid, r in conn.execute(sql.SAME_HOST, key).fetchall():
+            if gone.setdefault(int(pid), pid_gone(int(pid))):
+                found.setdefault(int(i), (int(t or 0), str(r or "")))
+    still = {i for i, (token, runner) in found.items() if held(token, runner)}
+    return tuple(sorted(found.keys() - still)), tuple(sorted(still))
 
 
 def runner_hosts(conn: Connection, queue: str, runner_ids: Collection[str]) -> dict[str, str]:
@@ -129,7 +142,9 @@ def runner_hosts(conn: Connection, queue: str, runner_ids: Collection[str]) -> d
     return {str(r): str(h) for r, h in rows if h}
 
 
-def status(conn: Connection, queue: str, paused: bool) -> Status:
+def status(conn: Connection, queue: str, paused: bool, held_here: HeldHere | None = None) -> Status:
+    """``held_here``: see ``runner_gone`` (None: no lock file looked at, as
+    `queues` lists every queue)."""
     roll_up_counts(conn, queue)
     q = {"q": queue}
     failed = conn.execute(
@@ -142,7 +157,8 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
     held = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'held' ORDER BY id", q
     ).fetchall()
-    runners, left = _runners(conn, queue)
+    runners = active_runners(conn, queue)
+    interrupted, still_held = runner_gone(conn, queue, held_here or _not_held)
     marked = conn.execute(
         "SELECT id FROM statequeue.live WHERE queue = %(q)s AND state = 'pending'"
         " AND interrupted ORDER BY id",
@@ -157,11 +173,12 @@ def status(conn: Connection, queue: str, paused: bool) -> Status:
             for i, b, a, r, e in failed
         ),
         held=tuple(int(r[0]) for r in held),
-        interrupted=_interrupted(conn, queue, left),
+        interrupted=interrupted,
         interrupted_pending=tuple(int(r[0]) for r in marked),
         paused=paused,
         rate=_rate(conn, queue),
         starts=_starts(conn, queue),
+        held_by_dead_runner=still_held,
     )
 
 

@@ -80,13 +80,13 @@ class Reader:
         )
         return float(row[0]) if row and row[0] is not None else None
 
-    def status(self) -> Status:
+    def status(self, held: queries.HeldHere) -> Status:
         with self._session.guard():
-            return queries.status(self._session.conn, self.name, self.is_paused())
+            return queries.status(self._session.conn, self.name, self.is_paused(), held)
 
-    def interrupted(self) -> tuple[int, ...]:
+    def runner_gone(self, held: queries.HeldHere) -> tuple[tuple[int, ...], tuple[int, ...]]:
         with self._session.guard():
-            return queries.interrupted(self._session.conn, self.name)
+            return queries.runner_gone(self._session.conn, self.name, held)
 
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         with self._session.guard():

@@ -158,7 +158,7 @@ RETURNING r.runner_id
 """
 
 INTERRUPTED = """
-SELECT l.id FROM statequeue.live l
+SELECT l.id, l.token, l.runner FROM statequeue.live l
 WHERE l.queue = %(q)s AND l.state = 'running' AND l.lease_until < clock_timestamp()
 ORDER BY l.id
 """

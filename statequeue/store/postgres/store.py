@@ -394,12 +394,20 @@ class PostgresStore(Store):
         return self._reader.next_due(among)
 
     def status(self) -> Status:
-        found = self._reader.status()
+        found = self._reader.status(self._held_here)
         waiting = self._session.patiently(lambda c: rate_rows.deferred_waiting(c, self.name))
         return replace(found, deferred=waiting)
 
     def interrupted(self) -> tuple[int, ...]:
-        return self._reader.interrupted()
+        return self._reader.runner_gone(self._held_here)[0]
+
+    def held_by_dead_runner(self) -> tuple[int, ...]:
+        return self._reader.runner_gone(self._held_here)[1]
+
+    def _held_here(self, token: int, runner_id: str) -> bool:
+        """Whether a process on this host holds the claim lock of ``token``
+        (``runner_id``'s, when the claim has no file): as recovery asks."""
+        return self._locks.is_held(token, runner_id or None)
 
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         return self._reader.runner_hosts(runner_ids)

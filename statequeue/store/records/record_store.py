@@ -8,6 +8,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Collection, Container, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 
 from statequeue.core.errors import StateQueueError
 from statequeue.core.exported import ExportedItem
@@ -425,11 +426,30 @@ class RecordStore(RecordReads):
 
         with self._locked() as state:
             active = self._registry.active(state)
-            return status_view(self.name, state, active, self._interrupted(state, active))
+            found = status_view(self.name, state, active, self._interrupted(state, active))
+            held = self._held_by_dead_runner(state, active)
+        return replace(found, held_by_dead_runner=held) if held else found
 
     def interrupted(self) -> tuple[int, ...]:
         with self._locked() as state:
             return self._interrupted(state, self._registry.active(state))
+
+    def held_by_dead_runner(self) -> tuple[int, ...]:
+        with self._locked() as state:
+            return self._held_by_dead_runner(state, self._registry.active(state))
+
+    def _held_by_dead_runner(
+        self, state: QueueState, active: list[ActiveRunner]
+    ) -> tuple[int, ...]:
+        """The running items whose runner is not alive (nor kept by its
+        keeper) and whose claim a process still holds: one its runner left
+        (the caller holds the lock)."""
+        alive = {r.runner_id for r in active}
+        return tuple(
+            sorted(
+                i.id for i in state.running() if i.runner not in alive and not self._claim_free(i)
+            )
+        )
 
     def _interrupted(self, state: QueueState, active: list[ActiveRunner]) -> tuple[int, ...]:
         """The running items no live runner keeps (``active``: the live ones)
