@@ -8,7 +8,6 @@ import time
 from abc import abstractmethod
 from collections.abc import Collection, Container, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 
 from statequeue.core.errors import StateQueueError
 from statequeue.core.exported import ExportedItem
@@ -23,15 +22,13 @@ from statequeue.core.models import (
 )
 from statequeue.core.records import Record, item_fields, item_text
 from statequeue.core.views import (
-    ActiveRunner,
     RecoveryReport,
-    Status,
 )
 from statequeue.store import transitions
 from statequeue.store.records.backend import record_time
 from statequeue.store.records.pending import is_due
-from statequeue.store.records.record_reads import RecordReads
-from statequeue.store.records.recovery import Recovery, crash_record, kept_by_keeper
+from statequeue.store.records.record_runners import RecordRunners
+from statequeue.store.records.recovery import Recovery, crash_record
 from statequeue.store.records.runners import RunnerRegistry
 from statequeue.store.records.state import LiveItem, QueueState
 from statequeue.store.records.user_actions import UserActions
@@ -40,7 +37,7 @@ from statequeue.store.transitions import RETRYABLE
 ENQUEUE_BATCH = 20_000
 
 
-class RecordStore(RecordReads):
+class RecordStore(RecordRunners):
     """Store logic over a ``QueueState``: subclasses persist records and tell
     whether a claim is still held by a live process."""
 
@@ -75,10 +72,6 @@ class RecordStore(RecordReads):
     def _load_text(self, item_id: int, loc: int) -> str:
         """The text of item ``item_id``, held by the record at locator ``loc``
         (given to ``apply``); DamagedState if that record is not about it."""
-
-    @abstractmethod
-    def _claim_free(self, item: LiveItem) -> bool:
-        """True when no live process (runner or its children) holds ``item``'s claim."""
 
     @abstractmethod
     def _take_claim(self, item_id: int) -> tuple[int, ...] | None:
@@ -405,74 +398,6 @@ class RecordStore(RecordReads):
         ):
             raise StateQueueError(transitions.lost_claim_text(claim))
         return item
-
-    def register_runner(self, runner: RunnerInfo, *, exclusive: bool = False) -> None:
-        self._registry.register(runner, exclusive=exclusive)
-
-    def unregister_runner(self, runner_id: str) -> None:
-        self._registry.unregister(runner_id)
-
-    def active_runners(self) -> list[ActiveRunner]:
-        with self._locked() as state:
-            return self._registry.active(state)
-
-    def prune_dead_runners(self, state: QueueState) -> None:
-        """Record that runners which died without unregistering are gone
-        (the caller holds the lock: compaction does it before a snapshot)."""
-        self._registry.prune_dead(state)
-
-    def status(self) -> Status:
-        from statequeue.store.records.listing import status_view  # lazy: start-up time
-
-        with self._locked() as state:
-            active = self._registry.active(state)
-            found = status_view(self.name, state, active, self._interrupted(state, active))
-            held = self._held_by_dead_runner(state, active)
-        return replace(found, held_by_dead_runner=held) if held else found
-
-    def interrupted(self) -> tuple[int, ...]:
-        with self._locked() as state:
-            return self._interrupted(state, self._registry.active(state))
-
-    def held_by_dead_runner(self) -> tuple[int, ...]:
-        with self._locked() as state:
-            return self._held_by_dead_runner(state, self._registry.active(state))
-
-    def _held_by_dead_runner(
-        self, state: QueueState, active: list[ActiveRunner]
-    ) -> tuple[int, ...]:
-        """The running items whose runner is not alive (nor kept by its
-        keeper) and whose claim a process still holds: one its runner left
-        (the caller holds the lock)."""
-        alive = {r.runner_id for r in active}
-        return tuple(
-            sorted(
-                i.id for i in state.running() if i.runner not in alive and not self._claim_free(i)
-            )
-        )
-
-    def _interrupted(self, state: QueueState, active: list[ActiveRunner]) -> tuple[int, ...]:
-        """The running items no live runner keeps (``active``: the live ones)
-        and whose claim no process holds: what ``status`` lists as
-        interrupted (the caller holds the lock)."""
-        alive = {r.runner_id for r in active}
-        return tuple(
-            sorted(
-                i.id
-                for i in state.running()
-                if not kept_by_keeper(state, i, alive) and self._claim_free(i)
-            )
-        )
-
-    def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
-        with self._locked() as state:
-            found = {r: state.runners.get(r, {}).get("host") for r in runner_ids}
-        return {r: str(host) for r, host in found.items() if host}
-
-    def commands(self) -> list[list[str]]:
-        """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
-        with self._locked() as state:
-            return [list(c) for c in state.commands]
 
     def notices(self) -> list[str]:
         out, self._notices = self._notices, []
