@@ -62,3 +62,35 @@ def test_a_runner_killed_here_is_not_active(sq_env: dict[str, str], pg_url: str)
         with contextlib.suppress(ProcessLookupError):  # the run's own session: its keeper, child
             os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
+
+
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+
+
+def test_a_runner_killed_here_and_not_yet_reaped_is_not_active(
+    sq_env: dict[str, str], pg_url: str
+) -> None:
+    """Its parent (this test) has not waited for it yet: a zombie, whose pid
+    still answers kill(pid, 0). Seen by a helper: `status` called such a
+    runner active until its parent reaped it."""
+    enq = [STATEQUEUE, "--store", pg_url, "enqueue", "a"]
+    assert subprocess.run(enq, env=sq_env, timeout=60).returncode == 0
+    run = subprocess.Popen(
+        [STATEQUEUE, "--store", pg_url, "run", "--", "sh", "-c", "sleep 60"],
+        env=sq_env,
+        start_new_session=True,
+    )
+    try:
+        until(lambda: _status(sq_env, pg_url)["counts"].get("running") == 1, "the item to run", 20)
+        os.kill(run.pid, signal.SIGKILL)
+        until(lambda: _zombie(run.pid), "the killed runner to be a zombie", 20)
+        here = _status(sq_env, pg_url)
+        assert not here["runner_active"] and here["runners"] == [], here
+        assert _zombie(run.pid)  # still unreaped while status looked
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the run's own session: its keeper, child
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)

@@ -55,14 +55,26 @@ def counts(conn: Connection, queue: str) -> dict[str, int]:
 
 
 def pid_gone(pid: int) -> bool:
-    """Whether no process has ``pid`` (on this host)."""
+    """Whether no process has ``pid`` (on this host), or only a zombie: a
+    process that has ended, not yet reaped by its parent (a runner killed
+    -9 whose parent is busy), has closed its fds and runs nothing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         return False  # alive, another user's
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc: the kill above decides
+        return False
+    end = stat.rfind(b")")  # the name, in parentheses, may hold anything
+    return stat[end + 2 : end + 3] == b"Z"
 
 
 def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
