@@ -16,7 +16,6 @@ more than one store call lives beside it (``queue_reading``, ``queue_whole``,
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import weakref
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from statequeue.api import queue_reading as reading
+from statequeue.api.compaction import compact_store
 from statequeue.api.queue_reads import QueueReads
 from statequeue.api.queue_whole import check_store, drop_store
 from statequeue.api.shared_store import SharedStore
@@ -48,7 +48,7 @@ from statequeue.core.records import check_json, check_reason
 from statequeue.store.base import RETRYABLE, Store
 
 KEEP_LOGS = 7 * 86400.0
-"""Seconds the logs of an archived item are kept before ``compact`` removes them."""
+"""Seconds the logs of a finished item are kept before ``compact`` removes them."""
 
 if TYPE_CHECKING:
     from statequeue.api.transfer import CheckedExport, ImportResult
@@ -281,8 +281,9 @@ class Queue(QueueReads):
 
     def compact(self, *, keep_logs: float = KEEP_LOGS) -> CompactResult:
         """Rewrite the journal as a snapshot; finished results move to the
-        archive. Then the logs of archived items older than ``keep_logs``
-        seconds are removed (0: all of them; ``math.inf``: none)."""
+        archive. First the logs of finished items older than ``keep_logs``
+        seconds are removed (0: all of them; ``math.inf``: none): that needs
+        no space, so on a full disk it frees what the rewrite needs."""
         if (
             isinstance(keep_logs, bool)
             or not isinstance(keep_logs, int | float)
@@ -291,9 +292,7 @@ class Queue(QueueReads):
             # as `compact --keep-logs -1d` is refused: -1 removed every log, NaN none
             raise UsageError(f"keep_logs must be a number of seconds >= 0, not {keep_logs!r}")
         with self._shared.using() as store:
-            result = store.compact()
-            removed = store.remove_archived_logs(keep_logs)
-        return dataclasses.replace(result, logs_removed=removed)
+            return compact_store(store, keep_logs)
 
     def retry(
         self,

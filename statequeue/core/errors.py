@@ -115,6 +115,10 @@ class DurabilityError(StateQueueError):
     exit_code = ExitCode.IO_ERROR
 
 
+class DiskFull(DurabilityError):
+    """a write failed: the disk is full; stopped without acknowledging."""
+
+
 class ShortOfResources(DurabilityError):
     """a write failed for want of fds or memory; stopped without acknowledging."""
 

@@ -13,7 +13,7 @@ import os
 import signal
 import stat
 
-from statequeue.core.errors import DurabilityError, ShortOfResources, shortage_remedy
+from statequeue.core.errors import DiskFull, DurabilityError, ShortOfResources, shortage_remedy
 
 CRASH_ENV = "STATEQUEUE_TEST_CRASH"
 CRASH_KINDS = ("write", "fsync", "rename", "dirfsync", "spawn", "recorded")
@@ -115,6 +115,8 @@ def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
     said = f"{action} {path} failed: {reason}; stopped without acknowledging"
     if (remedy := shortage_remedy(exc)) is not None:  # exit 10, not 6: not the disk's fault
         return ShortOfResources(f"{said} ({remedy})")
+    if exc.errno == errno.ENOSPC:  # a caller that knows what frees space says so
+        return DiskFull(said)
     return DurabilityError(said)
 
 

@@ -410,10 +410,13 @@ class Store(LeaseHooks, ABC):
         stores nothing: the log file stays where the runner wrote it."""
         return False
 
-    def remove_archived_logs(self, keep: float) -> LogsRemoved:
-        """Remove the logs of archived items last written more than ``keep``
-        seconds ago (``compact --keep-logs``), durably; what was removed. The
-        default removes nothing (a store that keeps no log files of its own)."""
+    def remove_finished_logs(self, keep: float) -> LogsRemoved:
+        """Remove the logs of finished items (those in a state that ``compact``
+        archives, whether it has archived them yet or not) last written more
+        than ``keep`` seconds ago (``compact --keep-logs``), durably; what was
+        removed. Needs no space: ``compact`` calls it before it writes, so
+        that on a full disk it frees what the archive needs. The default
+        removes nothing (a store that keeps no log files of its own)."""
         from statequeue.core.views import LogsRemoved  # lazy: views, see the imports
 
         return LogsRemoved()

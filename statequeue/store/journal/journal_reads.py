@@ -123,16 +123,15 @@ class JournalReads(RecordStore):
         )
         return tuple(self.dir.shown(n, "logs") for n in found)
 
-    def remove_archived_logs(self, keep: float) -> LogsRemoved:
-        from statequeue.store.journal.compaction_logs import remove_archived_logs  # lazy: start-up
+    def remove_finished_logs(self, keep: float) -> LogsRemoved:
+        from statequeue.store.journal.compaction_logs import remove_finished_logs  # lazy: start-up
 
-        def archived(item_id: int) -> bool:
-            # Done with no result left in the journal: compaction moved it out.
-            state = self.state
-            return state.state_of(item_id) is ItemState.DONE and state.result_loc(item_id) < 0
+        def finished(item_id: int) -> bool:
+            # Done: archived already, or by the compaction that follows.
+            return self.state.state_of(item_id) is ItemState.DONE
 
         with self._locked():  # the state read is that of one moment
-            return remove_archived_logs(self.dir, archived, keep)
+            return remove_finished_logs(self.dir, finished, keep)
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         try:

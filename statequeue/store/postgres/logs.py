@@ -100,13 +100,15 @@ def read_local(
         return f.read()
 
 
-def remove_archived(conn: Connection, queue: str, cutoff: float) -> tuple[int, int]:
-    """Delete the stored logs of archived items written before ``cutoff``
+def remove_finished(conn: Connection, queue: str, cutoff: float) -> tuple[int, int]:
+    """Delete the stored logs of finished items (done or cancelled: those
+    compaction archives, archived yet or not) written before ``cutoff``
     (``compact --keep-logs``); (logs removed, their bytes)."""
     row = conn.execute(
         "WITH gone AS ("
         " DELETE FROM statequeue.logs g USING statequeue.items i"
-        " WHERE g.queue = %(q)s AND i.queue = g.queue AND i.id = g.id AND i.archived"
+        " WHERE g.queue = %(q)s AND i.queue = g.queue AND i.id = g.id"
+        " AND i.state IN ('done', 'cancelled')"
         " AND g.at < %(cutoff)s RETURNING octet_length(g.data) AS size)"
         " SELECT count(*), coalesce(sum(size), 0) FROM gone",
         {"q": queue, "cutoff": cutoff},

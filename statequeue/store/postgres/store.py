@@ -362,10 +362,10 @@ class PostgresStore(Store):
     def save_log(self, claim: Claim, data: bytes) -> bool:
         return self._actions.save_log(claim, data)
 
-    def remove_archived_logs(self, keep: float) -> LogsRemoved:
+    def remove_finished_logs(self, keep: float) -> LogsRemoved:
         cutoff = time.time() - keep
         with self._session.transaction() as conn:
-            files, size = logs.remove_archived(conn, self.name, cutoff)
+            files, size = logs.remove_finished(conn, self.name, cutoff)
         return LogsRemoved(files, size)
 
     def import_items(self, entries: Sequence[ExportedItem]) -> EnqueueResult:
