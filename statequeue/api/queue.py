@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from statequeue.core.views import (
         CompactResult,
         QueueCheck,
+        RetryReport,
         Status,
     )
     from statequeue.stats.figures import Stats
@@ -302,7 +303,19 @@ class Queue(QueueReads):
     ) -> list[int]:
         """Put failed or held items back as pending: ``ids``, or every item in
         ``states`` (members or names; one alone is fine; UnknownState for
-        another); returns the ids changed (see ``Store.retry``)."""
+        another); returns the ids changed (see ``Store.retry``), with those
+        named whose runner died during their ``--verify`` check, which are
+        recovered as pending (see ``retry_report``)."""
+        return self.retry_report(ids, states=states).changed
+
+    def retry_report(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        states: Collection[ItemState | str] | ItemState | str = RETRYABLE,
+    ) -> RetryReport:
+        """``retry``, telling the items it put back from those it found
+        interrupted during their ``--verify`` check and recovered as pending."""
         wanted = None if ids is None else reading.item_ids(ids)
         with self._shared.using() as store:  # what a dead runner left is recovered first
             return retry_items(store, wanted, _state_set(states))

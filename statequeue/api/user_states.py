@@ -10,6 +10,11 @@ and then the user's action applies as to any held item: ``cancel``, or
 ``retry`` (back to pending, a new episode: the crash mark is cleared, so no
 ``--verify`` or ``--on-interrupted`` decides it again). An item whose runner
 lives, or whose lease (PostgreSQL) has not ended, is still refused.
+
+An item whose runner died during its ``--verify`` check is no crash: recovery
+makes it pending again, whatever the policy. ``retry`` of one then refused it
+("it is pending") on both stores, though it had just done what the user
+asked: it is reported as recovered instead, and is not retried again.
 """
 
 from __future__ import annotations
@@ -17,25 +22,34 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from statequeue.core.models import ItemState, OnInterrupted
+from statequeue.core.views import RetryReport
 from statequeue.store.base import Store
 
 __all__ = ["cancel_items", "retry_items"]
 
 
-def _recover_named(store: Store, ids: Sequence[int]) -> None:
-    """Recover, as held, the items of ``ids`` still marked running whose runner is gone."""
+def _recover_named(store: Store, ids: Sequence[int]) -> list[int]:
+    """Recover, as held, the items of ``ids`` still marked running whose
+    runner is gone; those recovered as pending instead (their runner died
+    during the ``--verify`` check: no crash, whatever the policy)."""
     running = [i for i, state in store.states(ids).items() if state is ItemState.RUNNING]
-    if running:
-        store.recover(on_interrupted=OnInterrupted.HOLD, only=frozenset(running))
+    if not running:
+        return []
+    report = store.recover(on_interrupted=OnInterrupted.HOLD, only=frozenset(running))
+    return report.retried
 
 
 def retry_items(
     store: Store, ids: Sequence[int] | None, states: Collection[ItemState]
-) -> list[int]:
+) -> RetryReport:
     """``store.retry``, after recovering what a dead runner left of ``ids``."""
-    if ids:
-        _recover_named(store, ids)
-    return store.retry(ids, states=states)
+    if ids is None:
+        return RetryReport(put_back=tuple(store.retry(None, states=states)))
+    pending = set(_recover_named(store, ids)) if ids else set()
+    rest = [i for i in ids if i not in pending]
+    put_back = store.retry(rest, states=states) if rest else []
+    recovered = tuple(i for i in dict.fromkeys(ids) if i in pending)
+    return RetryReport(put_back=tuple(put_back), recovered=recovered)
 
 
 def cancel_items(store: Store, ids: Sequence[int]) -> list[int]:

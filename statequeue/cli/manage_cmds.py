@@ -40,13 +40,24 @@ def retry(
         raise UsageError("give item ids or --failed/--held, not both")
     q = open_queue(ctx, home, queue, create=False)
     if ids:
-        changed = q.retry(ids)
+        report = q.retry_report(ids)
     else:
         # Chosen by the store under its lock: an item that a concurrent
         # `retry --failed` already put back is not an error.
         wanted = [s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on]
-        changed = q.retry(None, states=wanted)
-    _report(changed, "put back as pending", json)
+        report = q.retry_report(None, states=wanted)
+    if json:
+        emit_json({"schema": 1, "changed": report.changed, "recovered": list(report.recovered)})
+        return
+    if report.recovered:
+        # Its runner died during the --verify check: recovery made it pending.
+        named = ", ".join(f"#{i}" for i in report.recovered)
+        print(
+            f"{plural(len(report.recovered), 'item')} recovered, pending again "
+            f"(the runner died during the --verify check): {named}"
+        )
+    if report.put_back or not report.recovered:
+        _report(list(report.put_back), "put back as pending", json)
 
 
 @app.command()

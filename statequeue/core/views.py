@@ -212,6 +212,22 @@ class Status:
         }
 
 
+@dataclass(frozen=True)
+class RetryReport:
+    """What a user's ``retry`` did. ``put_back``: the failed or held items it
+    moved to pending. ``recovered``: items named whose runner had died during
+    their ``--verify`` check: recovery made them pending again (their command
+    never ran: no attempt, no crash), which is what the retry asked for."""
+
+    put_back: tuple[int, ...] = ()
+    recovered: tuple[int, ...] = ()
+
+    @property
+    def changed(self) -> list[int]:
+        """Every item the retry left pending that was not before."""
+        return [*self.recovered, *self.put_back]
+
+
 @dataclass
 class RecoveryReport:
     """What recovery did with items left in flight by dead runners."""
