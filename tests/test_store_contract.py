@@ -232,6 +232,34 @@ def test_a_user_retry_starts_the_item_afresh(harness: Harness) -> None:
     assert counts(store) == {"pending": 1}  # its first crash since the retry: not poison
 
 
+def test_a_user_retry_or_cancel_is_the_reason_an_item_shows(harness: Harness) -> None:
+    """After a user's retry or cancel, every store shows that as the item's
+    reason (`list`, `show`): the last thing that happened to it. The journal
+    (and memory) store kept the reason of the recovery or failure before it,
+    PostgreSQL said "retry by user" / "cancel by user"."""
+    store = harness.open()
+    store.enqueue(["to-retry", "failed", "to-cancel"])
+    runner = new_runner()
+    for _ in range(3):
+        claim = store.claim(runner)
+        assert claim is not None
+        if claim.item == "failed":
+            store.finish(claim, BAD)
+    store = harness.crash(store)  # "to-retry" and "to-cancel" were in flight
+    store.recover(on_interrupted=OnInterrupted.HOLD)
+    before = {v.item: v.reason for v in store.items()}
+    assert before["failed"] == "exit code 1" and "interrupted" in before["to-cancel"], before
+    assert store.retry([1, 2]) == [1, 2]
+    assert store.cancel([3]) == [3]
+    wanted = {"to-retry": "retry by user", "failed": "retry by user", "to-cancel": "cancel by user"}
+    assert {v.item: v.reason for v in store.items()} == wanted
+    store = harness.crash(store)  # read back as well as written
+    assert {v.item: v.reason for v in store.items()} == wanted
+    store.compact()  # and carried through a compaction
+    store = harness.crash(store)
+    assert {v.item: v.reason for v in store.items()} == wanted
+
+
 def test_finish_of_a_claim_not_held_is_refused(harness: Harness) -> None:
     store = harness.open()
     store.enqueue(["a"])

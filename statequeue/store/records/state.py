@@ -375,9 +375,12 @@ class QueueState:
         self._move(item, ItemState(rec["state"]))
 
     def _on_set(self, rec: Record, loc: int) -> None:
-        # cancel / retry / hold issued by a user: a plain state change.
+        # cancel / retry / hold issued by a user: a plain state change, and
+        # the item's reason from now on (the last thing that happened to it,
+        # as PostgreSQL's row says).
         item = self._item(rec["id"])
         item.last_seq = rec["seq"]
+        item.reason = rec.get("reason", "")
         if starts_afresh(rec):
             item.crashes = 0
             item.interrupted = False
