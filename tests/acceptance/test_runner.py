@@ -880,5 +880,9 @@ def test_the_runner_holds_no_more_fds_after_many_items(env: dict[str, str], sq_h
     out = sq(env, "run", "--", "sh", "-c", script)
     assert out.returncode == 0, out.stderr
     logs = sq_home / "default" / "logs"
-    counts = [(logs / f"{n}.1.log").read_text().split() for n in range(1, 31)]
-    assert counts[-1] == counts[0], counts
+    counts = [[int(c) for c in (logs / f"{n}.1.log").read_text().split()] for n in range(1, 31)]
+    # What is open at the child's look varies by a few with timing (the next
+    # child's pipes are made after this one starts): a leak grows by item.
+    for column in (0, 1):
+        first, last = (max(c[column] for c in part) for part in (counts[:10], counts[-10:]))
+        assert last <= first, counts
