@@ -29,16 +29,22 @@ def _status(env: dict[str, str], url: str) -> dict[str, Any]:
     return found
 
 
-def test_a_runner_killed_here_is_not_active(sq_env: dict[str, str], pg_url: str) -> None:
-    enq = [STATEQUEUE, "--store", pg_url, "enqueue", "a"]
-    assert subprocess.run(enq, env=sq_env, timeout=60).returncode == 0
+def _running(env: dict[str, str], url: str) -> subprocess.Popen[bytes]:
+    """A run (its own session) of one enqueued item, once the item runs."""
+    enq = [STATEQUEUE, "--store", url, "enqueue", "a"]
+    assert subprocess.run(enq, env=env, timeout=60).returncode == 0
     run = subprocess.Popen(
-        [STATEQUEUE, "--store", pg_url, "run", "--", "sh", "-c", "sleep 60"],
-        env=sq_env,
+        [STATEQUEUE, "--store", url, "run", "--", "sh", "-c", "sleep 60"],
+        env=env,
         start_new_session=True,
     )
+    until(lambda: _status(env, url)["counts"].get("running") == 1, "the item to run", 20)
+    return run
+
+
+def test_a_runner_killed_here_is_not_active(sq_env: dict[str, str], pg_url: str) -> None:
+    run = _running(sq_env, pg_url)
     try:
-        until(lambda: _status(sq_env, pg_url)["counts"].get("running") == 1, "the item to run", 20)
         alive = _status(sq_env, pg_url)
         assert alive["runner_active"] and alive["runners"][0]["pid"] == run.pid, alive
         os.kill(run.pid, signal.SIGKILL)
@@ -76,15 +82,8 @@ def test_a_runner_killed_here_and_not_yet_reaped_is_not_active(
     """Its parent (this test) has not waited for it yet: a zombie, whose pid
     still answers kill(pid, 0). Seen by a helper: `status` called such a
     runner active until its parent reaped it."""
-    enq = [STATEQUEUE, "--store", pg_url, "enqueue", "a"]
-    assert subprocess.run(enq, env=sq_env, timeout=60).returncode == 0
-    run = subprocess.Popen(
-        [STATEQUEUE, "--store", pg_url, "run", "--", "sh", "-c", "sleep 60"],
-        env=sq_env,
-        start_new_session=True,
-    )
+    run = _running(sq_env, pg_url)
     try:
-        until(lambda: _status(sq_env, pg_url)["counts"].get("running") == 1, "the item to run", 20)
         os.kill(run.pid, signal.SIGKILL)
         until(lambda: _zombie(run.pid), "the killed runner to be a zombie", 20)
         here = _status(sq_env, pg_url)
