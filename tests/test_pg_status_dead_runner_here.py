@@ -38,7 +38,12 @@ def _running(env: dict[str, str], url: str) -> subprocess.Popen[bytes]:
         env=env,
         start_new_session=True,
     )
-    until(lambda: _status(env, url)["counts"].get("running") == 1, "the item to run", 20)
+    try:
+        until(lambda: _status(env, url)["counts"].get("running") == 1, "the item to run", 20)
+    except BaseException:
+        os.killpg(run.pid, signal.SIGKILL)  # its own session: its keeper, child
+        run.wait(timeout=30)
+        raise
     return run
 
 
