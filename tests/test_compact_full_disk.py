@@ -150,3 +150,24 @@ def test_the_cli_says_what_frees_space(sq_env: dict[str, str]) -> None:
     assert line.startswith("statequeue: ") and "disk full" in line, line
     assert "compact --keep-logs 0s` frees space" in line, line
     assert len(os.listdir(folder / "logs")) == 3  # none was older than 7 days
+
+
+def test_any_command_that_meets_a_full_disk_says_what_frees_space(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run whose result cannot be written (the tester's run exited 6 on the
+    full tmpfs) says how to free space, as compaction does; compaction's own
+    advice is not doubled."""
+    from statequeue.cli.errors import exit_code_of
+    from statequeue.core.errors import DiskFull
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    run = durability_error("appending to", "/q/journal.jsonl", full)
+    assert isinstance(run, DiskFull)
+    assert exit_code_of(run) == 6
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and "disk full" in line, line
+    assert "compact --keep-logs 0s` removes the logs of finished items" in line
+    own = DiskFull("compacting failed: disk full (free space on the disk, then ...)")
+    assert exit_code_of(own) == 6
+    assert "--keep-logs 0s" not in capsys.readouterr().err

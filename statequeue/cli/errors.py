@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from statequeue.core.errors import StateQueueError, os_error_text, shortage_remedy
+from statequeue.core.errors import DiskFull, StateQueueError, os_error_text, shortage_remedy
 from statequeue.core.exitcodes import ExitCode
 
 PROG = "statequeue"
@@ -39,6 +39,11 @@ _QUEUE_FLAGS = ("-q", "--queue")
 hint_queue: str | None = None
 """The queue this command acts on, named in its hints (the run's fast path sets it)."""
 _hint_argv: Sequence[str] = ()  # else found in the command line (``run_guarded``), when needed
+
+
+DISK_FULL_HINT = (
+    "free space; `statequeue compact --keep-logs 0s` removes the logs of finished items"
+)
 
 
 def with_queue(text: str) -> str:
@@ -111,6 +116,10 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
 
 def exit_code_of(exc: BaseException) -> int | None:
     """The exit code for ``exc``, its line printed; None to let it go on."""
+    if isinstance(exc, DiskFull) and "space" not in exc.message:
+        # Not from compaction (which says what frees space): any command that
+        # met a full disk (a run's results, an enqueue).
+        return fail(f"{exc.message} ({DISK_FULL_HINT})", int(exc.exit_code))
     if isinstance(exc, StateQueueError):
         return fail(exc.message, int(exc.exit_code))
     click = sys.modules.get("click")
