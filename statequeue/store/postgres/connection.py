@@ -54,19 +54,40 @@ NETWORK_DEFAULTS = {
     "tcp_user_timeout": "5000",
 }
 BACKOFF_FIRST = 0.05
+SEARCH_PATH = "pg_catalog, pg_temp"
+"""The search_path of every session statequeue opens (and of its functions).
+
+With the default ``"$user", public`` another role that may create schemas
+makes one named like the user's role and plants an overload there that
+matches a call's argument types better than pg_catalog's (an advisory lock
+call with a smallint key): it ran as the user. With this path an unqualified
+function, operator or type resolves in pg_catalog, and every statequeue
+object is named with its schema (``statequeue.``)."""
 BACKOFF_MAX = 2.0
 
 
 def connect(url: str) -> Connection:
-    """An autocommit connection (transactions are always explicit), or StoreUnreachable."""
+    """An autocommit connection (transactions are always explicit) whose
+    search_path is SEARCH_PATH before any other statement, or StoreUnreachable.
+
+    Every connection statequeue opens (a reconnect too) comes from here."""
     check_url(url)
     given = psycopg.conninfo.conninfo_to_dict(url)
     extra = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
     try:
         conninfo = psycopg.conninfo.make_conninfo(url, **extra)
-        return psycopg.connect(conninfo, autocommit=True, application_name="statequeue")
+        conn = psycopg.connect(conninfo, autocommit=True, application_name="statequeue")
     except psycopg.Error as exc:
         raise unreachable(exc, url) from None
+    try:
+        # A SET, not the URL's ``options``: those stay the user's (``-c
+        # role=...``), and poolers in session mode pass a SET through. It
+        # calls no function, so nothing can be resolved before it.
+        conn.execute(f"SET search_path = {SEARCH_PATH}")
+    except psycopg.Error as exc:
+        conn.close()
+        raise unreachable(exc, url) from None
+    return conn
 
 
 def is_lost(conn: Connection) -> bool:

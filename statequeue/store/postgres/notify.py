@@ -20,7 +20,8 @@ import time
 import psycopg
 from psycopg import sql
 
-from statequeue.store.postgres.connection import Connection
+from statequeue.core.errors import StateQueueError
+from statequeue.store.postgres.connection import Connection, connect
 
 THROTTLE = 0.25
 """Seconds between two notifies one process sends for one queue."""
@@ -78,9 +79,13 @@ class Listener:
             return None
         self._tried_at = now
         try:
-            conn = psycopg.connect(self.url, autocommit=True, application_name="statequeue")
+            conn = connect(self.url)  # its search_path pinned, as every connection's
+        except StateQueueError:  # unreachable: tried again later
+            return None
+        try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error:
+            conn.close()
             return None
         self._conn = conn
         return conn.fileno()

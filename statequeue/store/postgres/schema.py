@@ -302,7 +302,10 @@ def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
         # Held to the end of the transaction: two processes opening an empty
         # database at once migrate it once. Read again under it: another
         # process may have migrated since the look above.
-        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
+        # Qualified (connection.py pins the search_path too): an overload of
+        # another role's with a closer type match is never called.
+        lock = "SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)"
+        conn.execute(lock, (LOCK_CLASS, MIGRATION_LOCK))
         before = _checked_version(conn)
         if before == 0:
             conn.execute("CREATE SCHEMA IF NOT EXISTS statequeue")
