@@ -71,7 +71,8 @@ MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.LOCKED: (
         "the queue stayed locked by another process for `STATEQUEUE_LOCK_TIMEOUT` seconds "
-        "(default 60)"
+        "(default 60); or, on PostgreSQL, another session held the migration lock as long "
+        "(the message names its pid, role and application)"
     ),
     ExitCode.UNSAFE_FOLDER: (
         "the home or queue folder (or a PostgreSQL queue's scratch folder) is not safe: "

@@ -384,6 +384,10 @@ class Runner:
                 self.on_event(Notice(paused_text(self.queue.name)))
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         self._said_paused = False
+        # What the store found while idle, e.g. its recovery waiting for a
+        # lock another session keeps: said, never a silent wait.
+        for text in self.queue.store.notices():
+            self.on_event(Notice(text, warning=True))
         return self._look_again(scope)
 
     def _look_again(self, scope: set[int] | None) -> float | None:

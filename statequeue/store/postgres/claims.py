@@ -71,6 +71,7 @@ class Claims:
         self._leases = leases
         self._locks = locks
         self._recovered_at = -RECOVER_EVERY
+        self.reap_wait = reaping.ReapWait()  # its notice: the store's notices()
         self._unsynced: list[Unsynced] = []
         # token -> the connection generation of its first finish try, kept
         # until the finish is settled: a later call retries that one.
@@ -367,7 +368,7 @@ class Claims:
                 rule=rule,
                 report=report,
             )
-            reaping.reap_expired(conn, self.name, rule, report, self._locks)
+            reaping.reap_expired(conn, self.name, rule, report, self._locks, self.reap_wait)
 
         self._session.patiently(attempt)
         return report

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.core.models import OnInterrupted
 from statequeue.store import transitions
-from statequeue.store.postgres import check_marks, queries, sql, writes
+from statequeue.store.postgres import check_marks, lock_holders, queries, sql, writes
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.schema import LOCK_CLASS
 
@@ -273,24 +273,70 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
     return stopped
 
 
+REAP_LOCK_SAID_AFTER = 5.0
+"""Seconds a reaper finds the queue's reap lock held, its turn due, before it says who holds it."""
+
+
+class ReapWait:
+    """Whether this store's reaper keeps finding the queue's reap lock held
+    (a turn takes milliseconds: any role may take the lock and keep it), and
+    the notice that says so, once per such wait."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.said = False
+        self.notices: list[str] = []
+
+    def clear(self) -> None:
+        self.since, self.said = None, False
+
+    def blocked(self, conn: Connection, queue: str) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if self.said or now - self.since < REAP_LOCK_SAID_AFTER:
+            return
+        key = lock_holders.key_of(conn, queue)
+        who = lock_holders.holder(conn, REAP_LOCK, key)
+        if who is None:
+            return  # let go meanwhile (or a turn of another reaper)
+        self.said = True
+        self.notices.append(
+            f"recovery of interrupted items in queue {queue!r} waits for its reap lock "
+            f"(advisory lock {REAP_LOCK}, {key}), held for {now - self.since:.0f} s by {who}; "
+            "the run goes on meanwhile"
+        )
+
+    def take(self) -> list[str]:
+        notices, self.notices = self.notices, []
+        return notices
+
+
 def reap_expired(
     conn: Connection,
     queue: str,
     rule: Rule,
     report: RecoveryReport,
     locks: ClaimLocks,
+    wait: ReapWait | None = None,
 ) -> None:
     """If it is this store's turn, recover every item whose lease has expired,
     but for those a process of which still holds the claim lock on this host."""
     settled: list[int] = []
     if conn.execute(sql.REAP_DUE, {"q": queue, "every": REAP_EVERY}).fetchone() is None:
+        if wait is not None:
+            wait.clear()  # another reaper had a turn: the lock is not kept
         return  # another reaper did it within REAP_EVERY (the turn below checks again)
     with conn.transaction():
         turn = conn.execute(
             sql.REAP_TURN, {"q": queue, "every": REAP_EVERY, "lock": REAP_LOCK}
         ).fetchone()
         if turn is None:
-            return  # another reaper did it within REAP_EVERY
+            if wait is not None:
+                wait.blocked(conn, queue)
+            return  # another reaper did it within REAP_EVERY, or holds the lock
+        if wait is not None:
+            wait.clear()
         for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
             lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid(), how="lease")
             writes.event(conn, queue, lost)

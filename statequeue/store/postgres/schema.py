@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from statequeue.core.errors import SchemaTooNew
+from statequeue.store.postgres import lock_holders
 from statequeue.store.postgres.check_marks import V12_CHECKS
 from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
 from statequeue.store.postgres.lean_writes import V7_LEAN_WRITES
@@ -302,10 +303,10 @@ def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
         # Held to the end of the transaction: two processes opening an empty
         # database at once migrate it once. Read again under it: another
         # process may have migrated since the look above.
-        # Qualified (connection.py pins the search_path too): an overload of
-        # another role's with a closer type match is never called.
-        lock = "SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)"
-        conn.execute(lock, (LOCK_CLASS, MIGRATION_LOCK))
+        # Any role may hold it (advisory locks are not privileged): the wait
+        # is bounded, then exit 8 naming the holder, never a silent hang. Its
+        # calls are qualified (connection.py pins the search_path too).
+        lock_holders.take(conn, LOCK_CLASS, MIGRATION_LOCK, "migration lock")
         before = _checked_version(conn)
         if before == 0:
             conn.execute("CREATE SCHEMA IF NOT EXISTS statequeue")

@@ -108,7 +108,7 @@ REAP_TURN = """
 UPDATE statequeue.queues SET last_reap_at = clock_timestamp()
 WHERE name = %(q)s
   AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
-  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(q)s))
+  AND pg_catalog.pg_try_advisory_xact_lock(%(lock)s, pg_catalog.hashtext(%(q)s))
 RETURNING 1
 """
 

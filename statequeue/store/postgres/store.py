@@ -446,7 +446,8 @@ class PostgresStore(Store):
         return self._reader.read_events(cursor)
 
     def notices(self) -> list[str]:
-        return []
+        # A reap lock another session keeps (reaping.ReapWait), said once.
+        return self._claims.reap_wait.take()
 
     def export_items(self) -> Iterator[ExportedItem]:
         return self._reader.export_items()
