@@ -224,3 +224,15 @@ def test_an_import_value_out_of_range_exits_2_changing_nothing(
     line = _one_line(done.stderr)
     assert "line 3: bad item entry" in line, line
     assert sql(pg_url, "SELECT to_regclass('statequeue.items') IS NULL") == [(True,)]
+
+
+def test_an_unexpected_store_error_exits_11_not_1(pg_url: str, sq_env: dict[str, str]) -> None:
+    """A statement the server fails (here: a table gone from an up-to-date
+    schema; in a tester's attack, another role's function) is the store's
+    failure, exit 11: exit 1 is for items that failed or are held."""
+    assert _cli(sq_env, pg_url, "enqueue", "a").returncode == 0
+    sql(pg_url, "DROP TABLE statequeue.items CASCADE")
+    done = _cli(sq_env, pg_url, "enqueue", "b")
+    assert done.returncode == 11, done.stderr
+    line = _one_line(done.stderr)
+    assert "the PostgreSQL store failed" in line and "does not exist" in line, line

@@ -189,6 +189,14 @@ class StoreDenied(StateQueueError):
     exit_code = ExitCode.STORE_UNREACHABLE
 
 
+class StoreFailed(StateQueueError):
+    """the PostgreSQL store failed a statement unexpectedly (what the server said follows).
+
+    The store's problem, not an item's: exit 11, never 1 (failed or held items)."""
+
+    exit_code = ExitCode.STORE_UNREACHABLE
+
+
 class SchemaTooNew(StateQueueError):
     """the database's statequeue schema is newer than this statequeue; upgrade statequeue."""
 

@@ -92,7 +92,8 @@ MEANINGS: dict[ExitCode, str] = {
         "the PostgreSQL store (`--store`) could not be reached: connection refused, login "
         "failed, no such database, or the server went away (`run`: for longer than "
         "`--give-up-after`); or it denied a privilege (permission denied) or a write (a "
-        "read-only standby or session); the message masks any password"
+        "read-only standby or session); or a statement failed unexpectedly on the server "
+        "(the message says what it said); the message masks any password"
     ),
     ExitCode.SCHEMA_TOO_NEW: (
         "the database's statequeue schema is newer than this statequeue; upgrade statequeue"

@@ -15,7 +15,13 @@ import psycopg
 import psycopg.conninfo
 import psycopg.errors
 
-from statequeue.core.errors import InvalidStoreUrl, StateQueueError, StoreDenied, StoreUnreachable
+from statequeue.core.errors import (
+    InvalidStoreUrl,
+    StateQueueError,
+    StoreDenied,
+    StoreFailed,
+    StoreUnreachable,
+)
 from statequeue.store import urls
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -134,5 +140,7 @@ def guarded(url: str) -> Iterator[None]:
             "default_transaction_read_only; point --store at a writable primary)"
         ) from None
     except psycopg.Error as exc:
+        # Anything else the server or driver raised (a missing table, an
+        # error in a function): the store's failure, exit 11, not an item's (1).
         reason = _said(exc, url)
-        raise StateQueueError(f"the PostgreSQL store failed: {reason}") from None
+        raise StoreFailed(f"the PostgreSQL store failed: {reason}") from None
