@@ -171,8 +171,7 @@ class Runner:
         self.summary.ended(self._store, self._stop_signal)
         return self.summary
 
-    def _out_of_time(self) -> bool:
-        """Whether --max-time has run out."""
+    def _out_of_time(self) -> bool:  # --max-time has run out
         return self._max_time_at is not None and time.monotonic() >= self._max_time_at
 
     def _loop(self) -> None:
@@ -384,9 +383,7 @@ class Runner:
                 self.on_event(Notice(paused_text(self.queue.name)))
             return FOLLOW_POLL  # `resume` lets this runner go on, without a restart
         self._said_paused = False
-        # What the store found while idle, e.g. its recovery waiting for a
-        # lock another session keeps: said, never a silent wait.
-        for text in self.queue.store.notices():
+        for text in self.queue.store.notices():  # e.g. recovery waits for a lock: said
             self.on_event(Notice(text, warning=True))
         return self._look_again(scope)
 
@@ -440,8 +437,7 @@ class Runner:
         self._sink(event)
 
     def _report_ready(self) -> None:
-        events = self.recorder.take_ready()
-        for event in events:
+        for event in self.recorder.take_ready():
             self._sink(event)
 
     def _reap(self) -> None:
