@@ -15,6 +15,7 @@ import os
 import traceback
 
 from statequeue.core.errors import StateQueueError
+from statequeue.core.fileio import open_own
 from statequeue.core.models import Claim
 from statequeue.store.base import Store
 
@@ -38,8 +39,8 @@ def log_traceback(store: Store, claim: Claim, exc: BaseException) -> None:
 
 
 def _write_file(folder_fd: int, name: str, data: bytes) -> None:
-    # Relative to the folder the store holds open, never through a link (as jobs.py).
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(name, flags, 0o600, dir_fd=folder_fd)
+    # Relative to the folder the store holds open, never through a link, and
+    # only a file of this user's (as jobs.py).
+    fd = open_own(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, folder_fd)
     with open(fd, "wb") as f:
         f.write(data)

@@ -13,7 +13,13 @@ import os
 import signal
 import stat
 
-from statequeue.core.errors import DiskFull, DurabilityError, ShortOfResources, shortage_remedy
+from statequeue.core.errors import (
+    DiskFull,
+    DurabilityError,
+    ShortOfResources,
+    UnsafeFolder,
+    shortage_remedy,
+)
 
 CRASH_ENV = "STATEQUEUE_TEST_CRASH"
 CRASH_KINDS = ("write", "fsync", "rename", "dirfsync", "spawn", "recorded")
@@ -120,11 +126,56 @@ def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
     return DurabilityError(said)
 
 
-def regular_or_none(fd: int) -> int | None:
-    """``fd`` if it is a regular file; else it is closed and None. For files a
-    child can reach (its log, its result): opened O_NONBLOCK by the caller, a
-    FIFO or a folder put there is neither read nor waited on."""
-    if stat.S_ISREG(os.fstat(fd).st_mode):
+_OWN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
+
+
+def open_own(name: str, flags: int, dir_fd: int | None, mode: int = 0o600, shown: str = "") -> int:
+    """os.open of ``name`` (relative to ``dir_fd``) for a file of statequeue's
+    own in a checked folder: never through a link (ELOOP), never blocking on
+    a FIFO (O_NONBLOCK, which a regular file ignores), and only a regular
+    file this user owns, or UnsafeFolder naming ``shown`` (else ``name``).
+
+    The one check of every file opened in a queue folder or a scratch folder
+    (sshd's StrictModes for authorized_keys): a file planted there while the
+    folder was open to others is refused, never read, written or locked. One
+    fstat per open, nothing more: the runner opens claims and logs per item."""
+    # O_TRUNC only after the check: another user's file is refused, not emptied.
+    truncate = flags & os.O_TRUNC
+    try:
+        fd = os.open(name, (flags & ~os.O_TRUNC) | _OWN_FLAGS, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # a FIFO with no reader (O_WRONLY), a socket
+            raise
+        raise UnsafeFolder(
+            f"{shown or name} is not a regular file; statequeue refuses to use it (remove it)"
+        ) from None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        if truncate and st.st_size:
+            try:
+                os.ftruncate(fd, 0)
+            except BaseException:
+                os.close(fd)
+                raise
         return fd
     os.close(fd)
-    return None
+    raise UnsafeFolder(foreign_file(shown or name, st))
+
+
+def foreign_file(shown: str, st: os.stat_result) -> str:
+    """Why the file ``shown`` (with status ``st``) is refused by ``open_own``."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+        return f"{shown} is {kind}, not a regular file; statequeue refuses to use it (remove it)"
+    me = os.geteuid()
+    return (
+        f"{shown} is owned by uid {st.st_uid}, not by you (uid {me}); statequeue refuses to "
+        f"use it (remove it)"
+    )

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from statequeue.core.errors import StateQueueError
-from statequeue.core.fileio import regular_or_none
+from statequeue.core.fileio import open_own
 from statequeue.core.models import Claim
 from statequeue.store.base import Store
 
@@ -24,13 +24,11 @@ def hand_over_log(store: Store, claim: Claim, path: Path | None) -> None:
     if path is None or not store.stores_logs:
         return
     try:
-        # O_NONBLOCK: the child may have put a FIFO there since (the folder
-        # is its result's); only a regular file is read, never waited on.
-        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:  # gone, or a link (ELOOP): nothing of ours to store
-        return
-    fd = regular_or_none(opened)
-    if fd is None:
+        # The child may have put a FIFO there since (the folder is its
+        # result's): only a regular file of this user's is read, never waited
+        # on, never through a link (fileio.open_own).
+        fd = open_own(str(path), os.O_RDONLY, None)
+    except (OSError, StateQueueError):  # gone, a link, a FIFO, another's: nothing of ours
         return
     with open(fd, "rb") as f:
         data = f.read()

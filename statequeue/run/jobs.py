@@ -11,7 +11,6 @@ is left.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import stat
@@ -25,7 +24,7 @@ import orjson
 
 from statequeue.core.durations import format_setting
 from statequeue.core.errors import InvalidResult, KeeperLost
-from statequeue.core.fileio import CRASH, regular_or_none
+from statequeue.core.fileio import CRASH, open_own
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.records import json_problem, load_result
 from statequeue.run.keeper import Keeper
@@ -416,15 +415,16 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _open_log(self) -> int:
-        """This attempt's log, opened for writing: a regular file only. O_NONBLOCK:
-        a FIFO planted there (by the child: the folder is its result's) must not
-        block the open, which a signal could not end (PEP 475 retries it); it
-        and anything else but a file is refused (OSError: no log is kept)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
-        fd = regular_or_none(self._open(f"{self._name}.log", flags))
-        if fd is None:
-            raise OSError(errno.EINVAL, "the log is not a regular file")
-        return fd
+        """This attempt's log, opened for writing: a regular file of this
+        user's only (``fileio.open_own``: never blocking on a FIFO, which a
+        signal could not end, PEP 475 retrying the open). A FIFO planted there
+        (by the child: the folder is its result's), a link or another user's
+        file is refused (UnsafeFolder: no log is kept)."""
+        name = f"{self._name}.log"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        if self.spec.log_dir_fd < 0:
+            return open_own(f"{self.spec.log_dir}/{name}", flags, None)
+        return open_own(name, flags, self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
         remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)

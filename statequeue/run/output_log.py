@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from statequeue.core.errors import UnsafeFolder
+
 TAIL_MAX = 1 << 18  # memory per running attempt for its tail: 256 KiB
 MARK = b"\n[statequeue: log limit reached; %d bytes left out here]\n"
 
@@ -41,7 +43,7 @@ class OutputLog:
         if self.fd < 0:
             try:
                 self.fd = self._open_file()
-            except OSError:
+            except (OSError, UnsafeFolder):  # a folder at its name, or one put back meanwhile
                 self._failed = True
                 return
             self.opened = True

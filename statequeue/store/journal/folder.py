@@ -21,7 +21,13 @@ from contextlib import suppress
 from pathlib import Path
 
 from statequeue.core.errors import NoAccess, QueueNotFound, UnsafeFolder, UsageError
-from statequeue.core.fileio import DEFAULT_OPS, FileOps, FolderEntry, durability_error
+from statequeue.core.fileio import (
+    DEFAULT_OPS,
+    FileOps,
+    FolderEntry,
+    durability_error,
+    open_own,
+)
 from statequeue.core.location import DIR_MODE, FILE_MODE, ensure_dir
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -101,12 +107,16 @@ class QueueFolder:
     ) -> int:
         """os.open of ``name`` relative to the folder, never following a link.
 
-        A link raises UnsafeFolder; a permission error NoAccess naming the file;
-        a missing file QueueNotFound if the folder itself was removed (the
-        queue was dropped meanwhile); other errors (FileNotFoundError, ...)
-        pass through."""
+        A link, or anything but a regular file this user owns (a FIFO, a file
+        planted by another user while the folder was open to them), raises
+        UnsafeFolder (``fileio.open_own``: never blocking on a FIFO); a
+        permission error NoAccess naming the file; a missing file
+        QueueNotFound if the folder itself was removed (the queue was dropped
+        meanwhile); other errors (FileNotFoundError, ...) pass through."""
         try:
-            return os.open(name, flags | _NOFOLLOW, mode, dir_fd=self.subfolder(sub))
+            return open_own(name, flags, self.subfolder(sub), mode, shown="")
+        except UnsafeFolder as exc:
+            raise UnsafeFolder(exc.message.replace(name, self.shown(name, sub), 1)) from None
         except OSError as exc:
             raise self._explain(exc, name, sub, writing=bool(flags & _WRITING)) from None
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.core.errors import StateQueueError
-from statequeue.core.fileio import regular_or_none
 from statequeue.core.leftover_note import note_name
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, decode, item_text
@@ -135,13 +134,9 @@ class JournalReads(RecordStore):
 
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         try:
-            # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
-            flags = os.O_RDONLY | os.O_NONBLOCK
-            opened = self.dir.open_file(f"{item_id}.{attempt}.log", flags, sub="logs")
+            # Never waiting on a FIFO, only a file of this user's (folder.py: UnsafeFolder).
+            fd = self.dir.open_file(f"{item_id}.{attempt}.log", os.O_RDONLY, sub="logs")
         except FileNotFoundError:
-            return None
-        fd = regular_or_none(opened)
-        if fd is None:  # a FIFO, a folder: no log to show
             return None
         with open(fd, "rb") as f:
             f.seek(offset)

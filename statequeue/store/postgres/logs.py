@@ -12,7 +12,6 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from statequeue.core.fileio import regular_or_none
 from statequeue.core.models import Claim
 from statequeue.store.postgres import functions
 from statequeue.store.postgres.connection import Connection
@@ -87,14 +86,11 @@ def read_local(
     if scratch is None or name is None:
         return None
     try:
-        # Relative to the checked folder, never through a link (folder.py).
-        # O_NONBLOCK: a FIFO planted there must not hang `logs` (only a file is read).
-        opened = scratch.open_file(name, os.O_RDONLY | os.O_NONBLOCK, sub=SUBFOLDER)
+        # Relative to the checked folder, never through a link, never waiting
+        # on a FIFO, and only a file of this user's (folder.py: UnsafeFolder).
+        fd = scratch.open_file(name, os.O_RDONLY, sub=SUBFOLDER)
     except FileNotFoundError:
         return None  # stored and removed meanwhile: the caller asks the database again
-    fd = regular_or_none(opened)
-    if fd is None:
-        return None
     with open(fd, "rb") as f:
         f.seek(offset)
         return f.read()
