@@ -136,10 +136,47 @@ def test_queues_skips_a_queue_with_another_users_journal(
     assert "warning: skipped" in done.stderr and "journal.jsonl" in done.stderr
 
 
-def test_another_users_log_neither_gets_the_output_nor_is_read(queue: Path, sq_env: Env) -> None:
+def test_another_users_log_is_replaced_by_the_runs_own(queue: Path, sq_env: Env) -> None:
     logs = queue / "logs"
     plant(logs / "1.1.log", b"planted\n")
+    os.link(logs / "1.1.log", queue.parent.parent / "tailed")  # the inode he tails
     done = sq(sq_env, "run", "--", "sh", "-c", "echo alice-secret")
     assert done.returncode == 0, done.stderr
-    assert (logs / "1.1.log").read_bytes() == b"planted\n"  # not emptied, not written
+    assert (queue.parent.parent / "tailed").read_bytes() == b"planted\n"
+    assert os.stat(logs / "1.1.log").st_uid == os.geteuid()
+    shown = sq(sq_env, "logs", "1")
+    assert shown.returncode == 0 and "alice-secret" in shown.stdout, shown.stderr
+    plant(logs / "1.1.log", b"his words\n")  # planted after the run: refused, not shown
     refused(sq(sq_env, "logs", "1"), "1.1.log", f"uid {NOBODY}")
+
+
+def test_a_linked_log_is_replaced_and_the_output_kept(queue: Path, sq_env: Env) -> None:
+    elsewhere = queue.parent.parent / "elsewhere"
+    elsewhere.write_bytes(b"untouched\n")
+    (queue / "logs" / "1.1.log").symlink_to(elsewhere)
+    done = sq(sq_env, "run", "--", "sh", "-c", "echo kept-output")
+    assert done.returncode == 0, done.stderr
+    assert elsewhere.read_bytes() == b"untouched\n"
+    assert not (queue / "logs" / "1.1.log").is_symlink()
+    shown = sq(sq_env, "logs", "1")
+    assert shown.returncode == 0 and "kept-output" in shown.stdout, shown.stderr
+
+
+def test_create_own_replaces_what_is_planted_at_its_name(tmp_path: Path) -> None:
+    from statequeue.core.fileio import create_own  # here: the old code has none
+
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        plant(tmp_path / "1.1.log", b"his")
+        os.link(tmp_path / "1.1.log", tmp_path / "his-copy")  # what he would tail
+        plant_fifo(tmp_path / "2.1.log")
+        (tmp_path / "3.1.log").symlink_to(tmp_path / "his-copy")
+        for name in ("1.1.log", "2.1.log", "3.1.log"):
+            out = create_own(name, fd)
+            os.write(out, b"mine")
+            os.close(out)
+            st = os.stat(tmp_path / name, follow_symlinks=False)
+            assert st.st_uid == os.geteuid() and (tmp_path / name).read_bytes() == b"mine"
+        assert (tmp_path / "his-copy").read_bytes() == b"his"
+    finally:
+        os.close(fd)

@@ -11,11 +11,10 @@ with neither (memory) keeps none.
 from __future__ import annotations
 
 import contextlib
-import os
 import traceback
 
 from statequeue.core.errors import StateQueueError
-from statequeue.core.fileio import open_own
+from statequeue.core.fileio import create_own
 from statequeue.core.models import Claim
 from statequeue.store.base import Store
 
@@ -40,7 +39,7 @@ def log_traceback(store: Store, claim: Claim, exc: BaseException) -> None:
 
 def _write_file(folder_fd: int, name: str, data: bytes) -> None:
     # Relative to the folder the store holds open, never through a link, and
-    # only a file of this user's (as jobs.py).
-    fd = open_own(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, folder_fd)
+    # only a file of this user's (as jobs.py: what else is there is replaced).
+    fd = create_own(name, folder_fd)
     with open(fd, "wb") as f:
         f.write(data)

@@ -179,3 +179,21 @@ def foreign_file(shown: str, st: os.stat_result) -> str:
         f"{shown} is owned by uid {st.st_uid}, not by you (uid {me}); statequeue refuses to "
         f"use it (remove it)"
     )
+
+
+def create_own(name: str, dir_fd: int | None, shown: str = "") -> int:
+    """``name`` (relative to ``dir_fd``) created or truncated for writing by
+    ``open_own``. Whatever is at the name (a link, a FIFO, another user's
+    file, put there by a child or while the folder was open to others; or an
+    older file of ours) is removed, the link itself, never its target, and a
+    file of our own is created in its place (O_EXCL): nothing at the name is
+    ever opened. For a
+    file statequeue makes afresh in a folder it checked (an attempt's log):
+    nobody else can put anything back. A folder there raises OSError."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return open_own(name, flags, dir_fd, shown=shown)
+    except FileExistsError:  # a link too: O_EXCL never follows one
+        pass
+    os.unlink(name, dir_fd=dir_fd)  # a folder: OSError, no log
+    return open_own(name, flags, dir_fd, shown=shown)

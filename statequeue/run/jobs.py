@@ -24,7 +24,7 @@ import orjson
 
 from statequeue.core.durations import format_setting
 from statequeue.core.errors import InvalidResult, KeeperLost
-from statequeue.core.fileio import CRASH, open_own
+from statequeue.core.fileio import CRASH, create_own
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.records import json_problem, load_result
 from statequeue.run.keeper import Keeper
@@ -415,16 +415,17 @@ class Job:
         return os.open(name, flags, 0o600, dir_fd=self.spec.log_dir_fd)
 
     def _open_log(self) -> int:
-        """This attempt's log, opened for writing: a regular file of this
-        user's only (``fileio.open_own``: never blocking on a FIFO, which a
-        signal could not end, PEP 475 retrying the open). A FIFO planted there
-        (by the child: the folder is its result's), a link or another user's
-        file is refused (UnsafeFolder: no log is kept)."""
+        """This attempt's log, created for writing: a regular file of this
+        user's only (``fileio.create_own``: never blocking on a FIFO, which
+        a signal could not end, PEP 475 retrying the open). A link, a FIFO or
+        another user's file at its name (planted by the child: the folder is
+        its result's; or while the folder was open to others) is removed and
+        the log created afresh, so the attempt's output is kept (OSError: a
+        folder there, no log is kept)."""
         name = f"{self._name}.log"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         if self.spec.log_dir_fd < 0:
-            return open_own(f"{self.spec.log_dir}/{name}", flags, None)
-        return open_own(name, flags, self.spec.log_dir_fd)
+            return create_own(f"{self.spec.log_dir}/{name}", None)
+        return create_own(name, self.spec.log_dir_fd)
 
     def _unlink(self, name: str) -> None:
         remove_left(str(self.spec.log_dir), self.spec.log_dir_fd, name)
