@@ -38,6 +38,10 @@ from statequeue.store.journal.journal_file import (
 from statequeue.store.journal.locks import lock_timeout, wait_for_lock
 from statequeue.store.records.state import QueueState, id_runs
 
+TORN_LEFT = "left in place: the next command that opens the queue cuts it"
+TORN_READ_ONLY = "left in place: the queue is read-only for you, its next writer cuts it"
+TORN_CUT = "cut by the repair"
+
 
 @dataclass
 class FileCheck:
@@ -49,6 +53,7 @@ class FileCheck:
     seq_errors: list[int] = field(default_factory=list)
     torn_bytes: int = 0
     problems: list[str] = field(default_factory=list)  # damage not tied to one line
+    torn_fate: str = TORN_LEFT  # what became of a torn tail (fsck itself cuts none)
 
     @property
     def damaged(self) -> bool:
@@ -73,7 +78,7 @@ class FileCheck:
             problems.append(f"sequence breaks at lines {_lines(self.seq_errors)}")
         if self.torn_bytes:
             problems.append(
-                f"torn tail of {self.torn_bytes} bytes, cut on open ({TORN_TAIL_KNOWN})"
+                f"torn tail of {self.torn_bytes} bytes ({TORN_TAIL_KNOWN}); {self.torn_fate}"
             )
         return f"{self.path}: {self.valid} valid records; " + ("; ".join(problems) or "ok")
 
@@ -195,7 +200,7 @@ def _check(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
 
 
 def _check_locked(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckReport:
-    lock_fd = _open_lock(qdir, repair=repair)
+    lock_fd, writable = _open_lock(qdir, repair=repair)
     try:
         if lock_fd >= 0:
             wait_for_lock(lock_fd, qdir.path / "lock")
@@ -204,25 +209,32 @@ def _check_locked(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckRepor
         jcheck.problems += _journal_problems(qdir, jcheck, jrecords)
         acheck.problems += _archive_problems(qdir, jrecords)
         report = FsckReport(jcheck, acheck)
+        if not writable:  # as `status` says of it: nothing here may cut it
+            jcheck.torn_fate = acheck.torn_fate = TORN_READ_ONLY
         if repair and report.damaged:
+            archive_damaged = acheck.damaged
             _repair(qdir, report, jrecords, arecords, ops)
+            jcheck.torn_fate = TORN_CUT  # the journal is rewritten from its valid records
+            if archive_damaged:
+                acheck.torn_fate = TORN_CUT
         return report
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
 
 
-def _open_lock(qdir: QueueFolder, *, repair: bool) -> int:
-    """The queue's lock file; a check without --repair needs only read access."""
+def _open_lock(qdir: QueueFolder, *, repair: bool) -> tuple[int, bool]:
+    """The queue's lock file (-1: none), and whether the queue may be written:
+    a check without --repair needs only read access."""
     try:
-        return qdir.open_file("lock", os.O_RDWR | os.O_CREAT)
+        return qdir.open_file("lock", os.O_RDWR | os.O_CREAT), True
     except NoAccess:
         if repair:
             raise
     try:
-        return qdir.open_file("lock", os.O_RDONLY)  # flock needs no write access
+        return qdir.open_file("lock", os.O_RDONLY), False  # flock needs no write access
     except FileNotFoundError:
-        return -1
+        return -1, False
 
 
 def _journal_problems(qdir: QueueFolder, check: FileCheck, valid: list[Record]) -> list[str]:
