@@ -11,6 +11,7 @@ recounting its rows, dropped row by row, and listed from its database.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,10 +125,14 @@ def list_queues(
     root = resolve_home(home)
     # A folder whose journal is gone but whose archive remains is a damaged
     # queue (opening it refuses), never one to leave out silently.
-    if not root.is_dir():
-        if root.exists():  # a file: as every other command says of it
-            raise UsageError(f"home {root} exists and is not a folder")
+    try:
+        found_home = os.stat(root)
+    except FileNotFoundError:
         return []  # no home yet: no queues (the command says the folder does not exist)
+    except OSError:
+        found_home = None  # not reachable (permission denied): check_home says why
+    if found_home is not None and not stat.S_ISDIR(found_home.st_mode):
+        raise UsageError(f"home {root} exists and is not a folder")  # as every other command
     check_home(root)  # an unsafe home is never skipped
     found = []
     for folder in sorted(root.iterdir()):

@@ -50,7 +50,9 @@ MEANINGS: dict[ExitCode, str] = {
         "usage error or bad input, a command that is not found, a `--verify` script that "
         "cannot run, an unknown help topic, a folder given as the FILE of `export -o`, "
         "`report -o` or `import`, or a FILE of `export -o` or `report -o` in a folder that "
-        "takes no new file (`/proc`, one you may not write); nothing was changed"
+        "takes no new file (`/proc`, one you may not write); or a home or queue folder (or a "
+        "file in it) you may not read or write: permission denied, a read-only file system; "
+        "nothing was changed"
     ),
     ExitCode.NOTHING_TO_DO: (
         "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"
@@ -77,7 +79,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.UNSAFE_FOLDER: (
         "the home or queue folder (or a PostgreSQL queue's scratch folder) is not safe: "
         "another user owns it, group or others can write it, or it is a symbolic link "
-        "(`statequeue help internals`); or the PostgreSQL `statequeue` schema or something "
+        "(`statequeue help internals`); or a file in it is another user's, or is not a "
+        "regular file (a FIFO); or the PostgreSQL `statequeue` schema or something "
         "in it belongs to a role the user is not a member of, or has a trigger "
         "(`statequeue help postgres`)"
     ),

@@ -20,7 +20,13 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from statequeue.core.errors import NoAccess, QueueNotFound, UnsafeFolder, UsageError
+from statequeue.core.errors import (
+    NoAccess,
+    QueueNotFound,
+    StateQueueError,
+    UnsafeFolder,
+    UsageError,
+)
 from statequeue.core.fileio import (
     DEFAULT_OPS,
     FileOps,
@@ -247,20 +253,44 @@ def open_home(home: Path, *, create: bool) -> int:
     """An fd of the home folder, after checking it. The home itself may be a
     link (the user chose it); only what is beneath it must not be."""
     try:
-        fd = os.open(home, _DIR_FLAGS)
-    except FileNotFoundError:
-        if not create:
-            raise QueueNotFound(f"no queues in {home} (the folder does not exist)") from None
-        ensure_dir(home)
-        fd = os.open(home, _DIR_FLAGS)
+        try:
+            fd = os.open(home, _DIR_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                raise QueueNotFound(f"no queues in {home} (the folder does not exist)") from None
+            ensure_dir(home)
+            fd = os.open(home, _DIR_FLAGS)
     except NotADirectoryError:
         raise UsageError(f"home {home} exists and is not a folder") from None
+    except OSError as exc:
+        if exc.errno not in _DENIED:
+            raise
+        raise home_refused(home, exc) from None
     try:
         check_owner(os.fstat(fd), home, "home folder")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def home_refused(home: Path, exc: OSError) -> StateQueueError:
+    """The error for a home this user may not open (``exc``: EACCES, EPERM,
+    EROFS): another user's folder is unsafe (exit 9, as when it can be
+    opened); else one this user may not read, or reach (exit 2), never a
+    failing disk (exit 6)."""
+    try:
+        st = os.stat(home)
+    except OSError:
+        st = None  # not even reachable: a folder above it is closed to this user
+    if st is not None:
+        try:
+            check_owner(st, home, "home folder")
+        except UnsafeFolder as unsafe:
+            return unsafe
+    return NoAccess(
+        f"cannot read home folder {home}: {exc.strerror} (fix: use a --home you may read and write)"
+    )
 
 
 def check_owner(st: os.stat_result, path: Path, what: str) -> None:
@@ -300,9 +330,11 @@ def remove_queue_folder(path: Path, *, last: str | None = None) -> None:
             if last is not None:
                 _remove_all_but(home_fd, path.name, last)
             shutil.rmtree(path.name, dir_fd=home_fd)
-        except PermissionError as exc:  # as every other write to a queue one may not change
+        except OSError as exc:  # as every other write to a queue one may not change
+            if exc.errno not in _DENIED:  # EROFS too: a read-only mount is not a failing disk
+                raise
             entry = f" ({exc.filename})" if exc.filename else ""
-            raise NoAccess(f"cannot write {path}: Permission denied{entry}") from None
+            raise NoAccess(f"cannot write {path}: {exc.strerror}{entry}") from None
         os.fsync(home_fd)
     finally:
         os.close(home_fd)
