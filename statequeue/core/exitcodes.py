@@ -80,9 +80,10 @@ MEANINGS: dict[ExitCode, str] = {
         "the home or queue folder (or a PostgreSQL queue's scratch folder) is not safe: "
         "another user owns it, group or others can write it, or it is a symbolic link "
         "(`statequeue help internals`); or a file in it is another user's, or is not a "
-        "regular file (a FIFO); or the PostgreSQL `statequeue` schema or something "
-        "in it belongs to a role the user is not a member of, or has a trigger "
-        "(`statequeue help postgres`)"
+        "regular file (a FIFO); or the FILE of `export -o` or `report -o` is another "
+        "user's file or FIFO in a shared sticky folder such as `/tmp`; or the PostgreSQL "
+        "`statequeue` schema or something in it belongs to a role the user is not a member "
+        "of, or has a trigger (`statequeue help postgres`)"
     ),
     ExitCode.RESOURCES: (
         "`run` ran short of file descriptors, processes or memory before it could start a "

@@ -17,7 +17,13 @@ import os
 import stat
 from pathlib import Path
 
-from statequeue.core.errors import NoAccess, NotFound, StateQueueError, UsageError
+from statequeue.core.errors import (
+    NoAccess,
+    NotFound,
+    StateQueueError,
+    UnsafeFolder,
+    UsageError,
+)
 
 
 def output_target(path: Path) -> tuple[Path, bool]:
@@ -29,9 +35,36 @@ def output_target(path: Path) -> tuple[Path, bool]:
         return _resolved(path), False  # new: created by the rename (a dangling link: its target)
     except OSError:
         return path, False  # the writer reports the error, naming the path
+    refuse_foreign(path, found)
     if stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode):
         return _resolved(path), False  # a folder: refused by the writer, as before
     return path, True
+
+
+def refuse_foreign(path: Path, found: os.stat_result) -> None:
+    """UnsafeFolder (exit 9) when ``path`` (``found``: its stat, links
+    followed) is another user's regular file or FIFO in a shared sticky
+    folder (/tmp): the rule the kernel applies to an O_CREAT open there with
+    fs.protected_regular=2 and fs.protected_fifos=2 (so a shell's `>` is
+    refused), which writing through without O_CREAT, or renaming over it,
+    would bypass. The folder's owner's files, and one's own, pass."""
+    me = os.geteuid()
+    if found.st_uid == me or not (stat.S_ISREG(found.st_mode) or stat.S_ISFIFO(found.st_mode)):
+        return
+    real = Path(os.path.realpath(path))
+    try:
+        folder = os.stat(real.parent)
+    except OSError:
+        return  # the writer reports it
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & (stat.S_IWOTH | stat.S_IWGRP)
+    if not shared or found.st_uid == folder.st_uid:
+        return
+    kind = "FIFO" if stat.S_ISFIFO(found.st_mode) else "file"
+    raise UnsafeFolder(
+        f"{path} is a {kind} owned by uid {found.st_uid}, not by you (uid {me}), in the shared "
+        f"sticky folder {real.parent}; refusing to write it (as the kernel's protected_fifos "
+        "and protected_regular refuse; name a file of your own)"
+    )
 
 
 def check_writable_place(path: Path) -> None:
