@@ -123,8 +123,10 @@ def test_a_follow_run_says_who_holds_the_reap_lock_and_recovers_once_let_go(
             seen = ""
             deadline = time.monotonic() + 40
             os.set_blocking(run.stderr.fileno(), False)
+            ready = select.poll()  # not select(): a worker's fds may pass FD_SETSIZE
+            ready.register(run.stderr.fileno(), select.POLLIN)
             while "reap lock" not in seen and time.monotonic() < deadline:
-                if select.select([run.stderr], [], [], 0.5)[0]:
+                if ready.poll(500):
                     seen += run.stderr.read() or ""
             assert "held for" in seen and f"by pid {pid} (role {bob}" in seen, seen
             assert run.poll() is None  # it goes on
