@@ -88,7 +88,13 @@ def holds_queue(path: Path) -> bool:
     queue leaves (an archive, checkpoints, logs, claims) without one (a
     damaged queue, which opening refuses). Looked up
     relative to the folder opened and checked as any queue folder is (a link
-    or another user's folder raises UnsafeFolder); False for a plain file."""
+    or another user's folder raises UnsafeFolder); False for a plain file.
+    A link or another user's folder that holds neither a journal nor an
+    archive is no queue either: `queues --home /etc` is no reason to advise
+    `rm /etc/localtime` or `chown` of /etc/postgresql. That look is a stat
+    through it, never an open; one that cannot look lets the open say why."""
+    if _foreign_without_queue(path):
+        return False
     try:
         folder = QueueFolder.open(path, create=False)
     except NoAccess:
@@ -101,6 +107,16 @@ def holds_queue(path: Path) -> bool:
         return folder.exists(JOURNAL) or bool(queue_history(folder))
     finally:
         folder.close()
+
+
+def _foreign_without_queue(path: Path) -> bool:
+    """Whether ``path`` is a link or another user's entry that holds no queue's files."""
+    try:
+        if not path.is_symlink() and path.lstat().st_uid == os.geteuid():
+            return False
+        return not any((path / name).exists() for name in (JOURNAL, ARCHIVE))
+    except OSError:  # cannot look (permission denied): the open says why
+        return False
 
 
 def refuse_if_not_new(folder: QueueFolder) -> None:
