@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -25,22 +24,14 @@ from statequeue.api.maintenance import drop_queue
 from statequeue.api.queue import Queue
 from statequeue.core.errors import StateQueueError
 from tests.conftest import STATEQUEUE
+from tests.privileges import without_write_access
 
 NOBODY = 65534
 
 
-def _without_write_access() -> tuple[str, ...]:
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: cannot drop CAP_DAC_OVERRIDE")
-    return (setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable")
-
-
 def _sq(env: dict[str, str], home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*_without_write_access(), STATEQUEUE, *args],
+        [*without_write_access(), STATEQUEUE, *args],
         env={**env, "STATEQUEUE_HOME": str(home)},
         capture_output=True,
         text=True,

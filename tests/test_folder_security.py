@@ -23,6 +23,7 @@ from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
 from statequeue.store.journal.store import JournalStore
 from tests.conftest import STATEQUEUE
+from tests.privileges import without_write_access
 
 Env = dict[str, str]
 OTHER_UID = 54321
@@ -251,18 +252,6 @@ READ_ONLY_COMMANDS = [
 ]
 
 
-def _without_write_access() -> tuple[str, ...]:
-    """A prefix that runs a command without the power to ignore file modes:
-    nothing for a normal user; for root, setpriv dropping the capabilities
-    that bypass them (root stays the owner, so the ownership check passes)."""
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: cannot drop CAP_DAC_OVERRIDE")
-    return (setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable")
-
-
 @pytest.fixture
 def read_only_queue(queue: Path, sq_env: Env) -> Iterator[Path]:
     """A queue with a finished item (and its log) and a pending one, then made
@@ -284,7 +273,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def test_read_only_commands_work_on_a_read_only_queue(read_only_queue: Path, sq_env: Env) -> None:
     before = _snapshot(read_only_queue)
-    wrap = _without_write_access()
+    wrap = without_write_access()
     for args in READ_ONLY_COMMANDS:
         done = sq(sq_env, *args, wrap=wrap)
         assert done.returncode == 0, (args, done.stderr)
@@ -296,9 +285,9 @@ def test_read_only_commands_work_on_a_read_only_queue(read_only_queue: Path, sq_
 
 def test_a_write_to_a_read_only_queue_names_the_file(read_only_queue: Path, sq_env: Env) -> None:
     before = _snapshot(read_only_queue)
-    done = sq(sq_env, "enqueue", "c", wrap=_without_write_access())
+    done = sq(sq_env, "enqueue", "c", wrap=without_write_access())
     one_line_error(done, 2, f"cannot write {read_only_queue}/", "Permission denied")
-    done = sq(sq_env, "run", "--", "true", wrap=_without_write_access())
+    done = sq(sq_env, "run", "--", "true", wrap=without_write_access())
     one_line_error(done, 2, f"cannot write {read_only_queue}/", "Permission denied")
     assert _snapshot(read_only_queue) == before
 

@@ -7,23 +7,12 @@ rightly said "left in place")."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from statequeue.api.queue import Queue
 from tests.conftest import STATEQUEUE
-
-
-def _without_write_access() -> tuple[str, ...]:
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: cannot drop CAP_DAC_OVERRIDE")
-    return (setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner,-linux_immutable")
+from tests.privileges import without_write_access
 
 
 def _torn_queue(home: Path) -> Path:
@@ -46,7 +35,7 @@ def test_fsck_on_a_read_only_queue_says_the_torn_tail_was_left(
         os.chmod(path, 0o500 if path.is_dir() else 0o400)
     try:
         done = subprocess.run(
-            [*_without_write_access(), STATEQUEUE, "fsck"],
+            [*without_write_access(), STATEQUEUE, "fsck"],
             env=sq_env,
             capture_output=True,
             text=True,

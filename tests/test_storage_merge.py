@@ -15,11 +15,11 @@ import pytest
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
 from statequeue.store.journal.store import ARCHIVE, JOURNAL, JournalStore
+from tests.privileges import without_write_access
 from tests.test_folder_security import (
     SECRET,
     UNSAFE,
     Env,
-    _without_write_access,
     one_line_error,
     sq,
 )
@@ -80,8 +80,8 @@ def test_a_damaged_read_only_queue_is_refused_with_exit_5(
     for folder in _read_only(compacted):
         before = _snapshot(folder)
         for args in (["status"], ["list"]):
-            one_line_error(sq(sq_env, *args, wrap=_without_write_access()), DAMAGED)
-        done = sq(sq_env, "fsck", wrap=_without_write_access())  # a check needs no write access
+            one_line_error(sq(sq_env, *args, wrap=without_write_access()), DAMAGED)
+        done = sq(sq_env, "fsck", wrap=without_write_access())  # a check needs no write access
         assert done.returncode == DAMAGED and "damage found" in done.stderr, done.stderr
         assert _snapshot(folder) == before
 
@@ -93,7 +93,7 @@ def test_a_torn_tail_on_a_read_only_queue_is_left_and_not_called_repaired(
         f.write(b'{"seq":9,"t":"enq"')  # a crash cut this append short
     for folder in _read_only(compacted):
         before = _snapshot(folder)
-        done = sq(sq_env, "status", wrap=_without_write_access())
+        done = sq(sq_env, "status", wrap=without_write_access())
         assert done.returncode == 0, done.stderr
         assert "torn tail" in done.stderr and "left in place" in done.stderr, done.stderr
         assert "repaired" not in done.stderr
