@@ -332,6 +332,11 @@ def test_an_orphan_is_attributed_by_the_queue_and_id_in_its_environment(
         subprocess.Popen(["sleep", "30"], env={**env, "STATEQUEUE_QUEUE": "other"}),
     ]
     try:
+        # Right after an exec the kernel may not have set up the new
+        # environment yet (an empty read; seen under load): wait until both
+        # can be read. The keeper's own attribution treats an unknown orphan
+        # as any held item's: held too long at worst, never too short.
+        wait_for(lambda: all(Path(f"/proc/{p.pid}/environ").read_bytes() for p in procs), "envs")
         assert [keeper.item_of(p.pid) for p in procs] == [5, -1]
     finally:
         for p in procs:
