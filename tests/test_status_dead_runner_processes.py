@@ -50,6 +50,18 @@ def test_items_a_dead_runners_processes_hold_are_named(
             found = q.status()
             assert (found.held_by_dead_runner, found.interrupted) == ((1, 2), ())
             assert q.store.held_by_dead_runner() == (1, 2) and q.store.interrupted() == ()
+        # `list` and `show` say it as `status` does.
+        listed = _cli(sq_env, store_url, "list", "--state", "running").stdout.splitlines()
+        assert [line.split("\t")[:2] for line in listed] == [["1", "orphaned"], ["2", "orphaned"]]
+        rows = [json.loads(r) for r in _cli(sq_env, store_url, "list", "--json").stdout.split()]
+        marked = {r["id"]: (r["state"], r["held_by_dead_runner"], r["interrupted"]) for r in rows}
+        assert marked == {
+            1: ("running", True, False),
+            2: ("running", True, False),
+            3: ("pending", False, False),
+        }
+        shown = _cli(sq_env, store_url, "show", "1").stdout
+        assert "state: running (orphaned: its runner died during attempt 1, whose" in shown, shown
         ran = _cli(sq_env, store_url, "run", "--", "true")
         assert ran.returncode == 0, ran.stderr
         assert (

@@ -42,24 +42,33 @@ def stream(shared: SharedStore, start: Callable[[Store], Iterator[_T]]) -> Itera
 
 def items_marked(store: Store, wanted: ItemState | None) -> Iterator[ItemView]:
     """``store.items(wanted)``, each running item that ``status`` lists as
-    interrupted (its runner died) marked so (``ItemView.interrupted``)."""
-    dead = set(store.interrupted()) if wanted in (None, ItemState.RUNNING) else set()
-    found = store.items(wanted)
-    if not dead:
-        return found
+    interrupted (its runner died) or as held by a dead runner's processes
+    marked so (``ItemView.interrupted``, ``ItemView.held_by_dead_runner``)."""
     running = ItemState.RUNNING
+    found = store.items(wanted)
+    if wanted not in (None, running):
+        return found
+    dead, held = set(store.interrupted()), set(store.held_by_dead_runner())
+    if not dead and not held:
+        return found
     return (
-        replace(v, interrupted=True) if v.state is running and v.item_id in dead else v
+        replace(v, interrupted=v.item_id in dead, held_by_dead_runner=v.item_id in held)
+        if v.state is running
+        else v
         for v in found
     )
 
 
 def history_marked(store: Store, item_id: int) -> ItemHistory:
-    """``store.history(item_id)``, marked ``interrupted`` when the item is
-    running and ``status`` lists it as interrupted (its runner died)."""
+    """``store.history(item_id)``, marked ``interrupted`` or
+    ``held_by_dead_runner`` when the item is running and ``status`` lists it so."""
     found = store.history(item_id)
-    if found.state is ItemState.RUNNING and item_id in store.interrupted():
+    if found.state is not ItemState.RUNNING:
+        return found
+    if item_id in store.interrupted():
         return replace(found, interrupted=True)
+    if item_id in store.held_by_dead_runner():
+        return replace(found, held_by_dead_runner=True)
     return found
 
 

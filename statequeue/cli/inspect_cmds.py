@@ -69,7 +69,9 @@ def list_items(
     """List items, one per line, in id order (streams; fine on a million items).
 
     A running item whose runner died (`status` lists it as interrupted) shows
-    as interrupted; with --json its state stays running, with "interrupted": true.
+    as interrupted; one whose dead runner's processes still run it, as orphaned;
+    with --json its state stays running, with "interrupted" or
+    "held_by_dead_runner": true.
 
     Example: statequeue list --state failed --json | jq -r .item
     """
@@ -82,7 +84,13 @@ def list_items(
         else:
             # "interrupted" as `status` says it: running, but its runner died
             # (one word: the columns stay as they were; --json keeps "state").
-            state_text = "interrupted" if view.interrupted else view.state.value
+            state_text = (
+                "interrupted"
+                if view.interrupted
+                else "orphaned"
+                if view.held_by_dead_runner
+                else view.state.value
+            )
             line = f"{view.item_id}\t{state_text}\t{view.attempts}\t{shown(view.item, 200)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
 
@@ -257,9 +265,14 @@ def _check_attempt(h: ItemHistory, attempt: int) -> None:
 
 def _interrupted_note(h: ItemHistory) -> str:
     """What `status` says of the item when its runner died while it ran."""
+    attempt = _latest_attempt(h)
+    if h.held_by_dead_runner:
+        return (
+            f" (orphaned: its runner died during attempt {attempt}, whose processes still run;"
+            " no run takes it until they end, then the next run recovers it)"
+        )
     if not h.interrupted:
         return ""
-    attempt = _latest_attempt(h)
     return f" (interrupted: its runner died during attempt {attempt}; the next run recovers it)"
 
 

@@ -248,6 +248,9 @@ class ItemView:
     reason: str = ""
     interrupted: bool = False
     """Running, but its runner died: the next run recovers it (``Status.interrupted``)."""
+    held_by_dead_runner: bool = False
+    """Running, its runner dead, but processes of its attempt still run and hold
+    it: no run takes it until they end (``Status.held_by_dead_runner``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -258,6 +261,7 @@ class ItemView:
             "attempts": self.attempts,
             "reason": self.reason,
             "interrupted": self.interrupted,
+            "held_by_dead_runner": self.held_by_dead_runner,
         }
 
 
@@ -304,6 +308,8 @@ class ItemHistory:
     log_paths: tuple[str, ...] = ()
     interrupted: bool = False
     """Running, but its runner died: the next run recovers it (``Status.interrupted``)."""
+    held_by_dead_runner: bool = False
+    """Running, its runner dead, its attempt's processes still running (``ItemView``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -312,6 +318,7 @@ class ItemHistory:
             **item_json(self.item),
             "state": self.state.value,
             "interrupted": self.interrupted,
+            "held_by_dead_runner": self.held_by_dead_runner,
             "events": [record_json(e) for e in self.events],
             "result": self.result,
             "stderr_tail": self.stderr_tail,
