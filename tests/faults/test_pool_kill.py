@@ -124,8 +124,11 @@ def survivors(fds: dict[int, int], within: float) -> set[int]:
     left = dict(fds)
     deadline = time.monotonic() + within
     while left and (wait := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select(list(left.values()), [], [], wait)
-        left = {pid: fd for pid, fd in left.items() if fd not in ready}
+        ready = select.poll()  # not select(): a test process's fds may pass FD_SETSIZE
+        for fd in left.values():
+            ready.register(fd, select.POLLIN)
+        gone = {fd for fd, _ in ready.poll(wait * 1000)}
+        left = {pid: fd for pid, fd in left.items() if fd not in gone}
     return set(left)
 
 
