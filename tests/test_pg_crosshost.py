@@ -173,7 +173,11 @@ def test_runners_survive_an_immediate_server_stop_and_lose_no_acknowledged_resul
             _until(lambda: sum(w[0] == "end" for w in f.lines()) >= 6, "some results")
             cluster.stop("immediate")
             cluster.start()
-            _until(lambda: f.done() == len(items), "every item done after the restart")
+            try:
+                _until(lambda: f.done() == len(items), "every item done after the restart")
+            except AssertionError as exc:  # seen twice under heavy load: say what the runners said
+                said = {h: f.stderr(h)[-2000:] for h in "ab"}
+                raise AssertionError(f"{exc}; {f.done()} done; runners said: {said}") from None
             assert [f.stop(r) for r in runners] == [0, 0]
         finally:
             f.close()
