@@ -47,43 +47,39 @@ class RecordRunners(RecordReads):
 
         with self._locked() as state:
             active = self._registry.active(state)
-            found = status_view(self.name, state, active, self._interrupted(state, active))
-            held = self._held_by_dead_runner(state, active)
+            interrupted, held = self._left_by_dead_runners(state, active)
+            found = status_view(self.name, state, active, interrupted)
         return replace(found, held_by_dead_runner=held) if held else found
 
     def interrupted(self) -> tuple[int, ...]:
         with self._locked() as state:
-            return self._interrupted(state, self._registry.active(state))
+            return self._left_by_dead_runners(state, self._registry.active(state))[0]
 
     def held_by_dead_runner(self) -> tuple[int, ...]:
         with self._locked() as state:
-            return self._held_by_dead_runner(state, self._registry.active(state))
+            return self._left_by_dead_runners(state, self._registry.active(state))[1]
 
-    def _held_by_dead_runner(
+    def _left_by_dead_runners(
         self, state: QueueState, active: list[ActiveRunner]
-    ) -> tuple[int, ...]:
-        """The running items whose runner is not alive (nor kept by its
-        keeper) and whose claim a process still holds: one its runner left
-        (the caller holds the lock)."""
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The running items ``status`` lists as interrupted (no live runner
+        keeps them, ``active`` being the live ones, and no process holds their
+        claim: the next run recovers them) and as held by a dead runner (their
+        runner is not alive, but a process it left holds the claim), in id
+        order; each claim probed once (the caller holds the lock)."""
         alive = {r.runner_id for r in active}
-        return tuple(
-            sorted(
-                i.id for i in state.running() if i.runner not in alive and not self._claim_free(i)
-            )
-        )
-
-    def _interrupted(self, state: QueueState, active: list[ActiveRunner]) -> tuple[int, ...]:
-        """The running items no live runner keeps (``active``: the live ones)
-        and whose claim no process holds: what ``status`` lists as
-        interrupted (the caller holds the lock)."""
-        alive = {r.runner_id for r in active}
-        return tuple(
-            sorted(
-                i.id
-                for i in state.running()
-                if not kept_by_keeper(state, i, alive) and self._claim_free(i)
-            )
-        )
+        interrupted: list[int] = []
+        held: list[int] = []
+        for i in state.running():
+            kept, dead = kept_by_keeper(state, i, alive), i.runner not in alive
+            if kept and not dead:
+                continue
+            free = self._claim_free(i)
+            if not kept and free:
+                interrupted.append(i.id)
+            if dead and not free:
+                held.append(i.id)
+        return tuple(sorted(interrupted)), tuple(sorted(held))
 
     def runner_hosts(self, runner_ids: Collection[str]) -> dict[str, str]:
         with self._locked() as state:
