@@ -149,9 +149,9 @@ def test_a_loop_s_start_marks_dead_runners_of_this_host_once(
     looks: list[str] = []
     plain = reaping.stop_dead_runners_here
 
-    def counted(conn: Any, queue: str, *, host: str, boot: str) -> list[str]:
+    def counted(conn: Any, queue: str, *, host: str, boot: str, **kw: Any) -> list[str]:
         looks.append(queue)
-        return plain(conn, queue, host=host, boot=boot)
+        return plain(conn, queue, host=host, boot=boot, **kw)
 
     monkeypatch.setattr(reaping, "stop_dead_runners_here", counted)
     q = Queue("q", store=pg_url, home=tmp_path / "home")
@@ -197,3 +197,34 @@ def test_a_reap_within_another_s_turn_opens_no_transaction(
     finally:
         first.close()
         second.close()
+
+
+def test_a_recovery_looks_up_each_runner_pid_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every loop recovers once a second: a runner's pid is read from /proc
+    once per recovery, not again for each of its running items."""
+    from statequeue.core.identity import new_runner
+    from statequeue.store.postgres import queries
+
+    store = PostgresStore(pg_url, "q")
+    try:
+        store.enqueue(["a", "b", "c"])
+        runner = new_runner(("true",))
+        store.register_runner(runner)
+        claims = [store.claim(runner) for _ in range(3)]
+        assert all(c is not None for c in claims)
+        looked: list[int] = []
+        plain = queries.pid_gone
+
+        def counted(pid: int) -> bool:
+            looked.append(pid)
+            return plain(pid)
+
+        monkeypatch.setattr(queries, "pid_gone", counted)
+        store.recover()
+        # One runner of this host (this process) holds three running items.
+        assert looked == [runner.pid]
+        assert store.status().counts["running"] == 3  # alive: nothing recovered
+    finally:
+        store.close()

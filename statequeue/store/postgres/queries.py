@@ -138,7 +138,9 @@ def runner_gone(
         gone: dict[int, bool] = {}
         key = {"q": queue, "host": host_name(), "boot": boot}
         for i, t, pid, r in conn.execute(sql.SAME_HOST, key).fetchall():
-            if gone.setdefault(int(pid), pid_gone(int(pid))):
+            if int(pid) not in gone:
+                gone[int(pid)] = pid_gone(int(pid))
+            if gone[int(pid)]:
                 found.setdefault(int(i), (int(t or 0), str(r or "")))
     still = {i for i, (token, runner) in found.items() if held(token, runner)}
     return tuple(sorted(found.keys() - still)), tuple(sorted(still))

@@ -228,13 +228,15 @@ def reap_same_host(
     """Recover at once the items (and rows) of dead runners of this host and boot."""
     if not boot:
         return  # without a boot id a pid proves nothing
-    dead = set(stop_dead_runners_here(conn, queue, host=host, boot=boot))
+    # Each pid is looked up once per call (/proc): a runner's items share its pid.
+    gone: dict[int, bool] = {}
+    dead = set(stop_dead_runners_here(conn, queue, host=host, boot=boot, gone=gone))
     found = conn.execute(sql.SAME_HOST, {"q": queue, "host": host, "boot": boot}).fetchall()
     only = rule[2]
     for item_id, token, pid, runner_id in found:
         if only is not None and int(item_id) not in only:
             continue
-        if not queries.pid_gone(int(pid)):
+        if not _gone(int(pid), gone):
             continue
         dead.add(str(runner_id))
         if not locks.is_free(int(token), str(runner_id)):
@@ -250,15 +252,19 @@ def reap_same_host(
             locks.forget_runner(runner_id)
 
 
-def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str) -> list[str]:
+def stop_dead_runners_here(
+    conn: Connection, queue: str, *, host: str, boot: str, gone: dict[int, bool] | None = None
+) -> list[str]:
     """Mark stopped the rows of this host's runners whose pid is gone (their
-    items are left to ``reap_same_host`` and the leases); their ids."""
+    items are left to ``reap_same_host`` and the leases); their ids. ``gone``
+    keeps what each pid looked up was found to be, for the caller's next looks."""
     if not boot:
         return []
     key = {"q": queue, "host": host, "boot": boot}
     stopped: list[str] = []
+    seen: dict[int, bool] = {} if gone is None else gone
     for rid, pid in conn.execute(sql.SAME_HOST_RUNNERS, key).fetchall():
-        if queries.pid_gone(int(pid)):
+        if _gone(int(pid), seen):
             stopped.append(str(rid))
             with conn.transaction():
                 conn.execute(
@@ -271,6 +277,14 @@ def stop_dead_runners_here(conn: Connection, queue: str, *, host: str, boot: str
                 )
                 writes.event(conn, queue, lost)
     return stopped
+
+
+def _gone(pid: int, seen: dict[int, bool]) -> bool:
+    """``queries.pid_gone``, looked up once per pid in ``seen``."""
+    found = seen.get(pid)
+    if found is None:
+        found = seen[pid] = queries.pid_gone(pid)
+    return found
 
 
 REAP_LOCK_SAID_AFTER = 5.0
