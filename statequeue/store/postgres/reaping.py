@@ -32,6 +32,7 @@ no running item has that token any more.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -39,6 +40,8 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from statequeue.core.errors import UnsafeFolder
+from statequeue.core.fileio import open_own
 from statequeue.core.models import OnInterrupted
 from statequeue.store import transitions
 from statequeue.store.postgres import check_marks, lock_holders, queries, sql, writes
@@ -54,7 +57,6 @@ Rule = tuple[OnInterrupted, int, Collection[int] | None]
 items to look at (None: all; a user's cancel or retry names its own)."""
 
 SUBFOLDER = "claims"
-_LOCK_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 REAP_EVERY = 1.0
 """Seconds between two reaps of one queue, by any runner."""
 REAP_LOCK = LOCK_CLASS + 1
@@ -170,7 +172,11 @@ class ClaimLocks:
         (the claim was not taken on this host). A claim with no file of its own
         (committed, its file not yet made or renamed) is its runner's: that
         runner's file decides, when it has one here. A lock that cannot be
-        tested counts as held: never reap what might still run."""
+        tested counts as held: never reap what might still run. A file at
+        the name that is not our own (a link, a FIFO, another user's file,
+        planted while the folder was open to others) is no claim of ours: it
+        counts as not held, whoever locks it, so that nobody can keep an item
+        from recovery by holding a lock on such a file."""
         if self._folder is None:
             return None
         held = self._held_file(f"{token}.lock")
@@ -180,8 +186,13 @@ class ClaimLocks:
 
     def _held_file(self, name: str) -> bool | None:
         try:
-            fd = os.open(name, _LOCK_FLAGS, dir_fd=self._claims())
-        except OSError:
+            # open_own, as every open in a checked folder: our own regular file, or refused.
+            fd = open_own(name, os.O_RDWR, self._claims())
+        except UnsafeFolder:
+            return False  # not ours: no holder of our claim (``_held``); recovery removes it
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                return False  # a link or a folder at the name: not ours either
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
