@@ -8,11 +8,14 @@ planted link already was, and the run goes on.
 
 from __future__ import annotations
 
+import os
 import selectors
 import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from statequeue.api.queue import Queue
 from statequeue.core.models import ItemState
@@ -20,6 +23,7 @@ from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
 NOT_READ = "result file not read: not a regular file"
+NOBODY = 65534
 # The item names the kind of thing its command leaves at $STATEQUEUE_RESULT.
 SCRIPT = """
 case "$1" in
@@ -112,3 +116,29 @@ def test_a_directory_at_a_verify_hooks_result_does_not_end_the_run(
     assert done.returncode == 0, done.stderr  # not 6 ("1.verify: Is a directory")
     assert results(sq_home) == {"a": (ItemState.DONE, None)}
     assert not (sq_home / "default" / "logs" / "1.verify").exists()
+
+
+def test_another_users_result_file_is_not_read(sq_env: Env, sq_home: Path) -> None:
+    """A regular file at $STATEQUEUE_RESULT that another user owns (planted
+    there) is not the item's result: an error value, as for a FIFO, and the
+    file is removed. Found by outside testing: only its type was checked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    enqueue(sq_env, "foreign", "plain")
+    plant = f'echo \'{{"planted": 1}}\' > "$STATEQUEUE_RESULT"; chown {NOBODY} "$STATEQUEUE_RESULT"'
+    script = (
+        f'if [ "$1" = foreign ]; then {plant}; else echo \'{{"ok": 1}}\' > "$STATEQUEUE_RESULT"; fi'
+    )
+    done = subprocess.run(
+        [STATEQUEUE, "run", "--", "sh", "-c", script, "sh", "{}"],
+        env=sq_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert results(sq_home) == {
+        "foreign": (ItemState.DONE, {"error": "result file not read: not owned by this user"}),
+        "plain": (ItemState.DONE, {"ok": 1}),
+    }
+    assert not list((sq_home / "default" / "logs").glob("*.result")), "the planted file is removed"

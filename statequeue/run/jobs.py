@@ -367,7 +367,8 @@ class Job:
     def _read_result(self) -> Any:
         # O_NONBLOCK: a FIFO there must not block the open (PEP 475 retries it
         # on EINTR, so not even SIGTERM would end the wait); only a regular
-        # file is read, anything else is an error value, as a link (ELOOP) is.
+        # file of this user is read (another user's, planted there, is not
+        # the item's result), anything else is an error value, as a link is.
         try:
             fd = self._open(f"{self._name}.result", os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:  # the common case: no result, nothing to unlink
@@ -376,9 +377,10 @@ class Job:
             self._unlink(f"{self._name}.result")
             return {"error": f"result file not read: {exc.strerror}"}
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before open(): it refuses a directory
+            refused = _refused(os.fstat(fd))  # before open(): it refuses a directory
+            if refused:
                 os.close(fd)
-                return {"error": "result file not read: not a regular file"}
+                return {"error": f"result file not read: {refused}"}
             with open(fd, "rb") as f:
                 raw = f.read(RESULT_MAX_BYTES + 1)
         except OSError as exc:  # e.g. EIO: this item's error, not the run's end
@@ -461,6 +463,13 @@ def remove_left(folder: str, folder_fd: int, name: str) -> None:
             shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
         else:
             shutil.rmtree(name, ignore_errors=True, dir_fd=folder_fd)
+
+
+def _refused(st: os.stat_result) -> str:
+    """Why a result file with status ``st`` is not read ("" when it is)."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    return "" if st.st_uid == os.geteuid() else "not owned by this user"
 
 
 def _memfd(data: bytes) -> int:
