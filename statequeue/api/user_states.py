@@ -14,13 +14,18 @@ lives, or whose lease (PostgreSQL) has not ended, is still refused.
 An item whose runner died during its ``--verify`` check is no crash: recovery
 makes it pending again, whatever the policy. ``retry`` of one then refused it
 ("it is pending") on both stores, though it had just done what the user
-asked: it is reported as recovered instead, and is not retried again.
+asked: it is reported as recovered instead. It then starts afresh, as any
+retried item does (transitions.starts_afresh, its crash count and its mark of
+an earlier interruption cleared): it kept both, and `status` still listed it
+as interrupted, the next run checking it first.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Sequence
 
+from statequeue.core.errors import UsageError
 from statequeue.core.models import ItemState, OnInterrupted
 from statequeue.core.views import RetryReport
 from statequeue.store.base import Store
@@ -47,8 +52,13 @@ def retry_items(
         return RetryReport(put_back=tuple(store.retry(None, states=states)))
     pending = set(_recover_named(store, ids)) if ids else set()
     rest = [i for i in ids if i not in pending]
-    put_back = store.retry(rest, states=states) if rest else []
+    put_back = store.retry(rest) if rest else []
     recovered = tuple(i for i in dict.fromkeys(ids) if i in pending)
+    for item_id in recovered:
+        # Pending again: the user's retry of it starts it afresh, as any.
+        # A run that took it meanwhile (it was pending) refuses it: its claim decides.
+        with contextlib.suppress(UsageError):
+            store.retry([item_id], states=(ItemState.PENDING,))
     return RetryReport(put_back=tuple(put_back), recovered=recovered)
 
 

@@ -327,11 +327,11 @@ class Store(LeaseHooks, ABC):
     ) -> list[int]:
         """Put failed or held items back as pending; returns the ids changed.
 
-        ``ids``: raises ItemNotFound for an unknown id and UsageError for an item
-        in another state; then nothing is changed. None: every item that is in
-        one of ``states`` (failed or held) at the moment of the change, chosen
-        and changed atomically, so items another process retried meanwhile are
-        simply not chosen (no error)."""
+        ``ids``: ItemNotFound for an unknown id, UsageError for an item in
+        another state (pending too, if in ``states``: transitions.retry_allowed);
+        then nothing is changed. None: every item in one of ``states`` (failed
+        or held) at the moment of the change, chosen and changed atomically, so
+        items another process retried meanwhile are not chosen (no error)."""
 
     @abstractmethod
     def cancel(self, ids: Sequence[int]) -> list[int]:

@@ -256,9 +256,14 @@ def retry_allowed(
     ids: Sequence[int] | None, states: Collection[ItemState]
 ) -> tuple[ItemState, ...]:
     """The states ``retry`` accepts: every retryable one for items named by
-    id; for a retry of every item (``ids`` None), those of them in ``states``."""
+    id; for a retry of every item (``ids`` None), those of them in ``states``.
+    Named items may be pending too where ``states`` has pending: items a
+    user's retry has just recovered as pending (api/user_states.py), which
+    start afresh as any retried item (``starts_afresh``)."""
     if ids is None:
         return tuple(s for s in RETRYABLE if s in states)
+    if ItemState.PENDING in states:
+        return (*RETRYABLE, ItemState.PENDING)
     return RETRYABLE
 
 

@@ -275,7 +275,8 @@ def set_state(
     reason = transitions.user_reason(verb)
     for item_id, old in chosen:
         move(conn, queue, item_id, target, reason)
-        count(conn, queue, {old: -1, target.value: 1})
+        if old != target.value:  # a retry of an item recovered as pending stays pending
+            count(conn, queue, {old: -1, target.value: 1})
         event(conn, queue, transitions.user_record(item_id, target, verb, at=now()))
     return [i for i, _ in chosen]
 
