@@ -18,6 +18,11 @@ asked: it is reported as recovered instead. It then starts afresh, as any
 retried item does (transitions.starts_afresh, its crash count and its mark of
 an earlier interruption cleared): it kept both, and `status` still listed it
 as interrupted, the next run checking it first.
+
+Every id named is checked before anything changes: `retry 1 999999`
+recovered item 1 and only then refused the unknown id. The store's own
+``retry`` and ``cancel`` check all their ids at once; the recovery before
+them now does too, with the store's rules and words (transitions.py).
 """
 
 from __future__ import annotations
@@ -28,16 +33,37 @@ from collections.abc import Collection, Sequence
 from statequeue.core.errors import UsageError
 from statequeue.core.models import ItemState, OnInterrupted
 from statequeue.core.views import RetryReport
+from statequeue.store import transitions
 from statequeue.store.base import Store
 
 __all__ = ["cancel_items", "retry_items"]
 
 
-def _recover_named(store: Store, ids: Sequence[int]) -> list[int]:
-    """Recover, as held, the items of ``ids`` still marked running whose
-    runner is gone; those recovered as pending instead (their runner died
-    during the ``--verify`` check: no crash, whatever the policy)."""
-    running = [i for i, state in store.states(ids).items() if state is ItemState.RUNNING]
+def _to_recover(
+    store: Store, ids: Sequence[int], allowed: tuple[ItemState, ...], verb: str
+) -> list[int]:
+    """The items of ``ids`` still marked running, to recover before the
+    user's ``verb``; when there are any, every id is checked first as the
+    store checks it (ItemNotFound, UsageError), a running one passing only if
+    its runner is gone (``Store.interrupted``): a refusal changes nothing."""
+    states = store.states(ids)
+    running = [i for i, state in states.items() if state is ItemState.RUNNING]
+    if not running:
+        return []  # nothing to recover: the store checks and acts at once
+    gone = set(store.interrupted())
+    for item_id in dict.fromkeys(ids):
+        state = states.get(item_id)
+        if state is None:
+            raise transitions.unknown_item(item_id, store.name)
+        if item_id not in gone:
+            transitions.check_allowed(verb, item_id, state.value, allowed)
+    return running
+
+
+def _recover(store: Store, running: Sequence[int]) -> list[int]:
+    """Recover, as held, the items of ``running`` whose runner is gone;
+    those recovered as pending instead (their runner died during the
+    ``--verify`` check: no crash, whatever the policy)."""
     if not running:
         return []
     report = store.recover(on_interrupted=OnInterrupted.HOLD, only=frozenset(running))
@@ -50,7 +76,8 @@ def retry_items(
     """``store.retry``, after recovering what a dead runner left of ``ids``."""
     if ids is None:
         return RetryReport(put_back=tuple(store.retry(None, states=states)))
-    pending = set(_recover_named(store, ids)) if ids else set()
+    running = _to_recover(store, ids, transitions.RETRYABLE, "retry") if ids else []
+    pending = set(_recover(store, running))
     rest = [i for i in ids if i not in pending]
     put_back = store.retry(rest) if rest else []
     recovered = tuple(i for i in dict.fromkeys(ids) if i in pending)
@@ -65,5 +92,5 @@ def retry_items(
 def cancel_items(store: Store, ids: Sequence[int]) -> list[int]:
     """``store.cancel``, after recovering what a dead runner left of ``ids``."""
     if ids:
-        _recover_named(store, ids)
+        _recover(store, _to_recover(store, ids, transitions.CANCELLABLE, "cancel"))
     return store.cancel(ids)
