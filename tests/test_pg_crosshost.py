@@ -178,7 +178,8 @@ def test_runners_survive_an_immediate_server_stop_and_lose_no_acknowledged_resul
             except AssertionError as exc:  # seen twice under heavy load: say what the runners said
                 said = {h: f.stderr(h)[-2000:] for h in "ab"}
                 raise AssertionError(f"{exc}; {f.done()} done; runners said: {said}") from None
-            assert [f.stop(r) for r in runners] == [0, 0]
+            codes = [f.stop(r) for r in runners]
+            assert codes == [0, 0], {h: f.stderr(h)[-2000:] for h in "ab"}
         finally:
             f.close()
     acked = _acknowledged(f.stderr("a") + f.stderr("b"))

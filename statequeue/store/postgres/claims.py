@@ -22,7 +22,10 @@ left: the keeper holds it until then) is recovered at once.
 Every call here goes through ``Session.patiently``: a store that serves a
 runner reconnects and runs it again (session.py). A finish that failed so
 may be called again later: it is then a retry of the first (``_first_try``),
-which may have committed.
+which may have committed. A claim retried so first adopts the claim its first
+try committed, if any (``sql.ADOPT_CLAIM``); one it never heard of at all
+(the call gave up) is recovered by this runner's own reaper once its lease
+ends (``reaping.ClaimLocks``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from statequeue.store.postgres import (
     queries,
     rate_rows,
     reaping,
+    sql,
     writes,
 )
 from statequeue.store.postgres.connection import Connection
@@ -136,10 +140,20 @@ class Claims:
             "among": sorted(among) if among is not None else None,
         }
         sent = lease_clock.now()
+        generation = self._session.generation
 
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
             sent = lease_clock.now()
+            if self._session.generation != generation:
+                # Retried on a new connection: the first try may have
+                # committed, its answer lost (a server stopped right after
+                # the commit). That claim is this call's, not a second one:
+                # left alone, no process would run it, and its runner's
+                # host would wait for it as long as the runner lives.
+                adopted = conn.execute(sql.ADOPT_CLAIM, params).fetchone()
+                if adopted is not None:
+                    return adopted
             # One statement: atomic.
             return self._cursor(conn).execute(functions.CLAIM, params).fetchone()
 

@@ -181,6 +181,13 @@ class ClaimLocks:
             return None
         held = self._held_file(f"{token}.lock")
         if held is None and runner_id is not None and _runner_named(runner_id):
+            if runner_id in self._runners:
+                # This store's own runner, alive: every claim it holds has its
+                # file by now (the store's calls take turns), so one without
+                # is a claim whose answer it never heard (a commit whose
+                # acknowledgement was lost): nothing runs it. Its own file,
+                # held by this very runner, would keep it forever.
+                return False
             return self._held_file(_runner_file(runner_id))
         return held
 

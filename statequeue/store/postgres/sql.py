@@ -121,6 +121,21 @@ WHERE name = %(q)s
   AND (last_reap_at IS NULL OR last_reap_at < clock_timestamp() - make_interval(secs => %(every)s))
 """
 
+# A claim retried after a reconnect: the claim its first try committed, if
+# that try's answer was lost (claims.py). A claim call's ``now`` is its own
+# (the claim sets ``changed_at`` to it), as finish_and_claim's retry finds its
+# claim (lean_writes.py); its lease starts again now.
+ADOPT_CLAIM = f"""
+WITH adopted AS (
+    UPDATE statequeue.live l SET lease_until = {LEASE}
+    WHERE l.queue = %(q)s AND l.runner = %(runner)s AND l.state = 'running'
+      AND l.changed_at = %(now)s
+    RETURNING l.id, l.attempts, l.token, l.interrupted, l.failures
+)
+SELECT a.id, i.item, a.attempts, a.token, a.interrupted, a.failures
+FROM adopted a JOIN statequeue.items i ON i.queue = %(q)s AND i.id = a.id
+"""
+
 # Locked rows are skipped (their holder is finishing or renewing them); the
 # lease is checked on the row as locked, so a renew that committed first wins.
 EXPIRED = """
