@@ -212,6 +212,33 @@ def test_attempts_in_flight_when_their_runner_died(
     assert page.errors() == []
 
 
+def test_attempts_a_dead_runners_processes_still_run(
+    page: Browser, sq_env: dict[str, str], sq_home: Path, tmp_path: Path
+) -> None:
+    """The run and its keeper killed with -9, the items' processes live on:
+    the page shows their two attempts in flight, as `status` lists them
+    ("still run by processes of a dead runner"), their state now orphaned."""
+    out = tmp_path / "held.html"
+    with run_killed_running_two(sq_env, sq_home, "", tmp_path, ["a", "b", "c"], keeper_too=True):
+        made = subprocess.run(
+            [STATEQUEUE, "report", "-o", str(out)], env=sq_env, capture_output=True, timeout=120
+        )
+        assert made.returncode == 0, made.stderr
+    _open(page, out)
+    bars = _eval(
+        page,
+        "Array.from(document.querySelectorAll('svg.chart')[1].querySelectorAll('.mark'))"
+        ".filter(m => m.getAttribute('data-tip').includes('in flight when its runner died'))"
+        ".length",
+    )
+    assert bars == 2
+    text = _eval(page, "document.body.innerText")
+    assert "not recovered yet (2 still run by processes of a dead runner)" in text, text[:800]
+    assert "Of these, 2 (state now: orphaned) are still run by processes" in text
+    assert text.count("orphaned") == 3, text  # the sentence and the two rows' state now
+    assert page.errors() == []
+
+
 def test_require_browser_turns_a_skip_into_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(browser, "chromium_path", lambda: None)
     monkeypatch.delenv("STATEQUEUE_REQUIRE_BROWSER", raising=False)

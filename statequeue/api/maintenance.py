@@ -113,15 +113,19 @@ def list_queues(
     on_no_access: Callable[[NoAccess], None] | None = None,
 ) -> list[Status]:
     """The status of every queue under ``home`` (or in the PostgreSQL store
-    ``store``), by name. An unsafe entry in the home (a link, another user's
-    folder) raises UnsafeFolder, or with ``on_unsafe`` is passed to it and
-    left out; an unsafe home raises either way. A queue too damaged to open
-    raises DamagedState, or with ``on_damaged`` is passed to it (with its
-    name) and left out, so one damaged queue does not hide the others; one
-    this user cannot read raises NoAccess, or is passed to ``on_no_access``."""
+    ``store``, whose scratch folders on this host are in ``home``), by name.
+    An unsafe entry in the home (a link, another user's folder; a database
+    queue's scratch folder) raises UnsafeFolder, or with ``on_unsafe`` is
+    passed to it and left out; an unsafe home raises either way. A queue too
+    damaged to open raises DamagedState, or with ``on_damaged`` is passed to
+    it (with its name) and left out, so one damaged queue does not hide the
+    others; one this user cannot read raises NoAccess, or is passed to
+    ``on_no_access``."""
     url = chosen_url(store)
     if url is not None:
-        return postgres_queues(url)
+        # This host's claim locks (in the home) tell, as for `status`, the
+        # items a dead runner's processes still run from the interrupted ones.
+        return postgres_queues(url, resolve_home(home), on_unsafe=on_unsafe)
     root = resolve_home(home)
     # A folder whose journal is gone but whose archive remains is a damaged
     # queue (opening it refuses), never one to leave out silently.

@@ -42,7 +42,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
         status = store.status()
         commands = tuple(" ".join(c) for c in store.commands())
         deferred = store.deferrals(cutoff)
-        _add_in_flight(store, fold, status.interrupted)
+        _add_in_flight(store, fold, status.interrupted, status.held_by_dead_runner)
         fold.add_all(store.iter_attempt_batches(cutoff))
     figures = fold.build()
     with shared.using() as store:
@@ -69,17 +69,22 @@ def store_kind(store: Store) -> str:
     return "journal" if store.journal_folder() is not None else "memory"
 
 
-def _add_in_flight(store: Store, fold: ReportFold, ids: Sequence[int]) -> None:
+def _add_in_flight(
+    store: Store, fold: ReportFold, interrupted: Sequence[int], held: Sequence[int]
+) -> None:
     """The attempts in flight when their runner died, not recovered yet (the
-    items `status` lists as interrupted): each one's start and runner from
+    items `status` lists as interrupted, and those it lists as still run by
+    processes of a dead runner, ``held``): each one's start and runner from
     its history, and the runner's host from its registration."""
+    ids = sorted({*interrupted, *held})
     found = [
         _started(store, item_id) if n < IN_FLIGHT_LOOKUPS else None for n, item_id in enumerate(ids)
     ]
     hosts = store.runner_hosts({s[1] for s in found if s is not None and s[1]})
     for item_id, start in zip(ids, found, strict=True):
         attempt, runner, started = start or (0, "", None)
-        fold.add_in_flight(item_id, attempt, runner, started, hosts.get(runner, ""))
+        host = hosts.get(runner, "")
+        fold.add_in_flight(item_id, attempt, runner, started, host, held=item_id in held)
 
 
 def _started(store: Store, item_id: int) -> tuple[int, str, float | None] | None:
@@ -121,7 +126,11 @@ def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:
         slowest=filled(f.slowest, False),
         most_retried=filled(f.most_retried, True),
         interrupted=filled(f.interrupted, True),
-        in_flight=filled(f.in_flight, True),
+        # Still running; "orphaned" (as `list` says) stays: the state now would hide it.
+        in_flight=tuple(
+            r if r.state == "orphaned" else replace(r, state=states.get(r.item_id, ""))
+            for r in filled(f.in_flight, False)
+        ),
     )
 
 

@@ -116,7 +116,9 @@ def render_report(report: Report) -> str:
             "Interrupted, not recovered yet",
             f"Attempts in flight when their runner died ({f.in_flight_total} in all, as "
             "`statequeue status` lists them; the latest started shown): the next run "
-            "recovers them (--on-interrupted). Their end is not known (their processes may "
+            "recovers them (--on-interrupted)."
+            + _held_note(f.in_flight_held)
+            + " Their end is not known (their processes may "
             "have died with the runner, or may still run): their bars in the timeline run "
             "to the time of this report.",
             _rows(f.in_flight, "started at", clock, "state now"),
@@ -174,7 +176,7 @@ def _header(r: Report) -> str:
         ("made", escape(clock(r.now)) + escape(since)),
         ("success rate", f"{rate} of finished items"),
         ("wall time", _wall(r)),
-        ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total)),
+        ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total, f.in_flight_held)),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
         ("hosts", escape(", ".join(r.hosts)) or "-"),
         ("commands", commands),
@@ -198,12 +200,25 @@ def _wall(r: Report) -> str:
     return f"{span(r.wall_seconds)} (from {escape(clock(f.first_start))}{till})"
 
 
-def _ended(kinds: tuple[int, ...], in_flight: int) -> str:
-    """Ended attempts by kind; then those in flight when their runner died."""
+def _ended(kinds: tuple[int, ...], in_flight: int, held: int = 0) -> str:
+    """Ended attempts by kind; then those in flight when their runner died
+    (``held`` of them still run by processes of a dead runner)."""
     text = ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in enumerate(kinds)) or "0"
     if in_flight:
         text += f"; and {in_flight} in flight when their runner died, not recovered yet"
+    if held:
+        text += f" ({held} still run by processes of a dead runner)"
     return text
+
+
+def _held_note(held: int) -> str:
+    """What `status` says of the items a dead runner's processes still run."""
+    if not held:
+        return ""
+    return (
+        f" Of these, {held} (state now: orphaned) are still run by processes of a dead "
+        "runner: no run takes them until those end; then the next run recovers them."
+    )
 
 
 def _not_ended(in_flight: int) -> str:

@@ -81,6 +81,7 @@ class ReportFold:
         self.interrupted_total = 0
         self.in_flight: list[tuple[float, int, int, str]] = []  # (start, id, attempt, runner)
         self.in_flight_total = 0
+        self.in_flight_held: set[int] = set()  # still run by processes of a dead runner
         self.undated = 0
         self.done_sketch = QuantileSketch()
         self.other_sketch = QuantileSketch()
@@ -155,16 +156,31 @@ class ReportFold:
         self.kind.extend(column(kinds))
 
     def add_in_flight(
-        self, item_id: int, attempt: int, runner: str, started_at: float | None, host: str = ""
+        self,
+        item_id: int,
+        attempt: int,
+        runner: str,
+        started_at: float | None,
+        host: str = "",
+        *,
+        held: bool = False,
     ) -> None:
         """An attempt in flight when its runner died, not recovered yet (no
         attempt ended it): shown apart, and in the timeline from its start to
-        the report's time (``now``); its runner (on ``host``) counts it."""
+        the report's time (``now``); its runner (on ``host``) counts it.
+        ``held``: processes of the attempt still run and hold its claim
+        (``Status.held_by_dead_runner``): its state is shown as orphaned."""
         self.in_flight_total += 1
+        if held:
+            self.in_flight_held.add(item_id)
         if host and runner:
             self.hosts.setdefault(runner, host)
         if started_at is not None and attempt > 0:
             self.in_flight.append((started_at, item_id, attempt, runner))
+
+    def _in_flight_state(self, item_id: int) -> str:
+        """The state column of an attempt in flight: as `list` says it."""
+        return "orphaned" if item_id in self.in_flight_held else "running"
 
     def _add_failure(self, a: Attempt) -> None:
         reason = normalise_reason(a)
@@ -208,6 +224,7 @@ class ReportFold:
             now = time.time() if self.now is None else self.now
             first = min(first if first is not None else math.inf, flying[-1][0])
             last = max(last if last is not None else -math.inf, flying[0][0], now)
+        gone = {x[1] for x in self.in_flight} - {x[1] for x in flying}  # recovered meanwhile
         for _, _, _, runner in flying:
             self.runner_ids.setdefault(runner, len(self.runner_ids))
         names = {i: r for r, i in self.runner_ids.items()}
@@ -240,9 +257,11 @@ class ReportFold:
             ),
             interrupted_total=self.interrupted_total,
             in_flight=tuple(
-                ItemRow(i, at, start, state="running") for start, i, at, _ in flying[:TOP_ROWS]
+                ItemRow(i, at, start, state=self._in_flight_state(i))
+                for start, i, at, _ in flying[:TOP_ROWS]
             ),
             in_flight_total=self.in_flight_total - (len(self.in_flight) - len(flying)),
+            in_flight_held=len(self.in_flight_held - gone),
         )
 
     def _throughput(

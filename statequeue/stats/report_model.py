@@ -122,8 +122,12 @@ class AttemptFigures:
     interrupted_total: int
     in_flight: tuple[ItemRow, ...] = ()
     """Attempts in flight when their runner died, not recovered yet (the items
-    `status` lists as interrupted), by start time (``value``), latest first."""
+    `status` lists as interrupted, or as still run by processes of a dead
+    runner: state "orphaned"), by start time (``value``), latest first."""
     in_flight_total: int = 0
+    in_flight_held: int = 0
+    """Of ``in_flight_total``, those whose processes still run and hold the
+    claim (``Status.held_by_dead_runner``): no run takes them until those end."""
 
 
 @dataclass(frozen=True)

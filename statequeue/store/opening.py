@@ -11,10 +11,11 @@ the journal's (nor a local one psycopg).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import InvalidStoreUrl, UsageError
+from statequeue.core.errors import InvalidStoreUrl, UnsafeFolder, UsageError
 from statequeue.store.base import Store
 from statequeue.store.urls import ENV_STORE, is_store_url, mask
 
@@ -49,12 +50,18 @@ def _check_driver(url: str) -> None:
         ) from None
 
 
-def postgres_queues(url: str) -> list[Status]:
-    """The status of every queue in the PostgreSQL database at ``url``, by name."""
+def postgres_queues(
+    url: str, home: Path | None = None, *, on_unsafe: Callable[[UnsafeFolder], None] | None = None
+) -> list[Status]:
+    """The status of every queue in the PostgreSQL database at ``url``, by
+    name, each as its `status` says it on this host: with the claim locks in
+    its scratch folder under ``home`` (HOME/.postgres/QUEUE) where there is
+    one. A queue whose scratch folder is unsafe raises UnsafeFolder, or with
+    ``on_unsafe`` is passed to it and left out (as a home's unsafe entry is)."""
     _check_driver(url)
     from statequeue.store.postgres.ops import statuses  # lazy: optional dependency psycopg
 
-    return statuses(url)
+    return statuses(url, None if home is None else home / ".postgres", on_unsafe=on_unsafe)
 
 
 def drop_postgres_queue(url: str, name: str) -> None:

@@ -4,12 +4,18 @@ queue (which would create it)."""
 
 from __future__ import annotations
 
-from statequeue.core.errors import QueueNotFound, UsageError
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from statequeue.core.errors import QueueNotFound, UnsafeFolder, UsageError
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.views import Status
 from statequeue.store.postgres import queries, reaping
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
+from statequeue.store.postgres.scratch import open_scratch
 
 DROP_BATCH = 5_000
 """Rows deleted per transaction by `drop`."""
@@ -44,8 +50,19 @@ def migrate_schema(url: str) -> tuple[int, int]:
         conn.close()
 
 
-def statuses(url: str) -> list[Status]:
-    """The status of every queue in the database, by name."""
+def statuses(
+    url: str,
+    scratch_root: Path | None = None,
+    *,
+    on_unsafe: Callable[[UnsafeFolder], None] | None = None,
+) -> list[Status]:
+    """The status of every queue in the database, by name. With
+    ``scratch_root`` (HOME/.postgres), a queue's running items whose claim
+    lock a process on this host still holds (its runner dead) are told from
+    the interrupted ones as the queue's own ``status`` tells them
+    (``held_by_dead_runner``); a queue with no scratch folder there has none
+    of its claims on this host. An unsafe scratch folder: UnsafeFolder, or
+    ``on_unsafe`` and the queue left out."""
     conn = connect(url)
     try:
         with guarded(url):
@@ -53,9 +70,35 @@ def statuses(url: str) -> list[Status]:
             rows = conn.execute(
                 "SELECT name, paused FROM statequeue.queues WHERE NOT dropping ORDER BY name"
             ).fetchall()
-            return [queries.status(conn, str(name), bool(paused)) for name, paused in rows]
+            found = []
+            for name, paused in rows:
+                try:
+                    with _claim_locks(scratch_root, str(name)) as locks:
+                        found.append(queries.status(conn, str(name), bool(paused), locks))
+                except UnsafeFolder as exc:
+                    if on_unsafe is None:
+                        raise
+                    on_unsafe(exc)
+            return found
     finally:
         conn.close()
+
+
+@contextmanager
+def _claim_locks(scratch_root: Path | None, name: str) -> Iterator[queries.HeldHere | None]:
+    """Whether a process on this host holds a claim's lock (as the store's
+    ``_held_here`` asks), from queue ``name``'s scratch folder under
+    ``scratch_root``; None when it has none (nothing is made for a look)."""
+    folder = None if scratch_root is None else scratch_root / name
+    if folder is None or not os.path.lexists(folder / reaping.SUBFOLDER):
+        yield None
+        return
+    opened = open_scratch(folder)
+    locks = reaping.ClaimLocks(opened)
+    try:
+        yield lambda token, runner_id: locks.is_held(token, runner_id or None)
+    finally:
+        opened.close()
 
 
 def drop(url: str, queue: str) -> None:
