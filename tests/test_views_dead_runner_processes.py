@@ -76,3 +76,27 @@ def test_report_and_queues_agree_with_status_on_a_dead_runners_processes(
         assert "orphaned" not in page
         listed = _queues(sq_env, store_url)
         assert (listed["held_by_dead_runner"], listed["interrupted"]) == ([], [1, 2])
+
+
+def test_queues_on_postgres_skips_a_queue_whose_scratch_folder_is_unsafe(
+    sq_env: dict[str, str], sq_home: Path, pg_url: str
+) -> None:
+    """`queues` now reads each queue's scratch folder on this host (its claim
+    locks): one that is unsafe is warned about and its queue left out, as
+    `status` of that queue refuses it; a queue with no scratch folder here
+    gets none made."""
+    with Queue("open", home=sq_home, store=pg_url) as q:
+        q.enqueue(["a"])
+    with Queue("loose", home=sq_home, store=pg_url) as q:
+        q.enqueue(["b"])
+    loose = sq_home / ".postgres" / "loose"
+    loose.chmod(0o777)  # writable by others: another user could plant its claim files
+    (sq_home / ".postgres" / "open").rename(sq_home / ".postgres" / "moved")
+    done = _cli(sq_env, pg_url, "queues")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "open\t1 item\tpending 1\n", done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("statequeue: warning: skipped: ") and str(loose) in line, line
+    assert not (sq_home / ".postgres" / "open").exists()  # nothing made for a look
+    refused = _cli(sq_env, pg_url, "-q", "loose", "status")
+    assert refused.returncode == 9, refused.stderr
