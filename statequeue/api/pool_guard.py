@@ -51,6 +51,7 @@ from multiprocessing.util import Finalize
 from typing import TYPE_CHECKING, Any
 
 from statequeue.api import pool_sentinel
+from statequeue.api.pool_semaphores import unlink_once_open
 
 if TYPE_CHECKING:
     from statequeue.api.pool_sentinel import Sentinel
@@ -111,6 +112,8 @@ def process_pool(jobs: int) -> Iterator[ProcessPool]:
                 initargs=(os.getpid(),),
             )
         _start_workers(executor)
+        if lender is not None:  # Linux, forkserver: no semaphore name outlives a kill -9
+            unlink_once_open(executor)
         try:
             yield ProcessPool(executor, lender)
         finally:
