@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from statequeue.run import keeper_protocol
 from statequeue.run import keeper_state as ks
 
 
@@ -19,10 +20,10 @@ def test_an_item_held_after_its_orphan_was_adopted_is_the_orphans_too() -> None:
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     try:
-        state.handle((ks.HOLD, 0, 1), [r1])
+        state.handle((keeper_protocol.HOLD, 0, 1), [r1])
         orphan = 424242  # adopted between the two HOLDs: attributed to item 1 alone
         state.owners = {orphan: frozenset({1})}
-        state.handle((ks.HOLD, 0, 2), [r2])
+        state.handle((keeper_protocol.HOLD, 0, 2), [r2])
         assert state.owners[orphan] == frozenset({1, 2})
         assert state.held.keys() == {1, 2} and state.finished == {1, 2}
     finally:

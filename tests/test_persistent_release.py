@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from statequeue import Queue
-from statequeue.run import keeper_state
+from statequeue.run import keeper_children, keeper_state
 from statequeue.run.keeper_state import KeeperProcess
 from statequeue.run.options import RunOptions
 from statequeue.run.runner import Runner
@@ -78,7 +78,7 @@ def test_each_look_reads_the_children_afresh_through_one_held_file(
 def test_a_list_longer_than_one_read_is_read_whole(
     keeper: KeeperProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(keeper_state, "CHILDREN_READ", 4)  # fewer bytes than one pid and a space
+    monkeypatch.setattr(keeper_children, "CHILDREN_READ", 4)  # fewer bytes than one pid and a space
     procs = _sleepers(3)
     try:
         assert {p.pid for p in procs} <= set(keeper.own_children())

@@ -70,17 +70,15 @@ TYPE_CHECKING = False  # not typing's: we start under -I -S (see keeper_os.suppr
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
     from statequeue.run.keeper_os import append_cpu, become_subreaper, report_cpu, suppress
-    from statequeue.run.keeper_state import (
+    from statequeue.run.keeper_protocol import (
         ASSIGN,
         CPU_APPEND_ENV,
         CPU_REPORT_ENV,
         CUT,
         DEADLINE,
-        DEADLINE_POLL,
         ENVIRON,
         EXITED,
         FAILED,
-        FENCE_POLL,
         GOODBYE,
         GUARD,
         HEADER,
@@ -101,6 +99,10 @@ if TYPE_CHECKING or __package__:
         STATUS_FD,
         WAITER_GONE,
         WORKER,
+    )
+    from statequeue.run.keeper_state import (
+        DEADLINE_POLL,
+        FENCE_POLL,
         KeeperProcess,
         Leader,
         tell_waiter,
@@ -111,17 +113,15 @@ else:  # a script under -I -S: the package is not importable, its folders are
     sys.path += [_HERE, os.path.join(os.path.dirname(_HERE), "core")]
     import lease_clock
     from keeper_os import append_cpu, become_subreaper, report_cpu, suppress
-    from keeper_state import (
+    from keeper_protocol import (
         ASSIGN,
         CPU_APPEND_ENV,
         CPU_REPORT_ENV,
         CUT,
         DEADLINE,
-        DEADLINE_POLL,
         ENVIRON,
         EXITED,
         FAILED,
-        FENCE_POLL,
         GOODBYE,
         GUARD,
         HEADER,
@@ -142,6 +142,10 @@ else:  # a script under -I -S: the package is not importable, its folders are
         STATUS_FD,
         WAITER_GONE,
         WORKER,
+    )
+    from keeper_state import (
+        DEADLINE_POLL,
+        FENCE_POLL,
         KeeperProcess,
         Leader,
         tell_waiter,

@@ -1,5 +1,6 @@
 """The keeper's state and rules: its children, the claims it holds for them,
-and the runner's requests (the protocol's constants are here too).
+and the runner's requests (the protocol, its constants and the reading of
+requests off the socket, is keeper_protocol.py).
 
 The keeper process (keeper_process.py, its loop) runs it; so does the runner's
 own keeper in the guarded shape (local_keeper.py), in-process. Standard
@@ -9,11 +10,9 @@ library only: under ``python -I -S`` it is imported from its own folder.
 from __future__ import annotations
 
 import errno
-import marshal
 import os
 import signal
 import socket
-import struct
 import time
 
 TYPE_CHECKING = False  # not typing's: the keeper starts under -I -S (see keeper_os.suppress)
@@ -23,35 +22,17 @@ if TYPE_CHECKING:
 if TYPE_CHECKING or __package__:
     from statequeue.core import lease_clock
     from statequeue.core.leftover_note import LeftoverNote
-    from statequeue.run import keeper_os
+    from statequeue.run import keeper_children, keeper_os
+    from statequeue.run import keeper_protocol as wire
     from statequeue.run.keeper_os import children, claim_target, suppress
 else:  # a script under -I -S: keeper_process.py put our folders on sys.path
+    import keeper_children
     import keeper_os
+    import keeper_protocol as wire
     import lease_clock
     from keeper_os import children, claim_target, suppress
     from leftover_note import LeftoverNote
 
-SOCKET_FD = 3  # where the keeper finds its end of the socket
-STATUS_FD = 4  # guard mode: where the runner's wait status goes (to the waiter, guard.py)
-GUARD = "--guard"  # argv: QUEUE --guard RUNNER_PID WAITER_PID
-RUNNER_TOKEN = 0  # guard mode: the token of the runner itself (the runner's own count from 1)
-WAITER_GONE = signal.SIGUSR1  # guard mode: our parent (the waiter) died (PR_SET_PDEATHSIG)
-
-# runner -> keeper: a header, then a marshal payload; fds ride on the header.
-HEADER = struct.Struct("<II")  # payload length, number of fds sent
-SPAWN, SIGNAL, GOODBYE, DEADLINE, ENVIRON, WORKER, ASSIGN = 1, 2, 3, 4, 5, 6, 7
-LIVENESS, HOLD = 8, 9  # guard mode: the runner's liveness lock; a claim to keep at its end
-CUT = 10  # an attempt stopped or timed out: kill what is left of its item
-NOTE = 11  # where to note the leftovers held for after the run (core/leftover_note.py)
-# keeper -> runner: fixed-size replies.
-REPLY = struct.Struct("<Bqq")  # kind, token, value
-FAILED, EXITED, LINGERING, STARTED = 2, 3, 4, 5
-REPLY_FD, NO_ITEM = 3, -1  # a persistent worker's reply pipe; its item between two
-
-CPU_REPORT_ENV = "STATEQUEUE_BENCH_KEEPER_CPU"
-CPU_APPEND_ENV = "STATEQUEUE_BENCH_CPU"  # each process of a run appends "ROLE SECONDS"
-MAX_FDS = 8
-LOST = -1  # in the queue of received fds: some of the batch before it were lost
 FENCE_POLL = 0.05  # seconds between looks for adopted descendants of a fenced item
 # Longest wait while a deadline is pending: poll's timeout runs on the
 # monotonic clock, which stops during a suspend; after a resume, a deadline
@@ -60,8 +41,7 @@ DEADLINE_POLL = 0.1
 SCAN_COST_SHARE = 20  # a /proc scan at most every 20x its own duration
 FORCE_SCAN_AT = 32  # finished items awaiting release that force a scan (fds)
 MAX_IDLE_GAP = 1.0  # seconds between scans while only a detached leftover lives
-UNOPENED, NO_CHILDREN_FILE = -1, -2  # KeeperProcess.children_fd before a look; without the file
-CHILDREN_READ = 65536  # bytes per read of it (about 9000 pids)
+UNOPENED = -1  # KeeperProcess.children_fd before a look (keeper_children.py)
 
 
 class Leader:
@@ -87,14 +67,13 @@ class KeeperProcess:
         self.held: dict[int, list[int]] = {}  # item id -> claim fds held for it
         self.finished: set[int] = set()  # held items whose leader is reaped
         self.owners: dict[int, frozenset[int]] = {}  # orphan pid -> items it may be of
-        self.inbox = bytearray()
-        self.fds: list[int] = []
+        self.inbox = wire.Inbox()  # requests (and their fds) not handled yet
         self.ending = False  # the runner died: kill everything left
         self.goodbye = False  # the run ended: wait for what is left
         self.cost_until = 0.0  # no /proc scan before (a share of the last one's cost)
         self.idle_until = 0.0  # nor before (while only a detached leftover lives)
         self.idle_gap = 0.0
-        self.claim_targets = [claim_target(i) for i in range(MAX_FDS)]
+        self.claim_targets = [claim_target(i) for i in range(wire.MAX_FDS)]
         # token -> lease-clock time to kill its item: the end of its lease as
         # the runner last confirmed it, enforced here even if the runner is
         # frozen (SIGSTOP, a paused VM) and cannot fence its children itself.
@@ -119,50 +98,19 @@ class KeeperProcess:
 
     def receive(self) -> None:
         assert self.sock is not None  # a keeper process always has its socket
-        try:
-            data, ancdata, flags, _ = self.sock.recvmsg(
-                65536, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
-            )
-        except OSError:
-            data, ancdata, flags = b"", [], 0
-        for level, kind, raw in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(raw) - len(raw) % 4
-                self.fds += struct.unpack(f"{usable // 4}i", raw[:usable])
-        if flags & socket.MSG_CTRUNC:
-            # Out of fds: some of this batch were lost, so its request fails.
-            # (A read returns the fds of one sendmsg at most: one request's.)
-            self.fds.append(LOST)
-        if not data:
+        if not self.inbox.read(self.sock):
             self.ending = True
             return
-        self.inbox += data
-        while len(self.inbox) >= HEADER.size and not self.goodbye:
-            size, nfds = HEADER.unpack_from(self.inbox)
-            if len(self.inbox) < HEADER.size + size:
-                return
-            request = marshal.loads(bytes(self.inbox[HEADER.size : HEADER.size + size]))
-            del self.inbox[: HEADER.size + size]
-            self.handle(request, self.take_fds(nfds))
-
-    def take_fds(self, count: int) -> list[int]:
-        """The next request's ``count`` fds, in the order they came; ending
-        with LOST if some of them were lost."""
-        batch = self.fds[:count]
-        if LOST in batch:
-            batch = batch[: batch.index(LOST) + 1]
-        del self.fds[: len(batch)]
-        if len(batch) < count and batch[-1:] != [LOST]:
-            batch.append(LOST)  # cannot happen: a request's fds come with its first byte
-        return batch
+        while not self.goodbye and (request := self.inbox.next()) is not None:
+            self.handle(*request)
 
     def handle(self, request: tuple[Any, ...], fds: list[int]) -> None:
-        if request[0] == SIGNAL:
+        if request[0] == wire.SIGNAL:
             return self.signal(request[1], request[2])
-        if request[0] == ENVIRON:
+        if request[0] == wire.ENVIRON:
             self.environ = request[1]
             return
-        if request[0] == DEADLINE:
+        if request[0] == wire.DEADLINE:
             token = request[1]
             leader = self.by_token.get(token)
             if leader is not None:
@@ -173,19 +121,19 @@ class KeeperProcess:
             elif token in self.deadline_items:  # else long settled: no deadline to keep
                 self.deadlines[token] = request[2]
             return
-        if request[0] == ASSIGN:
+        if request[0] == wire.ASSIGN:
             return self.assign(request[1], request[2], fds)
-        if request[0] == LIVENESS:  # held until every process of the run is gone
+        if request[0] == wire.LIVENESS:  # held until every process of the run is gone
             self.liveness += [fd for fd in fds if fd >= 0]
             self.queue = request[2]  # the name adopted orphans carry (STATEQUEUE_QUEUE)
             return
-        if request[0] == CUT:
+        if request[0] == wire.CUT:
             return self.cut_item(request[2])
-        if request[0] == NOTE:  # its folder (lost: no note), and its name there
+        if request[0] == wire.NOTE:  # its folder (lost: no note), and its name there
             if fds and fds[0] >= 0:
                 self.note = LeftoverNote(fds[0], request[2])
             return
-        if request[0] == HOLD:  # the run ended while a leftover of this item may live
+        if request[0] == wire.HOLD:  # the run ended while a leftover of this item may live
             item = request[2]
             self.hold(item, [fd for fd in fds if fd >= 0])
             self.finished.add(item)
@@ -193,28 +141,28 @@ class KeeperProcess:
             # first) was attributed without this item: it may be its own.
             self.owners = {pid: of | {item} for pid, of in self.owners.items()}
             return
-        if request[0] == GOODBYE:
+        if request[0] == wire.GOODBYE:
             self.goodbye = True
             if self.has_children():
-                self.reply(LINGERING, 0, 0)  # so the runner does not wait for us
+                self.reply(wire.LINGERING, 0, 0)  # so the runner does not wait for us
             return
         token = request[1]
         try:
-            if LOST in fds:
+            if wire.LOST in fds:
                 raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
             self.spawn(request, fds)
         except OSError as exc:
             for fd in fds:
                 if fd >= 0:
                     os.close(fd)
-            self.reply(FAILED, token, exc.errno or errno.EIO)
+            self.reply(wire.FAILED, token, exc.errno or errno.EIO)
         # A started child is not reported: the runner does not wait for it (a
         # reply per spawn cost a wakeup of the runner per item).
 
     def spawn(self, request: tuple[Any, ...], fds: list[int]) -> None:
         """Start a requested child; our copies of its streams are closed (the
         child has its own), its claim fds are held."""
-        nstreams = 2 + request[5] + (request[0] == WORKER)
+        nstreams = 2 + request[5] + (request[0] == wire.WORKER)
         self.launch(request, fds[:nstreams], fds[nstreams:])
         for fd in fds[:nstreams]:
             os.close(fd)
@@ -230,25 +178,25 @@ class KeeperProcess:
         if has_stdin:
             actions[0] = (os.POSIX_SPAWN_DUP2, streams[2], 0)
         actions += [(os.POSIX_SPAWN_DUP2, streams[0], 1), (os.POSIX_SPAWN_DUP2, streams[1], 2)]
-        if kind == WORKER:  # a worker's reply pipe: at REPLY_FD
-            actions.append((os.POSIX_SPAWN_DUP2, streams[-1], REPLY_FD))
+        if kind == wire.WORKER:  # a worker's reply pipe: at REPLY_FD
+            actions.append((os.POSIX_SPAWN_DUP2, streams[-1], wire.REPLY_FD))
         actions += [
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
-        pid = self.start(argv, env, actions, bound=kind == WORKER)
+        pid = self.start(argv, env, actions, bound=kind == wire.WORKER)
         leader = Leader(token, item, pid)
         self.leaders[pid] = self.by_token[token] = leader
         self.hold(item, claims)
-        if kind == WORKER:  # the runner watches its memory and shows its pid
-            self.reply(STARTED, token, pid)
+        if kind == wire.WORKER:  # the runner watches its memory and shows its pid
+            self.reply(wire.STARTED, token, pid)
         return pid
 
     def assign(self, token: int, item: int, claims: list[int]) -> None:
         """``token``'s worker (and what it starts) is now ``item``'s: its claim
         is held here; the item it leaves is released as a finished one is."""
         leader = self.by_token.get(token)
-        if leader is None or LOST in claims:  # it ended (the runner settles the item)
+        if leader is None or wire.LOST in claims:  # it ended (the runner settles the item)
             for fd in claims:
                 if fd >= 0:
                     os.close(fd)
@@ -258,13 +206,13 @@ class KeeperProcess:
         self.deadlines.pop(token, None)
         self.deadline_items.pop(token, None)
         self.hold(item, claims)
-        if old != NO_ITEM and old != item and old in self.held:
+        if old != wire.NO_ITEM and old != item and old in self.held:
             self.finished.add(old)
             self.idle_gap, self.idle_until = 0.0, 0.0
 
     def hold(self, item: int, claims: list[int]) -> None:
         """Keep ``item``'s claim fds while a process of it lives."""
-        if item != NO_ITEM:
+        if item != wire.NO_ITEM:
             self.held.setdefault(item, []).extend(claims)
             self.finished.discard(item)
 
@@ -298,7 +246,7 @@ class KeeperProcess:
     def reply(self, kind: int, token: int, value: int) -> None:
         assert self.sock is not None  # a keeper process always has its socket
         with suppress(OSError):  # the runner is gone: nobody to tell
-            self.sock.sendall(REPLY.pack(kind, token, value))
+            self.sock.sendall(wire.REPLY.pack(kind, token, value))
 
     # -- children ---------------------------------------------------------------
 
@@ -330,7 +278,7 @@ class KeeperProcess:
                 # Its deadline stays until the item is released: a detached
                 # leftover of it may still need fencing.
                 del self.by_token[leader.token]
-                if leader.item != NO_ITEM:
+                if leader.item != wire.NO_ITEM:
                     self.finished.add(leader.item)
                 exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
@@ -350,18 +298,20 @@ class KeeperProcess:
         runner for every child that ended since the last look)."""
         if self.status_fd >= 0:  # guard mode: the runner itself ended
             for token, code in exits:
-                if token == RUNNER_TOKEN:
+                if token == wire.RUNNER_TOKEN:
                     self.runner_code = code
                     # Reaped: its pid may be reused, so no more signals to it.
                     tell_waiter(self.status_fd, "gone\n")
-            exits = [(t, c) for t, c in exits if t != RUNNER_TOKEN]
+            exits = [(t, c) for t, c in exits if t != wire.RUNNER_TOKEN]
             if self.runner_code is not None and self.goodbye and self.has_children():
                 # Detached leftovers of settled items may run on: the waiter
                 # (the shell) must not wait for them, nor for us.
                 self.tell_runner_code(" detached")
         if exits and self.sock is not None:
             with suppress(OSError):  # the runner is gone: nobody to tell
-                self.sock.sendall(b"".join(REPLY.pack(EXITED, t, code) for t, code in exits))
+                self.sock.sendall(
+                    b"".join(wire.REPLY.pack(wire.EXITED, t, code) for t, code in exits)
+                )
 
     def settle(self, now: float) -> None:
         """Release the claims of finished items no process is left of."""
@@ -379,7 +329,7 @@ class KeeperProcess:
             return
         leaders = self.leaders
         alive = {leader.item for leader in leaders.values()}
-        if RUNNER_TOKEN in self.by_token:
+        if wire.RUNNER_TOKEN in self.by_token:
             # Guard mode, the runner not reaped yet: the leftovers of the items
             # it handed over (HOLD) may still be its children, not ours.
             alive |= self.finished
@@ -440,18 +390,7 @@ class KeeperProcess:
 
     def item_of(self, pid: int) -> int:
         """The STATEQUEUE_ID in ``pid``'s environment, or -1."""
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            return -1
-        found = dict(v.split(b"=", 1) for v in env if b"=" in v)
-        if found.get(b"STATEQUEUE_QUEUE", b"").decode(errors="replace") != self.queue:
-            return -1
-        try:
-            return int(found.get(b"STATEQUEUE_ID", b"-1"))
-        except ValueError:
-            return -1
+        return keeper_children.item_of(pid, self.queue)
 
     def children_timed(self, now: float) -> list[int]:
         began = time.monotonic()
@@ -461,24 +400,11 @@ class KeeperProcess:
 
     def own_children(self) -> list[int]:
         """Our children (zombies included): one pread of our /proc children
-        file, held open from the first look (``keeper_os.children`` opens it
-        each time: nine system calls and a file object, where a persistent
-        worker's item makes one look per item)."""
+        file, held open from the first look (keeper_children.py)."""
         if self.children_fd == UNOPENED:
-            me = os.getpid()  # the process that made this object: it is never forked
-            path = f"/proc/{me}/task/{me}/children"
-            try:
-                self.children_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                self.children_fd = NO_CHILDREN_FILE  # CONFIG_PROC_CHILDREN is off
-        if self.children_fd == NO_CHILDREN_FILE:
-            return children()
-        text = b""
-        while True:  # a read past the start re-reads the list from the top (seq_file)
-            chunk = os.pread(self.children_fd, CHILDREN_READ, len(text))
-            text += chunk
-            if len(chunk) < CHILDREN_READ:
-                return [int(pid) for pid in text.split()]
+            # Opened by the process that made this object: it is never forked.
+            self.children_fd = keeper_children.open_children()
+        return keeper_children.read_children(self.children_fd)
 
     def kill_all(self) -> None:
         """The runner is gone: kill what is left of every item."""

@@ -361,11 +361,11 @@ def test_a_command_that_cannot_start_fails_its_items_and_the_run_goes_on(
 def test_fds_lost_in_transit_fail_their_own_request_only(keeper: KeeperProcess) -> None:
     # Three requests' fds queued: the second lost some (MSG_CTRUNC: the
     # keeper was out of fds); the first and third keep theirs.
-    keeper.fds = [10, 11, 20, LOST, 30, 31]
-    assert keeper.take_fds(2) == [10, 11]
-    assert keeper.take_fds(3) == [20, LOST]
-    assert keeper.take_fds(2) == [30, 31]
-    assert keeper.fds == []
+    keeper.inbox.fds = [10, 11, 20, LOST, 30, 31]
+    assert keeper.inbox.take_fds(2) == [10, 11]
+    assert keeper.inbox.take_fds(3) == [20, LOST]
+    assert keeper.inbox.take_fds(2) == [30, 31]
+    assert keeper.inbox.fds == []
 
 
 class _KeeperOutOfProcesses:
