@@ -10,13 +10,14 @@ for item in queue.work():
 ``Queue`` is the surface users call, each method a thin call: ``SharedStore``
 holds the store (thread turns, reopening after a fork, closing), and what is
 more than one store call lives beside it (``queue_reading``, ``queue_whole``,
-``transfer``, ``work``, ``work_async``).
+``transfer``, ``work``, ``work_async``). What work loops call for each
+attempt is inherited from ``QueueAttempts`` (queue_attempts.py), the reading
+methods from ``QueueReads`` (queue_reads.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
@@ -26,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from statequeue.api import queue_reading as reading
 from statequeue.api.compaction import compact_store
+from statequeue.api.queue_attempts import QueueAttempts
 from statequeue.api.queue_reads import QueueReads
 from statequeue.api.queue_whole import check_store, drop_store
 from statequeue.api.shared_store import SharedStore
@@ -35,16 +37,12 @@ from statequeue.core.items import MAX_ITEM_BYTES as MAX_ITEM_BYTES  # re-exporte
 from statequeue.core.items import check_item as check_item
 from statequeue.core.items import check_items
 from statequeue.core.models import (
-    Claim,
     EnqueueResult,
     ItemState,
     OnInterrupted,
-    Outcome,
-    RunnerInfo,
     item_state,
 )
-from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, MAX_DEFER, RateLimit, as_rate
-from statequeue.core.records import check_json, check_reason
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, as_rate
 from statequeue.store.base import RETRYABLE, Store
 
 KEEP_LOGS = 7 * 86400.0
@@ -96,7 +94,7 @@ def _state_set(states: object) -> frozenset[ItemState]:
     return frozenset(item_state(s) for s in states)
 
 
-class Queue(QueueReads):
+class Queue(QueueAttempts, QueueReads):
     """A durable queue, opened by name under a home folder.
 
     ``create=False`` raises QueueNotFound instead of creating a missing queue.
@@ -181,97 +179,6 @@ class Queue(QueueReads):
         checked = check_items(items)
         with self._shared.using() as store:
             return store.enqueue(checked)
-
-    def claim(
-        self,
-        runner: RunnerInfo,
-        *,
-        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
-        max_crashes: int = 3,
-        among: Collection[int] | None = None,
-    ) -> Claim | None:
-        """Claim the next due pending item for ``runner`` (only ids in ``among``,
-        when given), recovering dead runners' items first."""
-        with self._shared.using() as store:
-            return store.claim(
-                runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
-            )
-
-    def reserve(self, *, among: Collection[int] | None = None) -> bool:
-        """Make the next ``claim`` (or ``finish_and_claim``) quick: hold the claim
-        lock of the item it would take, with its text loaded, writing nothing
-        (``Store.reserve``). True if one is held (False: none due, or the store
-        cannot). ``unreserve`` lets it go."""
-        with self._shared.using() as store:
-            return store.reserve(among=among)
-
-    def unreserve(self) -> None:
-        """Let a reserved claim lock go (``reserve``); the item stays pending."""
-        with self._shared.using() as store:
-            store.unreserve()
-
-    def finish(
-        self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
-    ) -> ItemState:
-        """Record an attempt's outcome durably; returns the item's new state.
-
-        InvalidResult if the result or reason cannot be stored as JSON (nothing
-        is recorded then, and the item stays claimed)."""
-        check_json(outcome.result, "result")
-        check_reason(outcome.reason)
-        with self._shared.using() as store:
-            return store.finish(claim, outcome, retry_at=retry_at, sync=sync)
-
-    def defer(
-        self, claim: Claim, outcome: Outcome, *, delay: float, max_deferrals: int
-    ) -> ItemState:
-        """The attempt asks to be tried later: the item is pending again, due in
-        ``delay`` seconds, without spending a retry; past ``max_deferrals``
-        deferrals it fails (``Store.defer``). Durable before it returns."""
-        check_json(outcome.result, "result")
-        check_reason(outcome.reason)
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or math.isnan(delay):
-            raise UsageError(f"a deferral's delay must be a number of seconds, not {delay!r}")
-        delay = min(max(float(delay), 0.0), MAX_DEFER)  # at most a day: 1e308 overflowed
-        with self._shared.using() as store:
-            return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
-
-    def take_start(self, limit: RateLimit) -> tuple[float, float]:
-        """Take one start from the queue's shared bucket (``Store.take_start``)."""
-        with self._shared.using() as store:
-            return store.take_start(limit)
-
-    def rate_feedback(self, limit: RateLimit, *, deferred: bool) -> None:
-        """Tune the queue's shared rate after an attempt (``Store.rate_feedback``)."""
-        with self._shared.using() as store:
-            store.rate_feedback(limit, deferred=deferred)
-
-    def finish_and_claim(
-        self,
-        claim: Claim,
-        outcome: Outcome,
-        *,
-        retry_at: float | None = None,
-        runner: RunnerInfo,
-        on_interrupted: OnInterrupted = OnInterrupted.RETRY,
-        max_crashes: int = 3,
-        among: Collection[int] | None = None,
-    ) -> tuple[ItemState, Claim | None]:
-        """``finish`` durably, then claim the next item for ``runner`` (see
-        ``Store.finish_and_claim``: one locked section and one fsync where the
-        store can). Returns the new state and the next claim, or None."""
-        check_json(outcome.result, "result")
-        check_reason(outcome.reason)
-        with self._shared.using() as store:
-            return store.finish_and_claim(
-                claim,
-                outcome,
-                retry_at=retry_at,
-                runner=runner,
-                on_interrupted=on_interrupted,
-                max_crashes=max_crashes,
-                among=among,
-            )
 
     def status(self) -> Status:
         """Counts per state, live runners, recent failures, held items."""
@@ -418,24 +325,6 @@ class Queue(QueueReads):
         )
         return work_loop_async(self, policy, concurrency, verify)
 
-    # -- for work loops: thin calls on the store, one thread at a time --------
-
-    def register_runner(self, runner: RunnerInfo) -> None:
-        """Record that ``runner`` (a work loop in this process) is active."""
-        with self._shared.using() as store:
-            store.register_runner(runner)
-
-    def unregister_runner(self, runner_id: str) -> None:
-        """Record that the runner stopped cleanly."""
-        with self._shared.using() as store:
-            store.unregister_runner(runner_id)
-
-    def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
-        """Give a claimed item back as pending, not counted as a failure (durable);
-        ``uncounted``: its attempt never began (see ``Store.release``)."""
-        with self._shared.using() as store:
-            store.release(claim, reason, uncounted=uncounted)
-
     def stats(self, since: float | None = None, *, now: float | None = None) -> Stats:
         """What the queue's runs did: durations, throughput, rate and ETA,
         failure reasons, the slowest items, runners and hosts, computed in one
@@ -452,21 +341,6 @@ class Queue(QueueReads):
         from statequeue.api.report_data import gather_report
 
         return gather_report(self._shared, since, now)
-
-    def heartbeat(self, claim: Claim) -> None:
-        """Tell the store ``claim`` is still held (a no-op for stores without leases)."""
-        with self._shared.using() as store:
-            store.heartbeat(claim)
-
-    def next_due(self, among: Collection[int] | None = None) -> float | None:
-        """When the earliest item waiting for a retry comes due (see ``Store.next_due``)."""
-        with self._shared.using() as store:
-            return store.next_due(among)
-
-    def sync(self) -> None:
-        """Make every record written so far durable."""
-        with self._shared.using() as store:
-            store.sync()
 
     # -- the whole queue: check, drop, export, import -------------------------
 
