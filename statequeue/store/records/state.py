@@ -40,6 +40,7 @@ from statequeue.store.records.items import LiveItem as LiveItem
 from statequeue.store.records.items import TextLoader as TextLoader
 from statequeue.store.records.items import id_runs as id_runs
 from statequeue.store.records.pending import PendingOrder
+from statequeue.store.records.state_export import export_state, restore_state
 from statequeue.store.transitions import last_line, starts_afresh, starts_episode
 
 RATE_WINDOW_ITEMS = 2000
@@ -404,89 +405,14 @@ class QueueState:
     # -- checkpoints ---------------------------------------------------------
 
     def export(self) -> tuple[dict[str, Any], bytes, bytes]:
-        """Everything needed to rebuild this state without replay (not the
-        dedupe keys): a JSON-able dict, the state codes and the locators (the
-        texts', then the results': an older checkpoint, without the latter,
-        fails ``restore``'s length check and the journal is replayed)."""
-        items = [
-            [
-                i.id,
-                i.loc,
-                CODE[i.state],
-                i.attempts,
-                i.crashes,
-                i.runner,
-                i.reason,
-                i.last_seq,
-                i.interrupted,
-                i.not_before,
-                i.failures,
-                i.last_err,
-                i.deferrals,
-                i.checking,
-            ]
-            for i in self.items.values()
-        ]
-        meta = {
-            "next_id": self.next_id,
-            "archived": self.archived,
-            "archive_size": self.archive_size,
-            "watermark": self.watermark,
-            "snap_end": self.snap_end,
-            "paused": self.paused,
-            "orphans": self.orphans,
-            "commands": self.commands,
-            "runners": list(self.runners.values()),
-            "recent_ends": list(self.recent_ends),
-            "recent_starts": list(self.recent_starts),
-            "counts": {s.value: n for s, n in self.counts.items()},
-            **self.order.export(),
-            "items": items,
-        }
-        return meta, bytes(self.codes), self.locs.tobytes() + self.ends.tobytes()
+        """Everything needed to rebuild this state without replay (state_export.py)."""
+        return export_state(self)
 
     def restore(
         self, meta: dict[str, Any], codes: bytes | memoryview, locs: bytes | memoryview
     ) -> None:
         """Become the state ``export`` returned (raises on malformed input)."""
-        self.reset()
-        self.next_id = int(meta["next_id"])
-        self.archived = meta["archived"]
-        self.archive_size = meta["archive_size"]
-        self.watermark = meta["watermark"]
-        self.snap_end = int(meta.get("snap_end", 0))
-        self.paused = bool(meta["paused"])
-        self.orphans = meta["orphans"]
-        self.commands = meta["commands"]
-        self.runners = {r["runner"]: r for r in meta["runners"]}
-        self.recent_ends.extend(meta["recent_ends"])
-        self.recent_starts.extend(meta.get("recent_starts", ()))  # older checkpoints lack it
-        self.counts = {s: int(meta["counts"][s.value]) for s in ItemState}
-        self.order.restore_export(meta)
-        self.codes = bytearray(codes)
-        half = len(codes) * self.locs.itemsize
-        if len(locs) != 2 * half or len(self.codes) < self.next_id:
-            raise ValueError("checkpoint arrays do not match")
-        self.locs = array("q")
-        self.locs.frombytes(locs[:half])
-        self.ends = array("q")
-        self.ends.frombytes(locs[half:])
-        for row in meta["items"]:
-            # A row without ``failures`` (an older checkpoint) raises here, and
-            # the caller replays the journal instead.
-            item_id, loc, code, attempts, crashes, runner, reason, seq, intr, nb, fails = row[:11]
-            item = LiveItem(item_id, loc, self.loader)
-            item.last_err = row[11] if len(row) > 11 else ""  # older checkpoints lack it
-            item.deferrals = row[12] if len(row) > 12 else 0  # as do those before deferrals
-            item.checking = bool(row[13]) if len(row) > 13 else False  # and before checks
-            item.state = STATE_OF[code]
-            item.attempts, item.crashes = attempts, crashes
-            item.runner, item.reason = runner, reason
-            item.last_seq, item.interrupted, item.not_before = seq, intr, nb
-            item.failures = fails
-            self.items[item_id] = item
-            if item.state in self.ids_in:
-                self.ids_in[item.state].add(item_id)
+        restore_state(self, meta, codes, locs)
 
     def rate(self, now: float, window: float = 60.0) -> float | None:
         """Items finished per second over the last ``window`` seconds, if any."""
