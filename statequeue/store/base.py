@@ -5,13 +5,16 @@ journal, memory and PostgreSQL stores implement the same ``Store`` methods.
 The record-replay logic the journal and memory stores share is in
 ``record_store``. A feature only some stores have is declared here too, with
 a default that says "not here" (None, -1, NotSupported): callers ask the
-contract, never the object's type or attributes.
+contract, never the object's type or attributes. Three parts of the contract
+are declared beside it, as base classes of ``Store``: leases
+(``lease_hooks``), the shared start rate (``rate_hooks``), and the reads of
+the queue's history that `stats` folds (``event_reads``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,13 +27,13 @@ from statequeue.core.models import (
     Outcome,
     RunnerInfo,
 )
-from statequeue.core.rates import Pace, RateLimit
-from statequeue.core.records import Record
-from statequeue.store import rate_bucket
+from statequeue.store.event_reads import EventReads
+from statequeue.store.event_reads import attempts_since as attempts_since  # re-exported
+from statequeue.store.event_reads import deferrals_in as deferrals_in  # re-exported
 from statequeue.store.lease_hooks import DEFAULT_LEASE as DEFAULT_LEASE  # re-exported
 from statequeue.store.lease_hooks import MIN_LEASE as MIN_LEASE  # re-exported
 from statequeue.store.lease_hooks import LeaseHooks
-from statequeue.store.rate_bucket import Bucket, BucketChange
+from statequeue.store.rate_hooks import RateHooks
 from statequeue.store.transitions import (
     RETRYABLE as RETRYABLE,  # re-exported: the contract's default
 )
@@ -49,11 +52,9 @@ if TYPE_CHECKING:  # views are imported where built: enqueue never needs them
         StoreCheck,
         WorkerView,
     )
-    from statequeue.stats.attempts import Attempt, AttemptBatch
-    from statequeue.stats.figures import StatsBuilder
 
 
-class Store(LeaseHooks, ABC):
+class Store(LeaseHooks, RateHooks, EventReads, ABC):
     """A queue's durable state. Every method is atomic with respect to other
     processes using the same queue; none prints or exits."""
 
@@ -91,13 +92,6 @@ class Store(LeaseHooks, ABC):
         held open by the store (logs are opened relative to it, never through
         a link); -1 (the default) when the store has none."""
         return -1
-
-    def stats_summary(self) -> StatsBuilder | None:
-        """Every finished attempt folded (what ``iter_attempt_batches()``
-        yields, unfiltered), from a summary the store keeps up to date, or
-        None (the default) when it keeps none: the caller then folds
-        ``iter_attempt_batches`` itself. What `stats` and the live rate use."""
-        return None
 
     @abstractmethod
     def enqueue(self, items: Sequence[str]) -> EnqueueResult:
@@ -207,41 +201,6 @@ class Store(LeaseHooks, ABC):
         Releases the claim. ClaimLost / StateQueueError for a stale claim, as
         ``finish``. Default: NotSupported."""
         raise NotSupported(f"the {type(self).__name__} cannot defer items")
-
-    def deferrals(self, since: float | None = None) -> int:
-        """How many deferrals the store still records (those at ``since`` or
-        later, when given): what ``stats`` counts under ``deferred``. This
-        default counts those ``read_events`` gives (``deferrals_in``)."""
-        return deferrals_in(self._all_events(), since)
-
-    def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
-        """Apply ``change`` to the queue's start-rate bucket, atomically with
-        respect to every process using the queue (``rate_bucket.BucketUpdate``):
-        what the rate methods below use. Default: NotSupported (no bucket)."""
-        raise NotSupported(f"the {type(self).__name__} keeps no rate limit")
-
-    def take_start(self, limit: RateLimit) -> tuple[float, float]:
-        """Atomically take one item start from the queue's token bucket, kept
-        in the store and shared by every runner of the queue (on every host):
-        refilled at its current rate (never above ``limit.per_second``) up to
-        ``limit.burst`` tokens. A bucket with another limit is set to this one.
-        Returns (0.0, current rate) when a start was taken, else (seconds
-        until one will be there, current rate) and nothing is taken.
-        This default goes through ``bucket_update``."""
-        return rate_bucket.take_start(self.bucket_update, limit)
-
-    def rate_feedback(self, limit: RateLimit, *, deferred: bool) -> None:
-        """Tell the queue's bucket how an attempt went (AIMD, rate_bucket.py):
-        a deferral halves its current rate, a success raises it a step, never
-        above ``limit``. Atomic, as ``take_start``; not durable (pacing state).
-        This default goes through ``bucket_update``."""
-        rate_bucket.feedback(self.bucket_update, limit, deferred=deferred)
-
-    def pace(self) -> Pace | None:
-        """The queue's shared rate as last set (current and limit), for
-        ``status``; None when no runner has limited it, or the store keeps no
-        bucket. This default reads it through ``bucket_update``."""
-        return rate_bucket.pace_of(self.bucket_update)
 
     @abstractmethod
     def interrupt(
@@ -380,11 +339,6 @@ class Store(LeaseHooks, ABC):
         return next((r for r in self.results(found) if r.item_id == item_id), None)
 
     @abstractmethod
-    def read_events(self, cursor: object | None) -> tuple[list[Record], object]:
-        """Records written since ``cursor`` (None: from the start) and the new cursor.
-        After a compaction, continues from the new journal's snapshot."""
-
-    @abstractmethod
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""
 
@@ -517,50 +471,3 @@ class Store(LeaseHooks, ABC):
     @abstractmethod
     def commands(self) -> list[list[str]]:
         """Command templates of earlier runs, oldest first (consecutive repeats merged)."""
-
-    def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
-        """Every finished attempt (an ``end``, or a crash recovery), archived
-        ones included, one small record each, streamed: memory does not grow
-        with the queue. With ``since`` (epoch seconds), only those that ended
-        then or later (a store may still yield older ones; callers filter).
-        An empty queue yields nothing. Not a snapshot: attempts that finish
-        meanwhile may or may not be included.
-
-        This default reads every event through ``read_events``; stores with
-        an archive or a results table override it."""
-        # lazy: start-up time (enqueue never needs the stats modules)
-        from statequeue.stats.attempts import attempts_of
-
-        return attempts_since(attempts_of(self._all_events()), since)
-
-    def iter_attempt_batches(self, since: float | None = None) -> Iterator[AttemptBatch]:
-        """What ``iter_attempts`` yields, as column batches (what `stats` folds).
-        Stores that can build the columns without a tuple per attempt override it."""
-        from statequeue.stats.attempts import batches_of  # lazy: start-up time
-
-        return batches_of(self.iter_attempts(since))
-
-    def _all_events(self) -> Iterator[Record]:
-        cursor: object | None = None
-        while True:
-            batch, cursor = self.read_events(cursor)
-            if not batch:
-                return
-            yield from batch
-
-
-def deferrals_in(records: Iterable[Record], since: float | None) -> int:
-    """The deferrals among ``records`` (at ``since`` or later, when given):
-    ``defer`` records, and those that compaction kept in a record's ``tries``."""
-    found = 0
-    for r in records:
-        for d in (r, *r.get("tries", ())) if "tries" in r else (r,):
-            found += d.get("t") == "defer" and (since is None or d.get("at", 0.0) >= since)
-    return found
-
-
-def attempts_since(attempts: Iterator[Attempt], since: float | None) -> Iterator[Attempt]:
-    """The attempts that ended at ``since`` (epoch seconds) or later; all when None."""
-    if since is None:
-        return attempts
-    return (a for a in attempts if a.ended_at is not None and a.ended_at >= since)
