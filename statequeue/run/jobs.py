@@ -375,33 +375,36 @@ class Job:
             return None
         except OSError as exc:  # a link (ELOOP), a socket (ENXIO): no target is read
             self._unlink(f"{self._name}.result")
-            return {"error": f"result file not read: {exc.strerror}"}
+            return self._not_stored(f"result file not read: {exc.strerror}")
         try:
             refused = _refused(os.fstat(fd))  # before open(): it refuses a directory
             if refused:
                 os.close(fd)
-                return {"error": f"result file not read: {refused}"}
+                return self._not_stored(f"result file not read: {refused}")
             with open(fd, "rb") as f:
                 raw = f.read(RESULT_MAX_BYTES + 1)
         except OSError as exc:  # e.g. EIO: this item's error, not the run's end
-            return {"error": f"result file not read: {exc.strerror}"}
+            return self._not_stored(f"result file not read: {exc.strerror}")
         finally:
             self._unlink(f"{self._name}.result")
         if len(raw) > RESULT_MAX_BYTES:
-            return {"error": f"result file larger than {RESULT_MAX_BYTES} bytes; not stored"}
+            return self._not_stored(f"result file larger than {RESULT_MAX_BYTES} bytes", True)
         if not raw.strip():  # created (the runner never does) but nothing written: no result
             return None
         try:
             value = load_result(raw)
         except orjson.JSONDecodeError:
-            return {
-                "error": "result file is not valid JSON",
-                "text": raw[:4096].decode(errors="replace"),
-            }
+            text = raw[:4096].decode(errors="replace")
+            return {**self._not_stored("result file is not valid JSON"), "text": text}
         except InvalidResult:
             return self._unstorable("an integer exceeds the 64-bit range")
         problem = json_problem(value, parsed=True)  # the journal and an export must hold it
         return value if problem is None else self._unstorable(problem)
+
+    def _not_stored(self, why: str, said: bool = False) -> dict[str, str]:
+        """The error value recorded, with a warning, for a result file not stored as written."""
+        self.warnings.append(f"{why}; recorded an error instead")
+        return {"error": f"{why}; not stored" if said else why}
 
     def _unstorable(self, problem: str) -> dict[str, str]:
         """The error value recorded (with a warning) for a result JSON that cannot be stored."""
