@@ -32,7 +32,12 @@ def test_stats_gives_no_eta_while_no_runner_is_active(sq_env: dict[str, str]) ->
         figures = queue.stats()
         assert figures.rate and figures.left == 3
         assert figures.eta is None and figures.runner_active is False
-        assert figures.to_json()["eta"] == {"left": 3, "seconds": None, "runner_active": False}
+        assert figures.to_json()["eta"] == {
+            "left": 3,
+            "seconds": None,
+            "runner_active": False,
+            "paused": False,
+        }
     text = subprocess.run(
         [STATEQUEUE, "-q", "e", "stats"], env=sq_env, capture_output=True, text=True, check=True
     ).stdout

@@ -211,7 +211,8 @@ def test_eta_is_the_left_items_over_the_rate_of_the_last_ten_minutes() -> None:
     assert s.eta == pytest.approx(300.0)
     figures = s.to_json()
     assert figures["rate"] == {"window_seconds": 600, "finished_in_window": 600, "per_minute": 60.0}
-    assert figures["eta"] == {"left": 300, "seconds": 300.0, "runner_active": None}
+    eta = {"left": 300, "seconds": 300.0, "runner_active": None, "paused": False}
+    assert figures["eta"] == eta
     # Throughput over the span: 20 full one-minute buckets of 60 finishes.
     assert figures["throughput"]["bucket_seconds"] == 60
     assert sum(figures["throughput"]["finished"]) == 1200

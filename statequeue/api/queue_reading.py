@@ -153,4 +153,5 @@ def queue_stats(shared: SharedStore, since: float | None, now: float | None) -> 
         # items' durations never outnumber the done items (one output, one story).
         status = store.status()
         found = builder.build(queue=status.queue, counts=status.counts, held=status.held)
-    return replace(found, deferred=deferred, runner_active=bool(status.runners))
+    active = bool(status.runners)
+    return replace(found, deferred=deferred, runner_active=active, paused=status.paused)

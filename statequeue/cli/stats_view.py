@@ -66,7 +66,10 @@ def histogram_rows(s: Stats) -> list[tuple[str, int]]:
 
 def rate_lines(s: Stats) -> list[str]:
     active = s.runner_active is not False
-    return [rate_text(s.rate, s.rate_window, s.recent_finishes, s.left, active=active)]
+    line = rate_text(
+        s.rate, s.rate_window, s.recent_finishes, s.left, paused=s.paused, active=active
+    )
+    return [line]
 
 
 def rate_text(

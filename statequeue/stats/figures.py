@@ -121,6 +121,8 @@ class Stats:
     runner_active: bool | None = None
     """Whether a runner (a `run`, a ``work()`` loop) is active on the queue now;
     None when not known (figures of attempts alone). No ETA without one."""
+    paused: bool = False
+    """Whether the queue is paused (no new item starts until `resume`): no ETA then."""
 
     @property
     def left(self) -> int:
@@ -129,8 +131,9 @@ class Stats:
     @property
     def eta(self) -> float | None:
         """Seconds until the pending and running items finish, at ``rate``;
-        None when unknown, or while no runner is active (nothing will finish)."""
-        if not self.left or not self.rate or self.runner_active is False:
+        None when unknown, while no runner is active (nothing will finish)
+        or while the queue is paused (as `status` says)."""
+        if not self.left or not self.rate or self.runner_active is False or self.paused:
             return None
         return self.left / self.rate
 

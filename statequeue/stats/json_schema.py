@@ -45,7 +45,12 @@ def stats_json(s: Stats) -> dict[str, Any]:
             "finished_in_window": s.recent_finishes,
             "per_minute": None if s.rate is None else s.rate * 60,
         },
-        "eta": {"left": s.left, "seconds": s.eta, "runner_active": s.runner_active},
+        "eta": {
+            "left": s.left,
+            "seconds": s.eta,
+            "runner_active": s.runner_active,
+            "paused": s.paused,
+        },
         "deferred": s.deferred,
         "failures": {
             "attempts": s.failed_attempts,
