@@ -61,13 +61,21 @@ def _discarded(r: Record) -> str:
 
 
 def _ended(r: Record) -> str:
-    why = r.get("reason") or "exit " + str(r.get("exit", "?"))
+    # An attempt of the library (work(), map()) has no exit code: nothing is said of one.
+    why = r.get("reason") or _exited(r)
     state = str(r.get("state"))
     if state == "pending" and "retry_at" in r:
         # The attempt failed; the item waits for its retry ("pending" read as
         # if nothing had gone wrong).
         state = f"failed, retry due at {local_time(float(r['retry_at']))}"
-    return f"end {_item(r)} attempt {r.get('attempt')}: {state} ({shown(str(why))})"
+    said = f" ({shown(str(why))})" if why else ""
+    return f"end {_item(r)} attempt {r.get('attempt')}: {state}{said}"
+
+
+def _exited(r: Record) -> str:
+    if r.get("exit") is not None:
+        return f"exit {r['exit']}"
+    return "" if r.get("sig") is None else f"signal {r['sig']}"
 
 
 _EVENT_TEXT: dict[str, Callable[[Record], str]] = {
