@@ -58,7 +58,7 @@ def test_a_refused_id_leaves_a_dead_runners_items_as_they_were(
         assert before["interrupted"] == [1, 2], before
         refused = sq(sq_env, store_url, *args)
         assert (refused.returncode, refused.stdout) == (code, ""), refused
-        assert refused.stderr == f"statequeue: {said}\n"
+        assert refused.stderr == f"statequeue: {said}; nothing was changed\n"
         after = status(sq_env, store_url)
         assert (after["interrupted"], after["held"]) == ([1, 2], []), after
         assert after["counts"] == before["counts"], after

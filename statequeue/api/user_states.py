@@ -22,15 +22,17 @@ as interrupted, the next run checking it first.
 Every id named is checked before anything changes: `retry 1 999999`
 recovered item 1 and only then refused the unknown id. The store's own
 ``retry`` and ``cancel`` check all their ids at once; the recovery before
-them now does too, with the store's rules and words (transitions.py).
+them now does too, with the store's rules and words (transitions.py). When
+several ids were named, the refusal says that none of them was changed
+(`cannot cancel item 1: it is done; nothing was changed`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
-from statequeue.core.errors import UsageError
+from statequeue.core.errors import ItemNotFound, UsageError
 from statequeue.core.models import ItemState, OnInterrupted
 from statequeue.core.views import RetryReport
 from statequeue.store import transitions
@@ -60,6 +62,18 @@ def _to_recover(
     return running
 
 
+@contextlib.contextmanager
+def _all_or_nothing(ids: Sequence[int]) -> Iterator[None]:
+    """A refusal of one of several ids says that the others were not changed
+    either: every id is checked before anything changes."""
+    try:
+        yield
+    except (ItemNotFound, UsageError) as exc:
+        if len(set(ids)) < 2:
+            raise
+        raise type(exc)(f"{exc}; nothing was changed") from exc
+
+
 def _recover(store: Store, running: Sequence[int]) -> list[int]:
     """Recover, as held, the items of ``running`` whose runner is gone;
     those recovered as pending instead (their runner died during the
@@ -76,10 +90,11 @@ def retry_items(
     """``store.retry``, after recovering what a dead runner left of ``ids``."""
     if ids is None:
         return RetryReport(put_back=tuple(store.retry(None, states=states)))
-    running = _to_recover(store, ids, transitions.RETRYABLE, "retry") if ids else []
-    pending = set(_recover(store, running))
-    rest = [i for i in ids if i not in pending]
-    put_back = store.retry(rest) if rest else []
+    with _all_or_nothing(ids):
+        running = _to_recover(store, ids, transitions.RETRYABLE, "retry") if ids else []
+        pending = set(_recover(store, running))
+        rest = [i for i in ids if i not in pending]
+        put_back = store.retry(rest) if rest else []
     recovered = tuple(i for i in dict.fromkeys(ids) if i in pending)
     for item_id in recovered:
         # Pending again: the user's retry of it starts it afresh, as any.
@@ -91,6 +106,7 @@ def retry_items(
 
 def cancel_items(store: Store, ids: Sequence[int]) -> list[int]:
     """``store.cancel``, after recovering what a dead runner left of ``ids``."""
-    if ids:
-        _recover(store, _to_recover(store, ids, transitions.CANCELLABLE, "cancel"))
-    return store.cancel(ids)
+    with _all_or_nothing(ids):
+        if ids:
+            _recover(store, _to_recover(store, ids, transitions.CANCELLABLE, "cancel"))
+        return store.cancel(ids)
