@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         ItemNotFound,
         MapFailed,
         NotSupported,
+        PoolBroken,
         QueueClosed,
         StateQueueError,
         TryLater,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 # anything heavy is imported, to let Ctrl-C end the process during its imports.
 _ERRORS = (
     *("InvalidResult", "ItemNotFound", "MapFailed", "NotSupported", "QueueClosed"),
+    "PoolBroken",
     "TryLater",
     "UnknownState",
 )
@@ -76,6 +78,7 @@ __all__ = [
     "NotSupported",
     "OnInterrupted",
     "Outcome",
+    "PoolBroken",
     "Queue",
     "QueueClosed",
     "StateQueueError",

@@ -20,6 +20,7 @@ from statequeue import (
     NotSupported,
     OnInterrupted,
     Outcome,
+    PoolBroken,
     Queue,
     QueueClosed,
     StateQueueError,
@@ -112,6 +113,8 @@ def main() -> None:
         for item, reason in exc.failures:
             print(item, reason)
         print(exc.results)
+    except PoolBroken as exc:  # a map's pool worker died, and no item was to blame
+        print(exc.worker, exc.worker_exit, exc.crashed, exc.how())
     except UnknownState as exc:  # a state filter naming no state
         print(exc.message)
     except (InvalidResult, ItemNotFound, NotSupported, QueueClosed, UsageError) as exc:

@@ -17,7 +17,7 @@ from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
 from statequeue.api.queue import Queue, refuse_single_text
 from statequeue.api.work import WorkPolicy, failure_reason, next_nap, wait_for_due
-from statequeue.core.errors import InvalidResult, MapFailed, TryLater
+from statequeue.core.errors import InvalidResult, MapFailed, PoolBroken, TryLater
 from statequeue.core.identity import new_runner
 from statequeue.core.items import check_items
 from statequeue.core.models import Claim, ItemState, Outcome
@@ -47,6 +47,8 @@ class MapRun:
         """The exception each item's latest attempt in this process raised."""
         self.error: BaseException | None = None
         """The first error that stopped a slot (not one the function raised)."""
+        self.broken: list[PoolBroken] = []
+        """How the calls in flight ended when the process pool broke (``mapping``)."""
         self._lock = threading.Lock()
         self._todo: deque[int] = deque()  # ids left to settle, lowest first
         self._left: dict[int, str] = {}  # id -> text, for the ids in _todo
@@ -207,6 +209,14 @@ class MapRun:
                 self.errors[claim.item] = exc  # the last attempt's, for MapFailed
             state = self.queue.finish(claim, outcome, retry_at=self.policy.retry_at(claim))
         self._settled(claim, state, reason)
+
+    def record_crash(self, claim: Claim, reason: str) -> None:
+        """The process running the attempt died (a pool worker): a crash,
+        durably, settled by the policy as recovery after a crash would be."""
+        policy = self.policy
+        state = self.queue.interrupt(claim, reason, policy.on_interrupted, policy.max_crashes)
+        again = state is ItemState.PENDING  # runs again, later in this call
+        self._settled(claim, state, reason if again else self._reason(claim.item_id, state))
 
     def _took(self, claim: Claim) -> float:
         """Seconds since ``claim`` was made (0.0 if this run did not make it)."""

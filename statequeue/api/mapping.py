@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from statequeue.api.map_names import default_queue, queue_key, refuse_nested, working_on
+from statequeue.api.map_names import (
+    QueueKey,
+    default_queue,
+    queue_key,
+    refuse_nested,
+    working_on,
+)
 from statequeue.api.map_run import SETTLE_NAP, MapRun
 from statequeue.api.queue import Queue
 from statequeue.api.work import WorkPolicy
@@ -75,7 +81,10 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
 
     ``jobs`` threads call ``fn`` (or, with ``processes=True``, a pool of
     ``jobs`` processes: ``fn`` must be picklable, and the results are still
-    recorded by this process). An exception fails the attempt; it is retried
+    recorded by this process; a call that kills its worker is a crash of its
+    item, held after ``max_crashes``, and the map goes on with a fresh pool:
+    PoolBroken only when a worker died and no item can be blamed, see
+    ``statequeue help python``). An exception fails the attempt; it is retried
     per ``retries``/``retry_delay`` (as ``work()``). Failed items (and items
     cancelled by the user) are reported together at the end: MapFailed, with
     ``.failures`` [(item, reason)], ``.results`` (None where an item
@@ -108,20 +117,35 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
         run.plan()
         key = queue_key(q)
         refuse_nested(key, run.left_ids(), run.text_of)
+        with registered(run):
+            _drive(run, fn, key, jobs, processes)
+        return run.outcome()
+
+
+def _drive(
+    run: MapRun, fn: Callable[[str], Any], key: QueueKey, jobs: int, processes: bool
+) -> None:
+    """Run the slots until every item of ``run`` is settled. A process pool
+    whose worker died while running an item (its attempt counted as a crash)
+    is replaced by a fresh one, and the map goes on; PoolBroken when a
+    worker died and no item's attempt could be blamed."""
+    while not run.finished:
         # No more slots (threads, or processes in the pool) than items to run:
         # jobs=1000 for 3 items started 1000 threads; none are needed for none.
         slots = max(1, min(jobs, run.left))
-        with registered(run), _pool(processes and not run.finished, slots) as pool:
+        with _pool(processes, slots) as pool:
             call: Callable[[Claim], Any] = functools.partial(_in_thread, fn, key)
             if pool is not None:
-                call = functools.partial(_in_pool, pool, fn)
-            while not run.finished:
+                call = functools.partial(pool.call, fn)
+            while not run.finished and not run.broken:
                 _run_slots(run, call, slots)
                 if run.error is not None:
                     raise run.error
-                if not run.settle_rest():
+                if not run.broken and not run.settle_rest():
                     time.sleep(SETTLE_NAP)
-        return run.outcome()
+        broken, run.broken = run.broken, []
+        if broken and not any(b.crashed for b in broken):
+            raise broken[0]
 
 
 def _check_picklable(fn: Callable[[str], Any]) -> None:
@@ -168,6 +192,9 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
     try:
         while (claim := run.take(stop.is_set)) is not None:
             _attempt(run, call, claim)
+    except PoolBroken as exc:  # its item is settled: the map decides (``_drive``)
+        stop.set()
+        run.broken.append(exc)
     except BaseException as exc:
         stop.set()
         if run.error is None:
@@ -179,8 +206,14 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
 def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
     try:
         value = call(claim)
-    except PoolBroken:
-        run.give_back(claim, "abandoned: a worker process of the map died")
+    except PoolBroken as exc:
+        if exc.crashed:  # its own worker died running it: as a crash of a run would
+            run.record_crash(
+                claim,
+                f"interrupted: its map worker process {exc.how()} during attempt {claim.attempt}",
+            )
+        else:  # terminated by the pool, as every worker is once one dies
+            run.give_back(claim, "abandoned: a worker process of the map died")
         raise
     except Exception as exc:
         run.record_failure(claim, exc)
@@ -194,16 +227,6 @@ def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
 def _in_thread(fn: Callable[[str], Any], key: tuple[object, ...], claim: Claim) -> Any:
     with working_on(key, claim.item_id):  # a call inside fn for this item is refused
         return fn(claim.item)
-
-
-def _in_pool(pool: ProcessPool, fn: Callable[[str], Any], claim: Claim) -> Any:
-    # lazy: start-up time (multiprocessing; only a map with processes=True gets here)
-    from concurrent.futures.process import BrokenProcessPool
-
-    try:
-        return pool.call(fn, claim)
-    except BrokenProcessPool as exc:
-        raise PoolBroken() from exc
 
 
 @contextmanager

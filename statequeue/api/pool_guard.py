@@ -21,6 +21,17 @@ item back on Ctrl-C) stays held until that worker, and any process ``fn``
 started that inherited the fds, is gone. The lender keeps no copy of its
 own: a task that never ran leaves nothing open.
 
+A dead worker. When a worker dies, the executor fails every task in
+flight with BrokenProcessPool and terminates (SIGTERM) the other workers.
+Each lent task also carries the write end of a pipe of its own; every
+process holding the claim fds (the worker, its sentinel, what ``fn``
+started with them) holds it too, so end of file on the read end says that
+the item's processes are gone: ``call`` waits for it before it says the
+pool broke, and only then may the item be counted or given back. The
+worker that fetched a task's fds is known (SO_PEERCRED); it died on its own
+(its ``fn`` crashed it, or the OOM killer) unless it ended by the
+executor's SIGTERM: ``PoolBroken.crashed`` says so.
+
 Descendants. Each worker has a sentinel (``pool_sentinel``) that, when the
 worker dies, kills every process ``fn`` started (found by an environment
 mark, whatever fds they closed) while it holds the item's claim fds too.
@@ -44,6 +55,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -52,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.api import pool_sentinel
 from statequeue.api.pool_semaphores import unlink_once_open
+from statequeue.core.errors import PoolBroken
 
 if TYPE_CHECKING:
     from statequeue.api.pool_sentinel import Sentinel
@@ -64,6 +77,8 @@ _KEY = struct.Struct("<Q")
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 _MAX_FDS = 8
 _FETCH_TIMEOUT = 30.0
+_GONE_WAIT = 60.0
+"""Seconds a broken task waits for its item's processes to end (milliseconds, as a rule)."""
 _sentinel: Sentinel | None = None
 """In a worker: its sentinel (``pool_sentinel``)."""
 
@@ -77,17 +92,49 @@ class ProcessPool:
         self._lender = lender
 
     def call(self, fn: Callable[[str], Any], claim: Claim) -> Any:
-        """The result of ``fn(claim.item)`` (BrokenProcessPool if a worker died)."""
+        """The result of ``fn(claim.item)``; PoolBroken if a worker died (once
+        the item's processes are gone, where the pool is guarded)."""
+        # lazy: start-up time (multiprocessing; only a map with processes=True gets here)
+        from concurrent.futures.process import BrokenProcessPool
+
         lender = self._lender
         if lender is None:
-            return self._executor.submit(fn, claim.item).result()
-        key = lender.lend(claim.inherit_fds)
+            try:
+                return self._executor.submit(fn, claim.item).result()
+            except BrokenProcessPool as exc:
+                raise PoolBroken() from exc
+        loan = lender.lend(claim.inherit_fds)
         try:
-            return self._executor.submit(run_holding, fn, claim.item, lender.address, key).result()
+            future = self._executor.submit(run_holding, fn, claim.item, lender.address, loan.key)
+            return future.result()
+        except BrokenProcessPool as exc:
+            worker = lender.take_back(loan)
+            gone = loan.wait_gone(_GONE_WAIT)
+            code = self._exit_code(worker) if gone else None
+            raise PoolBroken(worker=worker, worker_exit=code) from exc
         finally:
             # Before the claim is recorded or given back (which closes its
             # fds): a worker that has not fetched them yet never will.
-            lender.take_back(key)
+            lender.take_back(loan)
+            loan.close()
+
+    def _exit_code(self, worker: int | None) -> int | None:
+        """How worker ``worker`` of the broken pool ended (-signal, or its exit
+        code); None if unknown. Read once the executor's manager thread has
+        ended: it terminates the other workers and joins them all (and reading
+        a worker's status in two threads at once loses it)."""
+        if worker is None:
+            return None
+        # Python has no public call for these; where they are missing, nothing is known.
+        manager = getattr(self._executor, "_executor_manager_thread", None)
+        if isinstance(manager, threading.Thread):
+            manager.join(_GONE_WAIT)
+            if manager.is_alive():
+                return None
+        processes = getattr(self._executor, "_processes", None)
+        process = processes.get(worker) if isinstance(processes, dict) else None
+        code = getattr(process, "exitcode", None)
+        return code if isinstance(code, int) else None
 
 
 @contextmanager
@@ -148,6 +195,8 @@ class ClaimLender:
     def __init__(self) -> None:
         self.address = f"\0statequeue-pool-{os.getpid()}-{secrets.token_hex(8)}"
         self._lent: dict[int, tuple[int, ...]] = {}
+        self._fetched: dict[int, int] = {}  # key -> pid of the worker that fetched its fds
+        self._peers: dict[int, int] = {}  # connection fd -> the worker's pid
         self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(self.address)
@@ -157,17 +206,19 @@ class ClaimLender:
         self._thread.daemon = True
         self._thread.start()
 
-    def lend(self, fds: Sequence[int]) -> int:
-        """Make ``fds`` fetchable under the key returned, until ``take_back``."""
-        key = secrets.randbits(63)  # unguessable: the socket is open to this user's processes
+    def lend(self, fds: Sequence[int]) -> Loan:
+        """Make ``fds`` fetchable under the loan's key, until ``take_back``."""
+        loan = Loan()
         with self._lock:
-            self._lent[key] = tuple(fds)
-        return key
+            self._lent[loan.key] = (*fds, loan.write_fd)
+        return loan
 
-    def take_back(self, key: int) -> None:
-        """After this, no worker gets the fds (the caller may close them)."""
+    def take_back(self, loan: Loan) -> int | None:
+        """After this, no worker gets the fds (the caller may close them). The
+        pid of the worker that fetched them, if one did."""
         with self._lock:
-            self._lent.pop(key, None)
+            self._lent.pop(loan.key, None)
+            return self._fetched.pop(loan.key, None)
 
     def close(self) -> None:
         os.write(self._wake_w, b"x")
@@ -190,6 +241,7 @@ class ClaimLender:
                     conn = conns.get(fd)
                     if conn is not None and not self._answer(conn):
                         del conns[fd]
+                        self._peers.pop(fd, None)
                         conn.close()
         finally:
             for conn in conns.values():
@@ -204,6 +256,7 @@ class ClaimLender:
                 return
             conn.settimeout(_FETCH_TIMEOUT)  # a worker that stops reading is dropped
             conns[conn.fileno()] = conn
+            self._peers[conn.fileno()] = _PEERCRED.unpack(creds)[0]
 
     def _answer(self, conn: socket.socket) -> bool:
         """Answer one request; False when the connection is done with."""
@@ -212,15 +265,49 @@ class ClaimLender:
             if len(raw) != _KEY.size:
                 return False
             # Sent under the lock: ``take_back`` waits, so the fds are still ours.
+            key = _KEY.unpack(raw)[0]
             with self._lock:
-                fds = self._lent.get(_KEY.unpack(raw)[0])
+                fds = self._lent.get(key)
                 if fds is None:
                     conn.send(b"n")
                 else:
+                    self._fetched[key] = self._peers.get(conn.fileno(), 0)
                     socket.send_fds(conn, [b"y"], list(fds))
         except OSError:
             return False
         return True
+
+
+class Loan:
+    """One task's lent claim: its key, and a pipe whose write end is lent with
+    the claim fds (end of file on the read end: every holder is gone)."""
+
+    def __init__(self) -> None:
+        self.key = secrets.randbits(63)  # unguessable: the socket is open to this user's processes
+        self._read, self.write_fd = os.pipe2(os.O_CLOEXEC)
+
+    def wait_gone(self, timeout: float) -> bool:
+        """Let our write end go and wait until no process holds the claim's
+        lent fds (False if some still does after ``timeout`` seconds)."""
+        self._close_write()
+        poller = select.poll()
+        poller.register(self._read, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if poller.poll(left * 1000) and not os.read(self._read, 4096):
+                return True  # end of file (nothing is ever written)
+        return False
+
+    def close(self) -> None:
+        self._close_write()
+        if self._read >= 0:
+            os.close(self._read)
+            self._read = -1
+
+    def _close_write(self) -> None:
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
 
 
 _link: dict[str, socket.socket] = {}

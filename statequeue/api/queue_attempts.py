@@ -130,6 +130,14 @@ class QueueAttempts:
         with self._shared.using() as store:
             store.release(claim, reason, uncounted=uncounted)
 
+    def interrupt(
+        self, claim: Claim, reason: str, policy: OnInterrupted, max_crashes: int
+    ) -> ItemState:
+        """The process running ``claim``'s attempt died while this one lives:
+        a crash, settled by ``policy`` as recovery would (``Store.interrupt``)."""
+        with self._shared.using() as store:
+            return store.interrupt(claim, reason, on_interrupted=policy, max_crashes=max_crashes)
+
     def heartbeat(self, claim: Claim) -> None:
         """Tell the store ``claim`` is still held (a no-op for stores without leases)."""
         with self._shared.using() as store:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 
 from statequeue.core.exitcodes import ExitCode
 
@@ -244,6 +245,33 @@ class MapFailed(StateQueueError):
 
 class PoolBroken(StateQueueError):
     """a worker process of the map died (no item's fault); stopped, its item given back."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        worker: int | None = None,
+        worker_exit: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.worker = worker
+        """The pid of the worker that ran the item, if it had started it."""
+        self.worker_exit = worker_exit
+        """How that worker ended (-signal, or its exit code); None if unknown."""
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the item's own worker died on its own while running it (not
+        terminated by the pool, as the others are once one dies): the item's
+        attempt is then an interrupted one, a crash."""
+        return self.worker_exit is not None and self.worker_exit != -signal.SIGTERM
+
+    def how(self) -> str:
+        """How the worker ended, in words: "was killed by signal 9"."""
+        code = self.worker_exit
+        if code is None:
+            return "died"
+        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
 class UnknownState(UsageError):
