@@ -21,6 +21,7 @@ from statequeue.core.errors import InvalidResult, MapFailed, PoolBroken, TryLate
 from statequeue.core.identity import new_runner
 from statequeue.core.items import check_items
 from statequeue.core.models import Claim, ItemState, Outcome
+from statequeue.core.rates import delay_problem
 from statequeue.core.records import check_json
 
 WINDOW = 64
@@ -199,9 +200,10 @@ class MapRun:
 
     def record_failure(self, claim: Claim, exc: BaseException) -> None:
         """Record a failed attempt, durably; the item runs again while the policy allows."""
-        reason = failure_reason(exc)
+        bad = delay_problem(exc.seconds) if isinstance(exc, TryLater) else None
+        reason = bad or failure_reason(exc)
         outcome = Outcome(ok=False, reason=reason, duration=self._took(claim))
-        if isinstance(exc, TryLater):  # not a failure: pending again, no retry spent
+        if isinstance(exc, TryLater) and bad is None:  # not a failure: no retry spent
             state = rate_limits.defer(self.queue, claim, self.policy, outcome, exc.seconds)
         else:
             log_traceback(self.queue.store, claim, exc)  # for `statequeue logs ID`

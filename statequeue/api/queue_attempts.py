@@ -69,9 +69,11 @@ class QueueAttempts:
         deferrals it fails (``Store.defer``). Durable before it returns."""
         check_json(outcome.result, "result")
         check_reason(outcome.reason)
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or math.isnan(delay):
+        nan = isinstance(delay, float) and math.isnan(delay)  # an int may pass a float's range
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or nan:
             raise UsageError(f"a deferral's delay must be a number of seconds, not {delay!r}")
-        delay = min(max(float(delay), 0.0), MAX_DEFER)  # at most a day: 1e308 overflowed
+        # At most a day: 1e308 overflowed (and float() of an int past its range raises).
+        delay = float(min(max(delay, 0.0), MAX_DEFER))
         with self._shared.using() as store:
             return store.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
 

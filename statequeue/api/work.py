@@ -30,7 +30,7 @@ from statequeue.core.models import (
     Outcome,
     RunnerInfo,
 )
-from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
+from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, delay_problem
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
@@ -169,8 +169,13 @@ class WorkItem:
         """Ask for the item to be tried later, durably: pending again after
         ``seconds`` (None: a backoff), not counted as a failure; it fails once
         it asked more than the loop's ``max_deferrals`` times. Slows the
-        queue's shared rate (``rate=``)."""
+        queue's shared rate (``rate=``). ``seconds`` that are no wait (negative,
+        NaN, infinite, not a number) fail the attempt instead, with a reason
+        naming them (retried per the loop's policy)."""
         self._check_open()
+        problem = delay_problem(seconds)
+        if problem is not None:
+            return self.fail(problem)
         outcome = Outcome(ok=False, reason="try later", duration=self._took())
         self.state = rate_limits.defer(self.queue, self.claim, self.policy, outcome, seconds)
         self.settled = True
@@ -240,6 +245,8 @@ class WorkItem:
         if self.settled or self.released:
             return False  # nothing left to record: the caller sees the exception
         if isinstance(exc, TryLater):
+            if delay_problem(exc.seconds) is not None:  # failed: where it was raised, for logs
+                log_traceback(self.queue.store, self.claim, exc)
             self.later(exc.seconds)
             return True  # not a failure: the item is pending again; the loop goes on
         if isinstance(exc, Exception):

@@ -21,6 +21,26 @@ MAX_DEFER = 86400.0
 ``later``, ``TryLater(seconds)``) puts an item off; a longer ask waits a day."""
 """How many times an item may be deferred (``--max-deferrals``) before it fails."""
 
+
+def delay_problem(seconds: object) -> str | None:
+    """Why ``seconds`` (``TryLater(seconds)``, ``item.later(seconds)``) is no
+    wait a deferral can have, as the reason of the attempt it fails; None when
+    it is one (a number >= 0, or None: the adaptive backoff)."""
+    if seconds is None or (
+        isinstance(seconds, int) and not isinstance(seconds, bool) and seconds >= 0
+    ):
+        return None  # an int past a float's range waits MAX_DEFER, as any long ask
+    if isinstance(seconds, float) and math.isfinite(seconds) and seconds >= 0:
+        return None
+    try:
+        shown = ascii(seconds)  # ascii: any text a record can hold
+    except Exception:  # a __repr__ that fails: its type says enough
+        shown = f"a {type(seconds).__name__}"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"TryLater: seconds must be a number >= 0, not {shown}"
+
+
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # Compiled on first use (re caches it): most commands never parse a rate.
 _RATE = r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)"
