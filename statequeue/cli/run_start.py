@@ -221,6 +221,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "attempts": summary.attempts,
         "started": summary.attempts,
         "held_by_dead_runner": list(summary.held_by_dead_runner),
+        "silent_runner_items": list(summary.silent),
         "exit_code": code,
     }
 

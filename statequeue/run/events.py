@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +14,7 @@ from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, ItemState, Outcome
 
 if TYPE_CHECKING:
-    from statequeue.core.views import RecoveryReport
+    from statequeue.core.views import ActiveRunner, RecoveryReport
     from statequeue.store.base import Store
 
 
@@ -71,6 +74,12 @@ class RunSummary:
     held_by_dead_runner: tuple[int, ...] = ()
     """Items left running by a dead runner whose attempt's processes still
     hold them, as the run ended (``Store.held_by_dead_runner``): not taken."""
+    silent: tuple[int, ...] = ()
+    """Stores with leases: items of other runners not heard from for over
+    half their lease as the run ended (killed, frozen or cut off, on another
+    host): not taken, since their leases have not ended yet."""
+    silent_lease_ends: float | None = None
+    """When the last of those leases ends unless renewed (Unix time)."""
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
@@ -105,6 +114,8 @@ class RunSummary:
         with contextlib.suppress(StateQueueError, OSError):
             # Running, no run may take them yet: said, not left out silently.
             self.held_by_dead_runner = store.held_by_dead_runner()
+            if store.has_leases:
+                self.silent, self.silent_lease_ends = silent_items(store.status().runners)
         if not self.waiting:
             return
         with contextlib.suppress(StateQueueError, OSError):
@@ -171,16 +182,50 @@ class RunSummary:
         return f"items: {', '.join(parts)}; {attempts}{stopped}{self._held_text()}"
 
     def _held_text(self) -> str:
-        """The items a dead runner's processes still run: not taken by this run."""
+        """The items a dead runner's processes still run, and those of a silent
+        runner whose lease has not ended: not taken by this run."""
+        text = ""
         held = self.held_by_dead_runner
-        if not held:
-            return ""
-        listed = ", ".join(f"#{i}" for i in held[:20]) + (", ..." if len(held) > 20 else "")
-        items = f"{len(held)} item" + ("" if len(held) == 1 else "s")
-        return (
-            f"; not taken: {items} still run by processes of a dead runner "
-            f"(`statequeue status`): {listed}"
-        )
+        if held:
+            text = f"; not taken: {_items(held)} still run by processes of a dead runner "
+            text += f"(`statequeue status`): {_listed(held)}"
+        if self.silent:
+            text += "; " if held else "; not taken: "
+            text += f"{_items(self.silent)} of a runner not heard from for over half its lease: "
+            text += f"{_listed(self.silent)}, recovered once its lease ends"
+            if self.silent_lease_ends is not None:
+                left = max(0.0, self.silent_lease_ends - time.time())
+                text += f" (in about {math.ceil(left):.0f}s)"
+            text += " by the next run, or by `run --follow`"
+        return text
+
+
+HEARD_WITHIN = 0.5
+"""Share of its lease a runner may go unheard (it renews every third) before
+a run's summary names its items as not taken."""
+
+
+def silent_items(runners: Sequence[ActiveRunner]) -> tuple[tuple[int, ...], float | None]:
+    """The running items of the runners (still counted active: their leases
+    have not ended) not heard from for over ``HEARD_WITHIN`` of their lease,
+    and when the last of those leases ends."""
+    items: list[int] = []
+    ends: list[float] = []
+    for r in runners:
+        if r.heard_ago is None or r.lease is None or r.heard_ago <= HEARD_WITHIN * r.lease:
+            continue
+        items.extend(r.running)
+        if r.lease_ends_at is not None and r.running:
+            ends.append(r.lease_ends_at)
+    return tuple(sorted(items)), max(ends, default=None)
+
+
+def _items(ids: Sequence[int]) -> str:
+    return f"{len(ids)} item" + ("" if len(ids) == 1 else "s")
+
+
+def _listed(ids: Sequence[int]) -> str:
+    return ", ".join(f"#{i}" for i in ids[:20]) + (", ..." if len(ids) > 20 else "")
 
 
 def paused_text(queue: str) -> str:
