@@ -19,6 +19,7 @@ StoreUnreachable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -103,6 +104,7 @@ class PostgresStore(Store):
         self._locks = reaping.ClaimLocks(self.scratch)
         self._patience = PATIENCE
         self._listener: Listener | None = None
+        self._started: set[str] = set()  # runners whose command is recorded
         session = None
         try:
             self._session = session = Session(url, self._leases.fence_at)
@@ -240,9 +242,19 @@ class PostgresStore(Store):
         max_crashes: int = 3,
         among: Collection[int] | None = None,
     ) -> Claim | None:
-        return self._claims.claim(
+        found = self._claims.claim(
             runner, on_interrupted=on_interrupted, max_crashes=max_crashes, among=among
         )
+        if found is not None and runner.runner_id not in self._started:
+            self._note_started(runner)
+        return found
+
+    def _note_started(self, runner: RunnerInfo) -> None:
+        # Its first attempt: its command is now the queue's last (writes.py);
+        # tried again at the next claim if the database cannot be reached.
+        with contextlib.suppress(StoreUnreachable):
+            self._session.patiently(lambda conn: writes.runner_started(conn, self.name, runner))
+            self._started.add(runner.runner_id)
 
     def finish(
         self, claim: Claim, outcome: Outcome, *, retry_at: float | None = None, sync: bool = True
@@ -261,7 +273,7 @@ class PostgresStore(Store):
         among: Collection[int] | None = None,
     ) -> tuple[ItemState, Claim | None]:
         """One statement, one transaction and one synchronous commit (claims.py)."""
-        return self._claims.finish_and_claim(
+        state, found = self._claims.finish_and_claim(
             claim,
             outcome,
             retry_at=retry_at,
@@ -270,6 +282,9 @@ class PostgresStore(Store):
             max_crashes=max_crashes,
             among=among,
         )
+        if found is not None and runner.runner_id not in self._started:
+            self._note_started(runner)
+        return state, found
 
     def release(
         self,

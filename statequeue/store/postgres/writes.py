@@ -201,11 +201,20 @@ def add_runner(conn: Connection, queue: str, runner: RunnerInfo, lease: float) -
             runner.host,
             runner.boot_id,
             runner.started_at,
-            Jsonb(list(runner.command)),
+            Jsonb([]),  # its command once it starts an attempt (``runner_started``)
             lease,
         ),
     )
     event(conn, queue, transitions.runner_record(runner))
+
+
+def runner_started(conn: Connection, queue: str, runner: RunnerInfo) -> None:
+    """Record ``runner``'s command, now that it has started an attempt: a run
+    that found nothing to do is not "the last command" (``commands``)."""
+    conn.execute(
+        "UPDATE statequeue.runners SET command = %s WHERE queue = %s AND runner_id = %s",
+        (Jsonb(list(runner.command)), queue, runner.runner_id),
+    )
 
 
 def recover_one(

@@ -92,6 +92,7 @@ class QueueState:
         self.recent_ends: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)
         self.recent_starts: deque[float] = deque(maxlen=RATE_WINDOW_ITEMS)  # status: all runners'
         self.commands: list[list[str]] = []
+        self.commanded: set[str] = set()  # live runners whose command is in ``commands``
         # Which pending item a claim takes next (see pending.py).
         self.order = PendingOrder(self)
 
@@ -331,6 +332,8 @@ class QueueState:
         item.checking = False
         self._move(item, RUNNING)
         self.recent_starts.append(rec.get("at", 0.0))
+        if rec["runner"] not in self.commanded:
+            self._note_command(rec["runner"])
 
     def _on_end(self, rec: Record, loc: int) -> None:
         item = self._item(rec["id"])
@@ -392,12 +395,19 @@ class QueueState:
 
     def _on_run(self, rec: Record, loc: int) -> None:
         self.runners[rec["runner"]] = rec
-        cmd = rec.get("cmd")
+
+    def _note_command(self, runner: str) -> None:
+        # A runner's command counts as run once it starts an attempt: a run
+        # that found nothing to do does not become "the last command" (the
+        # warning of run/checks.py: ``command_drift``).
+        self.commanded.add(runner)
+        cmd = self.runners.get(runner, {}).get("cmd")
         if cmd and (not self.commands or self.commands[-1] != cmd):
             self.commands.append(cmd)
 
     def _on_stop(self, rec: Record, loc: int) -> None:
         self.runners.pop(rec["runner"], None)
+        self.commanded.discard(rec["runner"])
 
     def _on_pause(self, rec: Record, loc: int) -> None:
         self.paused = rec["paused"]
