@@ -79,21 +79,6 @@ def test_compact_refuses_a_keep_logs_that_is_no_age(keep: Any) -> None:
         assert q.compact(keep_logs=0).archived == 1
 
 
-@pytest.mark.parametrize("grace", ["1e300", "86401", "100000000000000000000s", "2d"])
-def test_a_grace_past_a_day_is_refused(sq_env: Env, grace: str) -> None:
-    """`--grace 1e300` was taken: a persistent worker's end was waited for
-    with one poll() of it, which overflowed time_t (a traceback after the
-    items ran). Capped as `status --interval` is: at most a day, else exit 2."""
-    err = _refused_run(sq_env, "--grace", grace)
-    assert b"--grace must be a finite number of seconds up to 86400 (a day)" in err
-
-
-def test_a_grace_of_a_day_is_taken() -> None:
-    from statequeue.run.options import RunOptions
-
-    assert RunOptions(command=("true",), grace=86400.0).grace == 86400.0
-
-
 def _refused_run(sq_env: Env, *options: str) -> bytes:
     """`run OPTIONS -- true` on a queue of one item: refused in one line with
     exit 2 and nothing run; its stderr."""

@@ -8,6 +8,12 @@ from statequeue.core.errors import InvalidDuration
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+MAX_DURATION = 3650 * 86400.0
+"""The longest duration any option takes, ten years (every duration option:
+`run --timeout`, `--grace`, `--max-time`, ...): a longer one is a typo
+(`99999999999d`), and far longer ones overflowed the time_t and poll()
+timeouts they reach. Days-long timeouts for long crawls stay well inside."""
+MAX_DURATION_TEXT = "3650d (ten years)"
 
 
 def parse_duration(text: str) -> float:
@@ -21,6 +27,8 @@ def parse_duration(text: str) -> float:
         raise InvalidDuration(f"invalid duration {text!r}: must not be negative")
     if not value < float("inf"):  # inf, or nan (which compares false with everything)
         raise InvalidDuration(f"invalid duration {text!r}: must be a finite number of seconds")
+    if value > MAX_DURATION:
+        raise InvalidDuration(f"invalid duration {text!r}: must be at most {MAX_DURATION_TEXT}")
     return value
 
 

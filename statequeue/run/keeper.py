@@ -30,15 +30,21 @@ from statequeue.core.errors import KeeperLost
 from statequeue.run import keeper_process as kp
 
 _PROGRAM = str(Path(kp.__file__).resolve())
+_LONGEST_POLL = 86400.0  # seconds: one poll() of ``readable``
 
 
 def readable(fd: int, timeout: float | None) -> bool:
     """Whether ``fd`` is readable (or at its end) within ``timeout`` seconds
-    (None: wait for it). poll, not select: select refuses an fd past 1023,
-    which a library process with many files open holds."""
+    (None: wait for it), or within a day when ``timeout`` is longer (its
+    callers wait again until their end). poll, not select: select refuses an
+    fd past 1023, which a library process with many files open holds."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000))
+    if timeout is None:
+        return bool(poller.poll(None))
+    # poll() takes a C int of milliseconds, 24.8 days at most: a persistent
+    # worker's end is waited for with half of --grace, which may be longer.
+    return bool(poller.poll(min(max(0.0, timeout), _LONGEST_POLL) * 1000))
 
 
 class Keeper:

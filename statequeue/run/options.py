@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from statequeue.core.durations import MAX_DURATION, MAX_DURATION_TEXT
 from statequeue.core.errors import UsageError
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
@@ -18,9 +19,6 @@ from statequeue.store.base import MIN_LEASE
 __all__ = ["RunOptions", "parse_size", "parse_verify"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-MAX_GRACE = 86400.0
-"""The longest --grace, a day (as `status --interval`): the wait for a persistent
-worker to exit is one poll() of it, and 1e300 seconds overflowed poll's time_t."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +68,9 @@ class RunOptions:
         self._check_persistent()
         if self.jobs < 1:
             raise UsageError("--jobs must be at least 1")
-        if not 0 <= self.grace <= MAX_GRACE:
+        if not 0 <= self.grace <= MAX_DURATION:  # as every duration option (durations.py)
             raise UsageError(
-                f"--grace must be a finite number of seconds up to {MAX_GRACE:g} (a day),"
+                f"--grace must be a finite number of seconds up to {MAX_DURATION_TEXT},"
                 f" not {self.grace:g}"
             )
         if self.retries < 0 or self.max_crashes < 1:
