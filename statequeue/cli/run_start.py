@@ -14,13 +14,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from statequeue.core.durations import parse_duration
-from statequeue.core.errors import QueueNotFound, UsageError
+from statequeue.core.errors import KeeperLost, QueueNotFound, UsageError
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
 if TYPE_CHECKING:
     from statequeue.api.queue import Queue
+    from statequeue.cli.progress import View
     from statequeue.run.events import RunSummary
     from statequeue.run.guard import GuardLink
     from statequeue.run.options import RunOptions
@@ -115,24 +116,36 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
             pending = q.status().counts["pending"]
             view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
             sink = LiveSink() if show_live else None
+            lost: KeeperLost | None = None
             try:
                 runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
                 runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
                 summary = runner.run()
+            except KeeperLost as exc:  # its summary too: what was done before it died
+                lost, summary = exc, runner.summary
+                summary.ended(q.store, None)
             finally:
                 view.close()
                 report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
+    if lost is not None:
+        _say_summary(view, summary, json, int(lost.exit_code))
+        raise lost  # its line, and its exit code
     code = exit_code(summary, follow=options.follow, exit_empty=args["exit_empty"])
+    _say_summary(view, summary, json, code)
+    return code
+
+
+def _say_summary(view: View, summary: RunSummary, json: bool, code: int) -> None:
+    """The run's summary: its line on stderr, or with --json its object."""
     if not json:
         view.summary(f"statequeue: {summary.text()}", failed=summary.needs_a_look)
-        return code
+        return
     # lazy: start-up time (the JSON summary only)
     from statequeue.cli.render import emit_json
 
     # If the reader went away, the exit code still tells what happened.
     with contextlib.suppress(BrokenPipeError):
         emit_json(_summary_json(summary, code))
-    return code
 
 
 def _options(args: RunArgs) -> RunOptions:
