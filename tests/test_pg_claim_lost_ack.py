@@ -100,3 +100,36 @@ def test_the_runner_recovers_a_claim_of_its_own_that_it_does_not_hold(
     finally:
         other.close()
         s.close()
+
+
+def test_a_retried_claim_waits_for_its_first_try_still_running(
+    pg_cluster: PgCluster, pg_url: str, tmp_path: Path
+) -> None:
+    """The cut may come while the first try still runs on the server (CI
+    under load: it adopted nothing, and claimed the next item, the first one
+    locked). The retry waits for the lost connection's statement to end."""
+    import threading
+
+    with proxy_for(pg_cluster) as proxy:
+        s = PostgresStore(proxy.url(pg_url), "q", scratch=tmp_path / "scratch", lease=60.0)
+        blocker = psycopg.connect(pg_url, autocommit=True)
+        try:
+            s.enqueue(["a", "b"])
+            runner = new_runner()
+            s.register_runner(runner)
+            # The claim writes a start event: it waits at its start for this
+            # lock, until after its connection was cut and the retry began.
+            blocker.execute("BEGIN")
+            blocker.execute("LOCK TABLE statequeue.events IN SHARE MODE")
+            timer = threading.Timer(1.5, blocker.execute, ("COMMIT",))
+            timer.start()
+            proxy.cut_after(b"statequeue.claim(")
+            claim = s.claim(runner)
+            timer.join()
+            assert proxy.cuts == 1
+            assert claim is not None and claim.item_id == 1 and claim.attempt == 1
+            assert _live(pg_url) == [(1, "running", claim.token), (2, "pending", None)]
+            assert s.finish(claim, OK) is ItemState.DONE
+        finally:
+            s.close()
+            blocker.close()

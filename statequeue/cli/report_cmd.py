@@ -64,7 +64,7 @@ def report(
     # lazy: start-up time (the page and its charts; only `report` needs them)
     from statequeue.cli.report_page import render_report
 
-    window = None if since is None else parse_duration(since)
+    window = None if since is None else parse_duration(since, limit=None)
     if window is not None and window >= time.time():
         window = None  # reaches back before 1970: every attempt
     q = open_queue(ctx, home, queue, create=False)

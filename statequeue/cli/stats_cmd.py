@@ -45,7 +45,7 @@ def stats(
 
     Example: statequeue stats --since 2h
     """
-    window = None if since is None else parse_duration(since)
+    window = None if since is None else parse_duration(since, limit=None)
     if window is not None and window >= time.time():
         window = None  # reaches back before 1970: every attempt, said as such
     q = open_queue(ctx, home, queue, create=False)

@@ -16,8 +16,10 @@ timeouts they reach. Days-long timeouts for long crawls stay well inside."""
 MAX_DURATION_TEXT = "3650d (ten years)"
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``; a bare number is seconds. Raises InvalidDuration."""
+def parse_duration(text: str, *, limit: float | None = MAX_DURATION) -> float:
+    """Seconds in ``text``; a bare number is seconds. Raises InvalidDuration,
+    also past ``limit`` (None: no bound, for a look-back window such as
+    `stats --since`, where a span longer than the history means all of it)."""
     raw = text.strip().lower()
     try:
         value = float(raw)
@@ -27,7 +29,7 @@ def parse_duration(text: str) -> float:
         raise InvalidDuration(f"invalid duration {text!r}: must not be negative")
     if not value < float("inf"):  # inf, or nan (which compares false with everything)
         raise InvalidDuration(f"invalid duration {text!r}: must be a finite number of seconds")
-    if value > MAX_DURATION:
+    if limit is not None and value > limit:
         raise InvalidDuration(f"invalid duration {text!r}: must be at most {MAX_DURATION_TEXT}")
     return value
 

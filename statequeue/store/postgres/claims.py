@@ -150,7 +150,11 @@ class Claims:
                 # committed, its answer lost (a server stopped right after
                 # the commit). That claim is this call's, not a second one:
                 # left alone, no process would run it, and its runner's
-                # host would wait for it as long as the runner lives.
+                # host would wait for it as long as the runner lives. The
+                # first try may still be running on the server (only the
+                # connection was cut): its end is waited for first, else
+                # its item, locked, was skipped and the next one claimed.
+                self._session.wait_for_previous(conn)
                 adopted = conn.execute(sql.ADOPT_CLAIM, params).fetchone()
                 if adopted is not None:
                     return adopted

@@ -34,6 +34,8 @@ from statequeue.store.postgres.connection import (
 
 T = TypeVar("T")
 PATIENCE = 60.0
+PREVIOUS_WAIT = 5.0
+"""Longest wait for a lost connection's last statement to end on the server."""
 """How long a runner's store call keeps reconnecting (unless a lease needs fencing first)."""
 
 
@@ -52,11 +54,14 @@ class Session:
         self._pause = BACKOFF_FIRST  # the next wait between two tries (grows while down)
         self._next_try = 0.0  # lease-clock time of the next try while down
         self._last = ""  # why the last try failed
+        self.backend_pid = 0  # the server process of ``conn``
+        self.previous_pid = 0  # that of the connection ``conn`` replaced (lost)
         self.conn = self._open()
 
     def _open(self, until: float | None = None) -> Connection:
         conn = connect(self.url) if until is None else self._reconnect(until)
         self.generation += 1
+        self.previous_pid, self.backend_pid = self.backend_pid, conn.info.backend_pid
         with guarded(self.url):
             # Whatever the database's default: a result is on the server's
             # disk before finish() returns (promise 1); finish(sync=False)
@@ -101,6 +106,23 @@ class Session:
                 until = start + self.patience
                 fence = self.fence_at()
                 self.conn = self._open(until if fence is None else min(until, fence))
+
+    def wait_for_previous(self, conn: Connection, timeout: float = PREVIOUS_WAIT) -> None:
+        """Wait (at most ``timeout``) until the server process of the lost
+        connection this one replaced has no statement running: a statement
+        whose answer was lost goes on after the cut, and commits, or not, by
+        then. A call retried on ``conn`` then sees what its first try did."""
+        if not self.previous_pid:
+            return
+        end = lease_clock.now() + timeout
+        while lease_clock.now() < end:
+            row = conn.execute(
+                "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s AND state = 'active'",
+                (self.previous_pid,),
+            ).fetchone()
+            if row is None:
+                return
+            time.sleep(0.01)
 
     @contextmanager
     def guard(self) -> Iterator[None]:
