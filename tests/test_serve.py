@@ -74,6 +74,10 @@ def handle(item: str):
         raise statequeue.TryLater(message="HTTP 429")
     if item == "later-bad":
         raise statequeue.TryLater(-1)
+    if item == "later-huge":
+        raise statequeue.TryLater(10**400)
+    if item == "later-nan":
+        raise statequeue.TryLater(float("nan"))
     if item == "later-once" and os.environ["STATEQUEUE_ATTEMPT"] == "1":
         raise statequeue.TryLater(0.5)
     return {"hex": os.fsencode(item).hex()}
@@ -458,6 +462,11 @@ def test_try_later_replies_later_with_its_seconds(worker: Path) -> None:
     why = "TryLater: seconds must be a number >= 0, not -1"
     assert w.ask(3, "later-bad") == {"id": 3, "ok": False, "reason": why}
     assert w.ask(4, "a") == {"id": 4, "ok": True, "result": {"hex": "61"}}
+    # The library's rule (core/rates.delay_problem): an int past a float's range
+    # waits the longest deferral, as work() and map() take it; NaN fails the attempt.
+    assert w.ask(5, "later-huge") == {"id": 5, "later": 86400.0}
+    nan = "TryLater: seconds must be a number >= 0, not nan"
+    assert w.ask(6, "later-nan") == {"id": 6, "ok": False, "reason": nan}
     w.end_stdin()
     assert w.finish()[0] == 0
 

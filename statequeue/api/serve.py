@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import os
 import sys
 import traceback
@@ -21,7 +20,7 @@ from typing import Any, BinaryIO, NoReturn, TypeGuard
 import orjson
 
 from statequeue.core.errors import TryLater
-from statequeue.core.rates import TRY_LATER_EXIT
+from statequeue.core.rates import MAX_DEFER, TRY_LATER_EXIT, delay_problem
 from statequeue.core.records import json_problem
 
 WORKER_ENV = "STATEQUEUE_WORKER"
@@ -88,14 +87,11 @@ def _later(exc: TryLater) -> Reply:
     backoff), or a failure when its seconds are no number >= 0 (which run would
     refuse as a bad reply, stopping the worker)."""
     seconds = exc.seconds
-    if seconds is not None and not (
-        isinstance(seconds, int | float)
-        and not isinstance(seconds, bool)
-        and math.isfinite(seconds)
-        and seconds >= 0
-    ):
-        shown = _json_text(repr(seconds))[:80]
-        return {"ok": False, "reason": f"TryLater: seconds must be a number >= 0, not {shown}"}
+    problem = delay_problem(seconds)  # the library's rule (work(), map()): one for all
+    if problem is not None:
+        return {"ok": False, "reason": _json_text(problem)}
+    if seconds is not None and seconds > MAX_DEFER:
+        seconds = MAX_DEFER  # as long an ask as any (10**400 is past JSON's numbers)
     reply: Reply = {"later": seconds}
     if exc.message != (TryLater.__doc__ or "").strip():  # a message of its own
         reply["reason"] = _json_text(exc.message)
