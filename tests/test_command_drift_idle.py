@@ -62,3 +62,23 @@ def test_two_runners_taking_turns_record_each_command_once(sq_home: Path, store_
             assert claim is not None
             q.store.finish(claim, Outcome(ok=True, duration=0.1))
         assert q.store.commands() == [["cmd-a"], ["cmd-b"]]
+
+
+def test_a_checkpoint_keeps_whose_commands_are_noted(sq_home: Path) -> None:
+    """The journal's state restored from a checkpoint (state_export.py) still
+    knows which live runners' commands are noted: their next starts add none."""
+    from statequeue.store.records.state import QueueState
+
+    a = RunnerInfo("runner-a", os.getpid(), "h", "", time.time(), command=("cmd-a",))
+    b = RunnerInfo("runner-b", os.getpid(), "h", "", time.time() + 1, command=("cmd-b",))
+    with Queue("turns", home=sq_home) as q:
+        q.enqueue([f"item-{n}" for n in range(2)])
+        for runner in (a, b):
+            q.store.register_runner(runner)
+            claim = q.store.claim(runner)
+            assert claim is not None
+        state = q.store.state  # type: ignore[attr-defined]
+        copy = QueueState()
+        copy.restore(*state.export())
+        assert copy.commanded == {"runner-a", "runner-b"}
+        assert copy.commands == [["cmd-a"], ["cmd-b"]]

@@ -117,11 +117,14 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
             view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
             sink = LiveSink() if show_live else None
             lost: KeeperLost | None = None
+            runner: Runner | None = None
             try:
                 runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
                 runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
                 summary = runner.run()
             except KeeperLost as exc:  # its summary too: what was done before it died
+                if runner is None:
+                    raise  # before the run began: nothing to sum up
                 lost, summary = exc, runner.summary
                 summary.ended(q.store, None)
             finally:

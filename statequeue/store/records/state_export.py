@@ -47,6 +47,7 @@ def export_state(state: QueueState) -> tuple[dict[str, Any], bytes, bytes]:
         "paused": state.paused,
         "orphans": state.orphans,
         "commands": state.commands,
+        "commanded": sorted(state.commanded),
         "runners": list(state.runners.values()),
         "recent_ends": list(state.recent_ends),
         "recent_starts": list(state.recent_starts),
@@ -70,6 +71,7 @@ def restore_state(
     state.paused = bool(meta["paused"])
     state.orphans = meta["orphans"]
     state.commands = meta["commands"]
+    state.commanded = set(meta.get("commanded", ()))  # older checkpoints lack it
     state.runners = {r["runner"]: r for r in meta["runners"]}
     state.recent_ends.extend(meta["recent_ends"])
     state.recent_starts.extend(meta.get("recent_starts", ()))  # older checkpoints lack it
