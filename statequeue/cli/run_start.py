@@ -14,7 +14,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from statequeue.core.durations import parse_duration
-from statequeue.core.errors import KeeperLost, QueueNotFound, UsageError
+from statequeue.core.errors import (
+    KeeperLost,
+    QueueNotFound,
+    StateQueueError,
+    StoreFailed,
+    StoreUnreachable,
+    UsageError,
+)
 from statequeue.core.exitcodes import ExitCode
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
@@ -116,17 +123,20 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
             pending = q.status().counts["pending"]
             view = make_view(tty=tty and not json, live=show_live, quiet=quiet, total=pending)
             sink = LiveSink() if show_live else None
-            lost: KeeperLost | None = None
+            lost: StateQueueError | None = None
             runner: Runner | None = None
             try:
                 runner = Runner(q, options, on_event=view.handle, live=sink, guard=link)
                 runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
                 summary = runner.run()
-            except KeeperLost as exc:  # its summary too: what was done before it died
-                if runner is None:
-                    raise  # before the run began: nothing to sum up
+            except StateQueueError as exc:  # its summary too: what was done before it
+                if runner is None or not (
+                    isinstance(exc, KeeperLost) or runner.summary.did_anything
+                ):
+                    raise  # before the run began, or nothing done: nothing to sum up
                 lost, summary = exc, runner.summary
-                summary.ended(q.store, None)
+                if not isinstance(exc, (StoreUnreachable, StoreFailed)):
+                    summary.ended(q.store, None)  # the store still answers: ask it
             finally:
                 view.close()
                 report_runner_cpu()  # $STATEQUEUE_BENCH_CPU (scripts/bench.py), in both shapes
@@ -238,6 +248,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "started": summary.attempts,
         "held_by_dead_runner": list(summary.held_by_dead_runner),
         "silent_runner_items": list(summary.silent),
+        "cut_short": sorted(summary.cut_short),
         "exit_code": code,
     }
 

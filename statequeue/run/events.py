@@ -70,6 +70,10 @@ class RunSummary:
     """Items given back as pending because the run was stopped by a signal."""
     killed_on_stop: int = 0
     """Children that ignored the stop signal and were killed after --grace."""
+    cut_short: set[int] = field(default_factory=set)
+    """Items in flight when the run stopped on an error (killed, given back or
+    left to recovery), or ended with their result not acknowledged (its
+    record may or may not have reached the disk): they may run again."""
     stopped_by: int | None = None
     held_by_dead_runner: tuple[int, ...] = ()
     """Items left running by a dead runner whose attempt's processes still
@@ -158,13 +162,18 @@ class RunSummary:
         """Stopped by a signal, and every child stopped within --grace."""
         return self.stopped_by is not None and self.killed_on_stop == 0
 
+    @property
+    def did_anything(self) -> bool:
+        """Whether the run started, verified, retried, handed back or settled anything."""
+        return bool(
+            self.attempts or self.verified or self.retried or self.released or self.needs_a_look
+        )
+
     def text(self) -> str:
         """One line for the user: items by outcome, then attempts. Attempts
         started: those handed back unfinished on a stop count too, as the
         store counts them (`show`), though `stats` counts finished ones only."""
-        idle = not (
-            self.attempts or self.verified or self.retried or self.released or self.needs_a_look
-        )
+        idle = not self.did_anything
         if idle and self.stopped_by is None:
             return "nothing to do: no pending item is due" + self._held_text()
         parts = [f"{self.succeeded} ok"]
@@ -177,6 +186,9 @@ class RunSummary:
             parts.append(f"{self.retried} waiting for a retry")
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
+        if self.cut_short:
+            cut = len(self.cut_short)
+            parts.append(f"{cut} cut short by the error (not acknowledged: they may run again)")
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s") + " started"
         stopped = "" if self.stopped_by is None or not idle else " (stopped)"
         return f"items: {', '.join(parts)}; {attempts}{stopped}{self._held_text()}"

@@ -162,6 +162,9 @@ class Runner:
             self._report_ready()
             with contextlib.suppress(Exception):  # best effort: its lock dies with us anyway
                 self.queue.unreserve()
+            # In flight, or ended with its result not recorded: they run again.
+            cut = [*self.jobs.values(), *(job for job, _ in self.recorder.unrecorded)]
+            self.summary.cut_short.update(job.claim.item_id for job in cut)
             give_back_all(self.jobs, store, self.recorder, self.keeper)
             close_children(self.workers, self.keeper, self.guard, self.options.grace)
             unregister_run(store, self.info)
