@@ -157,6 +157,8 @@ def test_give_up_after_ends_the_run_with_exit_11_once_the_outage_lasted_that_lon
     assert lasted >= 2.0  # not before the outage lasted --give-up-after (a bound, not a speed)
     last = text.strip().splitlines()[-1]
     assert last.startswith("statequeue: ") and "--give-up-after 2s" in last, text
+    # What it did before giving up is said first (item b), without asking the lost store.
+    assert any(line.startswith("statequeue: items: 1 ok") for line in text.splitlines()), text
     assert "Traceback" not in text
 
 
