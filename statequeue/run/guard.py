@@ -54,6 +54,7 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGWINCH,  # the terminal's size, for the live view
 )
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what the runner handles as a stop
 NO_GUARD_ENV = "STATEQUEUE_NO_GUARD"  # "1": the older shape (the keeper spawns each child)
 
 
@@ -227,8 +228,10 @@ def _wait_for_runner(status: int, keeper: int) -> None:
     or at once if a detached leftover keeps it ("detached": not waited for)."""
     runner = 0
     pending: list[int] = []
+    forwarded: set[int] = set()
 
     def forward(signum: int, frame: object) -> None:
+        forwarded.add(signum)
         if runner > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner, signum)
@@ -285,6 +288,12 @@ def _wait_for_runner(status: int, keeper: int) -> None:
             with contextlib.suppress(OSError):
                 os.killpg(keeper, signal.SIGTERM)
         os._exit(1)
+    if code < 0 and -code in forwarded and -code in STOPS:
+        # The stop the user asked for, come before the runner had set its
+        # handlers (it does so before it takes any item): not a crash. The
+        # exit code of a stop by that signal once the run has begun.
+        _say_stopped_early(-code)
+        os._exit(128 - code)
     if code < 0:  # died by a signal: so do we, as a shell reports it
         _say_runner_killed(runner, -code)
         with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP keep theirs
@@ -296,14 +305,26 @@ def _wait_for_runner(status: int, keeper: int) -> None:
     os._exit(code)
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _say_stopped_early(signum: int) -> None:
+    line = (
+        f"statequeue: stopped by {_signal_name(signum)} before the run began; no item was taken\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode())
+
+
 def _say_runner_killed(runner: int, signum: int) -> None:
     """One line for a runner killed by a signal (kill -9 of its own pid, the
     OOM killer): the waiter dies by the same signal, which a shell reports
     only as a code; the line says what became of the run."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
+    name = _signal_name(signum)
     who = f" (pid {runner})" if runner > 0 else ""
     line = (
         f"statequeue: the run's runner{who} was killed by {name}; its keeper stopped "
