@@ -114,6 +114,11 @@ class DurabilityError(StateQueueError):
     """a write or fsync failed; stopped without acknowledging (the queue stays recoverable)."""
 
     exit_code = ExitCode.IO_ERROR
+    appendable = False
+    """True only when a write failed (never an fsync) and the file was cut
+    back to its last good record: nothing written before is in doubt, so a
+    record may follow once space is freed (a run gives its items back so, on
+    a full disk). After a failed fsync nothing more may be written (DESIGN.md)."""
 
 
 class DiskFull(DurabilityError):

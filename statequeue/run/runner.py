@@ -151,13 +151,20 @@ class Runner:
         --verify: VerifyBroken). CommandNotFound, nothing claimed, for a missing command."""
         check_commands(self.options.command, self.options.verify, self.spec.base_env)
         store = self.queue.store
+        # Before this run's first record: on a full disk it frees the room
+        # to give the items in flight back (give_back_all).
+        store.keep_space_reserve()
         register_run(self.queue, self.info, self.options, self.guard, self.on_event, self.summary)
         if self.options.max_time is not None:
             self._max_time_at = time.monotonic() + self.options.max_time
+        failure: BaseException | None = None
         try:
             self._loop()
             if self.verify.broken is not None:  # once the items in flight have ended
                 raise self.verify.broken
+        except BaseException as exc:
+            failure = exc  # what stopped the run decides how its items go back
+            raise
         finally:
             self._report_ready()
             with contextlib.suppress(Exception):  # best effort: its lock dies with us anyway
@@ -165,7 +172,7 @@ class Runner:
             # In flight, or ended with its result not recorded: they run again.
             cut = [*self.jobs.values(), *(job for job, _ in self.recorder.unrecorded)]
             self.summary.cut_short.update(job.claim.item_id for job in cut)
-            give_back_all(self.jobs, store, self.recorder, self.keeper)
+            give_back_all(self.jobs, store, self.recorder, self.keeper, failure)
             close_children(self.workers, self.keeper, self.guard, self.options.grace)
             unregister_run(store, self.info)
             self._watch.close()

@@ -28,7 +28,11 @@ from statequeue.store.base import Store
 if TYPE_CHECKING:
     from statequeue.run.persistent import WorkerPool
 
-__all__ = ["close_children", "forward_stop", "give_back_all"]
+__all__ = ["DISK_FULL", "close_children", "forward_stop", "give_back_all"]
+
+# Why an item in flight went back when its run stopped on a full disk: the
+# truth, where recovery would say its runner died (and count a crash).
+DISK_FULL = "interrupted: runner stopped: disk full"
 
 
 def forward_stop(
@@ -51,23 +55,42 @@ def forward_stop(
 
 
 def give_back_all(
-    jobs: dict[int, Job], store: Store, recorder: ResultRecorder, keeper: Keeper | None = None
+    jobs: dict[int, Job],
+    store: Store,
+    recorder: ResultRecorder,
+    keeper: Keeper | None = None,
+    failure: BaseException | None = None,
 ) -> None:
-    """On an unexpected error: kill every child and give its item back."""
-    with contextlib.suppress(Exception):
-        recorder.give_back_prefetched()
+    """On an unexpected error (``failure``): kill every child and give its
+    item back. Every child is killed before anything is written: on a full
+    disk none of them may take the room the store frees for these records
+    (``Store.space_reserve_freed``). Then the items go back as a signal's
+    stop gives them back, counting no crash, and say the disk was full."""
     held = _may_live_on(store, keeper)
-    for job in list(jobs.values()):
+    ended = list(jobs.values())
+    jobs.clear()
+    for job in ended:
         job.signal_group(signal.SIGKILL)
+    for job in ended:
         job.reap()
         job.cut()  # its detached leftovers too: the item goes back to the queue
         job.close()
-        if held:  # its claim lock file tells recovery when nothing of it is left
-            continue
-        # Best effort: if this fails too, recovery finds the item on the next run.
+    with contextlib.ExitStack() as stack:
+        full_disk = failure is not None and stack.enter_context(store.space_reserve_freed(failure))
+        # Best effort, each: what cannot go back, recovery finds on the next run.
         with contextlib.suppress(Exception):
-            store.release(job.claim, "interrupted: runner stopped on an error")
-    jobs.clear()
+            recorder.give_back_prefetched()
+        if full_disk:  # ended, but their results could not be written
+            for job, _ in recorder.unrecorded:
+                with contextlib.suppress(Exception):
+                    store.release(job.claim, f"{DISK_FULL}; its result was not recorded")
+            recorder.unrecorded.clear()
+        if held:  # its claim lock file tells recovery when nothing of it is left
+            return
+        reason = DISK_FULL if full_disk else "interrupted: runner stopped on an error"
+        for job in ended:
+            with contextlib.suppress(Exception):
+                store.release(job.claim, reason)
 
 
 def _may_live_on(store: Store, keeper: Keeper | None) -> bool:

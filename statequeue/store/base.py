@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -216,6 +217,24 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
         crash recovery would (it counts a crash; the policy applies; held as
         poison after ``max_crashes``), recording ``reason``; durable before
         it returns the item's new state. Releases the claim."""
+
+    def keep_space_reserve(self) -> None:
+        """Best effort, as a run starts: make sure the queue keeps a little
+        disk space in reserve (the journal store: a ``reserve`` file in its
+        folder), so that a run stopped by a full disk can still give its
+        items back (``space_reserve_freed``). Never raises for want of
+        space. Default: nothing (the store keeps no files of its own)."""
+
+    @contextmanager
+    def space_reserve_freed(self, failure: BaseException) -> Iterator[bool]:
+        """The run stops on ``failure``. If it is this store's DiskFull from a
+        failed write that left the records whole (never a failed fsync: after
+        one nothing more may be written), free the reserve and yield True:
+        within the block the store takes the few records that give the run's
+        items back (``release``, fsynced as ever); afterwards it refuses
+        writes again, as after any DurabilityError. Else yield False and
+        change nothing (the items are left to recovery). Default: False."""
+        yield False
 
     @abstractmethod
     def sync(self) -> None:

@@ -49,9 +49,13 @@ _HISTORY = (
 )
 _HISTORY_DIRS = ("logs", "claims", "runners")
 # Every name statequeue makes at a queue folder's top level ("rate": run
-# --rate's bucket; "compact.lock": online compaction's), besides its hidden
-# temporary files (a leading dot) and the copies fsck --repair keeps.
-QUEUE_ENTRIES = frozenset({*_HISTORY, *_HISTORY_DIRS, JOURNAL, "lock", "compact.lock", "rate"})
+# --rate's bucket; "compact.lock": online compaction's; "reserve": a run's
+# space reserve, space_reserve.NAME), besides its hidden temporary files (a
+# leading dot) and the copies fsck --repair keeps. The reserve says nothing
+# of a queue's history: a run makes it, and removes it on a full disk.
+QUEUE_ENTRIES = frozenset(
+    {*_HISTORY, *_HISTORY_DIRS, JOURNAL, "lock", "compact.lock", "rate", "reserve"}
+)
 
 
 def foreign_entries(path: Path) -> list[str]:

@@ -351,11 +351,18 @@ class JournalFile:
             raise NoAccess(f"cannot write {self.path}: Permission denied")
         try:
             self.ops.write_all(self.fd, data)
-            if sync:
-                self.ops.fsync(self.fd)
         except OSError as exc:
-            self._cut_after_failure()
-            raise durability_error("appending to", str(self.path), exc) from None
+            error = durability_error("appending to", str(self.path), exc)
+            # No fsync failed: once the cut holds, the file ends on its last
+            # good record, and a later append (space freed) may follow it.
+            error.appendable = self._cut_after_failure()
+            raise error from None
+        if sync:
+            try:
+                self.ops.fsync(self.fd)
+            except OSError as exc:
+                self._cut_after_failure()
+                raise durability_error("appending to", str(self.path), exc) from None
         self.offset += len(data)
         self.lines += count
         self.last_seq = (self.last_seq or 0) + count
@@ -375,11 +382,15 @@ class JournalFile:
         except OSError as exc:
             raise durability_error(action, str(self.path), exc) from None
 
-    def _cut_after_failure(self) -> None:
-        # Best effort: drop the unacknowledged bytes so the file ends on a good
-        # record. If even this fails, the next open treats them as a torn tail.
-        with contextlib.suppress(OSError):
+    def _cut_after_failure(self) -> bool:
+        """Best effort: drop the unacknowledged bytes so the file ends on a good
+        record (True if it does). If even this fails, the next open treats
+        them as a torn tail."""
+        try:
             self.ops.truncate(self.fd, self.offset)
+        except OSError:
+            return False
+        return True
 
 
 def create_file(

@@ -10,6 +10,8 @@ Layout of a queue folder (0700; files 0600)::
     claims/ID.lock  claims of platforms without OFD locks (and of older versions)
     runners/ID.lock held by a live runner for its whole life
     logs/           per-item output
+    reserve         64 KiB a run keeps, freed to give its items back on a
+                    full disk (space_reserve.py)
 
 Liveness is told by locks, not by pid: the kernel drops a lock when the last
 process holding it dies, so a claim is free exactly when the runner, the run's
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.core.errors import (
     DamagedState,
+    DiskFull,
     DurabilityError,
     NoAccess,
     QueueNotFound,
@@ -275,6 +278,31 @@ class JournalStore(JournalReads):
 
     def _sync_written(self) -> None:
         self.journal.sync()
+
+    def keep_space_reserve(self) -> None:
+        if not self.read_only:
+            from statequeue.store.journal import space_reserve  # lazy: start-up time (run only)
+
+            space_reserve.keep(self.dir)
+
+    @contextmanager
+    def space_reserve_freed(self, failure: BaseException) -> Iterator[bool]:
+        broken = self._broken
+        if not (failure is broken and isinstance(broken, DiskFull) and broken.appendable):
+            yield False
+            return
+        from statequeue.store.journal import space_reserve  # lazy: start-up time (run only)
+
+        if not space_reserve.free(self.dir):
+            yield False
+            return
+        self._broken = None
+        self.replay.bulk = True  # no checkpoint meanwhile: the room freed is for the records
+        try:
+            yield True
+        finally:
+            self.replay.bulk = False
+            self._broken = self._broken or broken  # stopped, as after any DurabilityError
 
     def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
         return self.rate.update(change, create=create)
