@@ -4,7 +4,8 @@ A first SIGINT, SIGTERM or SIGHUP is forwarded to every child's process
 group, and each gets ``--grace`` seconds before SIGKILL (the runner's loop
 enforces that time, jobs.py: ``enforce_times``); a second one kills them at
 once. On an unexpected error every child is killed and its item given back
-(recovery finds it on the next run if even that fails) -- unless the error
+(recovery finds it on the next run if even that fails; on a full disk the
+store's space reserve makes room for it) -- unless the error
 is the keeper's death and a process of the item may live on without it
 (orphans.py): then the item stays claimed, and recovery takes it once its
 claim lock is free.
