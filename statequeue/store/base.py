@@ -169,7 +169,8 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
         to: ItemState = ItemState.PENDING,
     ) -> None:
         """Give a claimed item back as pending without counting a crash (the
-        runner was stopped by a signal). With ``uncounted`` the attempt never
+        runner was stopped by a signal, or by a full disk: see
+        ``space_reserve_freed``). With ``uncounted`` the attempt never
         began (the runner could not start it): it does not count either, and
         its number is given out again. ``to``: FAILED or HELD instead of
         pending, for an item settled without running (``--on-interrupted``
