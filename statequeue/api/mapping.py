@@ -135,10 +135,11 @@ def _drive(
         slots = max(1, min(jobs, run.left))
         with _pool(processes, slots) as pool:
             call: Callable[[Claim], Any] = functools.partial(_in_thread, fn, key)
+            halt: Callable[[], None] | None = None  # threads cannot be ended
             if pool is not None:
-                call = functools.partial(pool.call, fn)
+                call, halt = functools.partial(pool.call, fn), pool.stop
             while not run.finished and not run.broken:
-                _run_slots(run, call, slots)
+                _run_slots(run, call, slots, halt)
                 if run.error is not None:
                     raise run.error
                 if not run.broken and not run.settle_rest():
@@ -164,8 +165,12 @@ def _check_picklable(fn: Callable[[str], Any]) -> None:
         ) from None
 
 
-def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
-    """Run ``jobs`` slots until none finds an item to claim."""
+def _run_slots(
+    run: MapRun, call: Callable[[Claim], Any], jobs: int, halt: Callable[[], None] | None
+) -> None:
+    """Run ``jobs`` slots until none finds an item to claim. On Ctrl-C the
+    calls in flight end and record; on a second one, ``halt()`` ends them
+    (a pool's workers) and they are waited for again, briefly."""
     stop = threading.Event()
     if jobs == 1:
         _slot(run, call, stop)
@@ -182,8 +187,16 @@ def _run_slots(run: MapRun, call: Callable[[Claim], Any], jobs: int) -> None:
     except BaseException:
         # Ctrl-C: no slot takes another item; those running finish and record.
         stop.set()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            if halt is None:
+                raise
+            halt()
+            for t in threads:
+                t.join()
+            raise
         raise
 
 

@@ -30,7 +30,8 @@ the item's processes are gone: ``call`` waits for it before it says the
 pool broke, and only then may the item be counted or given back. The
 worker that fetched a task's fds is known (SO_PEERCRED); it died on its own
 (its ``fn`` crashed it, or the OOM killer) unless it ended by the
-executor's SIGTERM: ``PoolBroken.crashed`` says so.
+executor's SIGTERM, or by the SIGKILL that follows it for a worker that
+outlives a short grace (``pool_workers``): ``PoolBroken.crashed`` says so.
 
 Descendants. Each worker has a sentinel (``pool_sentinel``) that, when the
 worker dies, kills every process ``fn`` started (found by an environment
@@ -64,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.api import pool_sentinel
 from statequeue.api.pool_semaphores import unlink_once_open
+from statequeue.api.pool_workers import Workers, end_idle, shut_down
 from statequeue.core.errors import PoolBroken
 
 if TYPE_CHECKING:
@@ -87,9 +89,12 @@ class ProcessPool:
     """The process pool of one ``map`` call: ``call(fn, claim)`` runs
     ``fn(claim.item)`` in a worker that holds the claim while it runs."""
 
-    def __init__(self, executor: Executor, lender: ClaimLender | None) -> None:
+    def __init__(
+        self, executor: Executor, lender: ClaimLender | None, workers: Workers | None = None
+    ) -> None:
         self._executor = executor
         self._lender = lender
+        self._workers = Workers([]) if workers is None else workers
 
     def call(self, fn: Callable[[str], Any], claim: Claim) -> Any:
         """The result of ``fn(claim.item)``; PoolBroken if a worker died (once
@@ -102,6 +107,7 @@ class ProcessPool:
             try:
                 return self._executor.submit(fn, claim.item).result()
             except BrokenProcessPool as exc:
+                self._workers.end_broken()
                 raise PoolBroken() from exc
         loan = lender.lend(claim.inherit_fds)
         try:
@@ -109,14 +115,23 @@ class ProcessPool:
             return future.result()
         except BrokenProcessPool as exc:
             worker = lender.take_back(loan)
+            # Workers that ignore the executor's SIGTERM would hold the item's
+            # loan (and the executor's join) for as long as their fn runs.
+            self._workers.end_broken()
             gone = loan.wait_gone(_GONE_WAIT)
             code = self._exit_code(worker) if gone else None
-            raise PoolBroken(worker=worker, worker_exit=code) from exc
+            killed = self._workers.killed(worker)
+            raise PoolBroken(worker=worker, worker_exit=code, ended_by_pool=killed) from exc
         finally:
             # Before the claim is recorded or given back (which closes its
             # fds): a worker that has not fetched them yet never will.
             lender.take_back(loan)
             loan.close()
+
+    def stop(self) -> None:
+        """End the workers now (SIGTERM, a grace, SIGKILL): the calls in flight
+        break, and their items are given back once their processes are gone."""
+        self._workers.stop()
 
     def _exit_code(self, worker: int | None) -> int | None:
         """How worker ``worker`` of the broken pool ended (-signal, or its exit
@@ -159,12 +174,18 @@ def process_pool(jobs: int) -> Iterator[ProcessPool]:
                 initargs=(os.getpid(),),
             )
         _start_workers(executor)
+        workers = Workers.of(executor)
         if lender is not None:  # Linux, forkserver: no semaphore name outlives a kill -9
             unlink_once_open(executor)
         try:
-            yield ProcessPool(executor, lender)
+            yield ProcessPool(executor, lender, workers)
+        except BaseException:
+            shut_down(executor, workers)
+            raise
+        else:
+            end_idle(executor, workers)
         finally:
-            executor.shutdown(wait=True, cancel_futures=True)
+            workers.close()
     finally:
         if lender is not None:
             lender.close()

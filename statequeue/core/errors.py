@@ -257,18 +257,24 @@ class PoolBroken(StateQueueError):
         *,
         worker: int | None = None,
         worker_exit: int | None = None,
+        ended_by_pool: bool = False,
     ) -> None:
         super().__init__(message)
         self.worker = worker
         """The pid of the worker that ran the item, if it had started it."""
         self.worker_exit = worker_exit
         """How that worker ended (-signal, or its exit code); None if unknown."""
+        self.ended_by_pool = ended_by_pool
+        """Whether the pool killed that worker, once another one had died (it
+        outlived the grace after SIGTERM)."""
 
     @property
     def crashed(self) -> bool:
         """Whether the item's own worker died on its own while running it (not
         terminated by the pool, as the others are once one dies): the item's
         attempt is then an interrupted one, a crash."""
+        if self.ended_by_pool:
+            return False
         return self.worker_exit is not None and self.worker_exit != -signal.SIGTERM
 
     def how(self) -> str:
