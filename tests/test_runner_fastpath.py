@@ -339,3 +339,32 @@ def test_the_pipes_made_ahead_are_closed_with_the_run(sq_home: Path) -> None:
         summary = runner.run()
     assert summary.attempts == 3
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_signal_during_a_claim_gives_the_item_back_unstarted(sq_home: Path) -> None:
+    """A stop that comes while the runner claims its next item (outside tester:
+    "3 handed back (stopped); 2 attempts started"): the item was never started,
+    so it goes back as if never claimed, no attempt counted, and the summary
+    does not count it as handed back."""
+    with Queue("q", home=sq_home) as q:
+        q.enqueue(["a", "b"])
+        runner = Runner(q, RunOptions(command=("true",)))
+        claim = q.claim
+
+        def stopped_while_claiming(*args: Any, **kwargs: Any) -> Any:
+            taken = claim(*args, **kwargs)
+            runner.request_stop(signal.SIGTERM)
+            return taken
+
+        q.claim = stopped_while_claiming  # type: ignore[method-assign]
+        summary = runner.run()
+        views = {v.item: v for v in q.items()}
+        history = q.history(1)
+    assert (summary.attempts, summary.released) == (0, 0)
+    assert "handed back" not in summary.text()
+    assert views["a"].state is ItemState.PENDING and views["a"].attempts == 0
+    assert [e["t"] for e in history.events] == ["enq", "start", "intr"]
+    with Queue("q", home=sq_home) as q:
+        again = q.claim(new_runner())
+    assert again is not None
+    assert (again.item, again.attempt, again.interrupted) == ("a", 1, False)

@@ -288,11 +288,17 @@ class Runner:
                 return
             if self.options.limit is not None:
                 self._taken.add(claim.item_id)
-            if self.verify.wanted(claim) and self.verify.verified(claim, self._free_slot()):
+            checked = self.verify.wanted(claim)
+            if checked and self.verify.verified(claim, self._free_slot()):
                 continue
-            if self._stop_signal is not None:  # a signal arrived during --verify
-                self.queue.store.release(claim, "interrupted: runner stopped by a signal")
-                self.summary.hand_back(claim.item_id)
+            if self._stop_signal is not None:  # a signal came during the claim or --verify
+                if checked:  # its --verify hook ran: an attempt of it, stopped
+                    reason = f"interrupted: runner stopped by signal {self._stop_signal}"
+                    self.queue.store.release(claim, reason)
+                    self.summary.hand_back(claim.item_id)
+                else:  # nothing of it ran: as if never claimed (recorder.give_back_prefetched)
+                    reason = "not started: the run stopped taking items"
+                    self.queue.store.release(claim, reason, uncounted=True)
                 return
             self._start(claim)
 
