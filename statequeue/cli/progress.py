@@ -21,11 +21,14 @@ from statequeue.core.models import ItemState
 from statequeue.run.events import ItemFinished, ItemStarted, Notice, RunEvent
 
 DESCRIBE_EVERY = 0.1  # seconds between updates of the bar's "#ID" (a person reads ~10/s)
-WHOLE = 1 << 30  # width that never cuts an item (lines that are not on a terminal)
+# Characters of an item a plain line (not on a terminal) shows: every item
+# but a huge one, which would fill a log or a cron mail on every line it is
+# named in (its "#ID" names it; `show ID --json` has it whole).
+ITEM_SHOWN = 2000
 TERMINAL_WIDTH = 60
 
 
-def _line(event: ItemFinished, width: int = WHOLE) -> str:
+def _line(event: ItemFinished, width: int = ITEM_SHOWN) -> str:
     claim, outcome = event.claim, event.outcome
     what = f"#{claim.item_id} {shown(claim.item, width)}"
     if event.verified:
