@@ -131,9 +131,9 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
                 summary = runner.run()
             except StateQueueError as exc:  # its summary too: what was done before it
                 if runner is None or not (
-                    isinstance(exc, KeeperLost) or runner.summary.did_anything
+                    isinstance(exc, KeeperLost) or runner.summary.settled_any
                 ):
-                    raise  # before the run began, or nothing done: nothing to sum up
+                    raise  # before the run began, or no attempt ended: nothing to sum up
                 lost, summary = exc, runner.summary
                 if not isinstance(exc, (StoreUnreachable, StoreFailed)):
                     summary.ended(q.store, None)  # the store still answers: ask it

@@ -163,6 +163,12 @@ class RunSummary:
         return self.stopped_by is not None and self.killed_on_stop == 0
 
     @property
+    def settled_any(self) -> bool:
+        """Whether an item's attempt ended (recorded, retried, held, handed back)
+        or --verify found one done: what a run stopped by an error reports."""
+        return bool(self.ok or self.retried or self.released or self.needs_a_look)
+
+    @property
     def did_anything(self) -> bool:
         """Whether the run started, verified, retried, handed back or settled anything."""
         return bool(
