@@ -5,6 +5,13 @@ crash recoveries (``intr`` events that count a crash). The runner of an
 attempt is its ``start`` event's; its host is the runner's registration.
 A server-side cursor hands the rows over a batch at a time, so neither side
 holds them all.
+
+Compaction (archive.py) moves a done or cancelled item's results and events,
+its ``start`` and ``intr`` ones among them, to ``archived_results`` and
+``archived_events`` in one transaction: each attempt is read from the pair of
+tables it is in, so `stats` and `report` count the archive as the journal
+store counts its own. One statement, one snapshot: an attempt that a
+compaction moves meanwhile is read once, from one side or the other.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ BATCH = 10_000
 
 _RUNNER_OF = """
 LEFT JOIN LATERAL (
-    SELECT e.body->>'runner' AS runner FROM statequeue.events e
+    SELECT e.body->>'runner' AS runner FROM statequeue.{events} e
     WHERE e.queue = {t}.queue AND e.id = {t}.id AND e.body->>'t' = 'start'
       AND (e.body->>'attempt')::int = {attempt}
     ORDER BY e.seq DESC LIMIT 1
@@ -27,20 +34,39 @@ LEFT JOIN LATERAL (
 LEFT JOIN statequeue.runners ru ON ru.queue = {t}.queue AND ru.runner_id = s.runner
 """
 
-ATTEMPTS = f"""
+
+def _ended(results: str, events: str) -> str:
+    """The attempts that ended with a row in ``results``, each one's runner
+    from its ``start`` among ``events`` (the same side: moved together)."""
+    return f"""
 SELECT r.id, r.attempt, r.state, r.ok, r.duration, r.reason, r.exit_code, r.signal,
        r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, ''), r.at, false
-FROM statequeue.results r
-{_RUNNER_OF.format(t="r", attempt="r.attempt")}
+FROM statequeue.{results} r
+{_RUNNER_OF.format(events=events, t="r", attempt="r.attempt")}
 WHERE r.queue = %(q)s AND (%(since)s::float8 IS NULL OR r.at >= %(since)s::float8)
-UNION ALL
+"""
+
+
+def _crashed(events: str) -> str:
+    """The attempts that a crash recovery ended (``intr`` among ``events``)."""
+    return f"""
 SELECT i.id, (i.body->>'attempt')::int, i.body->>'state', false, NULL, 'interrupted', NULL,
        NULL, false, coalesce(s.runner, ''), coalesce(ru.host, ''), (i.body->>'at')::float8, true
-FROM statequeue.events i
-{_RUNNER_OF.format(t="i", attempt="(i.body->>'attempt')::int")}
+FROM statequeue.{events} i
+{_RUNNER_OF.format(events=events, t="i", attempt="(i.body->>'attempt')::int")}
 WHERE i.queue = %(q)s AND i.body->>'t' = 'intr' AND i.body->'crashes' IS NOT NULL
   AND (%(since)s::float8 IS NULL OR (i.body->>'at')::float8 >= %(since)s::float8)
 """
+
+
+ATTEMPTS = "UNION ALL".join(
+    (
+        _ended("results", "events"),
+        _ended("archived_results", "archived_events"),
+        _crashed("events"),
+        _crashed("archived_events"),
+    )
+)
 
 
 def iter_attempts(conn: Connection, queue: str, since: float | None) -> Iterator[Attempt]:

@@ -148,11 +148,22 @@ def deferred_waiting(conn: Connection, queue: str) -> int:
     return int(row[0]) if row else 0
 
 
+# Compaction moves a done item's events, its deferrals among them, to
+# ``archived_events`` (archive.py): both are counted, as the journal store
+# counts its archive's. One statement: one snapshot over both tables.
+_DEFERRALS = """
+SELECT (
+    SELECT count(*) FROM statequeue.events WHERE queue = %(q)s AND body->>'t' = 'defer'
+    AND (%(since)s::float8 IS NULL OR (body->>'at')::float8 >= %(since)s::float8)
+) + (
+    SELECT count(*) FROM statequeue.archived_events WHERE queue = %(q)s AND body->>'t' = 'defer'
+    AND (%(since)s::float8 IS NULL OR (body->>'at')::float8 >= %(since)s::float8)
+)
+"""
+
+
 def deferrals(conn: Connection, queue: str, since: float | None) -> int:
-    """The ``defer`` events of the queue (at ``since`` or later, when given)."""
-    row = conn.execute(
-        "SELECT count(*) FROM statequeue.events WHERE queue = %(q)s AND body->>'t' = 'defer'"
-        " AND (%(since)s::float8 IS NULL OR (body->>'at')::float8 >= %(since)s::float8)",
-        {"q": queue, "since": since},
-    ).fetchone()
+    """The ``defer`` events of the queue, archived ones included (at ``since``
+    or later, when given)."""
+    row = conn.execute(_DEFERRALS, {"q": queue, "since": since}).fetchone()
     return int(row[0]) if row else 0
