@@ -8,6 +8,10 @@ and the four count-delta rows a claim and a finish insert, then measures:
   status (next)   the counters only; goal 0.2 s at 1M items
   scan baseline   what a status without counters would do: GROUP BY over the items
   fsck            the recount, in one snapshot
+  stats rows      the finished attempts `stats` and `report` fold (iter_attempt_batches,
+                  drained), before and after compact: the archive is read as the live
+                  tables are (the rows counted say so); "since" asks for the last hour
+                  (no row is that recent: what its filter costs)
   compact         moves the done items' results and events, 5,000 items per transaction
   move baseline   the same move as one long transaction, on an identical copy
 
@@ -92,6 +96,18 @@ def filled(url: str, n: int) -> PostgresStore:
     return store
 
 
+def _stats_rows(store: PostgresStore, figures: dict[str, float], suffix: str) -> None:
+    counted: list[int] = []
+
+    def drain(since: float | None) -> None:
+        counted.append(sum(len(b.item_id) for b in store.iter_attempt_batches(since)))
+
+    figures[f"stats{suffix}_s"] = min(timed(lambda: drain(None)) for _ in range(2))
+    figures[f"stats{suffix}_rows"] = counted[-1]
+    hour_ago = time.time() - 3600
+    figures[f"stats_since{suffix}_s"] = min(timed(lambda: drain(hour_ago)) for _ in range(2))
+
+
 def measure(url: str, copy_url: str, n: int) -> dict[str, float]:
     store = filled(url, n)
     figures = {
@@ -104,7 +120,9 @@ def measure(url: str, copy_url: str, n: int) -> dict[str, float]:
             timed(lambda: conn.execute(scan).fetchall()) for _ in range(3)
         )
     figures["fsck_s"] = timed(store.check)
+    _stats_rows(store, figures, "")
     figures["compact_s"] = timed(store.compact)
+    _stats_rows(store, figures, "_compacted")
     store.close()
     copy = filled(copy_url, n)
     copy.close()
@@ -136,6 +154,12 @@ def main() -> None:
         f"= {f['scan_baseline_s'] / f['status_s']:.1f}x status"
     )
     print(f"  fsck recount: {f['fsck_s']:.3f} s")
+    for suffix, when in (("", "before compact"), ("_compacted", "after compact")):
+        print(
+            f"  stats rows, {when}: {f[f'stats{suffix}_s']:.2f} s "
+            f"({f[f'stats{suffix}_rows']:,} attempts); "
+            f"--since 1h: {f[f'stats_since{suffix}_s']:.3f} s"
+        )
     print(f"  compact: {f['compact_s']:.1f} s ({done / f['compact_s']:,.0f} items/s, batches)")
     print(
         f"  one-transaction move baseline: {f['one_transaction_move_s']:.1f} s "
