@@ -27,11 +27,12 @@ import orjson
 
 from statequeue.core.errors import ImportRefused, InvalidExport, UsageError
 from statequeue.core.exported import FORMAT_VERSION, ExportedItem, check_id_gaps, parse_item
-from statequeue.core.fileio import DEFAULT_OPS, durability_error
+from statequeue.core.fileio import DEFAULT_OPS
 from statequeue.core.output_path import (
     check_writable_place,
     creation_refused,
     open_in_place,
+    output_failed,
     output_target,
 )
 
@@ -110,7 +111,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
             with open(open_in_place(path), "wb") as out:
                 return export_queue(queue, out)
         except OSError as exc:
-            raise durability_error("writing", str(path), exc) from None
+            raise output_failed("writing", path, exc) from None
     check_writable_place(path)  # a folder, a missing folder: bad input, not a failing disk
     folder = path.parent
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
@@ -118,7 +119,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         # A bad place (gone, /proc, read-only) is not a failing disk.
-        raise (creation_refused(path, exc) or durability_error("creating", str(tmp), exc)) from None
+        raise (creation_refused(path, exc) or output_failed("creating", tmp, exc)) from None
     try:
         with open(fd, "wb") as out:
             count = export_queue(queue, out)
@@ -127,7 +128,7 @@ def export_to_file(queue: Queue, path: Path) -> int:
         os.replace(tmp, path)
         DEFAULT_OPS.fsync_dir(str(folder))
     except OSError as exc:
-        raise durability_error("writing", str(path), exc) from None
+        raise output_failed("writing", path, exc) from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -20,6 +20,7 @@ from statequeue.core.output_path import (
     check_writable_place,
     creation_refused,
     open_in_place,
+    output_failed,
     output_target,
 )
 
@@ -74,8 +75,12 @@ def report(
         return
     replaced, in_place = output_target(target)
     if in_place:  # /dev/null, a FIFO...: written through, never replaced
-        with open(open_in_place(replaced), "wb") as out:
-            out.write(render_report(q.report(window)).encode())
+        page = render_report(q.report(window)).encode()
+        try:
+            with open(open_in_place(replaced), "wb") as out:
+                out.write(page)
+        except OSError as exc:
+            raise output_failed("writing", replaced, exc) from None
     else:
         with _replacing(replaced) as out:  # fails before the work when FILE cannot be written
             out.write(render_report(q.report(window)).encode())
@@ -95,14 +100,14 @@ def _replacing(target: Path) -> Iterator[IO[bytes]]:
         refused = creation_refused(target, exc)  # /proc, a read-only folder: not the disk
         if refused is not None:
             raise refused from None
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise output_failed("creating", target, exc) from None
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
         os.replace(temp, target)
     except OSError as exc:
         os.unlink(temp)
-        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise output_failed("writing", target, exc) from None
     except BaseException:
         os.unlink(temp)
         raise

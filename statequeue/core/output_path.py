@@ -18,12 +18,14 @@ import stat
 from pathlib import Path
 
 from statequeue.core.errors import (
+    DiskFull,
     NoAccess,
     NotFound,
     StateQueueError,
     UnsafeFolder,
     UsageError,
 )
+from statequeue.core.fileio import durability_error
 
 
 def output_target(path: Path) -> tuple[Path, bool]:
@@ -108,3 +110,13 @@ def open_in_place(path: Path) -> int:
     """Open a device, FIFO or socket named by the user for writing (never
     creating or truncating anything)."""
     return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+
+
+def output_failed(action: str, path: Path, exc: OSError) -> StateQueueError:
+    """The error for a failed write of an output file the user named (`export
+    -o`, `report -o`): as any durability error, but a full disk says to free
+    space where ``path`` is, not how to shrink the queue (not its disk)."""
+    error = durability_error(action, str(path), exc)
+    if isinstance(error, DiskFull):
+        return DiskFull(f"{error.message} (free space on the disk of {path})")
+    return error
