@@ -8,14 +8,9 @@ run finishes every item.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import BIN
+from tests.faults.helpers import on_a_small_disk
 
 SCRIPT = r"""
 set -u
@@ -37,27 +32,10 @@ echo "status=$(statequeue status --json)"
 
 
 def test_full_disk_loses_nothing_and_resumes(tmp_path: Path) -> None:
-    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        pytest.skip("needs Linux and unshare(1) to mount a private tmpfs")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    script = tmp_path / "enospc.sh"
-    script.write_text(SCRIPT)
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
-    proc = subprocess.run(
-        ["unshare", "-Urm", "sh", str(script), str(mnt), "40"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode == 77 or "Operation not permitted" in proc.stderr:
-        pytest.skip(f"this machine cannot mount a tmpfs in a user namespace: {proc.stderr.strip()}")
-    out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    assert out["first_rc"] == "6", proc.stdout
+    out = on_a_small_disk(tmp_path, SCRIPT, "40")
+    assert out["first_rc"] == "6", out["_stdout"]
     assert "disk full" in out["first_err"] and out["first_err"].startswith("statequeue: ")
-    assert out["second_rc"] == "0", proc.stdout
+    assert out["second_rc"] == "0", out["_stdout"]
     status = json.loads(out["status"])
     assert status["counts"]["done"] == 40 and status["counts"]["failed"] == 0
     # Items 1-4 finished before the disk filled. Item 5's own end record is

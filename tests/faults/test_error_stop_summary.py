@@ -9,15 +9,9 @@ namespace, as test_enospc.py.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import BIN
+from tests.faults.helpers import on_a_small_disk
 
 SCRIPT = r"""
 set -u
@@ -42,31 +36,12 @@ echo "status=$(statequeue status --json)"
 
 
 def _run(tmp_path: Path, json_flag: str) -> dict[str, str]:
-    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        pytest.skip("needs Linux and unshare(1) to mount a private tmpfs")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    script = tmp_path / "stop.sh"
-    script.write_text(SCRIPT)
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
-    if "PYTHONPATH" in os.environ:  # a checkout under test other than the installed one
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    proc = subprocess.run(
-        ["unshare", "-Urm", "sh", str(script), str(mnt), json_flag, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode == 77 or "Operation not permitted" in proc.stderr:
-        pytest.skip(f"this machine cannot mount a tmpfs in a user namespace: {proc.stderr.strip()}")
-    out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    assert out["rc"] == "6", proc.stdout
-    assert out["last"].startswith("statequeue: ") and "disk full" in out["last"], proc.stdout
+    out = on_a_small_disk(tmp_path, SCRIPT, json_flag, str(tmp_path))
+    assert out["rc"] == "6", out["_stdout"]
+    assert out["last"].startswith("statequeue: ") and "disk full" in out["last"], out["_stdout"]
     # Nothing lost: once space is freed, every item ends done.
-    assert out["second_rc"] == "0", proc.stdout
-    assert json.loads(out["status"])["counts"]["done"] == 60, proc.stdout
+    assert out["second_rc"] == "0", out["_stdout"]
+    assert json.loads(out["status"])["counts"]["done"] == 60, out["_stdout"]
     return out
 
 
