@@ -69,7 +69,8 @@ def _ended(r: Record) -> str:
         # if nothing had gone wrong).
         state = f"failed, retry due at {local_time(float(r['retry_at']))}"
     said = f" ({shown(str(why))})" if why else ""
-    return f"end {_item(r)} attempt {r.get('attempt')}: {state}{said}"
+    cut = f"; output log cut: {shown(str(r['logcut']))}" if r.get("logcut") else ""
+    return f"end {_item(r)} attempt {r.get('attempt')}: {state}{said}{cut}"
 
 
 def _exited(r: Record) -> str:

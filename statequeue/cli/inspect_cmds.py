@@ -139,8 +139,15 @@ def show(
         _write("stderr (tail):")
         for line in h.stderr_tail.rstrip("\n").split("\n")[-20:]:
             _write(f"  {shown(line, 400)}")
+    cuts = h.log_cuts()
     for path in h.log_paths:
-        _write(f"log: {shown(path, 400)}")
+        cut = cuts.get(_logged_attempt(path))
+        _write(f"log: {shown(path, 400)}" + (f" (cut: {shown(cut, 80)})" if cut else ""))
+
+
+def _logged_attempt(path: str) -> int:
+    """The attempt a log is of: its name is ID.N.log (a file's, or a stored log's)."""
+    return int(os.path.basename(path).split(".")[1])
 
 
 @app.command()
@@ -176,6 +183,9 @@ def logs(
     queue: QueueOpt = None,
 ) -> None:
     """Print the output (stdout and stderr) an item's attempt wrote.
+
+    Output the runner could not write (a full disk) is not kept: then a line
+    on stderr says the log was cut, and why (the exit code stays 0).
 
     Name the item by id, or by its exact text with --item (exit 7 when no item has it).
 
@@ -222,7 +232,7 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         if shown_path is not None:
             # Read through the store (relative to the queue folder, no link
             # followed); the path only names the attempt: logs/ID.N.log.
-            logged = int(os.path.basename(shown_path).split(".")[1])
+            logged = _logged_attempt(shown_path)
             data = q.read_log(item_id, logged, offset) or b""
             out.write(data)
             out.flush()
@@ -233,6 +243,10 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         time.sleep(0.25)
     if shown_path is None:
         typer.echo(f"statequeue: {with_queue(_no_output(h, wanted))}", err=True)
+    elif cut := h.log_cuts().get(wanted):
+        # On stderr, after the output: a script reading stdout gets the log as it is.
+        note = f"the output of item {h.item_id} (attempt {wanted}) was cut: {shown(cut, 80)}"
+        typer.echo(f"statequeue: {note}; the rest of it was not kept", err=True)
 
 
 def _no_output(h: ItemHistory, wanted: int) -> str:
@@ -240,7 +254,7 @@ def _no_output(h: ItemHistory, wanted: int) -> str:
     which other attempt has some. Compaction removes an archived item's logs
     by age: while an earlier attempt's log is kept, a later one's (newer) was
     not removed, so the attempt recorded none."""
-    logged = sorted({int(os.path.basename(p).split(".")[1]) for p in h.log_paths})
+    logged = sorted({_logged_attempt(p) for p in h.log_paths})
     which = f"attempt {wanted} of " if wanted else ""
     archived = any(e.get("t") == "arch" for e in h.events)
     if archived and not any(a < wanted for a in logged):

@@ -5,7 +5,8 @@ into ``ExportedItem`` and back, so a queue moves between any two of them.
 
 An item's ``history`` is its outcome records, oldest first, in the journal's
 record format (``records``): ``end`` (one per finished attempt: ``ok``,
-``exit``, ``sig``, ``dur``, ``reason``, ``result``, ``err``, ``at``),
+``exit``, ``sig``, ``dur``, ``reason``, ``result``, ``err``, ``at``, and
+``logcut`` when its output log was cut),
 ``intr`` (its runner died, or it was handed back), ``defer`` (an attempt
 asked to be tried later: ``delay``, ``deferrals``, ``retry_at``) and ``set``
 (a user's retry or cancel). Claims (``start``) are not kept: an export holds no
@@ -143,6 +144,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "timeout": (bool,),
     "reason": (str,),
     "err": (str,),
+    "logcut": (str,),  # why the attempt's log is cut (`show`, `logs`)
 }
 
 

@@ -114,3 +114,7 @@ class Outcome:
     reason: str = ""
     result: Any = None
     timed_out: bool = False
+    log_cut: str = ""
+    """Why the attempt's output log stops short ("disk full"), or "" when it
+    holds all of it (within --log-limit): its end record's ``logcut``. Not a
+    failure: the state stays what the exit code says."""

@@ -311,6 +311,20 @@ class ItemHistory:
     held_by_dead_runner: bool = False
     """Running, its runner dead, its attempt's processes still running (``ItemView``)."""
 
+    def log_cuts(self) -> dict[int, str]:
+        """Why an attempt's output log stops short ("disk full"), by attempt:
+        the ``logcut`` of its end record (or of its summary after compaction)."""
+        cuts: dict[int, str] = {}
+        for rec in self.events:
+            tries = rec.get("tries")
+            for r in (*(tries if isinstance(tries, list) else ()), rec):
+                if not isinstance(r, dict):
+                    continue
+                cut, attempt = r.get("logcut"), r.get("attempt")
+                if isinstance(cut, str) and cut and isinstance(attempt, int):
+                    cuts[attempt] = cut
+        return cuts
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": STATUS_SCHEMA,

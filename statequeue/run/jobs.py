@@ -11,6 +11,7 @@ is left.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import stat
@@ -345,7 +346,24 @@ class Job:
             reason="" if ok else self._reason(exit_code, sig, duration),
             result=result,
             timed_out=timed_out,
+            log_cut=self._log_loss(),
         )
+
+    def with_log_loss(self, outcome: Outcome) -> Outcome:
+        """``outcome``, marked (and warned of) if this attempt's log was cut:
+        for an attempt whose outcome is not built by ``finish`` (persistent.py)."""
+        cut = self._log_loss()
+        return dataclasses.replace(outcome, log_cut=cut) if cut else outcome
+
+    def _log_loss(self) -> str:
+        """Why the log (closed) lost output, with the run's warning for it
+        (``Notice``, once per attempt: recorder.py), or "" if it kept all of it.
+        A full disk is not the item's failure: its state stays its exit code's."""
+        why = self._out.lost
+        if why:
+            kept = f"log cut at {self._out.kept:,} bytes"
+            self.warnings.append(f"its output was not kept: {why} ({kept})")
+        return why
 
     def _reason(self, exit_code: int | None, sig: int | None, duration: float) -> str:
         if self.stop_reason == "timeout":

@@ -6,13 +6,16 @@ file as it comes; past that, the last ``TAIL_MAX`` bytes at most (a quarter of
 the limit for a small one) are kept in memory, and when the attempt ends
 (``close``) they are written after a line saying how many bytes were left
 out. The file never holds more than the limit and that line. A log is
-best effort: a file that cannot be opened or written stops the logging of
-that attempt, never the run (the result and its stderr tail still go to the
-journal).
+best effort: a file that cannot be opened or written (a full disk, EIO) stops
+the logging of that attempt, never the run (the result and its stderr tail
+still go to the journal), and never the reading of the child's pipes (a child
+blocked on a full pipe would hang). ``lost`` then says why, for the warning
+and the end record's ``logcut`` (jobs.py), and ``kept`` how much is in the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 
@@ -35,6 +38,13 @@ class OutputLog:
         self._tail = bytearray()
         self._left_out = 0
         self._failed = False
+        self.lost = ""
+        """Why the log stopped short of the output ("disk full"), or "" while it is whole."""
+
+    @property
+    def kept(self) -> int:
+        """The bytes of output in the file so far (where a cut log ends)."""
+        return self._written
 
     def add(self, data: bytes) -> None:
         """Log ``data``: to the file while the start has room, else into the tail."""
@@ -43,8 +53,11 @@ class OutputLog:
         if self.fd < 0:
             try:
                 self.fd = self._open_file()
-            except (OSError, UnsafeFolder):  # a folder at its name, or one put back meanwhile
-                self._failed = True
+            except OSError as exc:  # e.g. a folder at its name (or no inode left)
+                self._stop(exc)
+                return
+            except UnsafeFolder:  # the folder was put back meanwhile
+                self._stop(None)
                 return
             self.opened = True
         room = self._head_room - self._written
@@ -52,7 +65,6 @@ class OutputLog:
             head = data[:room]
             if not self._write(head):
                 return
-            self._written += len(head)
             data = data[room:]
             if not data:
                 return
@@ -75,13 +87,39 @@ class OutputLog:
         self.fd = -1
 
     def _write(self, data: bytes) -> bool:
+        """Write all of ``data`` (a short write, as a disk fills, is followed
+        by a write of the rest, which then fails and says why)."""
         if self._failed:
             return False
+        view = memoryview(data)
         try:
-            os.write(self.fd, data)
-        except OSError:
+            while view:
+                done = os.write(self.fd, view)
+                self._written += done
+                view = view[done:]
+        except OSError as exc:
             # A full disk must not stop the runner over a log: the result (and
-            # its stderr tail) still go to the journal, which reports its own errors.
-            self._failed = True
+            # its stderr tail) still go to the journal, which reports its own
+            # errors; the item is told of (jobs.py), the rest of its output read and dropped.
+            self._stop(exc)
             return False
         return True
+
+    def _stop(self, exc: OSError | None) -> None:
+        """Log no more of this attempt's output, and keep why."""
+        self._failed = True
+        self._tail = bytearray()
+        self.lost = log_error_text(exc)
+
+
+def log_error_text(exc: OSError | None) -> str:
+    """Why a log could not be written, in the words `run`, `show` and `logs` use."""
+    if exc is None:
+        return "its folder was replaced"
+    if exc.errno == errno.ENOSPC:
+        return "disk full"
+    if exc.errno == errno.EDQUOT:
+        return "disk quota exceeded"
+    if exc.errno == errno.EIO:
+        return "I/O error"
+    return exc.strerror or str(exc)

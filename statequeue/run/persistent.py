@@ -383,7 +383,7 @@ class WorkerAttempt(Job):
         else:
             outcome = self._died(duration, tail)
         self.close()
-        return outcome
+        return self.with_log_loss(outcome)
 
     def _stopped(self, duration: float, tail: str) -> Outcome:
         """A timeout, a stop or a fence: the worker goes; the attempt fails as a child's would."""

@@ -74,6 +74,7 @@ def end_record(
         "reason": text(outcome.reason),
         "result": outcome.result,
         "timeout": outcome.timed_out or None,
+        "logcut": text(outcome.log_cut),  # `show` and `logs` say the log is cut
     }
     rec.update((k, v) for k, v in optional.items() if v not in (None, ""))
     return rec
@@ -122,6 +123,8 @@ def defer_record(
         rec["exit"] = outcome.exit_code
     if outcome.reason:
         rec["reason"] = outcome.reason
+    if outcome.log_cut:
+        rec["logcut"] = outcome.log_cut  # as an end's: `show` and `logs` say the log is cut
     return rec
 
 

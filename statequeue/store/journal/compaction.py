@@ -189,6 +189,7 @@ _RESULT_KEYS = (
     "reason",
     "at",
     "timeout",
+    "logcut",
     "runner",
     "host",
 )
@@ -388,6 +389,7 @@ _TRY_KEYS = (
     "crashed",
     "attempts",
     "timeout",
+    "logcut",
     "runner",
     "host",
     "delay",  # a deferral's (``defer``): `show` lists it after compaction too
