@@ -141,8 +141,10 @@ def show(
             _write(f"  {shown(line, 400)}")
     cuts = h.log_cuts()
     for path in h.log_paths:
-        cut = cuts.get(_logged_attempt(path))
+        cut = cuts.pop(_logged_attempt(path), None)
         _write(f"log: {shown(path, 400)}" + (f" (cut: {shown(cut, 80)})" if cut else ""))
+    for attempt, cut in sorted(cuts.items()):  # no log file could be made (a full disk)
+        _write(f"log: none kept for attempt {attempt} ({shown(cut, 80)})")
 
 
 def _logged_attempt(path: str) -> int:
@@ -261,6 +263,8 @@ def _no_output(h: ItemHistory, wanted: int) -> str:
         # Archived by `compact`: whatever it wrote was removed after --keep-logs.
         why = "it was archived, and compaction removes archived items' logs (--keep-logs)"
         text = f"no output is kept for {which}item {h.item_id}: {why}"
+    elif cut := h.log_cuts().get(wanted):  # no log file could be made (a full disk)
+        text = f"no output was kept for {which}item {h.item_id}: {shown(cut, 80)}"
     else:
         text = f"no output was recorded for {which}item {h.item_id}"
     others = [a for a in logged if a != wanted]

@@ -361,7 +361,7 @@ class Job:
         A full disk is not the item's failure: its state stays its exit code's."""
         why = self._out.lost
         if why:
-            kept = f"log cut at {self._out.kept:,} bytes"
+            kept = f"log cut at {self._out.kept:,} bytes" if self._out.opened else "no log file"
             self.warnings.append(f"its output was not kept: {why} ({kept})")
         return why
 

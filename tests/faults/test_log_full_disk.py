@@ -88,6 +88,25 @@ def test_a_log_on_a_full_device_is_said_cut_in_both_stores(
         assert shown.rstrip().endswith(f"{item}.1.log (cut: disk full)"), shown
 
 
+def test_a_log_that_cannot_be_created_is_said_not_kept(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    def no_room(job: Job) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Job, "_open_log", no_room)
+    assert _sq(capfd, "enqueue", "0")[0] == 0
+    code, _, err = _sq(capfd, *RUN)
+    assert code == 0, err
+    assert "statequeue: item 1: its output was not kept: disk full (no log file)" in err
+    _, shown, _ = _sq(capfd, "show", "1")
+    assert "state: done" in shown
+    assert shown.rstrip().endswith("log: none kept for attempt 1 (disk full)"), shown
+    code, out, err = _sq(capfd, "logs", "1")
+    assert (code, out) == (0, "")
+    assert err == "statequeue: no output was kept for attempt 1 of item 1: disk full\n"
+
+
 def test_a_short_write_is_finished_and_the_cut_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
