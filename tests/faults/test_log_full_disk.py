@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from statequeue.run.jobs import Job
 from statequeue.run.output_log import OutputLog
 from tests.conftest import BIN
+from tests.persistent_worker import write_worker
 
 # More than a pipe holds (64 KiB): a runner that stopped reading would leave the child blocked.
 JOB = r"""head -c 300000 /dev/zero | tr '\0' x; exit "$1" """
@@ -40,22 +42,27 @@ def _sq(cap: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return int(exited.value.code or 0), out, err
 
 
-def test_a_log_on_a_full_device_is_said_cut_in_both_stores(
-    store_url: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    if store_url:
-        monkeypatch.setenv("STATEQUEUE_STORE", store_url)
-    real_open = Job._open_log
+def _to_dev_full(real_open: Callable[[Job], int]) -> Callable[[Job], int]:
+    """``Job._open_log`` whose log file is created as usual, but whose writes
+    go to /dev/full (ENOSPC)."""
 
     def full_device(job: Job) -> int:
-        # The log file is created as usual, but its writes go to /dev/full (ENOSPC).
         fd = real_open(job)
         full = os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC)
         os.dup2(full, fd, inheritable=False)
         os.close(full)
         return fd
 
-    monkeypatch.setattr(Job, "_open_log", full_device)
+    return full_device
+
+
+def test_a_log_on_a_full_device_is_said_cut_in_both_stores(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    if store_url:
+        monkeypatch.setenv("STATEQUEUE_STORE", store_url)
+    real_open = Job._open_log
+    monkeypatch.setattr(Job, "_open_log", _to_dev_full(real_open))
     assert _sq(capfd, "enqueue", "0", "3")[0] == 0
     code, _, err = _sq(capfd, *RUN)
     assert code == 1, err  # item 2 exited 3: a failure of its own
@@ -86,6 +93,22 @@ def test_a_log_on_a_full_device_is_said_cut_in_both_stores(
     for item in ("1", "2"):
         _, shown, _ = _sq(capfd, "show", item)
         assert shown.rstrip().endswith(f"{item}.1.log (cut: disk full)"), shown
+
+
+def test_a_persistent_workers_cut_log_is_said_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(Job, "_open_log", _to_dev_full(Job._open_log))
+    program, marks = write_worker(tmp_path)  # ``ok-`` items print on stdout and stderr
+    assert _sq(capfd, "enqueue", "ok-1", "ok-2")[0] == 0
+    code, _, err = _sq(
+        capfd, "run", "--persistent", "--no-live", "--", sys.executable, program, str(marks)
+    )
+    assert code == 0, err
+    warned = [line.split(" (")[0] for line in err.splitlines() if "not kept" in line]
+    assert warned == [f"statequeue: item {i}: its output was not kept: disk full" for i in (1, 2)]
+    _, shown, _ = _sq(capfd, "show", "2")
+    assert "state: done" in shown and shown.rstrip().endswith("2.1.log (cut: disk full)"), shown
 
 
 def test_a_log_that_cannot_be_created_is_said_not_kept(
