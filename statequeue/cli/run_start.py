@@ -249,6 +249,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "held_by_dead_runner": list(summary.held_by_dead_runner),
         "silent_runner_items": list(summary.silent),
         "cut_short": sorted(summary.cut_short),
+        "output_cut": sorted(summary.output_cut),
         "exit_code": code,
     }
 

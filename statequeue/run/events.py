@@ -70,6 +70,8 @@ class RunSummary:
     """Items given back as pending because the run was stopped by a signal."""
     killed_on_stop: int = 0
     """Children that ignored the stop signal and were killed after --grace."""
+    output_cut: set[int] = field(default_factory=set)
+    """Items whose output could not all be written to their log (a full disk)."""
     cut_short: set[int] = field(default_factory=set)
     """Items in flight when the run stopped on an error (killed, given back or
     left to recovery), or ended with their result not acknowledged (its
@@ -192,6 +194,8 @@ class RunSummary:
             parts.append(f"{self.retried} waiting for a retry")
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
+        if self.output_cut:
+            parts.append(f"{len(self.output_cut)} with their output log cut (`show ID`)")
         if self.cut_short:
             cut = len(self.cut_short)
             parts.append(f"{cut} cut short by the error (not acknowledged: they may run again)")

@@ -218,6 +218,8 @@ class ResultRecorder:
             text = f"item {claim.item_id} was taken over by another runner; nothing recorded"
             return Notice(text, warning=True)
         self.summary.record(claim.item_id, state)
+        if outcome.log_cut:
+            self.summary.output_cut.add(claim.item_id)
         self.pacing.ended(outcome, deferred=delay is not None)
         if delay is not None and state is ItemState.FAILED:  # past --max-deferrals
             most = self.options.max_deferrals

@@ -71,6 +71,8 @@ def test_a_log_on_a_full_device_is_said_cut_in_both_stores(
         f"statequeue: item {i}: its output was not kept: disk full (log cut at 0 bytes)"
         for i in (1, 2)
     ], err
+    # The summary counts them too (a cron mail's last line).
+    assert "2 with their output log cut" in err.splitlines()[-1], err
     monkeypatch.setattr(Job, "_open_log", real_open)
     _, shown, _ = _sq(capfd, "show", "1")
     assert "state: done" in shown  # not timed out: the child did not block on its pipe
