@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 
 from statequeue.run.jobs import Job
 from statequeue.run.output_log import OutputLog
-from tests.conftest import BIN
+from tests.faults.helpers import on_a_small_disk
 from tests.persistent_worker import write_worker
 
 # More than a pipe holds (64 KiB): a runner that stopped reading would leave the child blocked.
@@ -169,7 +167,7 @@ job='dd if=/dev/zero of="$1/filler" bs=64k 2>/dev/null; head -c 300000 /dev/zero
 rm -f "$1/filler"; exit "$2"'
 statequeue run -j1 --no-live --timeout 60 -- sh -c "$job" sh "$mnt" {} 2>"$mnt/err"
 echo "run_rc=$?"
-grep 'not kept' "$mnt/err" | sed 's/^/warn=/'
+echo "warn=$(grep 'not kept' "$mnt/err" | sed 's/ (.*//' | tr '\n' '|')"
 echo "show1=$(statequeue show 1 | tail -n 1)"
 echo "state1=$(statequeue show 1 | sed -n 2p)"
 echo "state2=$(statequeue show 2 | sed -n 2p)"
@@ -182,36 +180,15 @@ echo "file_bytes=$(wc -c <"$mnt/home/default/logs/2.1.log")"
 
 
 def test_a_real_full_disk_cuts_the_log_and_says_so(tmp_path: Path) -> None:
-    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        pytest.skip("needs Linux and unshare(1) to mount a private tmpfs")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    script = tmp_path / "full.sh"
-    script.write_text(SCRIPT)
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
-    if "PYTHONPATH" in os.environ:  # the code under test, when it is not the installed one
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    proc = subprocess.run(
-        ["unshare", "-Urm", "sh", str(script), str(mnt)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if proc.returncode == 77 or "Operation not permitted" in proc.stderr:
-        pytest.skip(f"this machine cannot mount a tmpfs in a user namespace: {proc.stderr.strip()}")
-    out: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
-        key, _, value = line.partition("=")
-        out.setdefault(key, []).append(value)
-    assert out["run_rc"] == ["1"], proc.stdout  # item 2's own exit 3
-    assert [w.split(" (")[0] for w in out.get("warn", [])] == [
+    out = on_a_small_disk(tmp_path, SCRIPT)
+    said = out["_stdout"]
+    assert out["run_rc"] == "1", said  # item 2's own exit 3
+    assert out["warn"].split("|")[:-1] == [
         f"statequeue: item {i}: its output was not kept: disk full" for i in (1, 2)
-    ], proc.stdout
-    assert out["show1"][0].endswith("logs/1.1.log (cut: disk full)"), proc.stdout
-    assert out["state1"] == ["state: done"], proc.stdout  # not timed out: never blocked
-    assert out["state2"] == ["state: failed"], proc.stdout
-    assert out["logs_rc"] == ["0"], proc.stdout
-    assert out["logs_err"][0].startswith("statequeue: the output of item 2 (attempt 1) was cut")
-    assert out["logs_bytes"] == out["file_bytes"], proc.stdout  # what is kept, as it is
+    ], said
+    assert out["show1"].endswith("logs/1.1.log (cut: disk full)"), said
+    assert out["state1"] == "state: done", said  # not timed out: never blocked
+    assert out["state2"] == "state: failed", said
+    assert out["logs_rc"] == "0", said
+    assert out["logs_err"].startswith("statequeue: the output of item 2 (attempt 1) was cut")
+    assert out["logs_bytes"] == out["file_bytes"], said  # what is kept, as it is
