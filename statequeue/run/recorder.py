@@ -38,6 +38,10 @@ FuseScope = Callable[[], tuple[bool, "set[int] | None"]]
 that claim may take (the runner knows its slots: ``Runner._prefetch_scope``)."""
 
 
+# Why a claim no child was started for went back (as if never claimed).
+NOT_STARTED = "not started: the run stopped taking items"
+
+
 class ResultRecorder:
     """Writes end records, owes what an outage held up, and keeps the claim taken with the last."""
 
@@ -87,9 +91,8 @@ class ResultRecorder:
         run stopped taking items meanwhile) goes back as if never claimed."""
         claim = self.take_prefetched()
         if claim is not None:
-            reason = "not started: the run stopped taking items"
             try:
-                self.queue.store.release(claim, reason, uncounted=True)
+                self.queue.store.release(claim, NOT_STARTED, uncounted=True)
             except StoreUnreachable:
                 self.prefetched = claim  # given back once the store is back
                 raise

@@ -32,7 +32,7 @@ from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
 from statequeue.run.pacing import until_due
-from statequeue.run.recorder import ResultRecorder
+from statequeue.run.recorder import NOT_STARTED, ResultRecorder
 from statequeue.run.registration import register_run, unregister_run
 from statequeue.run.resources import RESOURCE_ERRNOS, lowered_concurrency
 from statequeue.run.stopping import close_children, forward_stop, give_back_all
@@ -297,8 +297,7 @@ class Runner:
                     self.queue.store.release(claim, reason)
                     self.summary.hand_back(claim.item_id)
                 else:  # nothing of it ran: as if never claimed (recorder.give_back_prefetched)
-                    reason = "not started: the run stopped taking items"
-                    self.queue.store.release(claim, reason, uncounted=True)
+                    self.queue.store.release(claim, NOT_STARTED, uncounted=True)
                 return
             self._start(claim)
 
