@@ -54,7 +54,7 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGWINCH,  # the terminal's size, for the live view
 )
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what the runner handles as a stop
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the runner stops on these (runner.py)
 NO_GUARD_ENV = "STATEQUEUE_NO_GUARD"  # "1": the older shape (the keeper spawns each child)
 
 

@@ -23,7 +23,7 @@ from statequeue.core.models import Claim, Outcome, RunnerInfo
 from statequeue.run.checks import check_commands
 from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
 from statequeue.run.fencing import Fencing
-from statequeue.run.guard import GuardLink
+from statequeue.run.guard import STOPS, GuardLink
 from statequeue.run.held_wait import HeldWait
 from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
 from statequeue.run.keeper import Keeper
@@ -141,7 +141,7 @@ class Runner:
     def install_signal_handlers(self) -> None:
         """Route SIGINT, SIGTERM and SIGHUP (main thread only): the children's
         own sessions hear a closed terminal only this way, with --grace."""
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in STOPS:
             signal.signal(sig, lambda signum, frame: self.request_stop(signum))
 
     # -- main loop ---------------------------------------------------------------
