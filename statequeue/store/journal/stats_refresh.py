@@ -11,7 +11,8 @@ A thread, so that the caller (a runner, between two items) does not wait for
 the fold: at a 1M-item queue's checkpoint it reads ~125k records (~0.3 s);
 the runner goes on and only shares the interpreter with it. One at a time:
 a checkpoint noted while one runs waits for the next release of the lock
-(only the newest is kept). Everything here is a cache: any failure leaves
+(only the newest is kept), and one still waiting when the store closes is
+made then. Everything here is a cache: any failure leaves
 ``stats.ckpt`` as it was, and the store works the same.
 """
 
@@ -56,13 +57,16 @@ class StatsRefresher:
         self._thread.start()
 
     def wait(self) -> None:
-        """Let a running refresh finish; drop one not started (before the files close)."""
+        """Let a running refresh finish, then make the one noted meanwhile, in
+        this thread (before the files close). Dropped, it left the cache a
+        checkpoint further behind than the run's last one: the last
+        checkpoint of a run is often noted while the one before still folds."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         if self._due is not None:
-            _close(self._due)
-            self._due = None
+            files, self._due = self._due, None
+            _refresh(self._folder, files)
 
 
 def _refresh(folder: QueueFolder, files: Files) -> None:
