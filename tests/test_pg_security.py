@@ -122,7 +122,7 @@ def test_the_functions_pin_their_search_path(pg_url: str, sq_env: dict[str, str]
         WHERE p.pronamespace = 'statequeue'::regnamespace ORDER BY 1"""
     pinned = ["search_path=pg_catalog, pg_temp"]
     rows = sql(pg_url, found)
-    names = ["claim", "finish", "finish_and_claim", "save_log"]
+    names = ["claim", "finish", "finish_and_claim", "finish_and_claim_retried", "save_log"]
     assert [r[0] for r in rows] == names
     assert all(r[1] == pinned for r in rows), rows
     # A database at version 5 (its functions unpinned) is pinned on upgrade.

@@ -106,6 +106,22 @@ def test_a_retry_outcome_puts_the_item_back_and_claims_another(
     assert store.status().counts.get("failed") == 1
 
 
+def test_a_retry_due_at_once_is_claimed_again_by_the_same_call(
+    store: PostgresStore, pg_url: str
+) -> None:
+    """The claim is a statement of its own after the finish (fused_statement.py):
+    it sees the finished item pending and due, as a later call would."""
+    runner, claim = _claimed(store, ["a"])
+    state, nxt = store.finish_and_claim(claim, FAILED, retry_at=time.time() - 1, runner=runner)
+    assert state is ItemState.PENDING
+    assert nxt is not None and (nxt.item_id, nxt.attempt) == (1, 2)
+    assert _live(pg_url) == [(1, "running", nxt.token)]
+    counts = store.status().counts
+    assert (counts.get("running"), counts.get("pending")) == (1, 0)
+    assert store.finish(nxt, OK) is ItemState.DONE
+    assert store.status().counts.get("done") == 1
+
+
 def test_finish_and_claim_claims_nothing_from_a_paused_queue(
     store: PostgresStore, pg_url: str
 ) -> None:

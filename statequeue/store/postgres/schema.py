@@ -14,6 +14,7 @@ from statequeue.core.errors import SchemaTooNew
 from statequeue.store.postgres import lock_holders
 from statequeue.store.postgres.check_marks import V12_CHECKS
 from statequeue.store.postgres.functions import V5_FUNCTIONS, V6_PINNED_PATH
+from statequeue.store.postgres.fused_statement import V13_FUSED_STATEMENT
 from statequeue.store.postgres.lean_writes import V7_LEAN_WRITES
 from statequeue.store.postgres.owners import check_owners
 from statequeue.store.postgres.settle_retry import V11_SETTLE_RETRY
@@ -257,7 +258,7 @@ _V11_SETTLE_RETRY = V11_SETTLE_RETRY
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
     *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS, _V10_RESULTS_RANGE),
-    *(_V11_SETTLE_RETRY, V12_CHECKS),
+    *(_V11_SETTLE_RETRY, V12_CHECKS, V13_FUSED_STATEMENT),
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 
