@@ -36,6 +36,17 @@ def test_in_flight_attempts_run_to_the_report_and_take_their_own_slots() -> None
     ]
 
 
+def test_attempts_started_at_the_same_time_take_slots_in_item_order() -> None:
+    """Starts recorded with one time (a batch): slot #1 is the lower item's,
+    whatever order they were read in (the kill test above flaked so)."""
+    fold = ReportFold(now=1000.0)
+    fold.add_in_flight(2, 1, "r", 100.0, "h1")
+    fold.add_in_flight(1, 1, "r", 100.0, "h1")
+    fold.add_in_flight(3, 1, "r", 100.0, "h1")
+    bars = fold.build().timeline.bars
+    assert sorted((b.item_id, b.lane) for b in bars) == [(1, 0), (2, 1), (3, 2)]
+
+
 def test_report_after_a_kill_of_the_run(
     sq_env: dict[str, str], sq_home: Path, store_url: str, tmp_path: Path
 ) -> None:

@@ -350,7 +350,7 @@ class ReportFold:
             (start, max(till, start), i, at, self.runner_ids[runner], INTERRUPTED, True)
             for start, i, at, runner in flying
         ]
-        rows.sort(key=operator.itemgetter(0))
+        rows.sort(key=operator.itemgetter(0, 2, 3))  # ties (one batch's starts): by item
         lanes: list[tuple[str, int]] = []  # (runner, slot) of each lane, as first used
         free: dict[int, list[tuple[float, int]]] = {}  # runner -> heap of (free at, lane)
         placed = []
