@@ -320,3 +320,30 @@ def test_done_after_the_loop_ended_says_the_item_was_given_back(sq_home: Path) -
         with pytest.raises(UsageError, match="was given back"):
             item.done()
         assert {v.item: v.state for v in q.items()} == {"a": ItemState.PENDING}
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_an_interrupt_between_the_item_and_its_claim_gives_it_back_once(
+    kind: str, request: pytest.FixtureRequest, sq_home: Path
+) -> None:
+    """The loop makes the next item of the claim its done() took with no store
+    call and no deferred interrupt: a KeyboardInterrupt between that line and
+    the next leaves the claim in both the item and ``taken``. It goes back
+    once, uncounted, and the loop's end raises nothing of its own."""
+    from statequeue.api.work import WorkItem, WorkPolicy, end_work
+    from statequeue.core.identity import new_runner
+
+    q = _open(kind, request, sq_home)
+    try:
+        q.enqueue(["a"])
+        runner = new_runner(("python",))
+        q.register_runner(runner)
+        claim = q.claim(runner)
+        assert claim is not None
+        item = WorkItem(q, claim, WorkPolicy(), runner=runner)
+        end_work(q, runner.runner_id, item, claim)  # not best effort: an error would show
+        assert item.released
+        (view,) = q.items()
+        assert (view.state, view.attempts) == (ItemState.PENDING, 0)
+    finally:
+        q.close()

@@ -299,10 +299,16 @@ def work_loop(
                 paced = True
             # The claim and the item made of it in one step an interrupt
             # cannot split (interrupts.py): whatever ends the loop from here
-            # finds the claim in ``current`` (or still in ``taken``).
-            with deferred_interrupt():
-                current = _take(queue, runner, policy, taken, chain)
+            # finds the claim in ``current`` (or still in ``taken``). One
+            # claimed by the last done() needs no store call: an interrupt
+            # between the two lines below leaves it in both, and end_work
+            # gives it back once (two signal-handler swaps less per item).
+            if taken is not None:
+                current = WorkItem(queue, taken, policy, runner=chain)
                 taken = None
+            else:
+                with deferred_interrupt():
+                    current = _take(queue, runner, policy, chain)
             if current is None:
                 if looked:
                     return
@@ -312,7 +318,7 @@ def work_loop(
                 # may have come between the claim and that look. One more
                 # claim decides (else the loop would end beside pending items).
                 with deferred_interrupt():
-                    current = _take(queue, runner, policy, None, chain)
+                    current = _take(queue, runner, policy, chain)
                 if current is None:
                     return
             if not paced:  # enqueued since the look: its start is paced now
@@ -340,14 +346,10 @@ def work_loop(
 
 
 def _take(
-    queue: Queue,
-    runner: RunnerInfo,
-    policy: WorkPolicy,
-    taken: Claim | None,
-    chain: RunnerInfo | None,
+    queue: Queue, runner: RunnerInfo, policy: WorkPolicy, chain: RunnerInfo | None
 ) -> WorkItem | None:
-    """The loop's next item: ``taken`` (claimed by the last done()), else a claim."""
-    claim = taken or queue.claim(
+    """The loop's next item, claimed now (None: none is due)."""
+    claim = queue.claim(
         runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
     )
     return None if claim is None else WorkItem(queue, claim, policy, runner=chain)
@@ -411,7 +413,7 @@ def end_work(
             )
         current.released = True  # a done() after the loop ended says so (_check_open)
     following = taken or (current.next_claim if current is not None else None)
-    if following is not None:
+    if following is not None and (current is None or following is not current.claim):
         with contextlib.suppress(*errors):
             queue.release(following, "abandoned: the work loop stopped early", uncounted=True)
     with contextlib.suppress(*errors):
