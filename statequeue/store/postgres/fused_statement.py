@@ -133,8 +133,7 @@ BEGIN
     )
     SELECT p_state, c.id, i.item, c.attempts, c.token, c.interrupted, c.failures
     FROM (SELECT 1) one
-    LEFT JOIN claimed c ON true
-    LEFT JOIN statequeue.items i ON i.queue = p_queue AND i.id = c.id;
+    LEFT JOIN (claimed c JOIN statequeue.items i ON i.queue = p_queue AND i.id = c.id) ON true;
 END
 $fn$;
 """
