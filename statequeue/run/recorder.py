@@ -69,6 +69,10 @@ class ResultRecorder:
         # outage), and the events of results written but not yet synced.
         self.unrecorded: list[tuple[Job, Outcome]] = []
         self.owed_events: list[RunEvent] = []
+        # Results written but not yet synced (group commit): counted in the
+        # summary once the fsync that covers them succeeded; a run stopped
+        # before it names them cut short, never ok.
+        self.unsynced: list[tuple[int, ItemState, bool]] = []
         # Durable results not reported yet: the runner reports them once the
         # next child is started (or before it sleeps), so that printing a
         # result is not on the path from one child's exit to the next start.
@@ -164,6 +168,7 @@ class ResultRecorder:
             return
         if self.owed_events:  # written before an outage: durable (or redone) first
             self._store.sync()
+            self._count_synced()
         pending = self.unrecorded
         while pending:
             job, outcome = pending[0]
@@ -172,6 +177,7 @@ class ResultRecorder:
             del pending[0]
             self.owed_events.append(event)
         events, self.owed_events = self.owed_events, []
+        self._count_synced()  # the last record's fsync covered the others
         for _ in events:
             CRASH.hit("recorded")  # test-only: die right after a durable result
         self.ready += events  # reported by the runner (Runner._emit, Runner._wait)
@@ -220,9 +226,10 @@ class ResultRecorder:
         except ClaimLost:  # its lease expired and another runner took the item
             text = f"item {claim.item_id} was taken over by another runner; nothing recorded"
             return Notice(text, warning=True)
-        self.summary.record(claim.item_id, state)
-        if outcome.log_cut:
-            self.summary.output_cut.add(claim.item_id)
+        if sync or fused or delay is not None:  # durable now (a deferral syncs itself)
+            self._count(claim.item_id, state, bool(outcome.log_cut))
+        else:
+            self.unsynced.append((claim.item_id, state, bool(outcome.log_cut)))
         self.pacing.ended(outcome, deferred=delay is not None)
         if delay is not None and state is ItemState.FAILED:  # past --max-deferrals
             most = self.options.max_deferrals
@@ -238,6 +245,16 @@ class ResultRecorder:
         return ItemFinished(
             claim, outcome, state, log_path=log, retries=self.options.retries, deferred=deferred
         )
+
+    def _count(self, item_id: int, state: ItemState, log_cut: bool) -> None:
+        self.summary.record(item_id, state)
+        if log_cut:
+            self.summary.output_cut.add(item_id)
+
+    def _count_synced(self) -> None:
+        for item_id, state, log_cut in self.unsynced:
+            self._count(item_id, state, log_cut)
+        self.unsynced.clear()
 
     def _backoff(self, retry: int) -> float:
         """The wait before the ``retry``-th retry of this episode."""

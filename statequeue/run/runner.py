@@ -172,6 +172,8 @@ class Runner:
             # In flight, or ended with its result not recorded: they run again.
             cut = [*self.jobs.values(), *(job for job, _ in self.recorder.unrecorded)]
             self.summary.cut_short.update(job.claim.item_id for job in cut)
+            # Written, but the fsync meant to cover them failed (or never came).
+            self.summary.cut_short.update(item for item, _, _ in self.recorder.unsynced)
             give_back_all(self.jobs, store, self.recorder, self.keeper, failure)
             close_children(self.workers, self.keeper, self.guard, self.options.grace)
             unregister_run(store, self.info)
