@@ -32,13 +32,22 @@ A retried call (``p_retried``: the first try may have committed, its answer
 lost) takes version 11's path unchanged: that function is kept, renamed
 ``finish_and_claim_retried``, and called from here. The finish and claim
 functions of version 11 are unchanged; the signature and result of
-``finish_and_claim`` are too (callers' SQL in functions.py). The SQL is
-spelt out here: a migration is frozen once released.
+``finish_and_claim`` are too (callers' SQL in functions.py). The claim's
+CTEs are version 7's text (lean_writes.py, frozen); the rest is spelt out
+here, as a migration is frozen once released.
 """
 
 from __future__ import annotations
 
 from statequeue.store.postgres.functions import PINNED_PATH
+from statequeue.store.postgres.lean_writes import V7_TAKING
+
+# Version 7's claim (pick, update, start event), as data-modifying CTEs
+# without its final SELECT: the count joins them here, and the claim is
+# returned with the finish's state.
+_CLAIMING, _, _ = V7_TAKING.partition("\n    SELECT FIRST ")
+if not _ or _CLAIMING.count("WITH pick AS MATERIALIZED") != 1:
+    raise AssertionError("version 7's claim is not shaped as version 13 expects")
 
 _ARGS = """p_queue text, p_id bigint, p_token bigint, p_attempt integer, p_state text,
     p_ok boolean, p_exit integer, p_signal integer, p_duration float8, p_reason text,
@@ -100,29 +109,7 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    WITH pick AS MATERIALIZED (
-        SELECT l.id FROM statequeue.live l
-        WHERE l.queue = p_queue AND l.state = 'pending'
-          AND (l.retry_at IS NULL OR l.retry_at <= p_now)
-          AND (p_among IS NULL OR l.id = ANY(p_among))
-          AND NOT (SELECT q.paused FROM statequeue.queues q WHERE q.name = p_queue)
-        ORDER BY l.id LIMIT 1
-        FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE statequeue.live l
-        SET state = 'running', attempts = l.attempts + 1,
-            token = nextval('statequeue.tokens'), runner = p_runner, holder = NULL,
-            lease_until = clock_timestamp() + make_interval(secs => p_lease),
-            retry_at = NULL, changed_at = p_now
-        FROM pick WHERE l.queue = p_queue AND l.id = pick.id
-        RETURNING l.id, l.attempts, l.token, l.interrupted, l.failures
-    ), started AS (
-        INSERT INTO statequeue.events (queue, id, body)
-        SELECT p_queue, c.id, jsonb_build_object(
-            't', 'start', 'id', c.id, 'attempt', c.attempts, 'runner', p_runner,
-            'at', p_now
-        ) FROM claimed c
-    ), counted AS (
+    {_CLAIMING.strip()}, counted AS (
         -- The finished item moves from running to its state, the taken one
         -- from pending to running: one move, pending (or running) to the state.
         INSERT INTO statequeue.count_moves (queue, state, delta, moved_from)

@@ -276,3 +276,5 @@ V7_LEAN_WRITES = _INDEXES + _CLAIM + _FINISH + _FINISH_AND_CLAIM
 # Version 11 (settle_retry.py) replaces these two, from this text.
 V7_FINISH = _FINISH
 V7_FINISH_AND_CLAIM = _FINISH_AND_CLAIM
+# Version 13 (fused_statement.py) builds its claim from this one.
+V7_TAKING = _TAKING
