@@ -171,3 +171,25 @@ def test_any_command_that_meets_a_full_disk_says_what_frees_space(
     own = DiskFull("compacting failed: disk full (free space on the disk, then ...)")
     assert exit_code_of(own) == 6
     assert "--keep-logs 0s" not in capsys.readouterr().err
+
+
+def test_a_full_disk_hint_names_compact_only_where_there_are_logs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A new queue's first enqueue on a full disk was told that `compact
+    --keep-logs 0s` removes the logs of finished items: it has none, and
+    compaction frees nothing there. It is told to free space; a queue with
+    logs is still told what removes them."""
+    from statequeue.cli.errors import exit_code_of
+
+    folder = tmp_path / "default"
+    (folder / "logs").mkdir(parents=True)
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    first = durability_error("writing", str(folder / "journal.jsonl"), full)
+    assert exit_code_of(first) == 6
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and line.rstrip().endswith("(free space)"), line
+    assert "compact" not in line, line
+    (folder / "logs" / "1.1.log").write_bytes(b"output\n")
+    assert exit_code_of(durability_error("writing", str(folder / "journal.jsonl"), full)) == 6
+    assert "compact --keep-logs 0s` removes the logs" in capsys.readouterr().err

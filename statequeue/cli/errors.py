@@ -114,12 +114,29 @@ def run_guarded(call: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
         return code
 
 
+def _logs_beside(path: str) -> bool:
+    """Whether the queue folder of ``path`` (a file of it, or of its logs) has
+    logs that `compact --keep-logs 0s` could remove; True when that is not
+    known. A new queue's first enqueue has none: compaction frees nothing."""
+    if not path:
+        return True
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "logs":
+        return True  # a log was being written: there are logs
+    try:
+        with os.scandir(os.path.join(folder, "logs")) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return not os.path.isdir(folder)  # no queue folder there: say it all
+
+
 def exit_code_of(exc: BaseException) -> int | None:
     """The exit code for ``exc``, its line printed; None to let it go on."""
     if isinstance(exc, DiskFull) and "space" not in exc.message:
         # Not from compaction (which says what frees space): any command that
         # met a full disk (a run's results, an enqueue).
-        return fail(f"{exc.message} ({DISK_FULL_HINT})", int(exc.exit_code))
+        hint = DISK_FULL_HINT if _logs_beside(exc.path) else "free space"
+        return fail(f"{exc.message} ({hint})", int(exc.exit_code))
     if isinstance(exc, StateQueueError):
         return fail(exc.message, int(exc.exit_code))
     click = sys.modules.get("click")

@@ -124,6 +124,9 @@ class DurabilityError(StateQueueError):
 class DiskFull(DurabilityError):
     """a write failed: the disk is full; stopped without acknowledging."""
 
+    path = ""
+    """The file whose write failed, where known (the CLI's hint looks beside it)."""
+
 
 class ShortOfResources(DurabilityError):
     """a write failed for want of fds or memory; stopped without acknowledging."""

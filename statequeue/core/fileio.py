@@ -122,7 +122,9 @@ def durability_error(action: str, path: str, exc: OSError) -> DurabilityError:
     if (remedy := shortage_remedy(exc)) is not None:  # exit 10, not 6: not the disk's fault
         return ShortOfResources(f"{said} ({remedy})")
     if exc.errno == errno.ENOSPC:  # a caller that knows what frees space says so
-        return DiskFull(said)
+        full = DiskFull(said)
+        full.path = path
+        return full
     return DurabilityError(said)
 
 
