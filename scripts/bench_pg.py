@@ -35,6 +35,11 @@ claim+finish kinds R times over, each round the kinds one after the other, and
 shows the median rate and the median of the rounds' ratios to their own
 floor: one round's ratio swings by half and more where other work shares
 the CPUs, as the machine's load comes and goes between two kinds' runs.
+Each kind's CPU per item (its loops' from the barrier on, plus the
+server's over the same span, from /proc) is shown beside its rate, and in
+the table as a ratio to the floor's: where the loops and the server are
+CPU-bound together (16 loops on 2 CPUs) it bounds the rate, and it moves
+less than the rate ratio, which also moves with the floor's fsync cost.
 
   .venv/bin/python scripts/bench_pg.py --quick [--json PATH] [--no-cli] [--claims-only]
   .venv/bin/python scripts/bench_pg.py --quick --no-cli --claims-only --kinds floor,work
@@ -204,6 +209,38 @@ def floor_runner(url: str, go: Barrier, out: Any) -> None:
         out.put((done, time.monotonic(), time.process_time() - cpu))
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int, *, reaped: bool = False) -> int:
+    """``pid``'s user + system CPU ticks (``reaped``: and its waited-for children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    # utime, stime, cutime, cstime are fields 14-17 of stat, 12-15 after the name
+    return sum(int(f) for f in fields[11 : 15 if reaped else 13])
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` has spent so far (user + system)."""
+    return _cpu_ticks(pid) / _TICK
+
+
+def server_cpu(data_dir: Path) -> float:
+    """CPU seconds spent by the cluster so far: the postmaster with the
+    children it reaped (backends that exited), and those still running."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    ticks = _cpu_ticks(postmaster, reaped=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        if int(stat.rsplit(") ", 1)[1].split()[1]) == postmaster:
+            ticks += _cpu_ticks(int(entry.name))
+    return ticks / _TICK
+
+
 def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> tuple[int, float]:
     """(items done, seconds) for ``procs`` processes running ``target`` at once."""
     done, seconds, _ = drain_measured(target, url, procs)
@@ -211,9 +248,14 @@ def drain(target: Callable[[str, Barrier, Any], None], url: str, procs: int) -> 
 
 
 def drain_measured(
-    target: Callable[[str, Barrier, Any], None], url: str, procs: int
+    target: Callable[[str, Barrier, Any], None],
+    url: str,
+    procs: int,
+    data_dir: Path | None = None,
 ) -> tuple[int, float, float]:
-    """As ``drain``, and the CPU seconds the processes spent from the barrier on."""
+    """As ``drain``, and the CPU seconds the processes spent from the barrier
+    on; with the cluster's ``data_dir``, the server's CPU seconds over the
+    same span added (its backends', from the barrier to the last report)."""
     ctx = mp.get_context("spawn")  # no connection of this process leaks into a child
     go, out = ctx.Barrier(procs + 1), ctx.Queue()
     workers = [ctx.Process(target=target, args=(url, go, out)) for _ in range(procs)]
@@ -221,7 +263,10 @@ def drain_measured(
         w.start()
     go.wait(timeout=120)
     start = time.monotonic()
+    server = 0.0 if data_dir is None else server_cpu(data_dir)
     reports = [out.get(timeout=600) for _ in workers]
+    if data_dir is not None:
+        server = server_cpu(data_dir) - server
     for w in workers:
         w.join(timeout=60)
         if w.exitcode != 0:
@@ -229,7 +274,7 @@ def drain_measured(
     return (
         sum(r[0] for r in reports),
         max(r[1] for r in reports) - start,
-        sum(r[2] for r in reports),
+        sum(r[2] for r in reports) + server,
     )
 
 
@@ -295,13 +340,14 @@ RUNNERS = {
 FILLS = {"floor": filled_floor, "procrastinate": filled_procrastinate}
 
 
-def one_run(kind: str, url: str, procs: int) -> tuple[int, float]:
+def one_run(kind: str, url: str, procs: int, data_dir: Path) -> tuple[int, float, float | None]:
+    """(items done, seconds, CPU seconds of the loops and the server; None: not measured)."""
     if kind == "cli":
-        return cli_drain(url, procs)
+        return (*cli_drain(url, procs), None)
     if kind == "procrastinate":
         _, seconds = drain(procrastinate_runner, url, procs)
-        return procrastinated(url), seconds
-    return drain(RUNNERS[kind], url, procs)
+        return procrastinated(url), seconds, None
+    return drain_measured(RUNNERS[kind], url, procs, data_dir)
 
 
 def kinds(cli: bool, only: list[str] | None) -> list[str]:
@@ -322,11 +368,15 @@ def throughput(
         for kind in kinds(cli, only):
             url = cluster.new_database()
             FILLS.get(kind, filled_store)(url, n)
-            done, seconds = one_run(kind, url, procs)
+            done, seconds, cpu = one_run(kind, url, procs, cluster.data_dir)
             if done != n:
                 raise SystemExit(f"bench_pg: {kind} x{procs} finished {done} of {n} items")
             figures[f"{kind}_{procs}_per_s"] = n / seconds
-            print(f"  claim+finish {kind:13} x{procs:<2}: {n / seconds:8,.0f} items/s", flush=True)
+            line = f"  claim+finish {kind:13} x{procs:<2}: {n / seconds:8,.0f} items/s"
+            if cpu is not None:
+                figures[f"{kind}_{procs}_cpu_ms"] = cpu / n * 1000
+                line += f", CPU {cpu / n * 1000:.3f} ms/item (loops + server)"
+            print(line, flush=True)
     return figures
 
 
@@ -335,6 +385,8 @@ def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
     of each round's ratio to that round's floor."""
     f = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     for key in rounds[0]:
+        if not key.endswith("_per_s"):
+            continue
         kind, procs = key.removesuffix("_per_s").rsplit("_", 1)
         if kind != "floor" and f"floor_{procs}_per_s" in rounds[0]:
             ratios = [r[key] / r[f"floor_{procs}_per_s"] for r in rounds]
@@ -383,10 +435,17 @@ def claim_rows(f: dict[str, float], claims: int, procs: int) -> list[tuple[str, 
         spread = ""
         if f"{kind}_{procs}_ratio_min" in f:
             spread = f" [{f[f'{kind}_{procs}_ratio_min']:.2f}-{f[f'{kind}_{procs}_ratio_max']:.2f}]"
+        cpu, floor_cpu = f.get(f"{kind}_{procs}_cpu_ms"), f.get(f"floor_{procs}_cpu_ms")
+        used = ""
+        if cpu is not None and floor_cpu:
+            # What bounds the rate where the loops and the server share the
+            # CPUs (16 loops on a small machine): steadier than the rate
+            # ratio, which moves with the floor's fsync cost (two commits an item).
+            used = f"; CPU/item {cpu / floor_cpu:.2f}x the floor's ({cpu:.3f} ms)"
         rows.append(
             (
                 f"claim+finish {kind} x{procs} ({claims:,} items)",
-                f"{rate:,.0f}/s = {ratio:.2f}x{spread} floor ({floor:,.0f}/s)",
+                f"{rate:,.0f}/s = {ratio:.2f}x{spread} floor ({floor:,.0f}/s){used}",
                 "-" if goal is None else f">= {goal}x floor",
                 "-" if goal is None else verdict(ratio >= goal),
             )

@@ -137,33 +137,6 @@ def wal_by_relation(
     return "\n  ".join(["WAL by record and relation, per item:", *lines, total])
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_ticks(pid: int, *, reaped: bool = False) -> int:
-    """``pid``'s user + system CPU ticks (``reaped``: and its waited-for children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    # utime, stime, cutime, cstime are fields 14-17 of stat, 12-15 after the name
-    return sum(int(f) for f in fields[11 : 15 if reaped else 13])
-
-
-def server_cpu(data_dir: Path) -> float:
-    """CPU seconds spent by the cluster so far: the postmaster with the
-    children it reaped (backends that exited), and those still running."""
-    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-    ticks = _cpu_ticks(postmaster, reaped=True)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        if int(stat.rsplit(") ", 1)[1].split()[1]) == postmaster:
-            ticks += _cpu_ticks(int(entry.name))
-    return ticks / _TICK
-
-
 class WaitSampler:
     """Samples what the database's active backends wait for, in a thread."""
 
@@ -196,7 +169,7 @@ class WaitSampler:
                 ).fetchall()
                 self.seen.update(str(r[0]) for r in rows)
                 self.locked.update(str(r[2]) for r in rows if r[1])
-            self.cpu = _cpu_ticks(backend) / _TICK
+            self.cpu = bench_pg.process_cpu(backend)
 
     def line(self) -> str:
         total = sum(self.seen.values()) or 1
@@ -241,11 +214,11 @@ def main() -> None:
                 conn.execute("SELECT pg_stat_statements_reset()")
                 conn.execute("SELECT pg_stat_reset_shared('wal')")
             start = wal_lsn(url)
-            server = server_cpu(cluster.data_dir)
+            server = bench_pg.server_cpu(cluster.data_dir)
             with WaitSampler(url) as waits:
                 runner = bench_pg.RUNNERS[kind]
                 done, seconds, client = bench_pg.drain_measured(runner, url, args.loops)
-            server = server_cpu(cluster.data_dir) - server - waits.cpu
+            server = bench_pg.server_cpu(cluster.data_dir) - server - waits.cpu
             span = (start, wal_lsn(url))
             print(f"\n{kind} x{args.loops}: {done / seconds:,.0f} items/s ({seconds:.2f} s)")
             n = max(done, 1)
