@@ -45,8 +45,8 @@ from statequeue.store.postgres.lean_writes import V7_TAKING
 # Version 7's claim (pick, update, start event), as data-modifying CTEs
 # without its final SELECT: the count joins them here, and the claim is
 # returned with the finish's state.
-_CLAIMING, _, _ = V7_TAKING.partition("\n    SELECT FIRST ")
-if not _ or _CLAIMING.count("WITH pick AS MATERIALIZED") != 1:
+_CLAIMING, _CUT, _ = V7_TAKING.partition("\n    SELECT FIRST ")
+if not _CUT or _CLAIMING.count("WITH pick AS MATERIALIZED") != 1:
     raise AssertionError("version 7's claim is not shaped as version 13 expects")
 
 _ARGS = """p_queue text, p_id bigint, p_token bigint, p_attempt integer, p_state text,
