@@ -105,7 +105,16 @@ def items(n: int) -> list[str]:
 # -- claim + finish: one function per kind of runner process -----------------
 # Each opens its connection first, waits at the barrier with the others (so
 # connecting is not timed), drains the queue and reports (done, end time, CPU
-# seconds it spent from the barrier on).
+# seconds it spent from the barrier on), then waits at the barrier again, its
+# connections open, until the server's CPU is read (``reported``): a backend
+# that exits is counted only once its postmaster reaps it, so one that ends
+# between the two readings went missing from the server's figure.
+
+
+def reported(out: Any, go: Barrier, done: int, cpu: float) -> None:
+    """Report (done, end time, CPU seconds since ``cpu``), and wait for the server's reading."""
+    out.put((done, time.monotonic(), time.process_time() - cpu))
+    go.wait(timeout=600)
 
 
 def store_runner(url: str, go: Barrier, out: Any) -> None:
@@ -119,7 +128,7 @@ def store_runner(url: str, go: Barrier, out: Any) -> None:
     while (claim := store.claim(runner)) is not None:
         store.finish(claim, ok, sync=True)
         done += 1
-    out.put((done, time.monotonic(), time.process_time() - cpu))
+    reported(out, go, done, cpu)
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -138,7 +147,7 @@ def fused_runner(url: str, go: Barrier, out: Any) -> None:
         done += 1
         if claim is None:  # none due with the fused claim: a plain one recovers first
             claim = store.claim(runner)
-    out.put((done, time.monotonic(), time.process_time() - cpu))
+    reported(out, go, done, cpu)
     store.unregister_runner(runner.runner_id)
     store.close()
 
@@ -162,7 +171,7 @@ def work_runner(url: str, go: Barrier, out: Any) -> None:
     for item in q.work():
         item.done()
         done += 1
-    out.put((done, time.monotonic(), time.process_time() - cpu))
+    reported(out, go, done, cpu)
     q.close()
     shutil.rmtree(home, ignore_errors=True)
 
@@ -192,9 +201,7 @@ def procrastinate_runner(url: str, go: Barrier, out: Any) -> None:
     cpu = time.process_time()
     # Not listening: like the store's runs here, it only claims until the queue is drained.
     app.run_worker(concurrency=1, wait=False, install_signal_handlers=False, listen_notify=False)
-    out.put(
-        (0, time.monotonic(), time.process_time() - cpu)
-    )  # its jobs are counted in the database afterwards
+    reported(out, go, 0, cpu)  # its jobs are counted in the database afterwards
 
 
 def floor_runner(url: str, go: Barrier, out: Any) -> None:
@@ -206,7 +213,7 @@ def floor_runner(url: str, go: Barrier, out: Any) -> None:
         while (row := conn.execute(FLOOR_CLAIM).fetchone()) is not None:
             conn.execute(FLOOR_FINISH, (row[0],))
             done += 1
-        out.put((done, time.monotonic(), time.process_time() - cpu))
+        reported(out, go, done, cpu)
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -267,6 +274,7 @@ def drain_measured(
     reports = [out.get(timeout=600) for _ in workers]
     if data_dir is not None:
         server = server_cpu(data_dir) - server
+    go.wait(timeout=120)  # read: the processes may close their connections
     for w in workers:
         w.join(timeout=60)
         if w.exitcode != 0:
