@@ -1,15 +1,15 @@
 """A PostgreSQL claim whose own lock file was never made is still recovered
 at once on its host (store/postgres/reaping.py, ``ClaimLocks.hold_runner``).
 
-A loop that settles an item and claims the next in one call renames the
-settled claim's lock file to the next token's name after the commit. A kill
-between the two left a claim with no file: the same-host shortcut, which
-wants a free file, passed it over, and the item waited for its lease (30 s).
+A claim's lock file is made after its claim commits (a runner that hands
+its claims' locks on: ``run``, a process pool). A kill between the two left
+a claim with no file: the same-host shortcut, which wants a free file,
+passed it over, and the item waited for its lease (30 s).
 Each runner now holds a file of its own from its registration on; a claim
 without a file of its own is decided by its runner's. On a real server
 (tests/pg.py):
 
-- killed between the commit and the rename: the next claim recovers the item
+- killed between the commit and the file: the next claim recovers the item
   at once, as interrupted, well inside its lease;
 - the same, but the runner frozen instead of dead, with its lease over: the
   item is not handed out while the runner's file is held on this host;
@@ -36,7 +36,7 @@ pytest.importorskip("psycopg")
 from statequeue.api.queue import Queue  # after the skip: needs psycopg
 from statequeue.store.postgres import PostgresStore  # after the skip
 
-_STOP_BEFORE_RENAME = textwrap.dedent(
+_STOP_BEFORE_THE_FILE = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
@@ -46,14 +46,16 @@ _STOP_BEFORE_RENAME = textwrap.dedent(
 
     how = getattr(signal, sys.argv[3])
     take = reaping.ClaimLocks.take
+    taken = []
 
-    def stop_at_the_rename(self, token):
-        if self._spare is not None:  # the next claim is committed; its file not yet named
+    def stop_before_the_file(self, token, runner_id=None):
+        taken.append(token)
+        if len(taken) == 2:  # the chained claim is committed; its file not yet made
             print(token, flush=True)
             os.kill(os.getpid(), how)
-        return take(self, token)
+        return take(self, token, runner_id)
 
-    reaping.ClaimLocks.take = stop_at_the_rename
+    reaping.ClaimLocks.take = stop_before_the_file
     store = PostgresStore(sys.argv[1], "q", scratch=Path(sys.argv[2]), lease=float(sys.argv[4]))
     runner = new_runner()
     store.register_runner(runner)
@@ -65,7 +67,7 @@ _STOP_BEFORE_RENAME = textwrap.dedent(
 
 def _start(url: str, scratch: Path, how: str, lease: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", _STOP_BEFORE_RENAME, url, str(scratch), how, str(lease)],
+        [sys.executable, "-c", _STOP_BEFORE_THE_FILE, url, str(scratch), how, str(lease)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -84,7 +86,7 @@ def _state(url: str, item_id: int) -> str:
     return str(rows[0][0]) if rows else "gone"
 
 
-def test_a_claim_killed_before_its_lock_file_was_named_is_recovered_at_once(
+def test_a_claim_killed_before_its_lock_file_was_made_is_recovered_at_once(
     pg_url: str, tmp_path: Path
 ) -> None:
     scratch = tmp_path / "scratch"

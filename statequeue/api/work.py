@@ -265,7 +265,8 @@ def work_loop(
     queue: Queue, policy: WorkPolicy, verify: Callable[[WorkItem], bool] | None
 ) -> Iterator[WorkItem]:
     """The generator behind ``Queue.work``."""
-    runner = new_runner(command=("python", *sys.argv[:1]))
+    # In process: no claim's lock is handed on (RunnerInfo.in_process).
+    runner = new_runner(command=("python", *sys.argv[:1]), in_process=True)
     queue.register_runner(runner)
     # A result and the next claim in one store step where the store does it
     # in one commit (Store.chains_claims), and not under a rate (each start

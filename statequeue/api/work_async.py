@@ -227,7 +227,8 @@ async def work_loop_async(
 ) -> AsyncIterator[AsyncWorkItem]:
     """The async generator behind ``Queue.work_async``."""
     slots = _Slots(concurrency)
-    runner = new_runner(command=("python", *sys.argv[:1]))
+    # In process: no claim's lock is handed on (RunnerInfo.in_process).
+    runner = new_runner(command=("python", *sys.argv[:1]), in_process=True)
     await asyncio.to_thread(queue.register_runner, runner)
     cancelled = False
     try:

@@ -33,7 +33,9 @@ def host_name() -> str:
     return chosen or socket.gethostname()
 
 
-def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> RunnerInfo:
+def new_runner(
+    command: tuple[str, ...] = (), *, guarded: bool = False, in_process: bool = False
+) -> RunnerInfo:
     """A fresh identity for a runner starting now in this process. Its
     ``command`` is kept to be shown, so an argument that is not UTF-8
     (`run -- ./convert {} /mnt/caf\\xe9`) is kept as ``json_text`` makes it:
@@ -48,4 +50,5 @@ def new_runner(command: tuple[str, ...] = (), *, guarded: bool = False) -> Runne
         started_at=time.time(),
         command=tuple(map(json_text, command)),
         guarded=guarded,
+        in_process=in_process,
     )

@@ -67,6 +67,10 @@ class RunnerInfo:
     guarded: bool = False
     """Its liveness lock outlives it until its keeper has killed every
     process it left (run/guard.py): its items stay claimed until then."""
+    in_process: bool = False
+    """It runs its items in its own process and hands no claim's lock to
+    another (the library's work loops): its own liveness lock stands for
+    each of its claims (a store need not lock each one apart). Not recorded."""
 
 
 @dataclass(frozen=True)

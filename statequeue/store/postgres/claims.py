@@ -126,7 +126,9 @@ class Claims:
             interrupted=bool(interrupted),
             failures=int(failures),
             token=int(token),
-            inherit_fds=self._locks.take(int(token)),
+            inherit_fds=self._locks.take(
+                int(token), runner.runner_id if runner.in_process else None
+            ),
         )
 
     def _claim_row(
@@ -224,9 +226,7 @@ class Claims:
             return self._cursor(conn).execute(functions.FINISH_AND_CLAIM, params).fetchone()
 
         row = self._session.patiently(attempt)
-        # Finished, or stale: either way no longer held. Finished with a next
-        # claim: its lock file is renamed to the next one's (reaping.py).
-        self._forget(claim, reuse=row is not None and None not in row[:2])
+        self._forget(claim)  # finished, or stale: either way no longer held
         if row is None or row[0] is None:
             self._note_discarded(claim, outcome)
             raise writes.stale(claim)
@@ -242,10 +242,10 @@ class Claims:
         with contextlib.suppress(StateQueueError), self._session.transaction() as conn:
             writes.event(conn, self.name, record)
 
-    def _forget(self, claim: Claim, *, reuse: bool = False) -> None:
+    def _forget(self, claim: Claim) -> None:
         self._first_try.pop(claim.token or 0, None)
         self._leases.drop(claim.token)
-        self._locks.let_go(claim.token, remove=True, reuse=reuse)
+        self._locks.let_go(claim.token, remove=True)
 
     def _cursor(self, conn: Connection) -> Cursor:
         """A cursor of ``conn`` kept for the per-item statements: psycopg sets
