@@ -141,7 +141,10 @@ def test_a_retried_finish_and_claim_adopts_the_claim_its_first_try_committed(
         s = PostgresStore(proxy.url(pg_url), "q")
         try:
             runner, claim = _claimed(s, ["a", "b", "c"])
-            proxy.cut_after(b"statequeue.finish_and_claim(")
+            # The call's Bind message (the statement's name, then no format
+            # codes): its Parse, sent once per connection before it, ends the
+            # name with the query's text instead. Cut after the statement ran.
+            proxy.cut_after(b"statequeue_finish_and_claim\x00\x00")
             state, nxt = s.finish_and_claim(claim, OK, runner=runner)
             assert proxy.cuts == 1
             assert state is ItemState.DONE

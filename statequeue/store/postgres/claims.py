@@ -54,12 +54,19 @@ from statequeue.store.postgres import (
 )
 from statequeue.store.postgres.connection import Connection
 from statequeue.store.postgres.leases import Leases
+from statequeue.store.postgres.prepared_call import PreparedCall
 from statequeue.store.postgres.session import Session
 
 RECOVER_EVERY = 1.0
 """Seconds between recovery passes made by ``claim`` while it finds items."""
 Unsynced = tuple[int, Claim, Outcome, ItemState, "float | None"]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
+_FINISH_AND_CLAIM = PreparedCall(
+    "statequeue_finish_and_claim",
+    functions.FINISH_AND_CLAIM,
+    ("text", "bigint", "bytea", "integer", "bigint", "boolean", "integer"),
+)
+"""The per-item statement, called without a cursor (prepared_call.py)."""
 
 
 class Claims:
@@ -221,8 +228,9 @@ class Claims:
         def attempt(conn: Connection) -> tuple[Any, ...] | None:
             nonlocal sent
             sent = lease_clock.now()
-            retried = self._session.generation != generation
-            params["retried"] = retried
+            params["retried"] = self._session.generation != generation
+            if _FINISH_AND_CLAIM.usable(conn):
+                return _FINISH_AND_CLAIM(conn, params)
             return self._cursor(conn).execute(functions.FINISH_AND_CLAIM, params).fetchone()
 
         row = self._session.patiently(attempt)

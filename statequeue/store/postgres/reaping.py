@@ -12,7 +12,8 @@ the keeper holds its copy until no process of the item is left, so a free
 lock means nothing of the attempt still runs. Each runner also holds a
 file of its own (``runner-ID.lock``) from its registration on, before any
 claim of it commits: a claim with no file of its own (its runner died
-between the commit and the making or renaming of the file) goes by it.
+between the commit and the making of the file, or it is an in-process
+runner's, below) goes by it.
 
 An expired lease is no proof either, where the claim lock file is here: a
 lock still held on this host means a process of the attempt lives (a frozen
@@ -89,7 +90,7 @@ class ClaimLocks:
         """Lock ``runner_id``'s own file, before any claim of it commits.
 
         A claim whose token file was never made (the runner died between the
-        commit and ``take``, or before the rename of a settled claim's file)
+        commit and ``take``, or its runner runs its items in process: ``take``)
         is then still known here: its runner's file, free once the runner is
         gone, stands for it (``_held``). Without it such a claim waited for
         its lease. Not fsynced: after a crash of the host the boot id differs,
