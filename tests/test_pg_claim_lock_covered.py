@@ -19,6 +19,7 @@ same disk. What must still hold, on a real server (tests/pg.py):
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -190,3 +191,26 @@ def test_a_runner_that_hands_claims_on_still_locks_each(pg_url: str, tmp_path: P
         store.unregister_runner(runner.runner_id)
     finally:
         store.close()
+
+
+def test_a_work_async_loop_makes_no_file_per_claim(pg_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    q = Queue("q", store=pg_url, home=home)
+    claims = home / ".postgres" / "q" / "claims"
+
+    async def drain() -> list[list[str]]:
+        seen = []
+        async for item in q.work_async(concurrency=2):
+            seen.append(sorted(p.name for p in claims.iterdir()))
+            await item.done()
+        return seen
+
+    try:
+        q.enqueue(["a", "b", "c"])
+        seen = asyncio.run(drain())
+        assert len(seen) == 3
+        for names in seen:  # the runner's file alone, whatever is held
+            assert len(names) == 1 and names[0].startswith("runner-"), names
+        assert q.status().counts.get("done") == 3
+    finally:
+        q.close()

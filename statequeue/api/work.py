@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -343,7 +344,11 @@ def work_loop(
         unwinding = True
         raise
     finally:
-        end_work(queue, runner.runner_id, current, taken, best_effort=unwinding)
+        # Only in the loop's own process: a fork of it (a worker forked
+        # inside an item) closes its copy of this generator when it exits,
+        # and must not give back the item its parent still runs.
+        if os.getpid() == runner.pid:
+            end_work(queue, runner.runner_id, current, taken, best_effort=unwinding)
 
 
 def _take(

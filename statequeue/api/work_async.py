@@ -8,6 +8,7 @@ its next item only after the result of its last one is durable, as in ``run``.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import suppress
@@ -293,8 +294,8 @@ async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bo
     runs on in its thread); a later settle of an item given back here raises
     CancelledError when the loop was cancelled (its handler's task group is
     being cancelled too), else UsageError."""
-    if queue.closed:
-        return
+    if queue.closed or os.getpid() != runner.pid:
+        return  # closed; or a fork's copy of the loop, whose items are its parent's
     back = [
         item
         for item in [*slots.out, *slots.stuck]
