@@ -71,32 +71,59 @@ DECODERS: dict[str, Decode] = {
 """Binary decoders by SQL type name, for ``PreparedCall``'s result columns."""
 
 
+def _put_str(value: str) -> bytes:
+    data = value.encode("utf-8")
+    if "\0" in value:  # libpq sends C strings: as psycopg's dumpers, refuse rather than cut
+        raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+    return data
+
+
+def _put_int(value: int) -> bytes:
+    return str(int(value)).encode("ascii")  # int(): an IntEnum's repr is no number
+
+
+def _put_float(value: float) -> bytes:
+    # repr: the shortest text that reads back as the same float (and "inf"
+    # and "nan", which float8 reads too).
+    return repr(float(value)).encode("ascii")
+
+
+def _put_bool(value: bool) -> bytes:
+    return b"t" if value else b"f"
+
+
+def _put_jsonb(value: Jsonb) -> bytes:
+    dumped = (value.dumps or json.dumps)(value.obj)
+    return dumped.encode("utf-8") if isinstance(dumped, str) else bytes(dumped)
+
+
+def _put_array(value: list[int] | tuple[int, ...]) -> bytes:
+    return ("{" + ",".join(str(int(v)) for v in value) + "}").encode("ascii")
+
+
+_ENCODERS: dict[type, Callable[[Any], bytes]] = {
+    str: _put_str,
+    int: _put_int,
+    float: _put_float,
+    bool: _put_bool,
+    Jsonb: _put_jsonb,
+    list: _put_array,
+    tuple: _put_array,
+}
+"""By exact type: one lookup per parameter (20 per item); a subclass
+(an IntEnum, a str subclass) is looked up by ``isinstance`` instead."""
+
+
 def encode(value: Any) -> bytes | None:
     """``value`` as a text-format parameter (its SQL casts it to its type)."""
     if value is None:
         return None
-    if value is True:
-        return b"t"
-    if value is False:
-        return b"f"
-    if isinstance(value, str):
-        data = value.encode("utf-8")
-    elif isinstance(value, int):
-        data = str(int(value)).encode("ascii")  # int(): an IntEnum's repr is no number
-    elif isinstance(value, float):
-        # repr: the shortest text that reads back as the same float (and
-        # "inf" and "nan", which float8 reads too).
-        data = repr(float(value)).encode("ascii")
-    elif isinstance(value, Jsonb):
-        dumped = (value.dumps or json.dumps)(value.obj)
-        data = dumped.encode("utf-8") if isinstance(dumped, str) else bytes(dumped)
-    elif isinstance(value, list | tuple):
-        data = ("{" + ",".join(str(int(v)) for v in value) + "}").encode("ascii")
-    else:
-        raise TypeError(f"no text form for a parameter of type {type(value).__name__}")
-    if b"\0" in data:  # libpq sends C strings: as psycopg's dumpers, refuse rather than cut
-        raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-    return data
+    found = _ENCODERS.get(type(value))
+    if found is None:
+        found = next((f for t, f in _ENCODERS.items() if isinstance(value, t)), None)
+        if found is None:
+            raise TypeError(f"no text form for a parameter of type {type(value).__name__}")
+    return found(value)
 
 
 _NAMED = re.compile(r"%\((\w+)\)s")
@@ -127,7 +154,11 @@ class PreparedCall:
         return conn.info.encoding == "utf-8"
 
     def __call__(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        values = [encode(params[name]) for name in self.order]
+        get = _ENCODERS.get
+        values = [
+            None if v is None else (get(type(v)) or encode)(v)
+            for v in map(params.__getitem__, self.order)
+        ]
         if conn.closed:
             raise psycopg.OperationalError("the connection is closed")
         pgconn = conn.pgconn
