@@ -64,3 +64,119 @@ def test_a_fork_exiting_inside_an_item_leaves_it_claimed_postgres(
 ) -> None:
     pytest.importorskip("psycopg")
     assert _run(pg_url, tmp_path / "home") == ["a 1 1", "b 1 0"]
+
+
+_FORK_IN_WITH = textwrap.dedent(
+    """
+    import os, sys
+    from statequeue.api.queue import Queue
+
+    q = Queue("q", home=sys.argv[1])
+    for item in q.work():
+        with item:
+            child = os.fork()
+            if child == 0:
+                sys.exit(0)  # leaves the `with` block, in the child, by SystemExit
+            os.waitpid(child, 0)
+            with Queue("q", home=sys.argv[1]) as other:
+                print(item.item, other.status().counts["running"], flush=True)
+    q.close()
+    """
+)
+
+
+def test_a_fork_leaving_a_with_block_leaves_the_item_to_the_loop(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with Queue("q", home=home) as q:
+        q.enqueue(["a", "b"])
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_IN_WITH, str(home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["a 1", "b 1"]
+    with Queue("q", home=home) as q:
+        assert q.status().counts["done"] == 2
+        assert [v.attempts for v in q.iter_items(None)] == [1, 1]
+
+
+_FORK_IN_MAP = textwrap.dedent(
+    """
+    import os, sys
+    import statequeue
+    from statequeue.api.queue import Queue
+
+    home = sys.argv[1]
+
+    def fn(item):
+        child = os.fork()
+        if child == 0:
+            if item == "a":
+                sys.exit(0)  # leaves fn by SystemExit
+            return "from the fork"  # leaves fn by returning
+        os.waitpid(child, 0)
+        with Queue("q", home=home) as other:
+            (found,) = other.states(other.find_ids([item]).values()).values()
+            print(item, found.value, flush=True)
+        return item.upper()
+
+    print(statequeue.map(fn, ["a", "b"], queue="q", home=home, jobs=2), flush=True)
+    """
+)
+
+
+def test_a_fork_made_inside_a_map_function_records_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_IN_MAP, str(home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sorted(lines[:2]) == ["a running", "b running"], lines  # never given back
+    assert lines[2:] == ["['A', 'B']"], lines  # the parents' results, not the forks'
+    with Queue("q", home=home) as q:
+        assert [v.attempts for v in q.iter_items(None)] == [1, 1]
+
+
+_FORK_SETTLES = textwrap.dedent(
+    """
+    import os, sys
+    from statequeue.api.queue import Queue
+    from statequeue.core.errors import UsageError
+
+    q = Queue("q", home=sys.argv[1])
+    for item in q.work():
+        child = os.fork()
+        if child == 0:
+            try:
+                item.done("from the fork")
+            except UsageError as exc:
+                print("refused:", exc, flush=True)
+            os._exit(0)
+        os.waitpid(child, 0)
+        item.done("from the loop")
+    q.close()
+    """
+)
+
+
+def test_a_fork_cannot_settle_its_parents_item(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with Queue("q", home=home) as q:
+        q.enqueue(["a"])
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_SETTLES, str(home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: item 1 is run by process "), done.stdout
+    with Queue("q", home=home) as q:
+        found = q.result("a")
+        assert (found.result, found.attempt) == ("from the loop", 1)

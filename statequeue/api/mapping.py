@@ -205,6 +205,8 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
     try:
         while (claim := run.take(stop.is_set)) is not None:
             _attempt(run, call, claim)
+            if os.getpid() != run.runner.pid:
+                return  # a fork made inside fn went on: it takes nothing more
     except PoolBroken as exc:  # its item is settled: the map decides (``_drive``)
         stop.set()
         run.broken.append(exc)
@@ -219,7 +221,22 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
 def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
     try:
         value = call(claim)
-    except PoolBroken as exc:
+    except BaseException as exc:
+        if os.getpid() != run.runner.pid:
+            raise  # a fork made inside fn, leaving it: the item is its parent's
+        if _recorded_failure(run, claim, exc):
+            return
+        raise
+    if os.getpid() != run.runner.pid:
+        return  # the same, returning: nothing is recorded from a fork
+    run.record(claim, value)
+
+
+def _recorded_failure(run: MapRun, claim: Claim, exc: BaseException) -> bool:
+    """Record what a call that raised ``exc`` means for its item. True: a
+    failure of the item, recorded (the slot goes on); False: the item is
+    settled or given back, and the caller raises ``exc`` on."""
+    if isinstance(exc, PoolBroken):
         if exc.crashed:  # its own worker died running it: as a crash of a run would
             run.record_crash(
                 claim,
@@ -227,14 +244,12 @@ def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
             )
         else:  # terminated by the pool, as every worker is once one dies
             run.give_back(claim, "abandoned: a worker process of the map died")
-        raise
-    except Exception as exc:
+        return False
+    if isinstance(exc, Exception):
         run.record_failure(claim, exc)
-        return
-    except BaseException:
-        run.give_back(claim, "interrupted: the map was stopped")
-        raise
-    run.record(claim, value)
+        return True
+    run.give_back(claim, "interrupted: the map was stopped")
+    return False
 
 
 def _in_thread(fn: Callable[[str], Any], key: tuple[object, ...], claim: Claim) -> Any:

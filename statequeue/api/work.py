@@ -121,9 +121,14 @@ class WorkItem:
         policy: WorkPolicy | None = None,
         *,
         runner: RunnerInfo | None = None,
+        owner: int | None = None,
     ) -> None:
         self.queue = queue
         self.claim = claim
+        # The process the item runs in (the loop's): a process forked inside
+        # the item holds a copy of this object, and must neither settle the
+        # item nor give it back (its parent still runs it).
+        self._owner = os.getpid() if owner is None else owner
         self.policy = policy or WorkPolicy()
         self.settled = False
         self.released = False
@@ -223,6 +228,11 @@ class WorkItem:
         return time.monotonic() - self._claimed_at
 
     def _check_open(self) -> None:
+        if os.getpid() != self._owner:
+            raise UsageError(
+                f"item {self.id} is run by process {self._owner}: a process forked"
+                " inside it can neither settle it nor give it back"
+            )
         if self.settled:
             raise UsageError(f"item {self.id} is already settled")
         if self.released:
@@ -239,6 +249,8 @@ class WorkItem:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if os.getpid() != self._owner:
+            return False  # a fork leaving the block: the item is its parent's
         if exc is None:
             if not (self.settled or self.released):
                 self.done(None)
@@ -306,7 +318,7 @@ def work_loop(
             # between the two lines below leaves it in both, and end_work
             # gives it back once (two signal-handler swaps less per item).
             if taken is not None:
-                current = WorkItem(queue, taken, policy, runner=chain)
+                current = WorkItem(queue, taken, policy, runner=chain, owner=runner.pid)
                 taken = None
             else:
                 with deferred_interrupt():
@@ -329,6 +341,8 @@ def work_loop(
             if not verified(current, verify):
                 current.handed = True
                 yield current
+                if os.getpid() != runner.pid:
+                    return  # a fork went on with the loop: it ends here, claiming nothing
                 if not (current.settled or current.released):
                     raise ItemNotSettled(
                         f"item {claim.item_id} was neither done() nor fail()ed before the next"
@@ -358,7 +372,7 @@ def _take(
     claim = queue.claim(
         runner, on_interrupted=policy.on_interrupted, max_crashes=policy.max_crashes
     )
-    return None if claim is None else WorkItem(queue, claim, policy, runner=chain)
+    return None if claim is None else WorkItem(queue, claim, policy, runner=chain, owner=runner.pid)
 
 
 def verified(item: WorkItem, verify: Callable[[WorkItem], bool] | None) -> bool:
