@@ -16,9 +16,14 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 from psycopg.types.json import Jsonb  # noqa: E402  (needs psycopg)
 
-from statequeue.store.postgres import writes  # noqa: E402
+from statequeue.core.errors import ClaimLost  # noqa: E402
+from statequeue.core.identity import new_runner  # noqa: E402
+from statequeue.core.models import ItemState, Outcome  # noqa: E402
+from statequeue.store.postgres import PostgresStore, writes  # noqa: E402
 from statequeue.store.postgres.connection import connect  # noqa: E402
 from statequeue.store.postgres.prepared_call import PreparedCall, encode  # noqa: E402
+
+OK = Outcome(ok=True, exit_code=0)
 
 
 class _Code(enum.IntEnum):
@@ -99,5 +104,54 @@ def test_an_error_is_psycopgs_exception_for_its_sqlstate(pg_url: str) -> None:
         with pytest.raises(psycopg.errors.DivisionByZero):
             failing(conn, {"n": 0})
         assert failing(conn, {"n": 1}) == (1,)  # the connection is usable after it
+    finally:
+        conn.close()
+
+
+def test_a_statement_deallocated_under_it_is_prepared_again(pg_url: str) -> None:
+    conn = connect(pg_url)
+    try:
+        assert _ECHO(conn, _params())[2] == -7
+        conn.execute("DEALLOCATE ALL")  # as a pooler, or DISCARD ALL, would
+        assert _ECHO(conn, _params(small=8))[2] == 8
+    finally:
+        conn.close()
+
+
+def test_a_rolled_back_transaction_does_not_break_the_next_item(pg_url: str) -> None:
+    """psycopg sends DEALLOCATE ALL after a rolled-back transaction where it
+    holds prepared statements of its own: a stale give-back (ClaimLost, rolled
+    back) wiped the per-item statement, and every later item failed (exit 11)."""
+    store = PostgresStore(pg_url, "q")
+    try:
+        store.enqueue([f"i{n}" for n in range(12)])
+        runner = new_runner()
+        store.register_runner(runner)
+        claim = store.claim(runner)
+        assert claim is not None
+        _, claim = store.finish_and_claim(claim, OK, runner=runner)  # prepared here
+        for _ in range(6):  # psycopg prepares the statements it sees five times
+            assert claim is not None
+            store.release(claim, "back")
+            claim = store.claim(runner)
+        assert claim is not None
+        store.release(claim, "back")
+        with pytest.raises(ClaimLost):
+            store.release(claim, "again")  # stale: rolled back
+        for _ in range(3):
+            claim = store.claim(runner)
+            assert claim is not None
+            assert store.finish_and_claim(claim, OK, runner=runner)[0] is ItemState.DONE
+    finally:
+        store.close()
+
+
+def test_a_statement_of_the_same_name_already_there_is_replaced(pg_url: str) -> None:
+    """A Parse whose answer the process never took (an interrupt in the wait)
+    leaves the name taken: the call replaces it, never runs another text."""
+    conn = connect(pg_url)
+    try:
+        conn.execute("PREPARE statequeue_test_echo AS SELECT 'stale'::text")
+        assert _ECHO(conn, _params())[0] == "item é \u2603"
     finally:
         conn.close()

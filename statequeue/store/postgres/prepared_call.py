@@ -161,14 +161,19 @@ class PreparedCall:
         ]
         if conn.closed:
             raise psycopg.OperationalError("the connection is closed")
-        pgconn = conn.pgconn
         with conn.lock:
             if conn not in self._prepared:
-                pgconn.send_prepare(self.name, self.sql)
-                self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.COMMAND_OK)
-                self._prepared.add(conn)
-            pgconn.send_query_prepared(self.name, values, result_format=Format.BINARY)
-            result = self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.TUPLES_OK)
+                self._prepare(conn)
+            try:
+                result = self._execute(conn, values)
+            except errors.InvalidSqlStatementName:
+                # Gone from the session, never run: psycopg sends DEALLOCATE
+                # ALL after a rolled-back transaction where it holds prepared
+                # statements of its own, and a pooler or a DISCARD ALL drops
+                # them too. Prepared again, and called once more.
+                self._prepared.discard(conn)
+                self._prepare(conn)
+                result = self._execute(conn, values)
         if result.ntuples == 0:
             return None
         row = (result.get_value(0, i) for i in range(len(self.decoders)))
@@ -176,6 +181,25 @@ class PreparedCall:
             None if data is None else decode(data)
             for decode, data in zip(self.decoders, row, strict=True)
         )
+
+    def _prepare(self, conn: Connection) -> None:
+        pgconn = conn.pgconn
+        pgconn.send_prepare(self.name, self.sql)
+        try:
+            self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.COMMAND_OK)
+        except errors.DuplicatePreparedStatement:
+            # Made by a Parse whose answer this process never took (an
+            # interrupt during the wait): replaced, as its text may be older.
+            pgconn.send_query(b"DEALLOCATE " + self.name)
+            self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.COMMAND_OK)
+            pgconn.send_prepare(self.name, self.sql)
+            self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.COMMAND_OK)
+        self._prepared.add(conn)
+
+    def _execute(self, conn: Connection, values: list[bytes | None]) -> Any:
+        pgconn = conn.pgconn
+        pgconn.send_query_prepared(self.name, values, result_format=Format.BINARY)
+        return self._check(conn, conn.wait(generators.execute(pgconn)), ExecStatus.TUPLES_OK)
 
     @staticmethod
     def _check(conn: Connection, results: list[Any], wanted: ExecStatus) -> Any:
