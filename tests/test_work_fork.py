@@ -180,3 +180,61 @@ def test_a_fork_cannot_settle_its_parents_item(tmp_path: Path) -> None:
     with Queue("q", home=home) as q:
         found = q.result("a")
         assert (found.result, found.attempt) == ("from the loop", 1)
+
+
+_FORK_IN_MAP_ONE_SLOT = textwrap.dedent(
+    """
+    import os, sys
+    import statequeue
+    from statequeue.api.queue import Queue
+    from statequeue.core.errors import UsageError
+
+    home, how = sys.argv[1], sys.argv[2]
+
+    def fn(item):
+        child = os.fork()
+        if child == 0:
+            if how == "exit":
+                sys.exit(0)
+            return "from the fork"
+        os.waitpid(child, 0)
+        with Queue("q", home=home) as other:
+            runners = len(other.status().runners)
+            (found,) = other.states(other.find_ids([item]).values()).values()
+            print(item, found.value, runners, flush=True)
+        return item.upper()
+
+    try:
+        print(statequeue.map(fn, ["a", "b", "c"], queue="q", home=home, jobs=1), flush=True)
+    except UsageError as exc:  # only the fork, which returned from fn, gets here
+        print("fork:", exc, file=sys.stderr, flush=True)
+        os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "return"])
+def test_a_fork_in_a_one_slot_map_neither_claims_nor_unregisters(tmp_path: Path, how: str) -> None:
+    """With one slot the map runs in the calling thread, which a fork copies:
+    a fork returning from fn went on with the map, claiming the next items
+    under its parent's runner and waiting for the parent's item (a deadlock);
+    one leaving by SystemExit unregistered its parent's runner."""
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_IN_MAP_ONE_SLOT, str(home), how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # Each item running (its own), and the map's runner still registered.
+    assert done.stdout.splitlines() == [
+        "a running 1",
+        "b running 1",
+        "c running 1",
+        "['A', 'B', 'C']",
+    ]
+    if how == "return":
+        assert "returned from it" in done.stderr
+    with Queue("q", home=home) as q:
+        assert [v.attempts for v in q.iter_items(None)] == [1, 1, 1]

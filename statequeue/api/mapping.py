@@ -57,7 +57,9 @@ def registered(run: MapRun) -> Iterator[None]:
     try:
         yield
     finally:
-        if not run.queue.closed:
+        # Not in a process forked inside fn that left the map: the runner
+        # is its parent's, still at work.
+        if not run.queue.closed and os.getpid() == run.runner.pid:
             run.queue.unregister_runner(run.runner.runner_id)
 
 
@@ -205,8 +207,6 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
     try:
         while (claim := run.take(stop.is_set)) is not None:
             _attempt(run, call, claim)
-            if os.getpid() != run.runner.pid:
-                return  # a fork made inside fn went on: it takes nothing more
     except PoolBroken as exc:  # its item is settled: the map decides (``_drive``)
         stop.set()
         run.broken.append(exc)
@@ -228,7 +228,12 @@ def _attempt(run: MapRun, call: Callable[[Claim], Any], claim: Claim) -> None:
             return
         raise
     if os.getpid() != run.runner.pid:
-        return  # the same, returning: nothing is recorded from a fork
+        # The same, returning: nothing is recorded from a fork, and it must
+        # not go on with the map (claiming under its parent's runner).
+        raise UsageError(
+            f"a process forked inside map's function returned from it (item"
+            f" {claim.item_id}, run by process {run.runner.pid}): it must exit instead"
+        )
     run.record(claim, value)
 
 

@@ -124,6 +124,8 @@ class AsyncWorkItem:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if os.getpid() != self.sync_item._owner:
+            return False  # a fork leaving the block: the item is its parent's (work.py)
         pending = self._settling
         if pending is not None and not pending.task.done():
             # A done() (or fail) not awaited inside the block: wait for it
