@@ -17,6 +17,16 @@ import pytest
 
 from statequeue.api.queue import Queue
 
+
+def _script(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with ``args``; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 _FORK_IN_ITEM = textwrap.dedent(
     """
     import os, sys
@@ -41,13 +51,7 @@ _FORK_IN_ITEM = textwrap.dedent(
 def _run(store: str, home: Path) -> list[str]:
     with Queue("q", store=store or None, home=home) as q:
         q.enqueue(["a", "b"])
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_IN_ITEM, store, str(home)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_FORK_IN_ITEM, store, str(home))
     with Queue("q", store=store or None, home=home) as q:
         assert q.status().counts["done"] == 2
         assert [v.attempts for v in q.iter_items(None)] == [1, 1]
@@ -89,13 +93,7 @@ def test_a_fork_leaving_a_with_block_leaves_the_item_to_the_loop(tmp_path: Path)
     home = tmp_path / "home"
     with Queue("q", home=home) as q:
         q.enqueue(["a", "b"])
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_IN_WITH, str(home)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_FORK_IN_WITH, str(home))
     assert done.stdout.splitlines() == ["a 1", "b 1"]
     with Queue("q", home=home) as q:
         assert q.status().counts["done"] == 2
@@ -129,13 +127,7 @@ _FORK_IN_MAP = textwrap.dedent(
 
 def test_a_fork_made_inside_a_map_function_records_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_IN_MAP, str(home)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_FORK_IN_MAP, str(home))
     lines = done.stdout.splitlines()
     assert sorted(lines[:2]) == ["a running", "b running"], lines  # never given back
     assert lines[2:] == ["['A', 'B']"], lines  # the parents' results, not the forks'
@@ -169,13 +161,7 @@ def test_a_fork_cannot_settle_its_parents_item(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with Queue("q", home=home) as q:
         q.enqueue(["a"])
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_SETTLES, str(home)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_FORK_SETTLES, str(home))
     assert done.stdout.startswith("refused: item 1 is run by process "), done.stdout
     with Queue("q", home=home) as q:
         found = q.result("a")
@@ -220,13 +206,7 @@ def test_a_fork_in_a_one_slot_map_neither_claims_nor_unregisters(tmp_path: Path,
     under its parent's runner and waiting for the parent's item (a deadlock);
     one leaving by SystemExit unregistered its parent's runner."""
     home = tmp_path / "home"
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_IN_MAP_ONE_SLOT, str(home), how],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_FORK_IN_MAP_ONE_SLOT, str(home), how)
     # Each item running (its own), and the map's runner still registered.
     assert done.stdout.splitlines() == [
         "a running 1",
