@@ -125,10 +125,10 @@ class WorkItem:
     ) -> None:
         self.queue = queue
         self.claim = claim
-        # The process the item runs in (the loop's): a process forked inside
-        # the item holds a copy of this object, and must neither settle the
-        # item nor give it back (its parent still runs it).
-        self._owner = os.getpid() if owner is None else owner
+        self.owner = os.getpid() if owner is None else owner
+        """The process the item runs in (the loop's): a process forked inside
+        the item holds a copy of this object, and must neither settle the
+        item nor give it back (its parent still runs it)."""
         self.policy = policy or WorkPolicy()
         self.settled = False
         self.released = False
@@ -228,9 +228,9 @@ class WorkItem:
         return time.monotonic() - self._claimed_at
 
     def _check_open(self) -> None:
-        if os.getpid() != self._owner:
+        if os.getpid() != self.owner:
             raise UsageError(
-                f"item {self.id} is run by process {self._owner}: a process forked"
+                f"item {self.id} is run by process {self.owner}: a process forked"
                 " inside it can neither settle it nor give it back"
             )
         if self.settled:
@@ -249,7 +249,7 @@ class WorkItem:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if os.getpid() != self._owner:
+        if os.getpid() != self.owner:
             return False  # a fork leaving the block: the item is its parent's
         if exc is None:
             if not (self.settled or self.released):

@@ -124,7 +124,7 @@ class AsyncWorkItem:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if os.getpid() != self.sync_item._owner:
+        if os.getpid() != self.sync_item.owner:
             return False  # a fork leaving the block: the item is its parent's (work.py)
         pending = self._settling
         if pending is not None and not pending.task.done():
