@@ -148,10 +148,10 @@ class PreparedCall:
         self.decoders = tuple(DECODERS[c] for c in columns)
         self._prepared: weakref.WeakSet[Connection] = weakref.WeakSet()
 
-    @staticmethod
-    def usable(conn: Connection) -> bool:
-        """Whether the connection's client encoding is UTF-8 (else: a cursor)."""
-        return conn.info.encoding == "utf-8"
+    def usable(self, conn: Connection) -> bool:
+        """Whether the connection's client encoding is UTF-8 (else: a cursor),
+        looked up once per connection: a prepared one was."""
+        return conn in self._prepared or conn.info.encoding == "utf-8"
 
     def __call__(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         get = _ENCODERS.get
