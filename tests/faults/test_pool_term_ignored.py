@@ -184,7 +184,7 @@ import statequeue
 def work(item):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=time.sleep, args=(300,)).start()  # not a daemon: holds the exit
-    print(f"worker {os.getpid()}", file=sys.stderr, flush=True)
+    os.write(2, f"worker {os.getpid()}\\n".encode())  # one write: two workers' lines never mix
     return item.upper()
 
 if __name__ == "__main__":
