@@ -2,13 +2,14 @@
 terminal, one plain line per item otherwise (both on stderr).
 
 When whatever reads our stderr (or, for live output, stdout) goes away
-(`run ... 2>&1 | head`), the run goes on and stops writing there: progress is
-a courtesy, and losing its reader is neither a failure nor a reason to stop.
+(`run ... 2>&1 | head`), or a write there fails (`2>>job.log` on a full
+disk, an I/O error), the run goes on and stops writing there: progress is a
+courtesy (each item's output is in its log, its result in the store), and
+losing it is neither a failure nor a reason to stop.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from time import monotonic
@@ -56,10 +57,6 @@ def _reason(text: str) -> str:
     return shown(text, REASON_SHOWN)
 
 
-def _gone(exc: OSError) -> bool:
-    return isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.EBADF)
-
-
 def _silence(stream: Any) -> None:
     """Point ``stream``'s descriptor at /dev/null, so that nothing (not even
     the interpreter's flush at exit) fails on the dead pipe again."""
@@ -105,9 +102,7 @@ class PlainView:
         try:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
-        except OSError as exc:
-            if not _gone(exc):
-                raise
+        except OSError:  # its reader gone, or its disk full: the run goes on
             self.gone = True
             _silence(sys.stderr)
 
@@ -187,8 +182,6 @@ class LiveSink:
         try:
             out.buffer.write(data)
             out.flush()
-        except OSError as exc:
-            if not _gone(exc):
-                raise
+        except OSError:  # its reader gone, or its disk full: the item's log has it all
             self.gone.add(stream)
             _silence(out)

@@ -185,6 +185,40 @@ def test_run_goes_on_when_the_reader_of_stderr_goes_away(env: dict[str, str]) ->
     assert counts(env)["done"] == 20
 
 
+def test_run_goes_on_when_stderr_is_on_a_full_disk(env: dict[str, str]) -> None:
+    """`2>>job.log` on a full disk: a write of progress fails (ENOSPC, here
+    /dev/full). The run once stopped after its first item and exited 1; the
+    JSON summary (on stdout) was never written."""
+    enqueue(env, *[f"i{n}" for n in range(8)])
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [STATEQUEUE, "run", "--json", "--", "sh", "-c", "echo noisy >&2"],
+            env=env,
+            stderr=full,
+            stdout=subprocess.PIPE,
+            check=False,
+        )
+    assert proc.returncode == 0, "a full disk under stderr was reported as a failure"
+    assert counts(env)["done"] == 8
+    assert json.loads(proc.stdout)["succeeded"] == 8
+
+
+def test_run_live_goes_on_when_stdout_is_on_a_full_disk(env: dict[str, str]) -> None:
+    enqueue(env, *[f"i{n}" for n in range(6)])
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [STATEQUEUE, "run", "--live", "--", "sh", "-c", "echo out; echo err >&2"],
+            env=env,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert counts(env)["done"] == 6
+
+
 def test_run_live_piped_to_head_exits_quietly(env: dict[str, str]) -> None:
     enqueue(env, *[f"i{n}" for n in range(10)])
     shell = f"{STATEQUEUE} run --live -- sh -c 'seq 1 20000' | head -n 1"
