@@ -156,6 +156,28 @@ def test_read_commands_exit_quietly_on_a_closed_pipe(
     assert b"Exception ignored" not in done.stderr
 
 
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+@pytest.mark.parametrize(
+    "args", [["status"], ["show", "1"], ["stats"], ["list"]], ids=lambda a: a[0]
+)
+def test_views_escape_what_the_output_encoding_cannot_hold(
+    sq_home: Path, sq_env: Env, encoding: str, args: list[str]
+) -> None:
+    """stdout in ASCII or latin-1 (PYTHONIOENCODING, an old locale): `status`,
+    `show` and `stats` once ended in a UnicodeEncodeError traceback, exit 1."""
+    with Queue(home=sq_home) as q:
+        q.enqueue(["café \u2603"])  # latin-1 has the é, not the snowman
+        fail_all(q, stderr="boom\n")
+    env = {**sq_env, "PYTHONIOENCODING": encoding}
+    done = subprocess.run([STATEQUEUE, *args], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr + done.stdout
+    if args == ["list"]:  # for pipelines: the item's exact bytes, whatever the encoding
+        assert "café \u2603".encode() in done.stdout, done.stdout
+    else:
+        assert b"\\u2603" in done.stdout, done.stdout
+
+
 def test_status_shows_done_and_failed_apart_with_the_next_command(sq_home: Path, cli: Cli) -> None:
     with Queue(home=sq_home) as q:
         q.enqueue([f"item{i}" for i in range(8)])

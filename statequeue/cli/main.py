@@ -133,8 +133,20 @@ def _standard_fds() -> None:
         setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (for the process's life)
 
 
+def _escaping_streams() -> None:
+    """stdout and stderr in an encoding that cannot hold every character
+    (``PYTHONIOENCODING=ascii``, a latin-1 locale): what it cannot hold is
+    written escaped (``\\xe9``), never a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     _standard_fds()
+    if argv is None:  # the console's own streams (a caller's are left as they are)
+        _escaping_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     # While the CLI imports its modules, SIGINT ends the process by the
     # kernel's default action: no Python code runs, so no KeyboardInterrupt
