@@ -60,7 +60,7 @@ def test_drop_refuses_a_broken_queue_with_an_active_runner(
     fd = os.open(sq_home / "q" / "runners" / "r1.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a live runner holds its lock
-        assert run_guarded(_invoke, ["drop", "q", "--yes"]) == 2
+        assert run_guarded(_invoke, ["drop", "q", "--yes"]) == 4  # RUNNER_ACTIVE
         assert "active runner" in capsys.readouterr().err
         assert (sq_home / "q" / "journal.jsonl").exists()
     finally:

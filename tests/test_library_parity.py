@@ -187,8 +187,9 @@ def test_drop_refuses_while_a_work_loop_runs(sq_home: Path) -> None:
         q.enqueue(["x"])
         work = q.work()
         item = next(work)
-        with pytest.raises(UsageError, match="active runner"):
+        with pytest.raises(UsageError, match="active runner") as refused:
             q.drop()
+        assert refused.value.exit_code == 4  # RUNNER_ACTIVE, as `run --single` exits
         with pytest.raises(UsageError, match="active runner"):
             drop_queue("busy", home=sq_home)
         item.done()

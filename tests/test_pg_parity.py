@@ -72,8 +72,9 @@ def test_drop_on_postgres_refuses_while_a_work_loop_runs(sq_home: Path, pg_url: 
         q.enqueue(["x"])
         work = q.work()
         item = next(work)
-        with pytest.raises(UsageError, match="active runner"):
+        with pytest.raises(UsageError, match="active runner") as refused:
             q.drop()
+        assert refused.value.exit_code == 4  # RUNNER_ACTIVE, as `run --single` exits
         assert not q.closed  # refused before anything: the loop goes on
         with pytest.raises(UsageError, match="active runner"):
             drop_queue("busy", home=sq_home, store=pg_url)

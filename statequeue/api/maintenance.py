@@ -27,6 +27,7 @@ from statequeue.api.shared_store import queue_folder
 from statequeue.core.errors import (
     DamagedState,
     NoAccess,
+    RunnerActive,
     UnsafeFolder,
     UsageError,
     os_error_text,
@@ -203,5 +204,5 @@ def _idle_broken_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
     holds its lock there (read without opening the journal)."""
     folder = queue_folder(name, home)
     if runner_locks_held(folder):
-        raise UsageError(f"queue {name!r} has an active runner; stop it first")
+        raise RunnerActive(f"queue {name!r} has an active runner; stop it first")
     return folder

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import NotSupported, QueueNotFound, UsageError
+from statequeue.core.errors import NotSupported, QueueNotFound, RunnerActive, UsageError
 from statequeue.store.base import Store
 from statequeue.store.opening import (
     check_nested_folder,
@@ -97,8 +97,8 @@ def refuse_foreign(folder: Path) -> None:
 
 
 def refuse_runners(name: str, runners: Sequence[ActiveRunner]) -> None:
-    """UsageError naming the first of ``runners`` active on queue ``name``."""
+    """RunnerActive (exit 4) naming the first of ``runners`` active on queue ``name``."""
     if runners:
-        raise UsageError(
+        raise RunnerActive(
             f"queue {name!r} has an active runner (pid {runners[0].pid}); stop it first"
         )

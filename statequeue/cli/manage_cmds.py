@@ -176,7 +176,8 @@ def drop(
     The queue is named by its argument or by -q (as every command takes it);
     never the default one by omission. Asks for confirmation on a terminal;
     scripts pass --yes. With a PostgreSQL store, deletes the queue's rows in
-    batches; an interrupted drop is finished by running it again.
+    batches; an interrupted drop is finished by running it again. Refused
+    (exit 4) while a runner is active on the queue: stop it first.
 
     Example: statequeue drop old-crawl --yes
     """

@@ -121,7 +121,9 @@ def run(
     ] = False,
     single: Annotated[
         bool,
-        typer.Option("--single", help="Exit 4 if another runner is active."),
+        typer.Option(
+            "--single", help="Exit 4 if another runner is active (silently with --quiet)."
+        ),
     ] = False,
     shell: Annotated[
         bool,

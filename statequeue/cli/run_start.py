@@ -17,6 +17,7 @@ from statequeue.core.durations import parse_duration
 from statequeue.core.errors import (
     KeeperLost,
     QueueNotFound,
+    RunnerActive,
     StateQueueError,
     StoreFailed,
     StoreUnreachable,
@@ -130,6 +131,10 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
                 runner.install_signal_handlers()  # INT, TERM and HUP (a closed terminal)
                 summary = runner.run()
             except StateQueueError as exc:  # its summary too: what was done before it
+                if quiet and isinstance(exc, RunnerActive):
+                    # `--single --quiet` in cron: the last run still going is
+                    # the overlap --single is for, not news to mail; exit 4 says it.
+                    return int(exc.exit_code)
                 if runner is None or not (
                     isinstance(exc, KeeperLost) or runner.summary.settled_any
                 ):

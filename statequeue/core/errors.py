@@ -134,8 +134,8 @@ class ShortOfResources(DurabilityError):
     exit_code = ExitCode.RESOURCES
 
 
-class RunnerActive(StateQueueError):
-    """another runner is active on this queue."""
+class RunnerActive(UsageError):
+    """another runner is active on this queue (`run --single`; `drop`)."""
 
     exit_code = ExitCode.RUNNER_ACTIVE
 

@@ -57,7 +57,10 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOTHING_TO_DO: (
         "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"
     ),
-    ExitCode.RUNNER_ACTIVE: "`run --single`: another runner is active on the queue",
+    ExitCode.RUNNER_ACTIVE: (
+        "another runner is active on the queue: `run --single` does not start, `drop` "
+        "refuses (stop the runner first)"
+    ),
     ExitCode.DAMAGED: (
         "the queue's files are damaged (the message names file and line); run `fsck`. "
         "`queues` still lists the others, each damaged one on its own line"

@@ -516,6 +516,10 @@ def test_single_refuses_while_another_runner_is_active(
     assert "another runner is active" in second.stderr
     assert not (work / "started.b").exists(), "--single started an item anyway"
     assert status(env)["counts"]["pending"] == 1
+    # With --quiet (cron): the overlap is what --single is for, not news to mail.
+    hushed = sq(env, "run", "--single", "--quiet", "--", "sh", "-c", quick)
+    assert (hushed.returncode, hushed.stderr, hushed.stdout) == (4, "", "")
+    assert not (work / "started.b").exists()
 
     # A runner killed with -9 is not active any more.
     kill9(first)

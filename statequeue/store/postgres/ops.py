@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from statequeue.core.errors import QueueNotFound, UnsafeFolder, UsageError
+from statequeue.core.errors import QueueNotFound, RunnerActive, UnsafeFolder
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.views import Status
 from statequeue.store.postgres import queries, reaping
@@ -103,7 +103,7 @@ def _claim_locks(scratch_root: Path | None, name: str) -> Iterator[queries.HeldH
 
 def drop(url: str, queue: str) -> None:
     """Delete queue ``queue`` and every row about it, DROP_BATCH rows per
-    transaction. Refused (UsageError) while a runner is active on it; once
+    transaction. Refused (RunnerActive) while a runner is active on it; once
     begun, the queue can no longer be opened, and running `drop` again
     finishes an interrupted drop."""
     conn = connect(url)
@@ -134,7 +134,7 @@ def _mark_dropping(conn: Connection, queue: str) -> None:
         runners = queries.active_runners(conn, queue)
         if runners:
             r = runners[0]
-            raise UsageError(
+            raise RunnerActive(
                 f"queue {queue!r} has an active runner (pid {r.pid} on {r.host}); stop it first"
             )
         conn.execute("UPDATE statequeue.queues SET dropping = true WHERE name = %s", (queue,))
