@@ -44,8 +44,37 @@ def test_logs_all_in_item_order_tagged_and_by_state(sq_env: dict[str, str]) -> N
     failed = _sq(sq_env, "logs", "--all", "--json", "--state", "failed")
     rows = [json.loads(line) for line in failed.stdout.splitlines()]
     assert rows == [
-        {"id": 3, "item": "c", "state": "failed", "attempt": 1, "output": "out c\nerr c\n"}
+        {
+            "schema": 1,  # as every read command's --json objects (help commands)
+            "id": 3,
+            "item": "c",
+            "state": "failed",
+            "attempt": 1,
+            "output": "out c\nerr c\n",
+        }
     ]
+
+
+def test_logs_of_one_item_as_json(sq_env: dict[str, str]) -> None:
+    """`logs ID --json` was refused ("--json goes with --all") while the help
+    says every read command takes --json: one object, as --all writes each."""
+    _ran(sq_env, "a", "c")
+    out = _sq(sq_env, "logs", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {
+        "schema": 1,
+        "id": 2,
+        "item": "c",
+        "state": "failed",
+        "attempt": 1,
+        "output": "out c\nerr c\n",
+    }
+    by_text = _sq(sq_env, "logs", "--item", "a", "--json", "--attempt", "1")
+    assert json.loads(by_text.stdout)["output"] == "out a\nerr a\n"
+    missing = _sq(sq_env, "logs", "1", "--json", "--attempt", "2")
+    assert (missing.returncode, missing.stdout) == (7, "")
+    followed = _sq(sq_env, "logs", "1", "--json", "--follow")
+    assert followed.returncode == 2 and "--follow" in followed.stderr
 
 
 def test_logs_all_refuses_an_id_and_logs_needs_one(sq_env: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ import typer
 from statequeue.cli.completion import complete_state
 from statequeue.cli.errors import hint_for, with_queue
 from statequeue.cli.event_text import describe_events
-from statequeue.cli.logs_all import write_all_logs
+from statequeue.cli.logs_all import attempt_json, write_all_logs
 from statequeue.cli.options import (
     HomeOpt,
     JsonOpt,
@@ -178,7 +178,10 @@ def logs(
     ] = False,
     state: StateOpt = None,
     json: Annotated[
-        bool, typer.Option("--json", help="With --all: one JSON object per item (NDJSON).")
+        bool,
+        typer.Option(
+            "--json", help="One JSON object: the attempt's output (with --all, one per item)."
+        ),
     ] = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
@@ -204,10 +207,16 @@ def logs(
         return
     if item_id is None and item is None:
         raise UsageError("logs needs an item id (or --item TEXT), or --all for every item's output")
-    if tag or state is not None or json:
-        raise UsageError("--tag, --state and --json go with --all")
+    if tag or state is not None:
+        raise UsageError("--tag and --state go with --all")
+    if json and follow:
+        raise UsageError("--json prints the output as it is now: not with --follow")
     q = open_queue(ctx, home, queue, create=False)
-    _item_logs(q, item_id if item_id is not None else q.history(item).item_id, attempt, follow)
+    wanted_id = item_id if item_id is not None else q.history(item).item_id
+    if json:
+        _item_log_json(q, wanted_id, attempt)
+        return
+    _item_logs(q, wanted_id, attempt, follow)
 
 
 def _check_all_options(item_id: int | None, attempt: int | None, follow: bool) -> None:
@@ -249,6 +258,21 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         # On stderr, after the output: a script reading stdout gets the log as it is.
         note = f"the output of item {h.item_id} (attempt {wanted}) was cut: {shown(cut, 80)}"
         typer.echo(f"statequeue: {note}; the rest of it was not kept", err=True)
+
+
+def _item_log_json(q: Queue, item_id: int, attempt: int | None) -> None:
+    """`logs ID --json`: the attempt's output as `logs --all --json` gives
+    each item's (``cut`` added when its log stops short)."""
+    h = q.history(item_id)
+    if attempt is not None:
+        _check_attempt(h, attempt)
+    wanted = attempt or _latest_attempt(h)
+    logged = any(_logged_attempt(p) == wanted for p in h.log_paths)
+    data = (q.read_log(item_id, wanted, 0) or b"") if logged else b""
+    found = attempt_json(item_id, h.item, h.state, wanted, data)
+    if cut := h.log_cuts().get(wanted):
+        found["cut"] = cut
+    emit_json(found)
 
 
 def _no_output(h: ItemHistory, wanted: int) -> str:

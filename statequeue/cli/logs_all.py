@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from statequeue.core.models import ItemState
     from statequeue.core.views import ItemView
 
-__all__ = ["write_all_logs"]
+__all__ = ["attempt_json", "write_all_logs"]
 
 
 def write_all_logs(
@@ -59,11 +59,19 @@ def _tagged(item: str, data: bytes) -> bytes:
 
 
 def _json(view: ItemView, data: bytes) -> dict[str, object]:
+    return attempt_json(view.item_id, view.item, view.state, view.attempts, data)
+
+
+def attempt_json(
+    item_id: int, item: str, state: ItemState, attempt: int, data: bytes
+) -> dict[str, object]:
+    """An attempt's output as a JSON object (`logs --json`, `logs --all --json`)."""
     found: dict[str, object] = {
-        "id": view.item_id,
-        **item_json(view.item),
-        "state": view.state.value,
-        "attempt": view.attempts,
+        "schema": 1,  # as every read command's --json objects
+        "id": item_id,
+        **item_json(item),
+        "state": state.value,
+        "attempt": attempt,
         "output": data.decode("utf-8", "replace"),
     }
     try:

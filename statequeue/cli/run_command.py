@@ -121,9 +121,7 @@ def run(
     ] = False,
     single: Annotated[
         bool,
-        typer.Option(
-            "--single", help="Exit 4 if another runner is active (silently with --quiet)."
-        ),
+        typer.Option("--single", help="Exit 4 if another runner is active."),
     ] = False,
     shell: Annotated[
         bool,
