@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from statequeue.cli import input as cli_input
+from statequeue.core.errors import UsageError
 from tests.conftest import STATEQUEUE
 
 Env = dict[str, str]
@@ -70,10 +71,13 @@ def test_items_and_their_lines_are_found_across_chunks(
         ]
 
 
-def test_empty_arguments_are_counted_in_positions() -> None:
-    items, where = cli_input.read_input(["", "a", "", "", "b", ""], file=None, null=False)
+def test_an_empty_argument_is_refused_by_its_position() -> None:
+    """Once skipped in silence (`enqueue "$UNSET"` added nothing, exit 0)."""
+    with pytest.raises(UsageError, match=r"^argument 3: empty item"):
+        cli_input.read_input(["a", "b", "", "c", ""], file=None, null=False)
+    items, where = cli_input.read_input(["a", "b"], file=None, null=False)
     assert items == ["a", "b"]
-    assert [where.name(0), where.name(1)] == ["argument 2", "argument 5"]
+    assert [where.name(0), where.name(1)] == ["argument 1", "argument 2"]
 
 
 def test_blank_lines_are_never_kept(monkeypatch: pytest.MonkeyPatch) -> None:

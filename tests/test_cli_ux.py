@@ -307,9 +307,13 @@ def test_bad_items_in_a_file_or_arguments_are_named_by_position(
     code, _, err = cli("enqueue", "--json", "--file", str(listing))
     assert code == 2
     assert err.startswith(f"statequeue: {listing}: line 5: item of 70000 bytes exceeds")
-    code, _, err = cli("enqueue", "a", "", "z" * 70000)
+    code, _, err = cli("enqueue", "a", "b", "z" * 70000)
     assert code == 2
     assert err.startswith("statequeue: argument 3: item of 70000 bytes exceeds")
+    # An empty argument (an unset variable, most often) once added nothing in silence.
+    code, out, err = cli("enqueue", "a", "", "b")
+    assert (code, out) == (2, b"")
+    assert err == "statequeue: argument 2: empty item (an unset variable?)\n"
     with Queue(home=sq_home) as q:
         assert q.status().total == 0  # nothing was enqueued
 

@@ -20,7 +20,7 @@ class Positions:
 
     ``source``: "argument", "line" or "item" (NUL-separated). ``where``: ""
     for arguments and stdin, else the file's name. ``gaps``: runs of skipped
-    empty lines (or arguments): (items before the run, its length); one pair
+    empty lines: (items before the run, its length); one pair
     per run, so 100 million blank lines cost one pair.
     """
 
@@ -56,7 +56,9 @@ class Positions:
 
 
 def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[str], Positions]:
-    """Items from ``args``, else from ``file`` or stdin; empty lines are ignored
+    """Items from ``args`` (an empty one is refused: an unset shell variable,
+    most often, which would add nothing in silence), else from ``file`` or
+    stdin; empty lines are ignored
     (and never held: the input is read a chunk at a time), and a CR that ends
     a line (CRLF) is dropped, but not with ``null``. Returns them with what
     names their positions in error messages.
@@ -68,9 +70,9 @@ def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[s
     if args and file is not None:
         raise UsageError("give items as arguments or with --file, not both")
     if args:
-        items = [a for a in args if a]
-        gaps = [(n - k, 1) for k, n in enumerate(i for i, a in enumerate(args) if not a)]
-        return items, Positions("argument", gaps=gaps)
+        if "" in args:
+            raise UsageError(f"argument {args.index('') + 1}: empty item (an unset variable?)")
+        return list(args), Positions("argument")
     where = file if file not in (None, "-") else ""
     reader = _Reader("\0" if null else "\n")
     positions = Positions("item" if null else "line", where, reader.gaps)
