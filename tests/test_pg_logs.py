@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,32 @@ def test_a_quiet_run_stores_its_logs_too(
     logged = _cli(host_b, "logs", "1")
     assert logged.returncode == 0, logged.stderr
     assert sorted(logged.stdout.splitlines()) == sorted([b"out q1", b"\xff\xferaw"])
+
+
+def test_logs_follow_prints_each_line_once_as_the_log_moves_into_the_database(
+    pg_url: str, sq_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`logs ID --follow` read this host's file while the attempt ran, then
+    (the log stored at its end, under another name) the stored copy from
+    byte 0: every line came twice."""
+    env = _host(sq_env, tmp_path, "host-a", pg_url)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert _cli(env, "enqueue", "lf").returncode == 0
+    job = 'for i in 1 2 3; do echo "line$i $1"; [ $i = 1 ] && touch "$2/started"; sleep 0.4; done'
+    runner = subprocess.Popen(
+        [STATEQUEUE, "run", "--", "sh", "-c", job, "sh", "{}", str(marks)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (marks / "started").exists():
+            assert time.monotonic() < deadline and runner.poll() is None, "never started"
+            time.sleep(0.02)
+        followed = _cli(env, "logs", "1", "--follow")
+    finally:
+        runner.wait(timeout=60)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == b"line1 lf\nline2 lf\nline3 lf\n"

@@ -238,8 +238,13 @@ def _item_logs(q: Queue, item_id: int, attempt: int | None, follow: bool) -> Non
         # logged nothing: an older attempt's output would pass for its own.
         wanted = attempt or _latest_attempt(h)
         paths = [p for p in h.log_paths if p.endswith(f".{wanted}.log")]
-        if paths and paths[-1] != shown_path:
-            shown_path, offset = paths[-1], 0
+        if paths:
+            # The same attempt's log under another name (PostgreSQL: this
+            # host's file while it runs, the stored copy once it ends) goes
+            # on from the offset: from 0 it was printed twice.
+            if shown_path is None or _logged_attempt(paths[-1]) != _logged_attempt(shown_path):
+                offset = 0
+            shown_path = paths[-1]
         if shown_path is not None:
             # Read through the store (relative to the queue folder, no link
             # followed); the path only names the attempt: logs/ID.N.log.
