@@ -19,7 +19,7 @@ psycopg = pytest.importorskip("psycopg")
 from statequeue.store.postgres import PostgresStore, check  # noqa: E402  (needs psycopg)
 from statequeue.store.postgres.ops import QUEUE_TABLES  # noqa: E402
 
-USAGE, DAMAGED, NOT_FOUND, UNREACHABLE = 2, 5, 7, 11
+USAGE, RUNNER_ACTIVE, DAMAGED, NOT_FOUND, UNREACHABLE = 2, 4, 5, 7, 11
 PW_ROLE = "sq_pw_user"
 PASSWORD = "Right-pw-7"
 WRONG = "Wrong-pw-9"
@@ -175,7 +175,7 @@ def test_drop_refuses_an_active_runner_then_deletes_every_row(
     runner = new_runner()
     store.register_runner(runner)
     try:
-        _one_line(_sq(capsys, "drop", "gone", "--yes"), USAGE)
+        _one_line(_sq(capsys, "drop", "gone", "--yes"), RUNNER_ACTIVE)
         assert _rows_of(in_store, "gone")["items"] == 3
         store.unregister_runner(runner.runner_id)
     finally:

@@ -394,7 +394,9 @@ class Claims:
                 rule=rule,
                 report=report,
             )
-            reaping.reap_expired(conn, self.name, rule, report, self._locks, self.reap_wait)
+            reaping.reap_expired(
+                conn, self.name, rule, report, self._locks, self.reap_wait, self._leases.own()
+            )
 
         self._session.patiently(attempt)
         return report

@@ -127,6 +127,11 @@ class Leases:
             lost = self.renew_now()
             wait = self.lease * (RENEW_EVERY if lost is not None else RETRY_EVERY)
 
+    def own(self) -> list[str]:
+        """The runners this store has registered and not yet unregistered."""
+        with self._lock:
+            return sorted(self.runners)
+
     def renew_now(self) -> set[int] | None:
         """Renew every held lease and the runners' rows in one statement; the
         tokens found lost (taken over, or expired), which ``lost`` reports
@@ -142,7 +147,13 @@ class Leases:
         params["workers"] = workers
         try:
             conn = self._connection()
-            renewed = {int(r[0]) for r in conn.execute(sql.RENEW, params).fetchall()}
+            rows = conn.execute(sql.RENEW, params).fetchall()
+            renewed = {int(r[0]) for r in rows if r[0] is not None}
+            stopped = set(runners) - {str(r[1]) for r in rows if r[1] is not None}
+            with self._lock:
+                stopped &= self.runners  # not unregistered meanwhile (a clean stop)
+            if stopped:  # marked lost by a reaper while this process was frozen
+                conn.execute(sql.REVIVE, {"q": self.queue, "runners": sorted(stopped)})
         except Exception:  # any failure: drop the connection, try again soon
             self._reset()
             return None

@@ -344,9 +344,12 @@ def reap_expired(
     report: RecoveryReport,
     locks: ClaimLocks,
     wait: ReapWait | None = None,
+    own: Collection[str] = (),
 ) -> None:
     """If it is this store's turn, recover every item whose lease has expired,
-    but for those a process of which still holds the claim lock on this host."""
+    but for those a process of which still holds the claim lock on this host.
+    Runners whose rows have expired are recorded lost, but for ``own`` (this
+    store's: alive, as this call shows)."""
     settled: list[int] = []
     if conn.execute(sql.REAP_DUE, {"q": queue, "every": REAP_EVERY}).fetchone() is None:
         if wait is not None:
@@ -362,7 +365,8 @@ def reap_expired(
             return  # another reaper did it within REAP_EVERY, or holds the lock
         if wait is not None:
             wait.clear()
-        for (rid,) in conn.execute(sql.LOST_RUNNERS, {"q": queue, "now": time.time()}):
+        gone = {"q": queue, "now": time.time(), "own": sorted(own)}
+        for (rid,) in conn.execute(sql.LOST_RUNNERS, gone):
             lost = transitions.runner_lost_record(rid, at=writes.now(), by=os.getpid(), how="lease")
             writes.event(conn, queue, lost)
         only = rule[2]

@@ -85,16 +85,34 @@ ORDER BY r.since, r.runner_id
 # One statement renews every lease a store holds (and its runners' rows, with
 # the workers each last published); an expired lease is never revived: a
 # reaper may be about to take it.
+# Its rows: (token, NULL) per lease renewed, (NULL, runner id) per runner row.
 RENEW = f"""
 WITH seen AS (
     UPDATE statequeue.runners
     SET seen_at = clock_timestamp(), workers = COALESCE(%(workers)s::jsonb -> runner_id, workers)
     WHERE queue = %(q)s AND runner_id = ANY(%(runners)s::text[]) AND stopped_at IS NULL
+    RETURNING runner_id
+), kept AS (
+    UPDATE statequeue.live SET lease_until = {LEASE}
+    WHERE queue = %(q)s AND token = ANY(%(tokens)s::bigint[]) AND state = 'running'
+      AND lease_until > clock_timestamp()
+    RETURNING token
 )
-UPDATE statequeue.live SET lease_until = {LEASE}
-WHERE queue = %(q)s AND token = ANY(%(tokens)s::bigint[]) AND state = 'running'
-  AND lease_until > clock_timestamp()
-RETURNING token
+SELECT token, NULL::text FROM kept UNION ALL SELECT NULL::bigint, runner_id FROM seen
+"""
+
+# A runner of this store whose row another reaper marked lost (it was frozen
+# past its lease) and that is alive to renew it: alive again, for `status`
+# and for `drop`, which refuses while a runner is active. Under the queue's
+# row lock in share mode, as a registration (a drop under way is not undone).
+REVIVE = """
+WITH q AS (
+    SELECT 1 FROM statequeue.queues WHERE name = %(q)s AND NOT dropping FOR SHARE
+)
+UPDATE statequeue.runners SET stopped_at = NULL, seen_at = clock_timestamp()
+WHERE queue = %(q)s AND runner_id = ANY(%(runners)s::text[]) AND stopped_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM q)
+RETURNING runner_id
 """
 
 # One reaper at a time: whoever moves last_reap_at forward reaps; the others
@@ -166,9 +184,15 @@ WHERE l.queue = %(q)s AND l.id = %(id)s AND l.token = %(token)s AND l.state = 'r
 FOR UPDATE SKIP LOCKED
 """
 
+# Never the reaper's own store's runners (``own``): a runner frozen past its
+# lease (SIGSTOP, a suspended machine) that reaps first when it resumes
+# recorded itself lost, and went on working as a runner nobody saw active
+# (`status`: none; `drop` went ahead). Its expired claims are recovered all
+# the same, and its heartbeat renews its row (RENEW) or revives it (REVIVE).
 LOST_RUNNERS = f"""
 UPDATE statequeue.runners r SET stopped_at = %(now)s
 WHERE r.queue = %(q)s AND r.stopped_at IS NULL AND NOT ({RUNNER_ALIVE})
+  AND NOT (r.runner_id = ANY(%(own)s::text[]))
 RETURNING r.runner_id
 """
 
