@@ -97,3 +97,67 @@ def test_shell_joins_words_and_appends_the_item_without_a_replacement_string(
 def test_shell_refuses_a_replacement_string_it_cannot_quote() -> None:
     with pytest.raises(UsageError, match="after a backslash"):
         shell_template(("echo \\{}",))
+
+
+# -- found by outside testing: {} where "$1" is not the item -----------------------
+
+
+def test_shell_item_inside_a_function_is_the_item_not_the_functions_argument(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    """`{}` once became "$1", which inside a function is the function's own
+    (empty) argument: this removed all of data/, not data/old."""
+    data = tmp_path / "data"
+    (data / "keep").mkdir(parents=True)
+    (data / "old").mkdir()
+    (data / "keep" / "important").touch()
+    _sq(sq_env, tmp_path, "enqueue", stdin="old\n")
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", f"clean() {{ rm -rf {data}/{{}}; }}; clean")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["keep"]
+
+
+def test_shell_item_survives_set_and_shift(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    _sq(sq_env, tmp_path, "enqueue", stdin="dir/a b.tar.gz\n")
+    script = 'set -- other words; shift; echo "item={} base={/.} id={#} rest=$*"'
+    assert _sq(sq_env, tmp_path, "run", "--shell", "--", script).returncode == 0
+    logged = _sq(sq_env, tmp_path, "logs", "1").stdout
+    assert logged == "item=dir/a b.tar.gz base=a b.tar id=1 rest=words\n"
+
+
+def test_verify_in_a_function_checks_each_item(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    """A check in a function once tested the function's empty "$1": out/
+    exists, so every item was recorded done without running."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "2").touch()  # only item 2 is done already
+    _sq(sq_env, tmp_path, "enqueue", stdin="1\n2\n3\n")
+    check = f"done_already() {{ test -e {out_dir}/{{}}; }}; done_already"
+    ran = _sq(
+        sq_env, tmp_path, "run", "--verify-first", "--verify", check, "--",
+        "sh", "-c", f'touch {out_dir}/"$1"', "sh", "{}",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "3 ok (1 verified, not run), 0 failed; 2 attempts started" in ran.stderr, ran.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == ["1", "2", "3"]
+
+
+def test_shell_numbers_in_arithmetic_and_no_item_there(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    _sq(sq_env, tmp_path, "enqueue", stdin="x\n")
+    assert _sq(sq_env, tmp_path, "run", "--shell", "--", "echo $(( {#} * 2 ))").returncode == 0
+    assert _sq(sq_env, tmp_path, "logs", "1").stdout == "2\n"
+    # Arithmetic evaluates what it is given (bash runs `a[$(cmd)]`): not an item's text.
+    refused = _sq(sq_env, tmp_path, "run", "--shell", "--", "echo $(( {} * 2 ))")
+    assert refused.returncode == 2 and "$((" in refused.stderr
+
+
+def test_shell_script_naming_its_parameter_gets_the_item_once(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    """With no {} but "$1", --shell once appended "$1" too: gzip wrote twice."""
+    _sq(sq_env, tmp_path, "enqueue", stdin="one\n")
+    ran = _sq(sq_env, tmp_path, "run", "--shell", "--", 'echo "n=$# first=$1"')
+    assert ran.returncode == 0, ran.stderr
+    assert _sq(sq_env, tmp_path, "logs", "1").stdout.startswith("n=7 first=one\n")

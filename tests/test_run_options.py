@@ -88,9 +88,15 @@ def sh_verify(text: str, item: str, *, cwd: Path) -> int:
 
 
 def test_verify_passes_the_item_only_as_a_parameter(tmp_path: Path) -> None:
-    assert verify_script("test -s out/{}.json") == 'test -s out/"$1".json'
-    assert verify_script("{.} {/} {//} {/.} {#} {%}") == '"$2" "$3" "$4" "$5" "$6" "$7"'
-    assert verify_script("\\{} '{}' \"{}\"") == "\\{} ''\"$1\"'' \"${1}\""
+    v = "__statequeue_"
+    assert verify_script("test -s out/{}.json") == f'{v}1=$1; test -s out/"${v}1".json'
+    assert verify_script("{.} {/} {//} {/.} {#} {%}") == (
+        f"{v}2=$2 {v}3=$3 {v}4=$4 {v}5=$5 {v}6=$6 {v}7=$7; "
+        f'"${v}2" "${v}3" "${v}4" "${v}5" "${v}6" "${v}7"'
+    )
+    assert verify_script("\\{} '{}' \"{}\"") == f"{v}1=$1; \\{{}} ''\"${v}1\"'' \"${{{v}1}}\""
+    # What a message suggests for a person to run: the parameters themselves.
+    assert verify_script("test -s out/{}.json", pinned=False) == 'test -s out/"$1".json'
     evil = "$(touch pwned) `touch pwned2` ' \" \\$HOME"
     (tmp_path / evil).write_text("x")
     assert sh_verify("test -s {}", evil, cwd=tmp_path) == 0

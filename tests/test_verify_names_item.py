@@ -69,9 +69,9 @@ def test_a_check_that_names_no_item_is_warned_about(sq_env: Env, sq_home: Path) 
 @pytest.mark.parametrize(
     ("written", "run"),
     [
-        ("./check.sh", './check.sh "$1"'),
-        ("  /usr/bin/check-it  ", '/usr/bin/check-it "$1"'),
-        ("test -s out/{}.json", 'test -s out/"$1".json'),
+        ("./check.sh", '__statequeue_1=$1; ./check.sh "$__statequeue_1"'),
+        ("  /usr/bin/check-it  ", '__statequeue_1=$1; /usr/bin/check-it "$__statequeue_1"'),
+        ("test -s out/{}.json", '__statequeue_1=$1; test -s out/"$__statequeue_1".json'),
         ('test -s "out/$1"', 'test -s "out/$1"'),  # names the item itself
         ("check.sh; exit 1", "check.sh; exit 1"),  # shell: run as written (warned)
     ],

@@ -19,7 +19,15 @@ from statequeue.run.jobs import child_env, remove_left
 from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import JobItem, has_token
 from statequeue.run.shell_command import EMPTY_COMMAND, refuse_shell_word
-from statequeue.run.verify import SHELL, Verdict, last_lines, run_verify, verify_argv, verify_script
+from statequeue.run.verify import (
+    SHELL,
+    Verdict,
+    last_lines,
+    run_verify,
+    script_body,
+    verify_argv,
+    verify_script,
+)
 from statequeue.store.base import Store
 
 SHOWN_IDS = 10
@@ -95,7 +103,7 @@ def check_verify_command(script: str, env: Mapping[str, str]) -> None:
     a program on the run's PATH)."""
     import subprocess  # lazy: start-up time (--verify only)
 
-    found = _FIRST_WORD.match(script)
+    found = _FIRST_WORD.match(script_body(script))
     if found is None:
         return
     word = found.group(1)

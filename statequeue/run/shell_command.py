@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from statequeue.core.errors import UsageError
 from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import NAMES, TOKEN, template_tokens
-from statequeue.run.verify import SHELL, verify_script
+from statequeue.run.verify import SHELL, names_item, verify_script
 
 __all__ = ["EMPTY_COMMAND", "refuse_shell_word", "shell_template"]
 
@@ -42,7 +42,7 @@ def shell_template(command: tuple[str, ...]) -> tuple[str, ...]:
     if not text.strip():
         # `sh -c ' "$1"'` would run each item as a command of its own.
         raise UsageError(f"--shell: {EMPTY_COMMAND}")
-    if not template_tokens((text,)):
+    if not names_item(text):  # a script that names $1 (or $@, $*) takes the item itself
         text += " {}"
     script = verify_script(text)
     if TOKEN.search(script):
@@ -74,4 +74,5 @@ def _sh_form(word: str) -> str:
     used = template_tokens((word,))
     text = word if used else word + " {}"
     last = max((NAMES.index(name) for name in used), default=0)
-    return f"sh -c {shlex.quote(verify_script(text))} sh {' '.join(NAMES[: last + 1])}"
+    script = verify_script(text, pinned=False)
+    return f"sh -c {shlex.quote(script)} sh {' '.join(NAMES[: last + 1])}"

@@ -54,14 +54,22 @@ STDERR_LINES = 5
 _STEP = 0.05
 
 
-def verify_script(text: str) -> str:
-    """The script ``sh -c`` runs for ``--verify text``: every replacement
-    string rewritten to its quoted positional parameter."""
+def verify_script(text: str, *, pinned: bool = True) -> str:
+    """The script ``sh -c`` runs for ``--verify text`` (and ``run --shell``):
+    every replacement string rewritten to a quoted variable that the script
+    sets first, from the positional parameter holding the value.
+
+    A variable, not the parameter itself: inside a shell function ``$1`` is
+    the function's own argument, and ``set --`` or ``shift`` replace it. A
+    ``{}`` there once became the function's (empty) ``$1``: ``clean() { rm
+    -rf data/{}; }; clean`` removed all of ``data``, and a check in a
+    function said every item was done. ``pinned=False``: the parameters
+    themselves (the ``sh -c`` form a message suggests, for a person to read)."""
     if not text.strip():
         raise UsageError("--verify needs a script, e.g. --verify 'test -s out/{}.json'")
     if _ONE_WORD.fullmatch(text):
         text = text.strip() + " {}"
-    return _Rewriter(text).run()
+    return _Rewriter(text, pinned=pinned).run()
 
 
 _ONE_WORD = re.compile(r"\s*[A-Za-z0-9_./+-]+\s*")  # a program, alone: no shell syntax
@@ -83,7 +91,21 @@ def names_item(text: str) -> bool:
 
 
 _PARAM = {name[1:-1]: i + 1 for i, name in enumerate(NAMES)}
-_SQ, _DQ, _SUB, _PAREN, _BQ = "'", '"', "$(", "(", "`"
+_NUMBERS = {_PARAM["#"], _PARAM["%"]}  # the id and the slot: ours, digits only
+_SQ, _DQ, _SUB, _PAREN, _BQ, _ARITH = "'", '"', "$(", "(", "`", "$(("
+_VAR = "__statequeue_"
+"""The variables a rewritten script keeps the replacement strings' values in."""
+
+
+_SETTING = re.compile(rf"(?:{_VAR}\d=\$\d )*{_VAR}\d=\$\d; ")
+"""What a rewritten script starts with (on its first line: the shell's line
+numbers in its errors stay the user's)."""
+
+
+def script_body(script: str) -> str:
+    """A rewritten script without the assignments it starts with."""
+    found = _SETTING.match(script)
+    return script[found.end() :] if found else script
 
 
 class _Rewriter:
@@ -91,10 +113,12 @@ class _Rewriter:
     backslashes, ``$(...)`` (with nested parentheses), backquotes and
     comments; enough to know, at each replacement string, how to quote it."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, pinned: bool = True) -> None:
         self.text = text
+        self.pinned = pinned
         self.out: list[str] = []
         self.stack: list[str] = []  # open contexts, innermost last
+        self.used: set[int] = set()
         self.i = 0
 
     def run(self) -> str:
@@ -105,15 +129,30 @@ class _Rewriter:
                 self.i = token.end()
             else:
                 self._step()
-        return "".join(self.out)
+        body = "".join(self.out)
+        if not self.pinned or not self.used:
+            return body
+        # Set before the script's first word: no function, `set --` or `shift` yet.
+        return " ".join(f"{_VAR}{n}=${n}" for n in sorted(self.used)) + "; " + body
 
     def _param(self, n: int) -> str:
         where = self.stack[-1] if self.stack else ""
+        self.used.add(n)
+        name = f"{_VAR}{n}" if self.pinned else str(n)
+        if where == _ARITH:
+            if n not in _NUMBERS:
+                # Arithmetic evaluates what a variable holds (bash: `a[$(cmd)]`
+                # runs cmd): only the id and the slot, which are digits.
+                raise UsageError(
+                    "a replacement string of the item inside $((...)) is not supported"
+                    " (only {#} and {%} are numbers there)"
+                )
+            return f"${name}"
         if where == _SQ:
-            return f"'\"${n}\"'"
+            return f"'\"${name}\"'"
         if where == _DQ:
-            return f"${{{n}}}"
-        return f'"${n}"'
+            return f"${{{name}}}"
+        return f'"${name}"'
 
     def _step(self) -> None:
         text, i = self.text, self.i
@@ -125,6 +164,9 @@ class _Rewriter:
                 self.stack.pop()
         elif c == "\\":
             size = 2  # the next character is literal, a {} included
+        elif text.startswith("$((", i):
+            self.stack.append(_ARITH)
+            size = 3
         elif text.startswith("$(", i):
             self.stack.append(_SUB)
             size = 2
@@ -153,6 +195,9 @@ class _Rewriter:
             self.stack.append(_DQ)
         elif c == "(":
             self.stack.append(_PAREN)
+        elif c == ")" and where == _ARITH and self.text.startswith("))", self.i):
+            self.stack.pop()
+            return 2
         elif c == ")" and where in (_SUB, _PAREN):
             self.stack.pop()
         elif c == "#" and (self.i == 0 or self.text[self.i - 1] in " \t\n;&|("):
