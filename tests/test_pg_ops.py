@@ -267,3 +267,18 @@ def test_empty_database_is_migrated_on_first_use(
     assert _sql(in_store, "SELECT max(version) FROM statequeue.schema_version") == [
         (len(MIGRATIONS),)
     ]
+
+
+@pytest.mark.parametrize("verb", ["cancel", "retry", "show", "logs"])
+def test_an_id_past_a_bigint_is_no_item_not_a_store_failure(
+    in_store: str, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """`cancel 99999999999999999999999` once exited 11 ("the PostgreSQL store
+    failed: bigint out of range"); `show` said no item (7), as the local store does."""
+    _run_some(in_store, "q", ["a"], finish=0)
+    huge = str(10**23)
+    done = _sq(capsys, "-q", "q", verb, huge)
+    _one_line(done, NOT_FOUND)
+    assert f"no item {huge}" in done[2]
+    done = _sq(capsys, "-q", "q", verb, str(1 << 63))
+    _one_line(done, NOT_FOUND)

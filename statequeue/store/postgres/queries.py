@@ -309,7 +309,7 @@ def find_ids(conn: Connection, queue: str, texts: Collection[str]) -> dict[str, 
 def states(conn: Connection, queue: str, ids: Collection[int]) -> dict[int, ItemState]:
     """The current state of each of ``ids`` that names an item."""
     found: dict[int, ItemState] = {}
-    wanted = sorted(set(ids))
+    wanted = sorted(i for i in set(ids) if 0 < i < 1 << 63)  # past a bigint: no item has it
     for start in range(0, len(wanted), PAGE):
         rows = conn.execute(sql.STATES, {"q": queue, "ids": wanted[start : start + PAGE]})
         found.update((int(i), ItemState(s)) for i, s in rows)

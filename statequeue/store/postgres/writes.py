@@ -316,6 +316,8 @@ def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: 
 def check_state(
     conn: Connection, queue: str, item_id: int, allowed: tuple[ItemState, ...], verb: str
 ) -> str:
+    if not 0 < item_id < 1 << 63:  # no bigint holds it: no item has it (not a store failure)
+        raise transitions.unknown_item(item_id, queue)
     key = {"q": queue, "id": item_id}
     row = conn.execute(
         "SELECT state FROM statequeue.live WHERE queue = %(q)s AND id = %(id)s FOR UPDATE", key
