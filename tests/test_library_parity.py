@@ -234,3 +234,17 @@ def test_cli_show_looks_up_by_text(sq_env: Env, sq_home: Path) -> None:
     assert len(missing.stderr.decode().strip().splitlines()) == 1
     both = sq(sq_env, "show", "1", "--item", "first")
     assert both.returncode == 2
+
+
+@pytest.mark.parametrize("lease", [float("inf"), 1e300, float("nan"), 0.1, "3", True])
+def test_a_lease_no_store_can_keep_is_refused_before_the_queue_opens(
+    sq_home: Path, lease: object
+) -> None:
+    """`Queue(lease=inf)` on PostgreSQL once failed later: a traceback of the
+    heartbeat thread on stderr, then a store failure (exit 11); "3" a bare
+    TypeError. As `run --lease` refuses them: a UsageError, nothing opened."""
+    with pytest.raises(UsageError, match="the lease must be"):
+        Queue("leased", home=sq_home, lease=lease)  # type: ignore[arg-type]
+    assert not (sq_home / "leased").exists()
+    with Queue("leased", home=sq_home, lease=5) as q:  # a number in range is fine
+        q.enqueue(["a"])

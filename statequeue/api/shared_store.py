@@ -16,6 +16,7 @@ from pathlib import Path
 from statequeue.core.errors import InvalidQueueName, QueueClosed, QueueForked, UsageError
 from statequeue.core.location import resolve_home, resolve_queue_name
 from statequeue.store.base import Store
+from statequeue.store.lease_hooks import check_lease
 from statequeue.store.opening import chosen_url, open_journal, open_postgres
 
 
@@ -61,6 +62,8 @@ class SharedStore:
         """Queue ``name``'s store: ``store`` itself, the PostgreSQL store at
         that URL, or by default ($STATEQUEUE_STORE unset) the local journal."""
         check_location(name, home)
+        if lease is not None:
+            check_lease(lease)  # before anything is opened
         reopen: Callable[[], Store] | None = None
         if store is None:
             store = chosen_url(None)

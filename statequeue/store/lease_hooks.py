@@ -6,6 +6,7 @@ children, patience with a lost connection (PostgreSQL). The defaults here say
 
 from __future__ import annotations
 
+from statequeue.core.durations import MAX_DURATION, MAX_DURATION_TEXT
 from statequeue.core.errors import UsageError
 from statequeue.core.models import Claim
 
@@ -13,6 +14,19 @@ DEFAULT_LEASE = 30.0
 """Seconds a claim's lease lasts, for stores with leases (``run --lease``)."""
 MIN_LEASE = 0.5
 """Shorter leases leave no room for a renew round trip and the fencing margin."""
+
+
+def check_lease(seconds: object) -> None:
+    """UsageError unless ``seconds`` is a lease a store can keep: a number
+    from MIN_LEASE up to MAX_DURATION (``Queue(lease=inf)`` once failed later,
+    in a heartbeat thread's traceback and a store failure)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise UsageError(f"the lease must be a number of seconds, not {seconds!r}")
+    if not MIN_LEASE <= seconds <= MAX_DURATION:  # NaN too: no comparison holds
+        raise UsageError(
+            f"the lease must be a finite number of seconds from {MIN_LEASE:g} up to"
+            f" {MAX_DURATION_TEXT}, not {seconds!r}"
+        )
 
 
 class LeaseHooks:
@@ -25,9 +39,9 @@ class LeaseHooks:
 
     def use_lease(self, seconds: float) -> None:
         """Make later claims' leases last ``seconds`` (UsageError below
-        MIN_LEASE). Stores without leases (journal, memory) ignore it."""
-        if not seconds >= MIN_LEASE:
-            raise UsageError(f"the lease must be at least {MIN_LEASE:g}s, not {seconds:g}s")
+        MIN_LEASE, past MAX_DURATION or not a number, as ``run --lease``).
+        Stores without leases (journal, memory) ignore it."""
+        check_lease(seconds)
 
     def handed_over(self, claim: Claim) -> None:
         """``claim.inherit_fds`` were passed on to the process that holds them
