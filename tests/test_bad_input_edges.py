@@ -208,3 +208,35 @@ def test_an_error_never_names_a_file_descriptor_as_the_file(sq_env: Env, sq_home
     assert done.returncode == 9
     said = f"statequeue: {journal} is a folder, not a regular file; statequeue refuses to use it"
     assert _one_line(done) == said + " (remove it)\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["cancel", "1"],
+        ["list"],
+        ["pause"],
+        ["status"],
+        ["enqueue", "x"],
+        ["cancel", "1", "--store", ""],
+    ],
+    ids=lambda a: a[0] + ("-after" if a[-1] == "" else ""),
+)
+def test_an_empty_store_is_refused_by_every_command(
+    sq_home: Path, sq_env: dict[str, str], args: list[str]
+) -> None:
+    """`--store ''` (an unset variable, most often) was refused by status and
+    enqueue, while cancel, list, pause and others quietly used the local
+    journal (or $STATEQUEUE_STORE): cancel changed a queue it was not aimed at."""
+    from statequeue import ItemState, Queue
+
+    with Queue(home=sq_home) as q:
+        q.enqueue(["a"])
+    front = [] if args[-1] == "" else ["--store", ""]
+    done = subprocess.run(
+        [STATEQUEUE, *front, *args], env=sq_env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    with Queue(home=sq_home) as q:
+        assert [v.state for v in q.items()] == [ItemState.PENDING]

@@ -8,6 +8,7 @@ import typer
 
 from statequeue.cli.completion import complete_queue
 from statequeue.cli.render import print_notices
+from statequeue.core.errors import UsageError
 
 HomeOpt = Annotated[
     str | None,
@@ -36,6 +37,10 @@ STORE_KEY = "statequeue.store"
 def _remember_store(ctx: typer.Context, value: str | None) -> str | None:
     # ctx.meta is shared by the whole command chain: a command's --store
     # (parsed after the global one) wins, as its --home and --queue do.
+    if value == "":  # as `--home ''`: an unset variable, most often; never "the default"
+        raise UsageError(
+            "--store is empty: give a postgresql:// URL, or leave it out for the local journal"
+        )
     if value is not None:
         ctx.meta[STORE_KEY] = value
     return value
