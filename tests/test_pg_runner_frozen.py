@@ -94,3 +94,36 @@ def test_a_runner_another_reaper_recorded_lost_is_alive_again_at_its_next_heartb
     finally:
         frozen.close()
         other.close()
+
+
+def test_a_work_item_whose_claim_was_lost_records_one_discarded_result(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """done() of an item whose lease ran out (another runner holds it now)
+    raises ClaimLost, its result discarded; leaving the `with` block then
+    recorded a second discarded result (the ClaimLost, as a failure)."""
+    from statequeue import Queue
+    from statequeue.core.errors import ClaimLost
+    from statequeue.core.models import Outcome
+
+    with Queue("lost", home=tmp_path, store=pg_url) as q:
+        q.enqueue(["a"])
+        loop = q.work()
+        item = next(loop)
+        age_leases(pg_url)
+        other = PostgresStore(pg_url, "lost")
+        try:
+            runner = new_runner(("true",))
+            other.register_runner(runner)
+            taken = other.claim(runner)  # recovers the expired claim, and takes it
+            assert taken is not None and taken.item_id == item.id
+            with pytest.raises(ClaimLost), item:
+                item.done(1)
+            (row,) = sql(
+                pg_url, "SELECT count(*) FROM statequeue.events WHERE body->>'t' = 'discard'"
+            )
+            assert row[0] == 1
+            other.finish(taken, Outcome(ok=True, exit_code=0))
+        finally:
+            other.close()
+        loop.close()

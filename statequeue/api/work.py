@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
 from statequeue.api.interrupts import deferred_interrupt
-from statequeue.core.errors import ItemNotSettled, StateQueueError, TryLater, UsageError
+from statequeue.core.errors import (
+    ClaimLost,
+    ItemNotSettled,
+    StateQueueError,
+    TryLater,
+    UsageError,
+)
 from statequeue.core.identity import new_runner
 from statequeue.core.models import (
     VERIFIED_AFTER_CRASH,
@@ -207,7 +213,7 @@ class WorkItem:
             rate_limits.succeeded(self.queue, self.policy.rate)
         # An interrupt waits for the store call (interrupts.py): the item is
         # then known settled, and the next claim known, for the loop to give back.
-        with deferred_interrupt():
+        with deferred_interrupt(), self._lost_when_stale():
             if self._runner is None:
                 self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
             else:
@@ -223,6 +229,18 @@ class WorkItem:
                 self.chained = True
             self.settled = True
         return self.state
+
+    @contextlib.contextmanager
+    def _lost_when_stale(self) -> Iterator[None]:
+        """A ClaimLost (the lease ran out, the item is another runner's now:
+        its result was discarded and recorded so) leaves the item given back,
+        so that leaving its block records nothing more. It once recorded a
+        second discarded result, the ClaimLost as a failure."""
+        try:
+            yield
+        except ClaimLost:
+            self.released = True
+            raise
 
     def _took(self) -> float:
         return time.monotonic() - self._claimed_at
