@@ -216,3 +216,34 @@ def test_the_default_outage_limit_is_never_with_follow_and_ten_minutes_without()
         outage.check(105.0, out_of_time=False)
     with pytest.raises(StoreUnreachable, match="--max-time"):
         Outage(100.0, None, outage.error).check(1e9, out_of_time=True)
+
+
+def test_a_follow_run_started_while_the_server_is_down_waits_for_it(
+    cluster: PgCluster,
+    tmp_path: Path,
+    sq_env: dict[str, str],
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """A service started before its database: `run --follow` once exited 11
+    at once, whatever --give-up-after said. It now tries again with backoff,
+    and runs the queue once the server is up; without --follow (and no
+    --give-up-after) a cron job is still told at once."""
+    url = cluster.new_database()
+    env = dict(sq_env, STATEQUEUE_STORE=url)
+    subprocess.run([STATEQUEUE, "enqueue", "b"], env=env, check=True, timeout=60)
+    cluster.stop("fast")
+    told = subprocess.run(
+        [STATEQUEUE, "run", "--", "true"], env=env, capture_output=True, timeout=60
+    )
+    assert told.returncode == ExitCode.STORE_UNREACHABLE
+    assert b"trying again" not in told.stderr
+    err = tmp_path / "run.err"
+    runner = _runner(env, err, "--follow", "--", "true", procs=procs)
+    _until(lambda: b"trying again with backoff" in err.read_bytes(), "the run to wait")
+    assert runner.poll() is None, err.read_text()
+    cluster.start()
+    done = "SELECT count(*) FROM statequeue.items WHERE state = 'done'"
+    _until(lambda: _sql(url, done) == [(1,)], "the item done once the server is up")
+    os.kill(runner.pid, signal.SIGTERM)
+    assert runner.wait(DEADLINE) == 0, err.read_text()
+    assert "Traceback" not in err.read_text()

@@ -28,6 +28,8 @@ from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from statequeue.api.queue import Queue
     from statequeue.cli.progress import View
     from statequeue.run.events import RunSummary
@@ -115,7 +117,10 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
 
         auto_compact = None if args["auto_compact"] else 0
         quiet, json = args["quiet"], args["json"]
-        with _open_queue(Queue, where, auto_compact, store, follow=options.follow) as q:
+        with _reached(
+            lambda: _open_queue(Queue, where, auto_compact, store, follow=options.follow),
+            options,
+        ) as q:
             print_notices(q.notices())
             tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
             on_tty = sys.stdout is not None and sys.stdout.isatty()
@@ -274,6 +279,39 @@ def exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
     if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
         return exit_empty
     return int(ExitCode.OK)
+
+
+START_RETRY_MAX = 30.0
+"""Seconds at most between tries to reach a store that was down as the run began."""
+
+
+def _reached(open_queue: Callable[[], Queue], options: RunOptions) -> Queue:
+    """The queue, once its store answers. A store down as the run begins
+    (PostgreSQL restarting; a service started before its database) is tried
+    again with backoff, as an outage during the run is: with --follow for as
+    long as --give-up-after allows (default: for good), without it only when
+    --give-up-after is given (a cron job is told at once, exit 11)."""
+    import time  # lazy: start-up time (only when the store is down)
+
+    from statequeue.run.outage import outage_limit  # lazy: start-up time (idem)
+
+    began = time.monotonic()
+    pause, said = 1.0, False
+    while True:
+        try:
+            return open_queue()
+        except StoreUnreachable as exc:
+            if not options.follow and options.give_up_after is None:
+                raise
+            limit = outage_limit(options.give_up_after, follow=options.follow)
+            waited = time.monotonic() - began
+            if limit is not None and waited >= limit:
+                raise
+            if not said:
+                said = True
+                print(f"statequeue: {exc}; trying again with backoff", file=sys.stderr, flush=True)
+            time.sleep(pause if limit is None else min(pause, limit - waited))
+            pause = min(pause * 2, START_RETRY_MAX)
 
 
 def _open_queue(
