@@ -240,3 +240,16 @@ def test_an_empty_store_is_refused_by_every_command(
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     with Queue(home=sq_home) as q:
         assert [v.state for v in q.items()] == [ItemState.PENDING]
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_item(tmp_path: Path) -> None:
+    """A list saved by a Windows editor (BOM, CRLF): the BOM once became part
+    of item 1, which then failed, invisibly, and enqueued again was a new item."""
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(b"\xef\xbb\xbfa.pdf\r\nb.pdf\r\n")
+    items, _ = cli_input.read_input([], file=str(listing), null=False)
+    assert items == ["a.pdf", "b.pdf"]
+    listing.write_bytes(b"\xef\xbb\xbf")
+    assert cli_input.read_input([], file=str(listing), null=False)[0] == []
+    listing.write_bytes(b"a\xef\xbb\xbf\n")  # elsewhere it is the item's own bytes
+    assert cli_input.read_input([], file=str(listing), null=False)[0] == ["a\ufeff"]

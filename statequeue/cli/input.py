@@ -94,6 +94,9 @@ def read_input(args: list[str], *, file: str | None, null: bool) -> tuple[list[s
     return reader.items, positions
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 class _Reader:
     """Splits input into items a chunk at a time, counting empty lines in runs."""
 
@@ -110,7 +113,16 @@ class _Reader:
     def read_all(self, stream: BinaryIO) -> None:
         sep = self.sep.encode()
         carry: list[bytes] = []
+        first = True
         while chunk := stream.read(_CHUNK):
+            if first:
+                first = False
+                # A list saved by a Windows editor starts with a UTF-8 byte
+                # order mark: no part of its first item (it made the item
+                # fail, invisibly, and a second enqueue of it a duplicate).
+                chunk = chunk.removeprefix(_BOM)
+                if not chunk:
+                    continue
             # Cut after the last separator: one byte that never occurs inside
             # a UTF-8 sequence, so each piece decodes exactly as the whole would.
             cut = chunk.rfind(sep) + 1
