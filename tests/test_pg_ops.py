@@ -282,3 +282,17 @@ def test_an_id_past_a_bigint_is_no_item_not_a_store_failure(
     assert f"no item {huge}" in done[2]
     done = _sq(capsys, "-q", "q", verb, str(1 << 63))
     _one_line(done, NOT_FOUND)
+
+
+@pytest.mark.parametrize(
+    "setting", ["port=abc", "sslmode=bogus", "connect_timeout=x"], ids=lambda s: s.split("=")[0]
+)
+def test_a_setting_libpq_cannot_take_is_bad_input_not_an_unreachable_store(
+    pg_url: str, capsys: pytest.CaptureFixture[str], setting: str
+) -> None:
+    """`port=abc` once exited 11, "cannot reach the PostgreSQL store", while
+    an equally malformed URL was "invalid store URL" (2)."""
+    url = f"{pg_url}&{setting}"
+    done = _sq(capsys, "--store", url, "status")
+    _one_line(done, USAGE)
+    assert "invalid store URL" in done[2] and setting.split("=")[1] in done[2]

@@ -7,6 +7,7 @@ work as libpq defines them, since libpq itself parses what is given here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -84,6 +85,8 @@ def connect(url: str) -> Connection:
         conninfo = psycopg.conninfo.make_conninfo(url, **extra)
         conn = psycopg.connect(conninfo, autocommit=True, application_name="statequeue")
     except psycopg.Error as exc:
+        if _BAD_SETTING.search(str(exc)):  # libpq's check of the URL's values: never transient
+            raise InvalidStoreUrl(f"invalid store URL {mask(url)!r}: {_said(exc, url)}") from None
         raise unreachable(exc, url) from None
     try:
         # A SET, not the URL's ``options``: those stay the user's (``-c
@@ -94,6 +97,15 @@ def connect(url: str) -> Connection:
         conn.close()
         raise unreachable(exc, url) from None
     return conn
+
+
+# What libpq says of a setting in the URL it cannot take (`port=abc`,
+# `sslmode=bogus`), before it tries any connection: bad input, exit 2, not
+# "cannot reach" (exit 11).
+_BAD_SETTING = re.compile(
+    r"invalid (integer|sslmode|\w+) value|invalid connection option|for connection option"
+    r"|^bad value for \w+:"
+)
 
 
 def is_lost(conn: Connection) -> bool:
