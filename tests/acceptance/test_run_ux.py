@@ -185,19 +185,25 @@ def test_run_goes_on_when_the_reader_of_stderr_goes_away(env: dict[str, str]) ->
     assert counts(env)["done"] == 20
 
 
+def _run_on_full_disk(
+    env: dict[str, str], stream: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`statequeue run ARGS` with ``stream`` ("stdout" or "stderr") on /dev/full
+    (every write fails with ENOSPC), the other captured."""
+    with open("/dev/full", "w") as full:
+        other = "stdout" if stream == "stderr" else "stderr"
+        streams = {stream: full, other: subprocess.PIPE}
+        return subprocess.run(
+            [STATEQUEUE, "run", *args], env=env, text=True, check=False, **streams
+        )
+
+
 def test_run_goes_on_when_stderr_is_on_a_full_disk(env: dict[str, str]) -> None:
     """`2>>job.log` on a full disk: a write of progress fails (ENOSPC, here
     /dev/full). The run once stopped after its first item and exited 1; the
     JSON summary (on stdout) was never written."""
     enqueue(env, *[f"i{n}" for n in range(8)])
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run(
-            [STATEQUEUE, "run", "--json", "--", "sh", "-c", "echo noisy >&2"],
-            env=env,
-            stderr=full,
-            stdout=subprocess.PIPE,
-            check=False,
-        )
+    proc = _run_on_full_disk(env, "stderr", "--json", "--", "sh", "-c", "echo noisy >&2")
     assert proc.returncode == 0, "a full disk under stderr was reported as a failure"
     assert counts(env)["done"] == 8
     assert json.loads(proc.stdout)["succeeded"] == 8
@@ -205,15 +211,7 @@ def test_run_goes_on_when_stderr_is_on_a_full_disk(env: dict[str, str]) -> None:
 
 def test_run_live_goes_on_when_stdout_is_on_a_full_disk(env: dict[str, str]) -> None:
     enqueue(env, *[f"i{n}" for n in range(6)])
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run(
-            [STATEQUEUE, "run", "--live", "--", "sh", "-c", "echo out; echo err >&2"],
-            env=env,
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            check=False,
-        )
+    proc = _run_on_full_disk(env, "stdout", "--live", "--", "sh", "-c", "echo out; echo err >&2")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert counts(env)["done"] == 6
