@@ -202,13 +202,14 @@ def test_run_through_typer_imports_only_what_it_uses(existing_queue: Env) -> Non
 @pytest.mark.parametrize(
     ("args", "shown", "own"),
     [
-        (["show", "1"], "item 1: a", {"inspect_cmds", "event_text", "logs_all"}),
-        (["list"], "a", {"inspect_cmds", "event_text", "logs_all"}),
+        (["show", "1"], "item 1: a", {"inspect_cmds", "event_text", "attempt_numbers"}),
+        (["list"], "a", {"inspect_cmds", "event_text", "attempt_numbers"}),
+        (["logs", "1", "--json"], '"schema"', {"logs_cmd", "logs_all", "attempt_numbers"}),
         (["retry", "--failed"], "", {"manage_cmds"}),
         (["cancel", "2"], "", {"manage_cmds"}),
         (["status", "--json", "--home", "."], '"schema"', {"queue_cmds", "input"}),
     ],
-    ids=["show", "list", "retry", "cancel", "status-not-fast"],
+    ids=["show", "list", "logs", "retry", "cancel", "status-not-fast"],
 )
 def test_a_command_imports_only_its_own_module(
     existing_queue: Env, args: list[str], shown: str, own: set[str]

@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "help": "statequeue.cli.help_cmd",
     "list": _INSPECT,
     "show": _INSPECT,
-    "logs": _INSPECT,
+    "logs": "statequeue.cli.logs_cmd",
     "results": _INSPECT,
     "queues": _INSPECT,
     "path": _INSPECT,

@@ -6,9 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from statequeue.cli.completion import complete_queue
+from statequeue.cli.completion import complete_queue, complete_state
 from statequeue.cli.render import print_notices
 from statequeue.core.errors import UsageError
+from statequeue.core.models import ItemState, item_state
 
 HomeOpt = Annotated[
     str | None,
@@ -95,3 +96,20 @@ def given_store(ctx: typer.Context) -> str | None:
     """--store as given (the command's, else the global one), or None."""
     given = ctx.meta.get(STORE_KEY)
     return given if isinstance(given, str) else None
+
+
+StateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        "-s",
+        metavar="STATE",
+        help="Only items in STATE: pending, running, done, failed, cancelled or held.",
+        autocompletion=complete_state,
+    ),
+]
+
+
+def parse_state(value: str | None) -> ItemState | None:
+    """``--state``: the library's check (UnknownState, a usage error, exit 2)."""
+    return None if value is None else item_state(value)
