@@ -148,15 +148,11 @@ class Leases:
         try:
             conn = self._connection()
             rows = conn.execute(sql.RENEW, params).fetchall()
-            renewed = {int(r[0]) for r in rows if r[0] is not None}
-            stopped = set(runners) - {str(r[1]) for r in rows if r[1] is not None}
-            with self._lock:
-                stopped &= self.runners  # not unregistered meanwhile (a clean stop)
-            if stopped:  # marked lost by a reaper while this process was frozen
-                conn.execute(sql.REVIVE, {"q": self.queue, "runners": sorted(stopped)})
         except Exception:  # any failure: drop the connection, try again soon
             self._reset()
             return None
+        renewed = {int(r[0]) for r in rows if r[0] is not None}
+        self._revive(conn, set(runners) - {str(r[1]) for r in rows if r[1] is not None})
         lost = set()
         with self._lock:
             for token in tokens:
@@ -168,6 +164,20 @@ class Leases:
                     lost.add(token)
             self._lost |= lost
         return lost
+
+    def _revive(self, conn: Connection, stopped: set[str]) -> None:
+        """Make this store's runners in ``stopped`` (rows a reaper marked lost
+        while this process was frozen) alive again, but for one unregistered
+        meanwhile (a clean stop). Best effort, apart from the leases renewed
+        already: a failure is tried again at the next renewal."""
+        with self._lock:
+            stopped &= self.runners
+        if not stopped:
+            return
+        try:
+            conn.execute(sql.REVIVE, {"q": self.queue, "runners": sorted(stopped)})
+        except Exception:  # the next renewal reconnects and tries again
+            self._reset()
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
