@@ -13,6 +13,8 @@ from statequeue.cli.errors import hint_for
 from statequeue.cli.event_text import describe_events
 from statequeue.cli.options import (
     HomeOpt,
+    ItemIdArg,
+    ItemTextOpt,
     JsonOpt,
     QueueOpt,
     StateOpt,
@@ -80,14 +82,8 @@ def list_items(
 @app.command()
 def show(
     ctx: typer.Context,
-    item_id: Annotated[
-        int | None,
-        typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
-    ] = None,
-    item: Annotated[
-        str | None,
-        typer.Option("--item", metavar="TEXT", help="The item with exactly this text (not an id)."),
-    ] = None,
+    item_id: ItemIdArg = None,
+    item: ItemTextOpt = None,
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,

@@ -14,6 +14,8 @@ from statequeue.cli.errors import with_queue
 from statequeue.cli.logs_all import attempt_json, write_all_logs
 from statequeue.cli.options import (
     HomeOpt,
+    ItemIdArg,
+    ItemTextOpt,
     QueueOpt,
     StateOpt,
     StoreOpt,
@@ -33,14 +35,8 @@ if TYPE_CHECKING:
 @app.command()
 def logs(
     ctx: typer.Context,
-    item_id: Annotated[
-        int | None,
-        typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
-    ] = None,
-    item: Annotated[
-        str | None,
-        typer.Option("--item", metavar="TEXT", help="The item with exactly this text (not an id)."),
-    ] = None,
+    item_id: ItemIdArg = None,
+    item: ItemTextOpt = None,
     attempt: Annotated[
         int | None, typer.Option(help="Which attempt (default: the latest).", min=1)
     ] = None,

@@ -113,3 +113,14 @@ StateOpt = Annotated[
 def parse_state(value: str | None) -> ItemState | None:
     """``--state``: the library's check (UnknownState, a usage error, exit 2)."""
     return None if value is None else item_state(value)
+
+
+ItemIdArg = Annotated[
+    int | None,
+    typer.Argument(help="The item id (see `statequeue list`).", min=1, show_default=False),
+]
+"""An item named by id (`show`, `logs`), or else by ``ItemTextOpt``."""
+ItemTextOpt = Annotated[
+    str | None,
+    typer.Option("--item", metavar="TEXT", help="The item with exactly this text (not an id)."),
+]
