@@ -310,3 +310,17 @@ def test_max_time_zero_is_refused_as_limit_zero_is(
     err = capsys.readouterr().err
     assert err == "statequeue: --max-time must be more than 0 (leave it out for no limit)\n"
     assert Queue("default", home=sq_home, create=False).status().counts["pending"] == 1
+
+
+def test_log_limit_takes_a_unit_as_recycle_rss_does() -> None:
+    """`--log-limit 1M` was refused ("'1M' is not a valid integer") while
+    `--recycle-rss 2G` was taken."""
+    from statequeue.run.options import parse_log_limit
+
+    assert parse_log_limit("1M") == 1 << 20
+    assert parse_log_limit("500K") == 500 << 10
+    assert parse_log_limit("4096") == 4096
+    assert parse_log_limit("0") == 0
+    assert parse_log_limit("-5") == -5  # RunOptions refuses it, naming the bytes
+    with pytest.raises(UsageError, match="--log-limit must be a size"):
+        parse_log_limit("lots")

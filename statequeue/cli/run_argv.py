@@ -38,7 +38,6 @@ _INTS = {
     "--retries": "retries",
     "--max-crashes": "max_crashes",
     "--limit": "limit",
-    "--log-limit": "log_limit",
     "--exit-empty": "exit_empty",
     "--burst": "burst",
     "--max-deferrals": "max_deferrals",
@@ -56,6 +55,7 @@ _TEXTS = {
     "--give-up-after": "give_up_after",
     "--rate": "rate",
     "--recycle-rss": "recycle_rss",
+    "--log-limit": "log_limit",
 }
 
 

@@ -176,13 +176,13 @@ def run(
         ),
     ] = True,
     log_limit: Annotated[
-        int,
+        str,
         typer.Option(
-            help="Output bytes kept per attempt.",
-            metavar="BYTES",
+            help="Output kept per attempt (500K, 1M).",
+            metavar="SIZE",
             rich_help_panel=_OUTPUT,
         ),
-    ] = 1 << 20,
+    ] = "1M",
     quiet: Annotated[
         bool,
         typer.Option(

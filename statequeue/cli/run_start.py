@@ -59,7 +59,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "recycle_rss": None,
     "live": None,
     "auto_compact": True,
-    "log_limit": 1 << 20,
+    "log_limit": "1M",
     "quiet": False,
     "exit_empty": 0,
     "lease": "30s",
@@ -174,7 +174,7 @@ def _say_summary(view: View, summary: RunSummary, json: bool, code: int) -> None
 def _options(args: RunArgs) -> RunOptions:
     """The runner's options; UsageError for a value that cannot be one."""
     # lazy: start-up time (the run's options, only for `run`)
-    from statequeue.run.options import RunOptions, parse_size, parse_verify
+    from statequeue.run.options import RunOptions, parse_log_limit, parse_size, parse_verify
     from statequeue.run.shell_command import shell_template
 
     command = args["command"]
@@ -204,7 +204,7 @@ def _options(args: RunArgs) -> RunOptions:
         halt_on_failure=args["halt_on_failure"],
         single=args["single"],
         item_on_stdin=args["stdin"],
-        log_limit=args["log_limit"],
+        log_limit=parse_log_limit(args["log_limit"]),
         lease=_duration(args["lease"]),
         give_up_after=_duration(args["give_up_after"]),
         rate=_rate(args["rate"], args["burst"]),

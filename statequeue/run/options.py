@@ -123,6 +123,15 @@ def parse_verify(script: str) -> str:
     return check_verify_script(script)
 
 
+def parse_log_limit(text: str) -> int:
+    """``--log-limit``: a count of bytes (0 and negatives are RunOptions' to
+    judge), or a size with a unit as ``parse_size`` reads it (``500K``, ``1M``)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return parse_size(text, "--log-limit")
+
+
 def parse_size(text: str, option: str) -> int:
     """``text`` as a number of bytes: ``123``, ``500K``, ``1.5G`` (powers of
     1024; a trailing B or iB is allowed). A UsageError naming ``option`` if not."""
