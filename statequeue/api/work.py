@@ -213,34 +213,29 @@ class WorkItem:
             rate_limits.succeeded(self.queue, self.policy.rate)
         # An interrupt waits for the store call (interrupts.py): the item is
         # then known settled, and the next claim known, for the loop to give back.
-        with deferred_interrupt(), self._lost_when_stale():
-            if self._runner is None:
-                self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
-            else:
-                # Durable before it returns, as finish is (Store.finish_and_claim).
-                self.state, self.next_claim = self.queue.finish_and_claim(
-                    self.claim,
-                    outcome,
-                    retry_at=retry_at,
-                    runner=self._runner,
-                    on_interrupted=self.policy.on_interrupted,
-                    max_crashes=self.policy.max_crashes,
-                )
-                self.chained = True
-            self.settled = True
-        return self.state
-
-    @contextlib.contextmanager
-    def _lost_when_stale(self) -> Iterator[None]:
-        """A ClaimLost (the lease ran out, the item is another runner's now:
-        its result was discarded and recorded so) leaves the item given back,
-        so that leaving its block records nothing more. It once recorded a
-        second discarded result, the ClaimLost as a failure."""
         try:
-            yield
+            with deferred_interrupt():
+                if self._runner is None:
+                    self.state = self.queue.finish(self.claim, outcome, retry_at=retry_at)
+                else:
+                    # Durable before it returns, as finish is (Store.finish_and_claim).
+                    self.state, self.next_claim = self.queue.finish_and_claim(
+                        self.claim,
+                        outcome,
+                        retry_at=retry_at,
+                        runner=self._runner,
+                        on_interrupted=self.policy.on_interrupted,
+                        max_crashes=self.policy.max_crashes,
+                    )
+                    self.chained = True
+                self.settled = True
         except ClaimLost:
+            # The lease ran out: the item is another runner's, this result was
+            # discarded (and recorded so). Given back, so that leaving its block
+            # records nothing more (it once recorded a second, failed result).
             self.released = True
             raise
+        return self.state
 
     def _took(self) -> float:
         return time.monotonic() - self._claimed_at

@@ -103,7 +103,7 @@ def connect(url: str) -> Connection:
 # `sslmode=bogus`), before it tries any connection: bad input, exit 2, not
 # "cannot reach" (exit 11).
 _BAD_SETTING = re.compile(
-    r"invalid (integer|sslmode|\w+) value|invalid connection option|for connection option"
+    r"invalid \w+ value|invalid connection option|for connection option"
     r"|^bad value for \w+:"
 )
 
