@@ -278,15 +278,19 @@ def stop_dead_runners_here(
         if _gone(int(pid), seen):
             stopped.append(str(rid))
             with conn.transaction():
-                conn.execute(
+                marked = conn.execute(
                     "UPDATE statequeue.runners SET stopped_at = %s WHERE queue = %s"
                     " AND runner_id = %s AND stopped_at IS NULL",
                     (time.time(), queue, rid),
-                )
-                lost = transitions.runner_lost_record(
-                    rid, at=writes.now(), by=os.getpid(), how="pid"
-                )
-                writes.event(conn, queue, lost)
+                ).rowcount
+                # Only the process whose update marked it records it lost:
+                # two that looked at once (a `status` beside a runner's
+                # reaper) wrote the event twice.
+                if marked:
+                    lost = transitions.runner_lost_record(
+                        rid, at=writes.now(), by=os.getpid(), how="pid"
+                    )
+                    writes.event(conn, queue, lost)
     return stopped
 
 
