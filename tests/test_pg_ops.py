@@ -264,6 +264,10 @@ def test_empty_database_is_migrated_on_first_use(
     assert _sql(in_store, "SELECT to_regclass('statequeue.queues')") == [(None,)]
     code, out, _ = _sq(capsys, "queues", "--json")
     assert code == 0 and json.loads(out)["queues"] == []
+    # A look builds nothing (test_pg_look_writes_nothing.py); the first write does.
+    assert _sql(in_store, "SELECT to_regclass('statequeue.queues')") == [(None,)]
+    code, _, err = _sq(capsys, "-q", "q", "enqueue", "a")
+    assert code == 0, err
     assert _sql(in_store, "SELECT max(version) FROM statequeue.schema_version") == [
         (len(MIGRATIONS),)
     ]

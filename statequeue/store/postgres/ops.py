@@ -66,7 +66,8 @@ def statuses(
     conn = connect(url)
     try:
         with guarded(url):
-            migrate(conn)
+            if migrate(conn, build=False)[1] == 0:
+                return []  # no schema: no queues, and a look builds none
             rows = conn.execute(
                 "SELECT name, paused FROM statequeue.queues WHERE NOT dropping ORDER BY name"
             ).fetchall()
@@ -109,7 +110,8 @@ def drop(url: str, queue: str) -> None:
     conn = connect(url)
     try:
         with guarded(url):
-            migrate(conn)
+            if migrate(conn, build=False)[1] == 0:
+                raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
             _mark_dropping(conn, queue)
             for table in QUEUE_TABLES:
                 _delete_rows(conn, table, queue)

@@ -287,10 +287,12 @@ def _checked_version(conn: Connection) -> int:
     return before
 
 
-def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
+def migrate(conn: Connection, *, upto: int | None = None, build: bool = True) -> tuple[int, int]:
     """Bring the schema up to date (or to version ``upto``: tests build an
     older database so); returns (version before, version after).
 
+    ``build=False``: a database with no statequeue schema yet is left as it
+    is, (0, 0): a look (`status`, `queues`) writes nothing there.
     SchemaTooNew when the database is ahead of this code (nothing is changed)."""
     last = len(MIGRATIONS) if upto is None else upto
     with conn.transaction():
@@ -298,7 +300,7 @@ def migrate(conn: Connection, *, upto: int | None = None) -> tuple[int, int]:
         # serialise, so the lock is not taken. Sixteen runners opening a
         # queue at once queued on it for ~30 ms each (issue 21 point 14).
         before = _checked_version(conn)
-        if before >= last:
+        if before >= last or (before == 0 and not build):
             return before, before
     with conn.transaction():
         # Held to the end of the transaction: two processes opening an empty

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from statequeue.store.journal.folder import QueueFolder
@@ -35,11 +36,15 @@ def open_scratch(scratch: Path) -> QueueFolder:
     return folder
 
 
-def remove_if_unused(folder: QueueFolder) -> None:
+def remove_if_unused(folder: QueueFolder, made_above: Sequence[Path] = ()) -> None:
     """Remove ``folder`` and its two subfolders if they are empty: made by an
     open that then found no such queue (`status` of a missing or dropped
-    queue must not leave its folders behind). Anything in them keeps them."""
+    queue must not leave its folders behind), and then ``made_above`` (the
+    home and its .postgres where that open made them), innermost first.
+    Anything in them keeps them."""
     with contextlib.suppress(OSError):
         for sub in (logs.SUBFOLDER, reaping.SUBFOLDER):
             os.rmdir(sub, dir_fd=folder.fd)
         os.rmdir(folder.path)
+        for parent in reversed(made_above):
+            os.rmdir(parent)

@@ -99,6 +99,9 @@ class PostgresStore(Store):
         locks; a finished attempt's log is stored in the database (``save_log``)."""
         # Checked first (scratch.py): an unsafe one stops before the database is touched.
         made_now = scratch is not None and not create and not os.path.lexists(scratch)
+        # And the home and its .postgres, where this open makes them.
+        above = [] if scratch is None else [scratch.parents[1], scratch.parent]
+        made_above = [folder for folder in above if made_now and not os.path.lexists(folder)]
         self.scratch = None if scratch is None else open_scratch(scratch)
         self._leases = Leases(url, name, lease)
         self._locks = reaping.ClaimLocks(self.scratch)
@@ -109,13 +112,16 @@ class PostgresStore(Store):
         try:
             self._session = session = Session(url, self._leases.fence_at)
             with session.guard():
-                migrate(session.conn)
+                # A look at a database without the schema builds none.
+                if migrate(session.conn, build=create)[1] == 0:
+                    raise QueueNotFound(f"no queue {name!r} in the PostgreSQL store")
                 self._open_queue(session.conn, create)
         except BaseException as exc:
             if session is not None:
                 session.close()
             if made_now and isinstance(exc, QueueNotFound) and self.scratch is not None:
-                remove_if_unused(self.scratch)  # a look at a missing queue leaves no folder
+                # A look at a missing queue leaves no folder.
+                remove_if_unused(self.scratch, made_above)
             self._close_scratch()
             raise
         self._reader = Reader(session, name, self.scratch)
