@@ -382,3 +382,22 @@ def test_no_help_text_loses_a_bracketed_part_to_rich_markup() -> None:
         if tag.search(getattr(param, "help", None) or "")
     ]
     assert eaten == []
+
+
+@pytest.mark.parametrize("args", [[], ["db"]])
+def test_a_bare_command_prints_its_help_once(sq_env: Env, args: list[str]) -> None:
+    """`statequeue` and `statequeue db` with nothing after them print their
+    help once, on stdout, and exit 2: the help was printed twice (click made
+    it when it raised, and the handler asked for it again)."""
+    for color in ({"NO_COLOR": "1"}, {"NO_COLOR": "", "COLUMNS": "100"}):
+        done = subprocess.run(
+            [STATEQUEUE, *args],
+            env={**sq_env, **color},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stdout.count("Usage: statequeue") == 1, done.stdout
+        assert "Commands" in done.stdout and done.stderr == ""

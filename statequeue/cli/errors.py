@@ -178,9 +178,12 @@ def exit_code_of(exc: BaseException) -> int | None:
 def _click_exit_code(click: Any, exc: BaseException) -> int | None:
     no_args_is_help = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
     if isinstance(exc, no_args_is_help):
-        ctx = exc.ctx
-        if ctx is not None:
-            sys.stdout.write(ctx.get_help() + "\n")
+        # The error made the help as it was raised (click's get_help): the
+        # rich help is printed then, and its text is empty; a plain one is
+        # the text. Asked for again here, the rich help was printed twice.
+        text = exc.format_message()
+        if text:
+            sys.stdout.write(text + "\n")
         return int(ExitCode.USAGE)
     if isinstance(exc, click.UsageError):
         hint = ""
