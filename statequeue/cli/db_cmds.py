@@ -21,7 +21,7 @@ app.add_typer(db_app, name="db")
 
 @db_app.command()
 def migrate(ctx: typer.Context, json: JsonOpt = False, store: StoreOpt = None) -> None:
-    """Create or upgrade the statequeue schema in the database (opening a store does it too).
+    """Create or upgrade the statequeue schema in the database (enqueue creates it too).
 
     Example: statequeue db migrate --store postgresql://sq@db.example/queues
     """
