@@ -77,7 +77,9 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     lines += _runner_lines(status, texts or {})
     if status.interrupted:
         ids = counted_ids(status.interrupted)
-        lines.append(f"interrupted (runner died; the next run recovers them): {ids}")
+        # A runner stopped by a signal lives: its lease ended, it did not die.
+        why = "runner stopped or died" if any(r.stopped for r in status.runners) else "runner died"
+        lines.append(f"interrupted ({why}; the next run recovers them): {ids}")
     if status.held_by_dead_runner:
         lines.append(held_by_dead_runner_line(status.held_by_dead_runner))
     if status.interrupted_pending:
@@ -181,7 +183,14 @@ def worker_lines(runner: ActiveRunner) -> list[str]:
 def _liveness(r: ActiveRunner) -> str:
     """``active``, or for a runner that missed its heartbeats (killed -9 on
     another host, cut off) how long it has been silent and when its lease
-    ends: its items are taken over then, not before."""
+    ends: its items are taken over then, not before. A runner of this host
+    stopped by a signal says so, and how to continue it."""
+    if r.stopped:
+        said = f"STOPPED by a signal (ctrl-Z or SIGSTOP; `kill -CONT {r.pid}` continues it)"
+        if r.lease_ends_at is not None and r.heard_ago is not None and r.lease is not None:
+            if r.heard_ago > r.lease:
+                return f"{said}; its lease ended at {local_time(r.lease_ends_at)}"
+        return said
     if r.heard_ago is None or r.lease is None or r.lease_ends_at is None:
         return "active"
     if r.heard_ago <= r.lease / 2:  # it renews every third of the lease

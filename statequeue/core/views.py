@@ -80,6 +80,11 @@ class ActiveRunner:
     """Its lease's length in seconds, where the store has leases."""
     workers: tuple[WorkerView, ...] = ()
     """Its persistent workers, where the store keeps them (``Store.publish_workers``)."""
+    stopped: bool = False
+    """Its process, on this host, is stopped by a signal (SIGSTOP, ctrl-Z, a
+    debugger): it runs nothing new until it is continued (SIGCONT). On
+    PostgreSQL it is listed so even once its lease has ended: it takes its
+    runner row back when it resumes."""
 
 
 STARTS_WINDOW = 60.0
@@ -177,6 +182,7 @@ class Status:
                     "running": list(r.running),
                     "heard_ago": r.heard_ago,
                     "lease_ends_at": r.lease_ends_at,
+                    "stopped": r.stopped,
                     "workers": [w.to_json() for w in r.workers],
                 }
                 for r in self.runners

@@ -15,6 +15,7 @@ from typing import Any
 from statequeue.core.errors import ItemNotFound
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import ItemState
+from statequeue.core.process_state import is_stopped, started_at
 from statequeue.core.records import item_fields
 from statequeue.core.views import (
     STARTS_WINDOW,
@@ -85,10 +86,13 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
     alive: list[ActiveRunner] = []
     here: tuple[str, str] | None = None
     for rid, pid, host, since, running, heard, ends, lease, workers, boot in rows:
+        stopped = False
         if boot:
             here = here or (host_name(), boot_id())
-            if (str(host), str(boot)) == here and pid_gone(int(pid)):
-                continue
+            if (str(host), str(boot)) == here:
+                if pid_gone(int(pid)):
+                    continue
+                stopped = is_stopped(int(pid))
         runner = ActiveRunner(
             runner_id=str(rid),
             pid=int(pid),
@@ -99,9 +103,43 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
             lease_ends_at=None if ends is None else float(ends),
             lease=None if lease is None else float(lease),
             workers=_workers(workers),
+            stopped=stopped,
         )
         alive.append(runner)
-    return alive
+    return alive + _stopped_here(conn, queue)
+
+
+def _stopped_here(conn: Connection, queue: str) -> list[ActiveRunner]:
+    """This host's runners whose lease lapsed while their process was
+    stopped (SIGSTOP, ctrl-Z): alive, and runners again once continued."""
+    boot = boot_id()
+    if not boot:
+        return []
+    key = {"q": queue, "host": host_name(), "boot": boot}
+    found: list[ActiveRunner] = []
+    for rid, pid, host, since, running, heard, ends, lease, workers, _ in conn.execute(
+        sql.LAPSED_HERE, key
+    ).fetchall():
+        began = started_at(int(pid))
+        # Its own process, not a later one given the same pid: it began
+        # before the runner registered (the clock's tick rounds it).
+        if not is_stopped(int(pid)) or began is None or began > float(since) + 1.0:
+            continue
+        found.append(
+            ActiveRunner(
+                runner_id=str(rid),
+                pid=int(pid),
+                host=str(host),
+                started_at=float(since),
+                running=tuple(running),
+                heard_ago=None if heard is None else float(heard),
+                lease_ends_at=None if ends is None else float(ends),
+                lease=None if lease is None else float(lease),
+                workers=_workers(workers),
+                stopped=True,
+            )
+        )
+    return found
 
 
 def _workers(rows: Any) -> tuple[WorkerView, ...]:

@@ -70,15 +70,30 @@ RUNNER_ALIVE = (
 )
 """A runner is alive while its heartbeat keeps ``seen_at`` within its lease."""
 
-ACTIVE_RUNNERS = f"""
+_RUNNER_COLUMNS = """
 SELECT r.runner_id, r.pid, r.host, r.since, ARRAY(
     SELECT l.id FROM statequeue.live l
     WHERE l.queue = r.queue AND l.runner = r.runner_id AND l.state = 'running' ORDER BY l.id
 ), extract(epoch FROM clock_timestamp() - r.seen_at)::float8,
    extract(epoch FROM r.seen_at + make_interval(secs => r.lease))::float8, r.lease, r.workers,
    r.boot
-FROM statequeue.runners r
+FROM statequeue.runners r"""
+
+ACTIVE_RUNNERS = f"""{_RUNNER_COLUMNS}
 WHERE r.queue = %(q)s AND {RUNNER_ALIVE}
+ORDER BY r.since, r.runner_id
+"""
+
+# This host's runners whose lease lapsed unrenewed (recorded lost, or about
+# to be): not ended, as a runner that stops marks its row while its lease
+# still holds. One whose process lives on, stopped (SIGSTOP, ctrl-Z), takes
+# its row back when continued (Leases: REVIVE): `status` lists it, where it
+# said "none active" and "runner died".
+LAPSED_HERE = f"""{_RUNNER_COLUMNS}
+WHERE r.queue = %(q)s AND r.host = %(host)s AND r.boot = %(boot)s AND NOT ({RUNNER_ALIVE})
+  AND (r.stopped_at IS NULL
+       OR to_timestamp(r.stopped_at) >= r.seen_at + make_interval(secs => r.lease))
+  AND r.seen_at > clock_timestamp() - interval '1 day'
 ORDER BY r.since, r.runner_id
 """
 

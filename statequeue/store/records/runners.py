@@ -7,7 +7,9 @@ import os
 from collections.abc import Callable
 
 from statequeue.core.errors import RunnerActive
+from statequeue.core.identity import host_name
 from statequeue.core.models import RunnerInfo
+from statequeue.core.process_state import is_stopped
 from statequeue.core.views import ActiveRunner, WorkerView
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
@@ -50,6 +52,8 @@ class RunnerRegistry:
         running: dict[str, list[int]] = {}
         for item in state.running():
             running.setdefault(item.runner, []).append(item.id)
+        alive = [(rid, rec) for rid, rec in state.runners.items() if self.backend.runner_alive(rid)]
+        here = host_name() if alive else ""
         return [
             ActiveRunner(
                 runner_id=rid,
@@ -58,9 +62,10 @@ class RunnerRegistry:
                 started_at=rec.get("since", 0.0),
                 running=tuple(sorted(running.get(rid, ()))),
                 workers=self._workers(rid),
+                # Alive (its lock is held), so its pid is its own on its host.
+                stopped=rec.get("host") == here and is_stopped(rec.get("pid", 0)),
             )
-            for rid, rec in state.runners.items()
-            if self.backend.runner_alive(rid)
+            for rid, rec in alive
         ]
 
     def prune_dead(self, state: QueueState) -> None:
