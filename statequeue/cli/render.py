@@ -187,9 +187,9 @@ def _liveness(r: ActiveRunner) -> str:
     stopped by a signal says so, and how to continue it."""
     if r.stopped:
         said = f"STOPPED by a signal (ctrl-Z or SIGSTOP; `kill -CONT {r.pid}` continues it)"
-        if r.lease_ends_at is not None and r.heard_ago is not None and r.lease is not None:
-            if r.heard_ago > r.lease:
-                return f"{said}; its lease ended at {local_time(r.lease_ends_at)}"
+        ended, heard, lease = r.lease_ends_at, r.heard_ago, r.lease
+        if ended is not None and heard is not None and lease is not None and heard > lease:
+            return f"{said}; its lease ended at {local_time(ended)}"
         return said
     if r.heard_ago is None or r.lease is None or r.lease_ends_at is None:
         return "active"
