@@ -32,7 +32,7 @@ _LIVE = (ItemState.PENDING, ItemState.FAILED, ItemState.HELD)
 _ITEMS_PAGE = """
 SELECT i.id, i.item, coalesce(l.state, i.state), coalesce(l.attempts, i.attempts),
        coalesce(l.crashes, 0), coalesce(l.failures, 0), coalesce(l.reason, i.reason),
-       l.retry_at, coalesce(l.interrupted, false), coalesce(d.count, 0)
+       l.retry_at, coalesce(l.interrupted, false), coalesce(d.count, 0), i.archived
 FROM statequeue.items i
 LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
 LEFT JOIN statequeue.deferrals d ON l.id IS NOT NULL AND d.queue = i.queue AND d.id = i.id
@@ -76,7 +76,9 @@ def export_items(conn: Connection, queue: str) -> Iterator[ExportedItem]:
 
 
 def _exported(row: tuple[Any, ...], history: list[Record]) -> ExportedItem:
-    item_id, item, state, attempts, crashes, failures, reason, retry_at, interrupted, defers = row
+    item_id, item, state, attempts, crashes, failures, reason, retry_at, interrupted, defers = row[
+        :10
+    ]
     running = state == ItemState.RUNNING.value
     return ExportedItem(
         item_id=int(item_id),
@@ -89,6 +91,9 @@ def _exported(row: tuple[Any, ...], history: list[Record]) -> ExportedItem:
         reason=INTERRUPTED_REASON if running else str(reason),
         retry_at=float(retry_at) if retry_at is not None else None,
         interrupted=running or bool(interrupted),
+        # Moved to the archive tables by `compact`, as the journal store's
+        # export says of the items its compaction archived.
+        archived=bool(row[10]),
         history=tuple(history),
     )
 
