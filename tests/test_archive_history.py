@@ -134,3 +134,24 @@ def test_episodes_are_numbered_the_same_after_compaction(tmp_path: Path) -> None
         assert [n for kind, n in after if kind == "intr"] == [1]
     finally:
         store.close()
+
+
+def test_a_failed_attempt_with_a_retry_to_come_reads_the_same_after_compaction(
+    tmp_path: Path,
+) -> None:
+    """`show` said "end #2 attempt 1: failed, retry due at ..." before a
+    compaction and "pending" after it: the summary left out ``retry_at``.
+    Found by an outside tester comparing `show` before and after `compact`."""
+    from statequeue.cli.event_text import describe_event
+
+    store = JournalStore(tmp_path / "q", create=True)
+    try:
+        _retried_once(store, "a")
+        before = [e for e in store.history(1).events if e.get("t") == "end"]
+        _finish_next(store)
+        store.compact()
+        after = [e for e in store.history(1).events if e.get("t") == "end"]
+        assert before[0]["retry_at"] == 1.0 and after[0]["retry_at"] == 1.0
+        assert "failed, retry due at" in describe_event(after[0])
+    finally:
+        store.close()

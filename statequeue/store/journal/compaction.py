@@ -394,6 +394,9 @@ _TRY_KEYS = (
     "host",
     "delay",  # a deferral's (``defer``): `show` lists it after compaction too
     "deferrals",
+    # A failed attempt with a retry to come: `show` says "failed, retry due
+    # at ..." of it; without it, after a compaction, "pending".
+    "retry_at",
 )
 _TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
 
