@@ -416,11 +416,20 @@ def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]
     return rec
 
 
-def unseen_after_compaction(found: list[Record], inode: object, seen: object) -> list[Record]:
+def unseen_after_compaction(
+    found: list[Record], inode: object, seen: object, *, read_to_end: bool = False
+) -> list[Record]:
     """A compacted journal's records for a follower of the journal it replaced
     (``inode``, read up to seq ``seen``): its snapshot, then the records copied
     after it that the follower has not read there (copied in order, renumbered
-    from the snapshot's end: old seq = new seq - follow - 1)."""
+    from the snapshot's end: old seq = new seq - follow - 1).
+
+    ``read_to_end``: the follower read the replaced journal to its end, so
+    every record the snapshot stands for: the snapshot's header alone, as a
+    mark, without its item states (as of the compaction's start, older than
+    what the follower has read). Where the journal it followed is not the
+    one replaced (two compactions since its last read), it gets this one
+    whole: the states are all it can know of what it missed."""
     header = found[0]
     source = header.get("from")
     if (
@@ -433,4 +442,6 @@ def unseen_after_compaction(found: list[Record], inode: object, seen: object) ->
         return found
     follow = header.get("follow", 0)
     body_end = header["seq"] + follow
+    if read_to_end:
+        return [header, *(r for r in found if r["seq"] > body_end and r["seq"] - follow - 1 > seen)]
     return [r for r in found if r["seq"] <= body_end or r["seq"] - follow - 1 > seen]
