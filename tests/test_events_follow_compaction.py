@@ -75,3 +75,30 @@ def test_a_follower_polling_between_two_compactions_reads_every_record(tmp_path:
         follower.close()
         writer.close()
     assert [r["id"] for r in seen if r["t"] == "end"] == list(range(1, 21))
+
+
+def test_status_rate_and_start_rate_are_the_same_after_a_compaction(tmp_path: Path) -> None:
+    """`status`'s rate counts the finishes of the last minute, from the
+    records the state replays: a compaction archived them, and the rate fell
+    (by a third mid-run, to none after the last item). The snapshot now
+    keeps their times. Found by the same outside tester."""
+    writer = JournalStore(tmp_path / "q", create=True)
+    try:
+        writer.enqueue([f"i{n}" for n in range(30)])
+        _work(writer, 20)
+        before = writer.status()
+        ends, starts = list(writer.state.recent_ends), list(writer.state.recent_starts)
+        writer.compact()
+    finally:
+        writer.close()
+    reader = JournalStore(tmp_path / "q", create=False)  # replays the new journal
+    try:
+        after = reader.status()
+        # The same times, so the same rate at any moment (it is measured to now).
+        assert list(reader.state.recent_ends) == ends and len(ends) == 20
+        assert list(reader.state.recent_starts) == starts and len(starts) == 20
+    finally:
+        reader.close()
+    assert before.rate is not None and after.rate is not None
+    assert before.starts is not None and after.starts is not None
+    assert after.starts.count == before.starts.count == 20

@@ -129,6 +129,18 @@ def build(
     absent = state.absent_ids()
     if absent:
         header["absent"] = absent
+    # The finishes and starts of the last minutes, which `status`'s rate and
+    # start rate count: the records they came from are archived now (the
+    # rate fell by a third after a compaction mid-run, to nothing after one
+    # at the end). Within RATES_KEPT seconds of the compaction's position.
+    cutoff = (state.recent_ends[-1] if state.recent_ends else 0.0) - RATES_KEPT
+    ends = [t for t in state.recent_ends if t >= cutoff]
+    if ends:
+        header["recent_ends"] = ends
+    cutoff = (state.recent_starts[-1] if state.recent_starts else 0.0) - RATES_KEPT
+    starts = [t for t in state.recent_starts if t >= cutoff]
+    if starts:
+        header["recent_starts"] = starts
     new.last_seq = pos.last_seq  # the header continues the old journal's numbering
     new.append([header], sync=False)
     for start in range(0, len(live), _ARCHIVE_BATCH):
@@ -398,6 +410,9 @@ _TRY_KEYS = (
     # at ..." of it; without it, after a compaction, "pending".
     "retry_at",
 )
+RATES_KEPT = 600.0
+"""Seconds of finish and start times a snapshot keeps for the rates (the
+window `status` counts is a minute; `run`'s progress line reads more)."""
 _TRIES_KEPT = 50  # per item: the newest attempts' summaries (a result is kept whole anyway)
 
 

@@ -237,6 +237,9 @@ class QueueState:
         self.order.cursor = min(self.watermark + 1, self.next_id)
         self.commands = rec.get("commands", [])
         self.paused = rec.get("paused", False)
+        # The recent finishes and starts the snapshot folded (compaction.py).
+        self.recent_ends.extend(rec.get("recent_ends", ()))
+        self.recent_starts.extend(rec.get("recent_starts", ()))
 
     def _forget_ids(self, first: int, last: int) -> None:
         """Ids ``first``..``last`` that no surviving record names (a salvaged
