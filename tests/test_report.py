@@ -343,3 +343,24 @@ def test_bad_input_one_line_documented_code_no_change(
     assert not (tmp_path / "a.html").exists() and not (tmp_path / "nosuch-report.html").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "locked"]
     assert _journal_bytes(sq_home, "bad") == before
+
+
+def test_items_retried_after_failing_keep_their_text_in_the_report(store_url: str) -> None:
+    """After `retry --failed` the items are pending again, with no result: the
+    report read the text of five of them from their history and showed the
+    rest as `#6`, `#7`, which reads as another item where texts are numbers
+    (an outside tester's 30-item queue). Every row has its text now."""
+    from statequeue.api.report_data import gather_report
+
+    q = Queue("rep", store=store_url or None)
+    try:
+        q.enqueue([f"https://example.org/page/{n}" for n in range(1, 9)])
+        for item in q.work():
+            item.fail("exit code 1")
+        assert len(q.retry(states=["failed"])) == 8
+        report = gather_report(q._shared, None)
+    finally:
+        q.close()
+    rows = [*report.figures.slowest, *report.figures.most_retried]
+    assert len(report.figures.slowest) == 8, report.figures.slowest
+    assert {r.text for r in rows} == {f"https://example.org/page/{n}" for n in range(1, 9)}

@@ -137,10 +137,18 @@ def _with_texts(store: Store, figures: AttemptFigures) -> AttemptFigures:
 def _texts(store: Store, ids: Collection[int]) -> tuple[dict[int, str], dict[int, str]]:
     """The text and state now of each of ``ids`` (missing when unknown)."""
     states = store.states(ids) if ids else {}
-    texts: dict[int, str] = {}
+    # Items not done (pending again after `retry --failed`, held, cancelled)
+    # in one look: only the first five of them had their text, the rest were
+    # shown as `#15`, which reads as another item when texts are numbers.
+    live = [i for i, state in states.items() if state is not ItemState.DONE]
+    texts: dict[int, str] = {
+        i: text[:TEXT_WIDTH] for i, text in (store.live_texts(live) if live else {}).items()
+    }
     lookups = HISTORY_LOOKUPS
     for item_id in sorted(ids):
         state = states.get(item_id)
+        if item_id in texts:
+            continue
         try:
             if state in (ItemState.DONE, ItemState.FAILED):
                 found = store.result(item_id)
