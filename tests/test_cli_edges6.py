@@ -426,3 +426,19 @@ def test_run_timeout_zero_means_no_limit(sq_env: dict[str, str]) -> None:
     assert ran.returncode == 0, ran.stderr
     shown = subprocess.run([*sq, "results", "--json"], env=sq_env, capture_output=True, text=True)
     assert '"state":"done"' in shown.stdout.replace(" ", "")
+
+
+def test_status_json_has_no_eta_while_no_runner_is_active() -> None:
+    """The text said no ETA once the runner was gone (killed -9), `stats`
+    said "no runner is active", and `status --json` still gave
+    ``eta_seconds`` from the rate of its last minute. Found by an outside
+    tester comparing the stores' views."""
+    from dataclasses import replace
+
+    from statequeue.core.views import Status
+
+    st = _paused_status(False)
+    assert isinstance(st, Status)
+    assert st.to_json()["eta_seconds"] == 3.0
+    alone = replace(st, runners=())
+    assert alone.to_json()["eta_seconds"] is None and alone.rate == 2.0

@@ -50,3 +50,32 @@ def test_a_refusal_of_several_ids_says_nothing_changed(
         [*run, argv[0], argv[-1]], env=sq_env, capture_output=True, text=True, timeout=60
     )
     assert alone.returncode == code and NOTHING not in alone.stderr, alone.stderr
+
+
+def test_a_refusal_reads_the_same_on_both_stores(sq_env: dict[str, str], store_url: str) -> None:
+    """`cancel` of a cancelled item said "(must be pending, failed, held)" on
+    the local store and nothing of it on PostgreSQL, where a cancelled or
+    done item has no hot row; a done one said it on neither. Found by an
+    outside tester running one scenario on both stores."""
+    with Queue("r", store=store_url or None) as queue:
+        queue.enqueue(["done", "cancelled"])
+        for item in queue.work():
+            item.done()
+            break
+        assert queue.cancel([2]) == [2]
+    store = ["--store", store_url] if store_url else []
+    run = [STATEQUEUE, *store, "-q", "r"]
+    said = {}
+    for verb, item_id in (("cancel", "2"), ("cancel", "1"), ("retry", "1")):
+        out = subprocess.run(
+            [*run, verb, item_id], env=sq_env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == ExitCode.USAGE, out.stderr
+        said[verb, item_id] = out.stderr.strip()
+    assert said == {
+        ("cancel", "2"): "statequeue: cannot cancel item 2: it is cancelled "
+        "(must be pending, failed, held)",
+        ("cancel", "1"): "statequeue: cannot cancel item 1: it is done "
+        "(must be pending, failed, held)",
+        ("retry", "1"): "statequeue: cannot retry item 1: it is done (must be failed, held)",
+    }

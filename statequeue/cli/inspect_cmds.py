@@ -17,6 +17,7 @@ from statequeue.cli.options import (
     ItemTextOpt,
     JsonOpt,
     QueueOpt,
+    ResultStateOpt,
     StateOpt,
     StoreOpt,
     open_queue,
@@ -155,7 +156,7 @@ class _BytesOut:
 @app.command()
 def results(
     ctx: typer.Context,
-    state: StateOpt = None,
+    state: ResultStateOpt = None,
     json: Annotated[bool, typer.Option("--json", help="NDJSON, one result per line.")] = False,
     csv: Annotated[bool, typer.Option("--csv", help="CSV with a header row.")] = False,
     home: HomeOpt = None,

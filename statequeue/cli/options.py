@@ -110,6 +110,19 @@ StateOpt = Annotated[
 ]
 
 
+ResultStateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        "-s",
+        metavar="STATE",
+        help="Only items in STATE: done or failed (only they have results).",
+        autocompletion=complete_state,
+    ),
+]
+"""``results --state``: it refuses the other states (exit 2), so its help names only these."""
+
+
 def parse_state(value: str | None) -> ItemState | None:
     """``--state``: the library's check (UnknownState, a usage error, exit 2)."""
     return None if value is None else item_state(value)

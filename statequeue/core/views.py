@@ -156,9 +156,11 @@ class Status:
     @property
     def eta(self) -> float | None:
         """Seconds until the pending and running items are done, at the current
-        rate; None when unknown, or while the queue is paused (no end in sight)."""
+        rate; None when unknown, while the queue is paused, or while no runner
+        is active (no end in sight: the text says no ETA then, and `stats`
+        too; the JSON gave one, from the rate of a runner since gone)."""
         left = self.counts.get("pending", 0) + self.counts.get("running", 0)
-        if not self.rate or not left or self.paused:
+        if not self.rate or not left or self.paused or not self.runners:
             return None
         return left / self.rate
 

@@ -328,6 +328,8 @@ def check_state(
         ).fetchone()
         if row is None:
             raise transitions.unknown_item(item_id, queue)
+        # Done or cancelled (no hot row): said as the local store says it.
+        transitions.check_allowed(verb, item_id, str(row[0]), allowed)
         raise transitions.refusal(verb, item_id, str(row[0]))
     state = str(row[0])
     transitions.check_allowed(verb, item_id, state, allowed)

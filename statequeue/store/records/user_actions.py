@@ -57,6 +57,6 @@ class UserActions:
         item = state.get(item_id)
         if item is None:
             if 0 < item_id < state.next_id:
-                raise transitions.refusal(verb, item_id, "done")
+                transitions.check_allowed(verb, item_id, "done", allowed)
             raise transitions.unknown_item(item_id, self.backend.name)
         transitions.check_allowed(verb, item_id, item.state.value, allowed)
