@@ -64,7 +64,7 @@ def test_report_and_queues_agree_with_status_on_a_dead_runners_processes(
         listed = _queues(sq_env, store_url)
         assert (listed["held_by_dead_runner"], listed["interrupted"]) == ([1, 2], [])
         text = _cli(sq_env, store_url, "queues").stdout
-        assert text == "default\t3 items\tpending 1  running 2\n", text
+        assert text == "default\t3 items\tpending 1  running 2 (2 orphaned)\n", text
         stop_item_processes(tmp_path)  # they end: the items are interrupted now
         with Queue(home=sq_home, store=store_url or None, create=False) as q:
             until(lambda: q.status().interrupted == (1, 2), "1 and 2 interrupted")

@@ -267,8 +267,27 @@ def _show_queues(
         if isinstance(e, str):
             _write(f"{name}\tdamaged\t{escaped(e)}")
             continue
-        counts = "  ".join(f"{k} {v}" for k, v in e.counts.items() if v)
-        _write(f"{e.queue}\t{plural(e.total, 'item')}\t{counts or 'empty'}")
+        _write(f"{e.queue}\t{plural(e.total, 'item')}\t{_counts_text(e) or 'empty'}")
+
+
+def _counts_text(status: Status) -> str:
+    """``pending 3  running 2 (1 interrupted)``: the running items whose
+    runner died are said so, as `status` lists them: interrupted, or
+    orphaned (still run by a process of the dead runner; `report` says so)."""
+    notes = [
+        f"{len(ids)} {what}"
+        for ids, what in (
+            (status.interrupted, "interrupted"),
+            (status.held_by_dead_runner, "orphaned"),
+        )
+        if ids
+    ]
+    parts = []
+    for state, n in status.counts.items():
+        if n:
+            note = f" ({', '.join(notes)})" if state == "running" and notes else ""
+            parts.append(f"{state} {n}{note}")
+    return "  ".join(parts)
 
 
 @app.command()
