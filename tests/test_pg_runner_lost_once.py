@@ -15,29 +15,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from tests.pg import sql as _sql
+from tests.test_pg_work_loop_end import _DIE_REGISTERED
 
 psycopg = pytest.importorskip("psycopg")
 from statequeue.core.identity import boot_id, host_name  # noqa: E402
 from statequeue.store.postgres import PostgresStore, reaping, sql  # noqa: E402  (needs psycopg)
-
-_DIE_REGISTERED = textwrap.dedent(
-    """
-    import os, signal, sys
-    from statequeue.core.identity import new_runner
-    from statequeue.store.postgres import PostgresStore
-
-    store = PostgresStore(sys.argv[1], "q")
-    runner = new_runner()
-    store.register_runner(runner)
-    print(runner.runner_id, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-    """
-)
 
 # What a second process read when it looked at the same moment as the first:
 # the row not yet marked stopped.

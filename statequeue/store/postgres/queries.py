@@ -82,30 +82,18 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
     """The runners alive. A runner's heartbeat lease outlives it (killed -9,
     it keeps its row until the lease ends); on its own host and boot, a gone
     pid tells at once that it is dead, as recovery there knows (reaping.py)."""
-    rows = conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall()
     alive: list[ActiveRunner] = []
     here: tuple[str, str] | None = None
-    for rid, pid, host, since, running, heard, ends, lease, workers, boot in rows:
+    for row in conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall():
+        pid, host, boot = int(row[1]), str(row[2]), row[9]
         stopped = False
         if boot:
             here = here or (host_name(), boot_id())
-            if (str(host), str(boot)) == here:
-                if pid_gone(int(pid)):
+            if (host, str(boot)) == here:
+                if pid_gone(pid):
                     continue
-                stopped = is_stopped(int(pid))
-        runner = ActiveRunner(
-            runner_id=str(rid),
-            pid=int(pid),
-            host=str(host),
-            started_at=float(since),
-            running=tuple(running),
-            heard_ago=None if heard is None else float(heard),
-            lease_ends_at=None if ends is None else float(ends),
-            lease=None if lease is None else float(lease),
-            workers=_workers(workers),
-            stopped=stopped,
-        )
-        alive.append(runner)
+                stopped = is_stopped(pid)
+        alive.append(_runner_view(row, stopped=stopped))
     return alive + _stopped_here(conn, queue)
 
 
@@ -117,29 +105,31 @@ def _stopped_here(conn: Connection, queue: str) -> list[ActiveRunner]:
         return []
     key = {"q": queue, "host": host_name(), "boot": boot}
     found: list[ActiveRunner] = []
-    for rid, pid, host, since, running, heard, ends, lease, workers, _ in conn.execute(
-        sql.LAPSED_HERE, key
-    ).fetchall():
-        began = started_at(int(pid))
+    for row in conn.execute(sql.LAPSED_HERE, key).fetchall():
+        pid, since = int(row[1]), float(row[3])
+        began = started_at(pid)
         # Its own process, not a later one given the same pid: it began
         # before the runner registered (the clock's tick rounds it).
-        if not is_stopped(int(pid)) or began is None or began > float(since) + 1.0:
-            continue
-        found.append(
-            ActiveRunner(
-                runner_id=str(rid),
-                pid=int(pid),
-                host=str(host),
-                started_at=float(since),
-                running=tuple(running),
-                heard_ago=None if heard is None else float(heard),
-                lease_ends_at=None if ends is None else float(ends),
-                lease=None if lease is None else float(lease),
-                workers=_workers(workers),
-                stopped=True,
-            )
-        )
+        if is_stopped(pid) and began is not None and began <= since + 1.0:
+            found.append(_runner_view(row, stopped=True))
     return found
+
+
+def _runner_view(row: tuple[Any, ...], *, stopped: bool) -> ActiveRunner:
+    """A row of ``sql.ACTIVE_RUNNERS`` or ``sql.LAPSED_HERE`` as a view."""
+    rid, pid, host, since, running, heard, ends, lease, workers, _ = row
+    return ActiveRunner(
+        runner_id=str(rid),
+        pid=int(pid),
+        host=str(host),
+        started_at=float(since),
+        running=tuple(running),
+        heard_ago=None if heard is None else float(heard),
+        lease_ends_at=None if ends is None else float(ends),
+        lease=None if lease is None else float(lease),
+        workers=_workers(workers),
+        stopped=stopped,
+    )
 
 
 def _workers(rows: Any) -> tuple[WorkerView, ...]:
