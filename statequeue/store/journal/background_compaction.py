@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.core import child_exits
@@ -25,6 +26,17 @@ if TYPE_CHECKING:
     from statequeue.store.records.state import QueueState
 
 CHILD = "statequeue.store.journal.compaction_child"  # the module the child runs
+
+# Isolated (-I): with `-m` the child put the working directory first on its
+# import path, and a file there named like a module it imports (orjson.py,
+# or a standard one) ran in it (an outside tester's hostile folder). No
+# PYTHON* variable, user site or working directory is read; statequeue is
+# found where this process found it.
+_CHILD_CODE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    f"from {CHILD} import main; sys.exit(main(sys.argv[1:]))"
+)
+_HOME = str(Path(__file__).resolve().parents[3])  # the folder that holds the package
 
 
 class BackgroundCompaction:
@@ -67,7 +79,7 @@ class BackgroundCompaction:
                 return None
         before()
         self.child = subprocess.Popen(
-            [sys.executable, "-m", CHILD, str(folder.path)],
+            [sys.executable, "-I", "-c", _CHILD_CODE, _HOME, str(folder.path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
