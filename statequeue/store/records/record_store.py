@@ -85,6 +85,19 @@ class RecordStore(RecordRunners):
     def _runner_alive(self, runner_id: str) -> bool:
         """True when the runner is alive (or this process is it)."""
 
+    def _write_settling(self, rec: Record, item_id: int, *, sync: bool) -> None:
+        """Write the record that settles a claim, then let the claim go,
+        whatever interrupts in between: a second Ctrl-C that landed after the
+        record (a give-back's "pending") and before the claim was let go left
+        this process holding the claim of an item the journal called pending,
+        which no run or work() loop could take while it lived (an outside
+        tester's double Ctrl-C). Let go even if the write failed: the item
+        stays running under this live runner, recovered when it ends."""
+        try:
+            self._write([rec], sync=sync)
+        finally:
+            self._drop_claim(item_id)
+
     def _maybe_compact(self, state: QueueState) -> None:
         """Compact when enough dead records piled up (stores with a journal)."""
 
@@ -312,8 +325,7 @@ class RecordStore(RecordRunners):
             rec["host"] = host
         if retry_at is not None and not outcome.ok:
             rec["retry_at"] = retry_at
-        self._write([rec], sync=sync)
-        self._drop_claim(claim.item_id)
+        self._write_settling(rec, claim.item_id, sync=sync)
         return target
 
     def defer(
@@ -326,8 +338,7 @@ class RecordStore(RecordRunners):
                 return self._finish_locked(state, claim, failed, None, sync=True)
             at = time.time()  # unrounded: the record rounds its retry time down
             rec = transitions.defer_record(claim, outcome, delay=delay, deferrals=count, at=at)
-            self._write([rec], sync=True)
-            self._drop_claim(claim.item_id)
+            self._write_settling(rec, claim.item_id, sync=True)
             return ItemState.PENDING
 
     def _sync_written(self) -> None:
@@ -356,8 +367,7 @@ class RecordStore(RecordRunners):
             )
             if uncounted:
                 rec["attempts"] = claim.attempt - 1  # as if it had never been claimed
-            self._write([rec], sync=True)
-            self._drop_claim(claim.item_id)
+            self._write_settling(rec, claim.item_id, sync=True)
 
     def check_starts(self, claim: Claim) -> None:
         self._check_mark(claim, over=False)
@@ -384,8 +394,7 @@ class RecordStore(RecordRunners):
         with self._locked() as state:
             item = self._claimed_item(state, claim)
             rec, target = crash_record(item, claim.runner_id, on_interrupted, max_crashes, reason)
-            self._write([rec], sync=True)
-            self._drop_claim(claim.item_id)
+            self._write_settling(rec, claim.item_id, sync=True)
             return target
 
     def _claimed_item(self, state: QueueState, claim: Claim) -> LiveItem:
