@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from statequeue.api.map_names import (
     QueueKey,
@@ -104,6 +104,10 @@ def map(  # statequeue.map, as the issue names it: shadows the builtin here only
     Without ``queue``, the results are kept in a queue named for ``fn``
     (map_names.py: ``crawl.fetch`` for ``fetch`` of ``crawl.py``).
     """
+    if not callable(fn):
+        # Refused before anything is written: each item was recorded failed
+        # with "TypeError: 'NoneType' object is not callable".
+        raise UsageError(f"fn must be a function (callable), not {type(fn).__name__}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"jobs must be a whole number, at least 1, not {jobs!r}")
     if processes:
@@ -273,6 +277,11 @@ def _pool(processes: bool, jobs: int) -> Iterator[ProcessPool | None]:
         yield pool
 
 
+@overload
+def resumable(queue: Callable[[str], R], /) -> Callable[[str], R]: ...
+
+
+@overload
 def resumable(
     queue: str | None = None,
     *,
@@ -280,7 +289,17 @@ def resumable(
     retry_delay: float = 1.0,
     home: str | os.PathLike[str] | None = None,
     store: Store | str | None = None,
-) -> Callable[[Callable[[str], R]], Callable[[str], R]]:
+) -> Callable[[Callable[[str], R]], Callable[[str], R]]: ...
+
+
+def resumable(
+    queue: str | Callable[[str], R] | None = None,
+    *,
+    retries: int = 0,
+    retry_delay: float = 1.0,
+    home: str | os.PathLike[str] | None = None,
+    store: Store | str | None = None,
+) -> Any:
     """A decorator: the function, called once per item, runs at most once to
     completion per item across runs. ``f(x)`` returns the stored result when
     ``x`` was done before (by any call or process), else runs ``f``, records
@@ -288,7 +307,12 @@ def resumable(
     ``f``'s own exception. An item that failed before is run again by a later
     call (a new set of attempts, as ``map`` gives it); MapFailed only when it
     failed in another process while this call waited for it. The queue is
-    opened on the first call and kept open."""
+    opened on the first call and kept open.
+
+    ``@resumable`` alone (no parentheses) is ``@resumable()``: it returned
+    the decorator itself, so ``f(x)`` gave back a function and ran nothing."""
+    if callable(queue):
+        return resumable()(queue)
 
     def decorate(fn: Callable[[str], R]) -> Callable[[str], R]:
         lock = threading.Lock()

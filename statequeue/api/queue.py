@@ -18,6 +18,7 @@ methods from ``QueueReads`` (queue_reads.py).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Sequence
@@ -330,7 +331,7 @@ class Queue(QueueAttempts, QueueReads):
         failure reasons, the slowest items, runners and hosts, computed in one
         streaming pass over every finished attempt (archive included). With
         ``since`` (seconds), only attempts that ended in that last stretch."""
-        return reading.queue_stats(self._shared, since, now)
+        return reading.queue_stats(self._shared, _seconds_back(since), now)
 
     def report(self, since: float | None = None, *, now: float | None = None) -> Report:
         """What `statequeue report` draws: counts, throughput, a timeline of
@@ -340,7 +341,7 @@ class Queue(QueueAttempts, QueueReads):
         # lazy: start-up time (the report's modules; only `report` needs them)
         from statequeue.api.report_data import gather_report
 
-        return gather_report(self._shared, since, now)
+        return gather_report(self._shared, _seconds_back(since), now)
 
     # -- the whole queue: check, drop, export, import -------------------------
 
@@ -369,6 +370,9 @@ class Queue(QueueAttempts, QueueReads):
 
         if isinstance(to, str | os.PathLike):
             return export_to_file(self, Path(to))
+        if isinstance(to, io.TextIOBase):
+            # sys.stdout: a TypeError from its write() came out of the export.
+            raise UsageError("export writes bytes: pass a binary stream (sys.stdout.buffer, 'wb')")
         return export_queue(self, to)
 
     def import_(
@@ -381,10 +385,29 @@ class Queue(QueueAttempts, QueueReads):
         # lazy: start-up time (the export format; enqueue and work never need it)
         from statequeue.api.transfer import CheckedExport, import_entries, read_export
 
-        if isinstance(source, str | bytes | bytearray):
+        if isinstance(source, str | bytes | bytearray) or not (
+            isinstance(source, CheckedExport) or hasattr(source, "__iter__")
+        ):
+            given = (
+                "one str or bytes"
+                if isinstance(source, str | bytes | bytearray)
+                else type(source).__name__
+            )
             raise UsageError(
                 "import_ takes an export's lines (an open binary file, or "
-                "data.splitlines(keepends=True)), not one str or bytes"
+                f"data.splitlines(keepends=True)), not {given}"
             )
         checked = source if isinstance(source, CheckedExport) else read_export(source)
         return import_entries(self, checked.header, checked.entries, merge=merge)
+
+
+def _seconds_back(since: float | None) -> float | None:
+    """``since`` of ``stats`` and ``report``: None, or seconds >= 0. "1d"
+    raised a TypeError deep in the fold, and -5 or NaN were taken."""
+    if since is None:
+        return None
+    if isinstance(since, bool) or not isinstance(since, int | float) or not since >= 0:
+        raise UsageError(f"since must be a number of seconds >= 0 (or None), not {since!r}")
+    if since == float("inf"):
+        return None  # every attempt, as None
+    return float(since)

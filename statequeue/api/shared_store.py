@@ -62,6 +62,9 @@ class SharedStore:
         """Queue ``name``'s store: ``store`` itself, the PostgreSQL store at
         that URL, or by default ($STATEQUEUE_STORE unset) the local journal."""
         check_location(name, home)
+        if store is not None and not isinstance(store, str | Store):
+            # store=5 raised an AttributeError from deep in the opening.
+            raise UsageError(f"store must be a URL (str) or a Store, not {type(store).__name__}")
         if lease is not None:
             check_lease(lease)  # before anything is opened
         reopen: Callable[[], Store] | None = None

@@ -69,11 +69,19 @@ class WorkPolicy:
     """Times an item may ask to be tried later (``TryLater``) before it fails."""
 
     def __post_init__(self) -> None:
+        for name in ("retries", "max_crashes", "max_deferrals"):
+            value = getattr(self, name)
+            # "2", None or 2.5 raised a TypeError at the first comparison, or
+            # were taken as they were (an outside tester of the library).
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{name} must be a whole number, not {value!r}")
         if self.retries < 0 or self.max_crashes < 1 or self.max_deferrals < 0:
             raise UsageError("retries and max_deferrals must be >= 0 and max_crashes >= 1")
         for name in ("retry_delay", "retry_max_delay"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not (
+                isinstance(value, int | float) and math.isfinite(value) and value >= 0
+            ):
                 raise UsageError(f"{name} must be a finite number of seconds >= 0, not {value!r}")
         try:
             policy = OnInterrupted(self.on_interrupted)  # "retry" works too

@@ -179,8 +179,9 @@ class _Slots:
     """Items out for work, at most ``concurrency``; wakes the loop when one settles."""
 
     def __init__(self, concurrency: int) -> None:
-        if concurrency < 1:
-            raise UsageError("concurrency must be at least 1")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            # As map_async says it: "3", None or 2.5 raised a TypeError here.
+            raise UsageError(f"concurrency must be a whole number, at least 1, not {concurrency!r}")
         self.free = asyncio.Semaphore(concurrency)
         self.out: set[AsyncWorkItem] = set()
         # Items whose settling call failed: no longer holding a slot (else a

@@ -256,6 +256,11 @@ def open_home(home: Path, *, create: bool) -> int:
         try:
             fd = os.open(home, _DIR_FLAGS)
         except FileNotFoundError:
+            if os.path.islink(home):  # a link to nothing: said so, not "not a folder"
+                gone = f"{home} links to {os.readlink(home)}, which does not exist"
+                if not create:
+                    raise QueueNotFound(f"no queues in {home} ({gone})") from None
+                raise UsageError(f"home {gone}: make that folder, or choose another home") from None
             if not create:
                 raise QueueNotFound(f"no queues in {home} (the folder does not exist)") from None
             ensure_dir(home)
@@ -263,6 +268,8 @@ def open_home(home: Path, *, create: bool) -> int:
     except NotADirectoryError:
         raise UsageError(f"home {home} exists and is not a folder") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the library raised it bare (the CLI said exit 6)
+            raise UsageError(f"home {home} is a loop of symbolic links") from None
         if exc.errno not in _DENIED:
             raise
         raise home_refused(home, exc) from None
