@@ -77,5 +77,6 @@ def test_a_refusal_reads_the_same_on_both_stores(sq_env: dict[str, str], store_u
         "(must be pending, failed, held)",
         ("cancel", "1"): "statequeue: cannot cancel item 1: it is done "
         "(must be pending, failed, held)",
-        ("retry", "1"): "statequeue: cannot retry item 1: it is done (must be failed, held)",
+        ("retry", "1"): "statequeue: cannot retry item 1: it is done "
+        "(must be failed, held, cancelled)",
     }

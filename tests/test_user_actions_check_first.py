@@ -40,7 +40,11 @@ def status(env: Env, store_url: str) -> dict[str, object]:
     [
         (("retry", "1", "999999"), 7, "no item 999999 in queue 'default'"),
         (("cancel", "1", "999999"), 7, "no item 999999 in queue 'default'"),
-        (("retry", "2", "1", "3"), 2, "cannot retry item 3: it is pending (must be failed, held)"),
+        (
+            ("retry", "2", "1", "3"),
+            2,
+            "cannot retry item 3: it is pending (must be failed, held, cancelled)",
+        ),
         (("cancel", "1", "4", "0"), 7, "no item 0 in queue 'default'"),
     ],
 )

@@ -91,7 +91,9 @@ def retry_items(
     if ids is None:
         return RetryReport(put_back=tuple(store.retry(None, states=states)))
     with _all_or_nothing(ids):
-        running = _to_recover(store, ids, transitions.RETRYABLE, "retry") if ids else []
+        # The states a retry by id takes (cancelled too), as the store checks them.
+        allowed = transitions.retry_allowed(ids, ())
+        running = _to_recover(store, ids, allowed, "retry") if ids else []
         pending = set(_recover(store, running))
         rest = [i for i in ids if i not in pending]
         put_back = store.retry(rest) if rest else []

@@ -25,26 +25,34 @@ def retry(
     ids: IdsArg = None,
     failed: Annotated[bool, typer.Option("--failed", help="Every failed item.")] = False,
     held: Annotated[bool, typer.Option("--held", help="Every held (poison) item.")] = False,
+    cancelled: Annotated[
+        bool, typer.Option("--cancelled", help="Every cancelled item (a cancel undone).")
+    ] = False,
     json: JsonOpt = False,
     home: HomeOpt = None,
     store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
-    """Put failed or held items back as pending, so the next run takes them.
+    """Put failed, held or cancelled items back as pending, so the next run takes them.
 
     Example: statequeue retry --failed
     """
-    if not ids and not (failed or held):
-        raise UsageError("give item ids, --failed or --held")
-    if ids and (failed or held):
-        raise UsageError("give item ids or --failed/--held, not both")
+    if not ids and not (failed or held or cancelled):
+        raise UsageError("give item ids, --failed, --held or --cancelled")
+    if ids and (failed or held or cancelled):
+        raise UsageError("give item ids or --failed/--held/--cancelled, not both")
     q = open_queue(ctx, home, queue, create=False)
     if ids:
         report = q.retry_report(ids)
     else:
         # Chosen by the store under its lock: an item that a concurrent
         # `retry --failed` already put back is not an error.
-        wanted = [s for s, on in ((ItemState.FAILED, failed), (ItemState.HELD, held)) if on]
+        flags = (
+            (ItemState.FAILED, failed),
+            (ItemState.HELD, held),
+            (ItemState.CANCELLED, cancelled),
+        )
+        wanted = [s for s, on in flags if on]
         report = q.retry_report(None, states=wanted)
     if json:
         emit_json({"schema": 1, "changed": report.changed, "recovered": list(report.recovered)})
@@ -69,7 +77,7 @@ def cancel(
     store: StoreOpt = None,
     queue: QueueOpt = None,
 ) -> None:
-    """Cancel pending, failed or held items: they never run (status counts them).
+    """Cancel pending, failed or held items: they never run (`retry ID` undoes it).
 
     Example: statequeue cancel 12 13
     """

@@ -258,16 +258,18 @@ def last_line(text: str, width: int = 200) -> str:
 def retry_allowed(
     ids: Sequence[int] | None, states: Collection[ItemState]
 ) -> tuple[ItemState, ...]:
-    """The states ``retry`` accepts: every retryable one for items named by
-    id; for a retry of every item (``ids`` None), those of them in ``states``.
+    """The states ``retry`` accepts: every retryable one, and cancelled, for
+    items named by id (a cancel undone: nothing else could run it again, and
+    `enqueue` skips it as queued); for a retry of every item (``ids`` None),
+    those of them in ``states`` (cancelled only when asked: `--cancelled`).
     Named items may be pending too where ``states`` has pending: items a
     user's retry has just recovered as pending (api/user_states.py), which
     start afresh as any retried item (``starts_afresh``)."""
     if ids is None:
-        return tuple(s for s in RETRYABLE if s in states)
+        return tuple(s for s in (*RETRYABLE, ItemState.CANCELLED) if s in states)
     if ItemState.PENDING in states:
-        return (*RETRYABLE, ItemState.PENDING)
-    return RETRYABLE
+        return (*RETRYABLE, ItemState.CANCELLED, ItemState.PENDING)
+    return (*RETRYABLE, ItemState.CANCELLED)
 
 
 def user_reason(verb: str) -> str:

@@ -278,16 +278,44 @@ def set_state(
             " ORDER BY id FOR UPDATE",
             (queue, [s.value for s in allowed]),
         ).fetchall()
-        chosen = [(int(i), str(s)) for i, s in rows]
+        if ItemState.CANCELLED in allowed:  # `retry --cancelled`: they have no hot row
+            rows += conn.execute(_CANCELLED, {"q": queue}).fetchall()
+        chosen = sorted((int(i), str(s)) for i, s in rows)
     else:
         chosen = [(i, check_state(conn, queue, i, allowed, verb)) for i in dict.fromkeys(ids)]
     reason = transitions.user_reason(verb)
     for item_id, old in chosen:
-        move(conn, queue, item_id, target, reason)
+        if old == ItemState.CANCELLED.value:
+            _uncancel(conn, queue, item_id, reason)
+        else:
+            move(conn, queue, item_id, target, reason)
         if old != target.value:  # a retry of an item recovered as pending stays pending
             count(conn, queue, {old: -1, target.value: 1})
         event(conn, queue, transitions.user_record(item_id, target, verb, at=now()))
     return [i for i, _ in chosen]
+
+
+# The cancelled items, which left the hot table (``move``), for a retry of them all.
+_CANCELLED = """
+SELECT i.id, i.state FROM statequeue.items i
+WHERE i.queue = %(q)s AND i.state = 'cancelled'
+  AND NOT EXISTS (SELECT 1 FROM statequeue.live l WHERE l.queue = i.queue AND l.id = i.id)
+ORDER BY i.id FOR UPDATE OF i
+"""
+
+
+def _uncancel(conn: Connection, queue: str, item_id: int, reason: str) -> None:
+    """A user's retry of a cancelled item: back in the hot table as pending,
+    afresh, with its attempts so far; no longer archived, so that `compact`
+    moves what it does next (its earlier rows stay in the archive tables)."""
+    key = {"q": queue, "id": item_id, "r": reason, "now": time.time()}
+    conn.execute(
+        "WITH back AS (UPDATE statequeue.items SET state = 'pending', reason = %(r)s,"
+        " archived = false WHERE queue = %(q)s AND id = %(id)s RETURNING attempts)"
+        " INSERT INTO statequeue.live (queue, id, state, attempts, reason, changed_at)"
+        " SELECT %(q)s, %(id)s, 'pending', attempts, %(r)s, %(now)s FROM back",
+        key,
+    )
 
 
 def move(conn: Connection, queue: str, item_id: int, target: ItemState, reason: str) -> None:
@@ -330,6 +358,8 @@ def check_state(
             raise transitions.unknown_item(item_id, queue)
         # Done or cancelled (no hot row): said as the local store says it.
         transitions.check_allowed(verb, item_id, str(row[0]), allowed)
+        if row[0] == ItemState.CANCELLED.value:  # a retry names it: `_uncancel`
+            return str(row[0])
         raise transitions.refusal(verb, item_id, str(row[0]))
     state = str(row[0])
     transitions.check_allowed(verb, item_id, state, allowed)
