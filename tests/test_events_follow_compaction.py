@@ -102,3 +102,32 @@ def test_status_rate_and_start_rate_are_the_same_after_a_compaction(tmp_path: Pa
     assert before.rate is not None and after.rate is not None
     assert before.starts is not None and after.starts is not None
     assert after.starts.count == before.starts.count == 20
+
+
+def test_a_follower_whose_store_reloaded_meanwhile_reads_every_record(tmp_path: Path) -> None:
+    """The store that follows may have reloaded the new journal before its
+    next read: a `status` on it (`status --watch` does both), or its own
+    compaction. It keeps the journal it replaced open for that read. Found
+    by a review of the fix above."""
+    writer = JournalStore(tmp_path / "q", create=True)
+    follower = JournalStore(tmp_path / "q", create=False)
+    try:
+        writer.enqueue([f"i{n}" for n in range(40)])
+        seen, cursor = _drain(follower, None)
+        _work(writer, 10)
+        writer.compact()
+        follower.status()  # reloads the new journal
+        _work(writer, 10)
+        more, cursor = _drain(follower, cursor)
+        seen += more
+        # The same store writes, compacts and follows.
+        _work(follower, 10)
+        follower.compact()
+        _work(follower, 10)
+        more, cursor = _drain(follower, cursor)
+        seen += more
+    finally:
+        follower.close()
+        writer.close()
+    assert [r["id"] for r in seen if r["t"] == "end"] == list(range(1, 41))
+    assert not [r for r in seen if r["t"] == "item"]

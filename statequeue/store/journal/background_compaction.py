@@ -11,10 +11,10 @@ moment leaves the old files or the new ones.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.core import child_exits
@@ -27,16 +27,21 @@ if TYPE_CHECKING:
 
 CHILD = "statequeue.store.journal.compaction_child"  # the module the child runs
 
-# Isolated (-I): with `-m` the child put the working directory first on its
+# Started with -P, not -m alone: `-m` put the working directory first on its
 # import path, and a file there named like a module it imports (orjson.py,
-# or a standard one) ran in it (an outside tester's hostile folder). No
-# PYTHON* variable, user site or working directory is read; statequeue is
-# found where this process found it.
+# or a standard one) ran in it (an outside tester's hostile folder). -P drops
+# only that: PYTHONPATH and the user site, where statequeue or its
+# dependencies may live, stay as this process has them (-I dropped them, and
+# the child failed silently). statequeue's own folder, as this process
+# imported it (links kept), is appended in case only the working directory
+# held it: after the standard library and everything else.
 _CHILD_CODE = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import sys; sys.path.append(sys.argv[1]); "
     f"from {CHILD} import main; sys.exit(main(sys.argv[1:]))"
 )
-_HOME = str(Path(__file__).resolve().parents[3])  # the folder that holds the package
+_HOME = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 class BackgroundCompaction:
@@ -79,7 +84,7 @@ class BackgroundCompaction:
                 return None
         before()
         self.child = subprocess.Popen(
-            [sys.executable, "-I", "-c", _CHILD_CODE, _HOME, str(folder.path)],
+            [sys.executable, "-P", "-c", _CHILD_CODE, _HOME, str(folder.path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -431,6 +431,18 @@ def _arch(item_id: int, text: str, fields: Record, tries: dict[int, list[Record]
     return rec
 
 
+def continues_from(header: Record, inode: object) -> bool:
+    """Whether ``header`` is the snapshot of a compaction of the journal
+    ``inode`` (not of another, nor a journal `fsck --repair` rewrote)."""
+    source = header.get("from")
+    return (
+        header.get("t") == "snap"
+        and isinstance(source, dict)
+        and source.get("inode") == inode
+        and header.get("seq") == source.get("seq", -1) + 1
+    )
+
+
 def unseen_after_compaction(
     found: list[Record], inode: object, seen: object, *, read_to_end: bool = False
 ) -> list[Record]:
@@ -446,14 +458,7 @@ def unseen_after_compaction(
     one replaced (two compactions since its last read), it gets this one
     whole: the states are all it can know of what it missed."""
     header = found[0]
-    source = header.get("from")
-    if (
-        header.get("t") != "snap"
-        or not isinstance(source, dict)
-        or source.get("inode") != inode
-        or not isinstance(seen, int)
-        or header["seq"] != source.get("seq", -1) + 1
-    ):
+    if not continues_from(header, inode) or not isinstance(seen, int):
         return found
     follow = header.get("follow", 0)
     body_end = header["seq"] + follow

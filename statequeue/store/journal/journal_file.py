@@ -211,13 +211,22 @@ class JournalFile:
         self.ops = ops
         self.fd = -1
         self.inode = 0
+        # An events follower's store keeps the journal it replaced open (one
+        # generation): its records after the follower's point may be in the
+        # new journal's snapshot only (journal_reads.read_events). Only a
+        # follower: any other would keep a compacted journal's disk space.
+        self.keep_previous = False
+        self.previous: tuple[int, int] | None = None  # (inode, fd)
         self.offset = 0  # bytes read and applied so far
         self.lines = 0  # complete records read so far
         self.last_seq: int | None = None
 
     def open(self) -> None:
         """Open the existing file at ``path`` and start reading from its beginning."""
-        self.close()
+        if self.fd >= 0 and self.keep_previous:
+            self._drop_previous()
+            self.previous, self.fd = (self.inode, self.fd), -1
+        self.close(previous=False)
         flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
         try:
             self.fd = self.folder.open_file(self.name, flags)
@@ -231,10 +240,17 @@ class JournalFile:
         self.offset = self.lines = 0
         self.last_seq = None
 
-    def close(self) -> None:
+    def close(self, *, previous: bool = True) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if previous:
+            self._drop_previous()
+
+    def _drop_previous(self) -> None:
+        if self.previous is not None:
+            os.close(self.previous[1])
+            self.previous = None
 
     def replaced(self) -> bool:
         """True when the path now names another file (compaction replaced it)."""

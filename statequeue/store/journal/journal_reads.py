@@ -148,29 +148,38 @@ class JournalReads(RecordStore):
         # it: the records appended to it after the cursor and before the
         # compaction's position are in the new journal's snapshot only, as
         # item states, not as records. They are read from it (an outside
-        # tester's `events --follow` lost ~1% of its end records so).
+        # tester's `events --follow` lost ~1% of its end records so). This
+        # store keeps it when another call reloaded first (JournalFile.previous).
+        journal = self.journal
+        journal.keep_previous = True
         followed = -1
-        if inode is not None and inode == self.journal.inode and self.journal.fd >= 0:
-            followed = os.dup(self.journal.fd)
+        if inode is not None and inode == journal.inode and journal.fd >= 0:
+            followed = os.dup(journal.fd)
+        elif inode is not None and journal.previous is not None and journal.previous[0] == inode:
+            followed = os.dup(journal.previous[1])
         try:
             with self._locked():
-                compacted = inode != self.journal.inode
-                earlier: list[Record] = []
-                if compacted and followed >= 0:
-                    # Replaced under the queue lock, which this holds: it ends here.
-                    tail = read_from(followed, offset)
-                    earlier = [r for r in map(decode, tail.splitlines()) if r is not None]
-                    seen = earlier[-1]["seq"] if earlier else seen
+                compacted = inode != journal.inode
                 if compacted:
                     offset = 0  # the journal was compacted: continue from its snapshot
-                data = read_from(self.journal.fd, offset)[: self.journal.offset - offset]
+                data = read_from(journal.fd, offset)[: journal.offset - offset]
                 found = [r for r in map(decode, data.splitlines()) if r is not None]
+                earlier: list[Record] = []
                 if compacted and found:
                     # lazy: start-up time (compaction's modules, only after one)
-                    from statequeue.store.journal.compaction import unseen_after_compaction
+                    from statequeue.store.journal.compaction import (
+                        continues_from,
+                        unseen_after_compaction,
+                    )
 
-                    found = unseen_after_compaction(found, inode, seen, read_to_end=followed >= 0)
-                cursor = (self.journal.inode, self.journal.offset, self.journal.last_seq)
+                    whole = followed >= 0 and continues_from(found[0], inode)
+                    if whole:
+                        # Replaced under the queue lock, which this holds: it ends here.
+                        tail = read_from(followed, cursor[1] if isinstance(cursor, tuple) else 0)
+                        earlier = [r for r in map(decode, tail.splitlines()) if r is not None]
+                        seen = earlier[-1]["seq"] if earlier else seen
+                    found = unseen_after_compaction(found, inode, seen, read_to_end=whole)
+                cursor = (journal.inode, journal.offset, journal.last_seq)
                 return earlier + found, cursor
         finally:
             if followed >= 0:

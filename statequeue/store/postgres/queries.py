@@ -94,7 +94,9 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
                     continue
                 stopped = is_stopped(pid)
         alive.append(_runner_view(row, stopped=stopped))
-    return alive + _stopped_here(conn, queue)
+    # A stopped runner whose lease ended between the two statements is in both.
+    listed = {r.runner_id for r in alive}
+    return alive + [r for r in _stopped_here(conn, queue) if r.runner_id not in listed]
 
 
 def _stopped_here(conn: Connection, queue: str) -> list[ActiveRunner]:

@@ -91,8 +91,10 @@ class RecordStore(RecordRunners):
         record (a give-back's "pending") and before the claim was let go left
         this process holding the claim of an item the journal called pending,
         which no run or work() loop could take while it lived (an outside
-        tester's double Ctrl-C). Let go even if the write failed: the item
-        stays running under this live runner, recovered when it ends."""
+        tester's double Ctrl-C). Let go even if the write failed: the
+        attempt has ended by then (its process exited, or it is kept by the
+        run's keeper, whose inherited claim stays held), so the next
+        recovery records it interrupted, as after a crash."""
         try:
             self._write([rec], sync=sync)
         finally:
