@@ -67,6 +67,7 @@ from statequeue.api import pool_sentinel
 from statequeue.api.pool_semaphores import unlink_once_open
 from statequeue.api.pool_workers import Workers, end_idle, shut_down
 from statequeue.core.errors import PoolBroken
+from statequeue.core.process_state import stat_fields
 
 if TYPE_CHECKING:
     from statequeue.api.pool_sentinel import Sentinel
@@ -417,12 +418,8 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return -1
-    return int(stat[stat.rfind(b")") + 2 :].split(b" ", 2)[1])
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else -1
 
 
 def _watch(pidfd: int) -> None:

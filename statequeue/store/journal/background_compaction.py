@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.core import child_exits
@@ -39,9 +40,7 @@ _CHILD_CODE = (
     "import sys; sys.path.append(sys.argv[1]); "
     f"from {CHILD} import main; sys.exit(main(sys.argv[1:]))"
 )
-_HOME = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-)
+_HOME = str(Path(os.path.abspath(__file__)).parents[3])  # as imported: links kept
 
 
 class BackgroundCompaction:

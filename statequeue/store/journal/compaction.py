@@ -133,14 +133,9 @@ def build(
     # start rate count: the records they came from are archived now (the
     # rate fell by a third after a compaction mid-run, to nothing after one
     # at the end). Within RATES_KEPT seconds of the compaction's position.
-    cutoff = (state.recent_ends[-1] if state.recent_ends else 0.0) - RATES_KEPT
-    ends = [t for t in state.recent_ends if t >= cutoff]
-    if ends:
-        header["recent_ends"] = ends
-    cutoff = (state.recent_starts[-1] if state.recent_starts else 0.0) - RATES_KEPT
-    starts = [t for t in state.recent_starts if t >= cutoff]
-    if starts:
-        header["recent_starts"] = starts
+    for key, times in (("recent_ends", state.recent_ends), ("recent_starts", state.recent_starts)):
+        if times:
+            header[key] = [t for t in times if t >= times[-1] - RATES_KEPT]
     new.last_seq = pos.last_seq  # the header continues the old journal's numbering
     new.append([header], sync=False)
     for start in range(0, len(live), _ARCHIVE_BATCH):

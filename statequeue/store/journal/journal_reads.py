@@ -160,9 +160,8 @@ class JournalReads(RecordStore):
         try:
             with self._locked():
                 compacted = inode != journal.inode
-                if compacted:
-                    offset = 0  # the journal was compacted: continue from its snapshot
-                data = read_from(journal.fd, offset)[: journal.offset - offset]
+                start = 0 if compacted else offset  # compacted: from its snapshot
+                data = read_from(journal.fd, start)[: journal.offset - start]
                 found = [r for r in map(decode, data.splitlines()) if r is not None]
                 earlier: list[Record] = []
                 if compacted and found:
@@ -175,7 +174,7 @@ class JournalReads(RecordStore):
                     whole = followed >= 0 and continues_from(found[0], inode)
                     if whole:
                         # Replaced under the queue lock, which this holds: it ends here.
-                        tail = read_from(followed, cursor[1] if isinstance(cursor, tuple) else 0)
+                        tail = read_from(followed, offset)
                         earlier = [r for r in map(decode, tail.splitlines()) if r is not None]
                         seen = earlier[-1]["seq"] if earlier else seen
                     found = unseen_after_compaction(found, inode, seen, read_to_end=whole)

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+from statequeue.core import process_state
 from statequeue.core.errors import ItemNotFound
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import ItemState
-from statequeue.core.process_state import is_stopped, started_at
 from statequeue.core.records import item_fields
 from statequeue.core.views import (
     STARTS_WINDOW,
@@ -65,17 +65,7 @@ def pid_gone(pid: int) -> bool:
         return True
     except PermissionError:
         return False  # alive, another user's
-    return _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:  # no /proc: the kill above decides
-        return False
-    end = stat.rfind(b")")  # the name, in parentheses, may hold anything
-    return stat[end + 2 : end + 3] == b"Z"
+    return process_state.state(pid) == b"Z"  # no /proc: b"", the kill above decides
 
 
 def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
@@ -83,38 +73,26 @@ def active_runners(conn: Connection, queue: str) -> list[ActiveRunner]:
     it keeps its row until the lease ends); on its own host and boot, a gone
     pid tells at once that it is dead, as recovery there knows (reaping.py)."""
     alive: list[ActiveRunner] = []
-    here: tuple[str, str] | None = None
+    here = (host_name(), boot_id())
     for row in conn.execute(sql.ACTIVE_RUNNERS, {"q": queue}).fetchall():
-        pid, host, boot = int(row[1]), str(row[2]), row[9]
+        pid, since, boot = int(row[1]), float(row[3]), row[9]
         stopped = False
-        if boot:
-            here = here or (host_name(), boot_id())
-            if (host, str(boot)) == here:
-                if pid_gone(pid):
-                    continue
-                stopped = is_stopped(pid)
+        if boot and (str(row[2]), str(boot)) == here:
+            if pid_gone(pid):
+                continue
+            stopped = process_state.stopped_since(pid, since)
         alive.append(_runner_view(row, stopped=stopped))
-    # A stopped runner whose lease ended between the two statements is in both.
+    if not here[1]:
+        return alive
+    # This host's runners whose lease lapsed while their process was stopped
+    # (SIGSTOP, ctrl-Z): alive, and runners again once continued. One whose
+    # lease ended between the two statements is in both: listed once.
     listed = {r.runner_id for r in alive}
-    return alive + [r for r in _stopped_here(conn, queue) if r.runner_id not in listed]
-
-
-def _stopped_here(conn: Connection, queue: str) -> list[ActiveRunner]:
-    """This host's runners whose lease lapsed while their process was
-    stopped (SIGSTOP, ctrl-Z): alive, and runners again once continued."""
-    boot = boot_id()
-    if not boot:
-        return []
-    key = {"q": queue, "host": host_name(), "boot": boot}
-    found: list[ActiveRunner] = []
+    key = {"q": queue, "host": here[0], "boot": here[1]}
     for row in conn.execute(sql.LAPSED_HERE, key).fetchall():
-        pid, since = int(row[1]), float(row[3])
-        began = started_at(pid)
-        # Its own process, not a later one given the same pid: it began
-        # before the runner registered (the clock's tick rounds it).
-        if is_stopped(pid) and began is not None and began <= since + 1.0:
-            found.append(_runner_view(row, stopped=True))
-    return found
+        if str(row[0]) not in listed and process_state.stopped_since(int(row[1]), float(row[3])):
+            alive.append(_runner_view(row, stopped=True))
+    return alive
 
 
 def _runner_view(row: tuple[Any, ...], *, stopped: bool) -> ActiveRunner:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 from statequeue.core.errors import RunnerActive
 from statequeue.core.identity import host_name
 from statequeue.core.models import RunnerInfo
-from statequeue.core.process_state import is_stopped, started_at
+from statequeue.core.process_state import stopped_since
 from statequeue.core.views import ActiveRunner, WorkerView
 from statequeue.store import transitions
 from statequeue.store.records.backend import RecordBackend, record_time
@@ -63,7 +62,10 @@ class RunnerRegistry:
                 started_at=rec.get("since", 0.0),
                 running=tuple(sorted(running.get(rid, ()))),
                 workers=self._workers(rid),
-                stopped=rec.get("host") == here and _stopped(rec),
+                # Its lock may be held by its keeper or a leftover after it
+                # died, and its pid given to another: stopped_since tells.
+                stopped=rec.get("host") == here
+                and stopped_since(rec.get("pid", 0), float(rec.get("since", 0.0))),
             )
             for rid, rec in alive
         ]
@@ -76,15 +78,3 @@ class RunnerRegistry:
             lost = transitions.runner_lost_record(rid, at=record_time(), by=os.getpid())
             backend.write([lost], sync=False)
             backend.forget_runner(rid)
-
-
-def _stopped(rec: dict[str, Any]) -> bool:
-    """Whether the runner ``rec`` records (of this host, its lock held) is
-    stopped by a signal. Its lock may be held by its keeper or a leftover
-    after it died, and its pid given to a later process: one that began
-    after the runner registered is not it (the clock's tick rounds it)."""
-    pid = rec.get("pid", 0)
-    if not is_stopped(pid):
-        return False
-    began = started_at(pid)
-    return began is not None and began <= float(rec.get("since", 0.0)) + 1.0
