@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from statequeue.core.errors import QueueNotFound, RunnerActive, UnsafeFolder
+from statequeue.core.errors import RunnerActive, UnsafeFolder
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.views import Status
-from statequeue.store.postgres import queries, reaping
+from statequeue.store.postgres import queries, reaping, writes
 from statequeue.store.postgres.connection import Connection, connect, guarded
 from statequeue.store.postgres.schema import migrate
 from statequeue.store.postgres.scratch import open_scratch
@@ -111,7 +111,7 @@ def drop(url: str, queue: str) -> None:
     try:
         with guarded(url):
             if migrate(conn, build=False)[1] == 0:
-                raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
+                raise writes.no_queue(queue)
             _mark_dropping(conn, queue)
             for table in QUEUE_TABLES:
                 _delete_rows(conn, table, queue)
@@ -132,7 +132,7 @@ def _mark_dropping(conn: Connection, queue: str) -> None:
             "SELECT 1 FROM statequeue.queues WHERE name = %s FOR UPDATE", (queue,)
         ).fetchone()
         if row is None:
-            raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
+            raise writes.no_queue(queue)
         runners = queries.active_runners(conn, queue)
         if runners:
             r = runners[0]

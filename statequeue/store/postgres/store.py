@@ -114,7 +114,7 @@ class PostgresStore(Store):
             with session.guard():
                 # A look at a database without the schema builds none.
                 if migrate(session.conn, build=create)[1] == 0:
-                    raise QueueNotFound(f"no queue {name!r} in the PostgreSQL store")
+                    raise writes.no_queue(name)
                 self._open_queue(session.conn, create)
         except BaseException as exc:
             if session is not None:
@@ -144,7 +144,7 @@ class PostgresStore(Store):
         found = conn.execute("SELECT dropping FROM statequeue.queues WHERE name = %(q)s", q)
         row = found.fetchone()
         if row is None:
-            raise QueueNotFound(f"no queue {self.name!r} in the PostgreSQL store")
+            raise writes.no_queue(self.name)
         if row[0]:
             raise QueueNotFound(
                 f"queue {self.name!r} is being dropped: run `statequeue drop {self.name} --yes`"

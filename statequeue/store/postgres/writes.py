@@ -38,8 +38,13 @@ def lock_queue(conn: Connection, queue: str, *, shared: bool = False) -> tuple[i
         (queue,),
     ).fetchone()
     if row is None:  # or being dropped: nothing may be added to it
-        raise QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
+        raise no_queue(queue)
     return int(row[0]), bool(row[1])
+
+
+def no_queue(queue: str) -> QueueNotFound:
+    """The error for a queue the database does not hold (or is dropping)."""
+    return QueueNotFound(f"no queue {queue!r} in the PostgreSQL store")
 
 
 def jsonb(value: Any) -> Jsonb:
