@@ -102,12 +102,28 @@ async def _slot(run: MapRun, fn: Callable[[str], Awaitable[Any]], key: QueueKey)
             with working_on(key, got.item_id):  # a call inside fn for this item is refused
                 value = await fn(got.item)
         except Exception as exc:
-            await asyncio.to_thread(run.record_failure, got, exc)
+            await _recorded(run, got, run.record_failure, exc)
             continue
         except BaseException:
             run.give_back(got, "interrupted: the map was stopped")
             raise
-        await asyncio.to_thread(run.record, got, value)
+        await _recorded(run, got, run.record, value)
+
+
+async def _recorded(
+    run: MapRun, claim: Claim, record: Callable[[Claim, Any], None], what: Any
+) -> None:
+    """``record(claim, what)`` off the loop; if it fails (a full disk, a store
+    error), the item is given back (best effort) before the error goes on."""
+    try:
+        await asyncio.to_thread(record, claim, what)
+    except BaseException:
+        await asyncio.shield(
+            asyncio.to_thread(
+                run.give_back_unsettled, claim, "interrupted: the map stopped on an error"
+            )
+        )
+        raise
 
 
 async def _off_loop_claim(run: MapRun) -> Claim | float | None:

@@ -4,6 +4,7 @@ share it; the loops that drive them are in ``mapping`` and ``map_async``."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -17,7 +18,13 @@ from statequeue.api import rate_limits
 from statequeue.api.attempt_log import log_traceback
 from statequeue.api.queue import Queue, refuse_single_text
 from statequeue.api.work import WorkPolicy, failure_reason, next_nap, wait_for_due
-from statequeue.core.errors import InvalidResult, MapFailed, PoolBroken, TryLater
+from statequeue.core.errors import (
+    InvalidResult,
+    MapFailed,
+    PoolBroken,
+    StateQueueError,
+    TryLater,
+)
 from statequeue.core.identity import new_runner
 from statequeue.core.items import check_items
 from statequeue.core.models import Claim, ItemState, Outcome
@@ -232,6 +239,18 @@ class MapRun:
             self._held.pop(claim.item_id, None)
         if not self.queue.closed:
             self.queue.release(claim, why)
+
+    def give_back_unsettled(self, claim: Claim, why: str) -> None:
+        """Best effort, as a slot ends on an error (its result could not be
+        recorded: a full disk, a store error): give ``claim`` back if this run
+        still holds it, so that it is not left recorded as running, for
+        recovery to count a crash. The disk full: in the room the queue's
+        space reserve leaves (``Queue.release``)."""
+        with self._lock:
+            held = claim.item_id in self._held
+        if held:
+            with contextlib.suppress(StateQueueError):  # recovery finds it instead
+                self.give_back(claim, why)
 
     def _settled(self, claim: Claim, state: ItemState, value: Any) -> None:
         with self._lock:

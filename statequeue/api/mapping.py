@@ -208,6 +208,7 @@ def _run_slots(
 
 def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> None:
     """Take items one at a time; each result is durable before the next claim."""
+    claim = None
     try:
         while (claim := run.take(stop.is_set)) is not None:
             _attempt(run, call, claim)
@@ -218,6 +219,8 @@ def _slot(run: MapRun, call: Callable[[Claim], Any], stop: threading.Event) -> N
         stop.set()
         if run.error is None:
             run.error = exc
+        if claim is not None and os.getpid() == run.runner.pid:  # its result not recorded
+            run.give_back_unsettled(claim, "interrupted: the map stopped on an error")
         if threading.current_thread() is threading.main_thread():
             raise
 

@@ -117,9 +117,11 @@ class QueueAttempts:
     # -- runners, leases, durability ------------------------------------------
 
     def register_runner(self, runner: RunnerInfo) -> None:
-        """Record that ``runner`` (a work loop in this process) is active."""
+        """Record that ``runner`` (a work loop in this process) is active, and
+        keep the queue's space reserve, as `run` does (``release``)."""
         with self._shared.using() as store:
             store.register_runner(runner)
+            store.keep_space_reserve()
 
     def unregister_runner(self, runner_id: str) -> None:
         """Record that the runner stopped cleanly."""
@@ -128,9 +130,14 @@ class QueueAttempts:
 
     def release(self, claim: Claim, reason: str, *, uncounted: bool = False) -> None:
         """Give a claimed item back as pending, not counted as a failure (durable);
-        ``uncounted``: its attempt never began (see ``Store.release``)."""
-        with self._shared.using() as store:
-            store.release(claim, reason, uncounted=uncounted)
+        ``uncounted``: its attempt never began (see ``Store.release``). After a
+        full disk stopped the store, in the room its space reserve leaves
+        (``Store.space_reserve_freed``), as `run` gives its items back: else
+        the next run would recover the item as if its runner had died,
+        counting a crash (three such stops hold an innocent item as poison)."""
+        with self._shared.using() as store, store.space_reserve_freed() as full_disk:
+            why = f"{reason}: the disk was full" if full_disk else reason
+            store.release(claim, why, uncounted=uncounted)
 
     def interrupt(
         self, claim: Claim, reason: str, policy: OnInterrupted, max_crashes: int

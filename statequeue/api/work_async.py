@@ -293,12 +293,21 @@ async def _next_item(
 
 async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bool) -> None:
     """Give back the items not settled (the loop was left early) and unregister.
-    An item whose done() or fail() is under way is left to it (its store call
-    runs on in its thread); a later settle of an item given back here raises
-    CancelledError when the loop was cancelled (its handler's task group is
-    being cancelled too), else UsageError."""
+    A done() or fail() under way is waited for first (its store call runs on
+    in its thread): if it fails (a full disk), its item is given back with
+    the rest, rather than left recorded as running for recovery to count a
+    crash. A later settle of an item given back here raises CancelledError
+    when the loop was cancelled (its handler's task group is being cancelled
+    too), else UsageError."""
     if queue.closed or os.getpid() != runner.pid:
         return  # closed; or a fork's copy of the loop, whose items are its parent's
+    under_way = {
+        item._settling.task
+        for item in [*slots.out, *slots.stuck]
+        if item._settling is not None and not item._settling.task.done()
+    }
+    # A cancellation meanwhile goes on once the items are back (_to_its_end).
+    stop = await _to_its_end(asyncio.ensure_future(asyncio.wait(under_way))) if under_way else None
     back = [
         item
         for item in [*slots.out, *slots.stuck]
@@ -317,7 +326,26 @@ async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bo
                 item.sync_item.release("abandoned: the work loop stopped early")
         queue.unregister_runner(runner.runner_id)
 
-    await asyncio.shield(asyncio.to_thread(end))
+    stop = await _to_its_end(asyncio.ensure_future(asyncio.to_thread(end))) or stop
+    if stop is not None:
+        raise stop
+
+
+async def _to_its_end(future: asyncio.Future[Any]) -> asyncio.CancelledError | None:
+    """Wait for ``future`` (the give-back's thread, the settles under way) to
+    its end even when this task is cancelled meanwhile, and return that
+    cancellation, for the caller to raise once its work is done: whoever
+    caught it would close the queue under the give-back (a handler's error in
+    a TaskGroup, found with a full disk: the items were left recorded as
+    running, for recovery to count a crash). Raises ``future``'s own error."""
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    future.result()
+    return cancelled
 
 
 __all__ = ["AsyncWorkItem", "work_loop_async"]

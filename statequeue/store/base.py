@@ -227,14 +227,18 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
         space. Default: nothing (the store keeps no files of its own)."""
 
     @contextmanager
-    def space_reserve_freed(self, failure: BaseException) -> Iterator[bool]:
-        """The run stops on ``failure``. If it is this store's DiskFull from a
-        failed write that left the records whole (never a failed fsync: after
-        one nothing more may be written), free the reserve and yield True:
-        within the block the store takes the few records that give the run's
-        items back (``release``, fsynced as ever); afterwards it refuses
-        writes again, as after any DurabilityError. Else yield False and
-        change nothing (the items are left to recovery). Default: False."""
+    def space_reserve_freed(self, failure: BaseException | None = None) -> Iterator[bool]:
+        """The run stops on ``failure`` (None: on whatever stopped this store,
+        if anything did). If it is this store's DiskFull from a failed write
+        that left the records whole (never a failed fsync: after one nothing
+        more may be written), free the reserve and yield True: within the
+        block the store takes the few records that give the run's items back
+        (``release``, fsynced as ever); afterwards it refuses writes again,
+        as after any DurabilityError. A later call for the same stop yields
+        True again (a library loop gives its items back one call at a time):
+        the reserve is freed once, and a write that finds the disk full again
+        fails as any write does. Else yield False and change nothing (the
+        items are left to recovery). Default: False."""
         yield False
 
     @abstractmethod

@@ -106,6 +106,7 @@ class JournalStore(JournalReads):
         self.rate = RateFile(self.dir)  # the shared start rate (run --rate)
         self._archive_index: ArchiveIndex | None = None  # where archived results are
         self._broken: DurabilityError | None = None
+        self._reserve_freed = False  # space_reserve_freed removed the reserve
         self.settings = JournalSettings.from_environment(auto_compact=auto_compact)
         self.dedupe = DedupeKeys(self.dir, self.journal, self.state, self.settings)
         self.summary = StatsSummary(self.dir, self.journal, self.settings, self._locked)
@@ -290,16 +291,18 @@ class JournalStore(JournalReads):
             space_reserve.keep(self.dir)
 
     @contextmanager
-    def space_reserve_freed(self, failure: BaseException) -> Iterator[bool]:
+    def space_reserve_freed(self, failure: BaseException | None = None) -> Iterator[bool]:
         broken = self._broken
+        failure = broken if failure is None else failure
         if not (failure is broken and isinstance(broken, DiskFull) and broken.appendable):
             yield False
             return
         from statequeue.store.journal import space_reserve  # lazy: start-up time (run only)
 
-        if not space_reserve.free(self.dir):
+        if not (self._reserve_freed or space_reserve.free(self.dir)):
             yield False
             return
+        self._reserve_freed = True  # one stop: the library gives its items back a call each
         self._broken = None
         self.replay.bulk = True  # no checkpoint meanwhile: the room freed is for the records
         try:
