@@ -148,9 +148,12 @@ class Job:
     """A running child for one claim."""
 
     watch_now = False
+    """Whether its pipes are watched from its start (else after a delay: output_watch.py)."""
     result_by_file = True
     """Whether the result comes in a file at STATEQUEUE_RESULT (else: in a worker's reply)."""
-    """Whether its pipes are watched from its start (else after a delay: output_watch.py)."""
+    process_per_attempt = True
+    """Whether the attempt is a process of its own, which ends with it (else a
+    request to a persistent worker, which lives on): ``cut`` ends its item."""
     interruption = ""
     """Set when the attempt died with its process and is to be recorded as
     interrupted (a crash), not as a failure: a persistent worker's (persistent.py)."""

@@ -239,6 +239,7 @@ class WorkerAttempt(Job):
 
     watch_now = True  # the reply must wake the runner at once
     result_by_file = False  # it comes in the reply
+    process_per_attempt = False  # the worker lives on for the next item
 
     def __init__(
         self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int, pool: WorkerPool

@@ -486,7 +486,20 @@ class Runner:
                 job.cut()
             del self.jobs[job.token]
             self._watch.forget_output(job)  # finish() closes the pipes
-            results.append((job, job.finish()))
+            outcome = job.finish()
+            if (
+                not (job.stop_reason or outcome.ok)
+                and job.process_per_attempt
+                and self.queue.store.has_leases
+            ):
+                # A failed attempt's item may run again (a retry, a deferral,
+                # `retry`), here or on another host: with leases its claim is
+                # no lock that attempt waits for (a new token; another host
+                # sees no lock of ours), so nothing of this one may outlive
+                # it. A detached leftover ran beside the retry until the
+                # old lease's fencing killed it.
+                job.cut()
+            results.append((job, outcome))
         if self.workers is not None:  # what its `reserving` asks
             self.workers.attempts_ended([outcome.duration for _, outcome in results])
         self.recorder.record_batch(results, self._stop_signal)
