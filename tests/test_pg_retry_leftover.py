@@ -36,7 +36,8 @@ WORKER = textwrap.dedent(
     exec 9>"$d/lock"
     flock -n 9 || echo OVERLAP >> "$d/log"
     if mkdir "$d/first" 2>/dev/null; then
-        setsid sh -c 'echo $$ > "$0/leftover.pid"; exec sleep 30' "$d" 9>&9 </dev/null >/dev/null 2>&1 &
+        setsid sh -c 'echo $$ > "$0/leftover.pid"; exec sleep 30' "$d" \
+            </dev/null >/dev/null 2>&1 &
         n=0
         while [ ! -s "$d/leftover.pid" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done
         exit "$code"
@@ -56,8 +57,10 @@ def test_a_retry_never_runs_beside_the_failed_attempts_detached_leftover(
     subprocess.run([STATEQUEUE, "enqueue", "a"], env=env, check=True, timeout=60)
     try:
         run = subprocess.run(
-            [STATEQUEUE, "run", "--no-live", "--lease", "6s", "--retries", "1"]
-            + ["--retry-delay", "100ms", "--", "sh", str(worker), str(tmp_path), code],
+            [
+                *(STATEQUEUE, "run", "--no-live", "--lease", "6s", "--retries", "1"),
+                *("--retry-delay", "100ms", "--", "sh", str(worker), str(tmp_path), code),
+            ],
             env=env,
             capture_output=True,
             text=True,

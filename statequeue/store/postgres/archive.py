@@ -51,10 +51,10 @@ WITH batch AS MATERIALIZED (
 ), gone_events AS (
     DELETE FROM statequeue.events e USING batch
     WHERE e.queue = %(q)s AND e.id = batch.id AND e.body->>'t' <> 'enq'
-    RETURNING e.seq, e.queue, e.id, e.body
+    RETURNING e.seq, e.queue, e.id, e.body, e.xid
 ), kept_events AS (
-    INSERT INTO statequeue.archived_events (seq, queue, id, body)
-    SELECT seq, queue, id, body FROM gone_events
+    INSERT INTO statequeue.archived_events (seq, queue, id, body, xid)
+    SELECT seq, queue, id, body, xid FROM gone_events
     RETURNING 1
 )
 SELECT (SELECT max(id) FROM marked), (SELECT count(*) FROM marked),

@@ -33,18 +33,29 @@ from statequeue.store.postgres.connection import Connection
 
 PAGE = 5_000
 
-_READ = """
-SELECT seq, xid::text, body FROM statequeue.events
-WHERE queue = %(q)s AND xid >= %(horizon)s::xid8 AND NOT (seq = ANY(%(seen)s::bigint[]))
+# The events since the horizon, wherever they are now: compaction moves a
+# done item's events to ``archived_events`` (keeping seq and xid, in one
+# transaction: a read sees each event in one table or the other), maybe
+# before this follower read them (schema version 14).
+_SINCE = """
+SELECT seq, xid, body FROM statequeue.events
+WHERE queue = %(q)s AND xid >= %(horizon)s::xid8
+UNION ALL
+SELECT seq, xid, body FROM statequeue.archived_events
+WHERE queue = %(q)s AND xid >= %(horizon)s::xid8 AND xid IS NOT NULL
+"""
+
+_READ = f"""
+SELECT seq, xid::text, body FROM ({_SINCE}) e
+WHERE NOT (seq = ANY(%(seen)s::bigint[]))
 ORDER BY seq LIMIT %(n)s
 """
 
 # The oldest xid among the events this read left for the next (a page cut it
 # short): the horizon may not pass them.
-_LEFT_OVER = """
-SELECT min(xid)::text FROM statequeue.events
-WHERE queue = %(q)s AND xid >= %(horizon)s::xid8 AND seq > %(last)s
-  AND NOT (seq = ANY(%(seen)s::bigint[]))
+_LEFT_OVER = f"""
+SELECT min(xid)::text FROM ({_SINCE}) e
+WHERE seq > %(last)s AND NOT (seq = ANY(%(seen)s::bigint[]))
 """
 
 
