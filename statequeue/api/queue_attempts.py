@@ -120,8 +120,8 @@ class QueueAttempts:
         """Record that ``runner`` (a work loop in this process) is active, and
         keep the queue's space reserve, as `run` does (``release``)."""
         with self._shared.using() as store:
+            store.keep_space_reserve()  # first: with no room for it, the loop must not start
             store.register_runner(runner)
-            store.keep_space_reserve()
 
     def unregister_runner(self, runner_id: str) -> None:
         """Record that the runner stopped cleanly."""

@@ -223,8 +223,10 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
         """Best effort, as a run starts: make sure the queue keeps a little
         disk space in reserve (the journal store: a ``reserve`` file in its
         folder), so that a run stopped by a full disk can still give its
-        items back (``space_reserve_freed``). Never raises for want of
-        space. Default: nothing (the store keeps no files of its own)."""
+        items back (``space_reserve_freed``). DiskFull when the disk has no
+        room for it (the run must not start: it could not give its items
+        back); nothing for any other reason it cannot be made. Default:
+        nothing (the store keeps no files of its own)."""
 
     @contextmanager
     def space_reserve_freed(self, failure: BaseException | None = None) -> Iterator[bool]:
