@@ -205,3 +205,46 @@ def test_a_leftover_of_an_item_recorded_done_may_go_on_past_its_lease(
     pid = int(desc.read_text())
     _until(lambda: _gone(pid), "the leftover to end")
     assert survived.exists(), "the leftover of a done item was killed at its lease's end"
+
+
+def test_a_runner_frozen_while_its_queue_was_dropped_and_made_again_claims_nothing(
+    tmp_path: Path,
+    sq_env: dict[str, str],
+    pg_url: str,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    """Frozen past its lease, the runner is no longer alive, so `drop` goes
+    ahead; a queue made again under the name is another queue. The runner,
+    resumed, worked its items unregistered, unseen by `status` and `drop`
+    (an outside tester's finding): it now stops, claiming nothing of it."""
+    env = dict(sq_env, STATEQUEUE_STORE=pg_url)
+    log = tmp_path / "log"
+    subprocess.run([STATEQUEUE, "enqueue", "old1", "old2"], env=env, check=True, timeout=60)
+    work = f'echo "$1" >> {log}; sleep 1'
+    with open(tmp_path / "runner.err", "wb") as err:
+        runner = subprocess.Popen(
+            [STATEQUEUE, "run", "--no-live", "--lease", "2s", "--", "sh", "-c", work, "sh", "{}"],
+            env=dict(env, STATEQUEUE_HOST="alpha"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    procs.append(runner)
+    _until(lambda: log.exists() and "old1" in log.read_text(), "the first item to start")
+    os.kill(runner.pid, signal.SIGSTOP)
+    _until(lambda: _lease_over(pg_url, 1), "the frozen runner's lease to end")
+    dropped = subprocess.run(
+        [STATEQUEUE, "drop", "default", "--yes"], env=env, capture_output=True, timeout=60
+    )
+    assert dropped.returncode == 0, dropped.stderr
+    subprocess.run([STATEQUEUE, "enqueue", "new1", "new2"], env=env, check=True, timeout=60)
+    os.kill(runner.pid, signal.SIGCONT)
+    code = runner.wait(DEADLINE)
+    said = (tmp_path / "runner.err").read_text()
+    assert "new" not in log.read_text(), (log.read_text(), said)
+    assert code == 7 and "was dropped while runner" in said, (code, said)  # NOT_FOUND
+    status = subprocess.run(
+        [STATEQUEUE, "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert '"pending": 2' in status.stdout.replace('"pending":2', '"pending": 2'), status.stdout

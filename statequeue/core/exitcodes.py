@@ -72,7 +72,8 @@ MEANINGS: dict[ExitCode, str] = {
         "no such queue or item, (`logs --attempt N`) no such attempt, or no such file or "
         "folder: `import FILE`, `export -o FILE` or `report -o FILE` into a missing folder; "
         "or the queue was dropped while the command had it open (`status --watch`, "
-        "`events --follow`, `logs --follow`)"
+        "`events --follow`, `logs --follow`; on PostgreSQL, a `run` frozen past its lease "
+        "meanwhile)"
     ),
     ExitCode.LOCKED: (
         "the queue stayed locked by another process for `STATEQUEUE_LOCK_TIMEOUT` seconds "

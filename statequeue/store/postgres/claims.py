@@ -38,7 +38,7 @@ from typing import Any
 import psycopg
 
 from statequeue.core import lease_clock
-from statequeue.core.errors import ClaimLost, StateQueueError
+from statequeue.core.errors import ClaimLost, QueueNotFound, StateQueueError
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import Claim, ItemState, OnInterrupted, Outcome, RunnerInfo
 from statequeue.core.views import RecoveryReport
@@ -109,6 +109,7 @@ class Claims:
         # Recovery looks for expired leases: at most every RECOVER_EVERY
         # seconds while claims succeed, and always before reporting that
         # nothing is left (an orphan may be all there is).
+        self._check_registered(runner)
         recovered = False
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
@@ -118,6 +119,23 @@ class Claims:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)
             sent, row = self._claim_row(runner, among)
         return None if row is None else self._held(runner, sent, row)
+
+    def _check_registered(self, runner: RunnerInfo) -> None:
+        """Before a claim by a runner that no renewal has confirmed for a lease
+        (it was frozen): QueueNotFound if its row is gone. The queue was
+        dropped meanwhile (`drop` refuses only while a runner is alive), maybe
+        made again under its name: a resumed runner worked the new queue's
+        items unregistered, unseen by `status` and by `drop` (an outside
+        tester's finding). One clock read per claim otherwise."""
+        if runner.runner_id not in self._leases.runners or not self._leases.overdue():
+            return
+        leases = self._leases
+        if not self._session.patiently(lambda conn: leases.registered(conn, runner.runner_id)):
+            raise QueueNotFound(
+                f"queue {self.name!r} was dropped while runner {runner.runner_id[:8]} was"
+                " stopped: it claims nothing more (a queue made again under the name is"
+                " another queue)"
+            )
 
     def _held(self, runner: RunnerInfo, sent: float, row: Sequence[Any]) -> Claim:
         """The claim of a claimed row (id, item, attempts, token, interrupted, failures)."""
@@ -213,6 +231,7 @@ class Claims:
         """One statement, one transaction and one synchronous commit: the result
         is durable before this returns. No next claim (None) when none is due
         (the runner's own ``claim`` then recovers orphans before it says so)."""
+        self._check_registered(runner)
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY:
             self.recover(on_interrupted=on_interrupted, max_crashes=max_crashes)  # as claim does
         params = writes.finish_params(

@@ -61,6 +61,10 @@ class Leases:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Connection | None = None
+        # Lease-clock time of the last renewal that found every runner's row
+        # (``registered``): a runner frozen longer than a lease checks its
+        # row before it claims again.
+        self.confirmed = lease_clock.now()
 
     def hold(self, token: int, sent: float) -> None:
         """Start counting ``token``'s lease from ``sent`` (when its claim was sent)."""
@@ -152,7 +156,10 @@ class Leases:
             self._reset()
             return None
         renewed = {int(r[0]) for r in rows if r[0] is not None}
-        self._revive(conn, set(runners) - {str(r[1]) for r in rows if r[1] is not None})
+        missing = set(runners) - {str(r[1]) for r in rows if r[1] is not None}
+        self._revive(conn, missing)
+        if not missing:
+            self.confirmed = max(self.confirmed, sent)
         lost = set()
         with self._lock:
             for token in tokens:
@@ -164,6 +171,25 @@ class Leases:
                     lost.add(token)
             self._lost |= lost
         return lost
+
+    def overdue(self) -> bool:
+        """No renewal has confirmed the runners' rows for a lease or more (the
+        process was frozen, or the database out of reach): ``registered``
+        must be checked before the next claim."""
+        return lease_clock.now() - self.confirmed > self.lease
+
+    def registered(self, conn: Connection, runner_id: str) -> bool:
+        """Whether ``runner_id`` still has its row in this queue (a stopped
+        one, marked lost by a reaper, counts: it is revived). None is left
+        when the queue was dropped while the runner was frozen; a queue of
+        the same name made since has none of it either."""
+        row = conn.execute(
+            "SELECT 1 FROM statequeue.runners WHERE queue = %s AND runner_id = %s",
+            (self.queue, runner_id),
+        ).fetchone()
+        if row is not None:
+            self.confirmed = max(self.confirmed, lease_clock.now())
+        return row is not None
 
     def _revive(self, conn: Connection, stopped: set[str]) -> None:
         """Make this store's runners in ``stopped`` (rows a reaper marked lost
