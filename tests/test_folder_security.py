@@ -345,3 +345,35 @@ def test_creating_a_queue_makes_its_folder_durable_through_file_ops(sq_home: Pat
         ("rename", journal),
         ("dirfsync", str(sq_home / "q")),
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("journal.jsonl", ["status"]),
+        ("lock", ["status"]),
+        ("claims.lock", ["run", "--no-live", "--", "true"]),
+        ("reserve", ["run", "--no-live", "--", "true"]),
+        ("state.ckpt", ["compact"]),
+        ("stats.ckpt", ["compact"]),
+        ("compact.lock", ["compact"]),
+    ],
+)
+def test_a_folder_at_a_queue_files_name_is_refused_with_exit_9(
+    sq_env: Env, sq_home: Path, name: str, args: list[str]
+) -> None:
+    """As a FIFO there is (`help internals`): one line naming it, exit 9. It
+    was exit 6, "Is a directory", as if a write had failed (an outside
+    tester's finding)."""
+    assert sq(sq_env, "enqueue", "a", "b").returncode == 0
+    assert sq(sq_env, "run", "--no-live", "--limit", "1", "--", "true").returncode == 0
+    target = sq_home / "default" / name
+    aside = target.with_name(f"{name}.aside")
+    if target.exists():
+        target.rename(aside)
+    target.mkdir(mode=0o700)
+    one_line_error(sq(sq_env, *args), UNSAFE, str(target), "is a folder")
+    target.rmdir()
+    if aside.exists():
+        aside.rename(target)
+    assert sq(sq_env, "status").returncode == 0  # nothing else was changed

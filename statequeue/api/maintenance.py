@@ -26,6 +26,7 @@ from statequeue.api.queue_whole import (
 from statequeue.api.shared_store import queue_folder
 from statequeue.core.errors import (
     DamagedState,
+    FolderAtFileName,
     NoAccess,
     RunnerActive,
     UnsafeFolder,
@@ -145,6 +146,10 @@ def list_queues(
             if holds_queue(folder):
                 with Queue(folder.name, home=root, create=False, store=None) as q:
                     found.append(q.status())
+        except FolderAtFileName as exc:  # our own folder, broken: listed as damaged
+            if on_damaged is None:
+                raise
+            on_damaged(folder.name, DamagedState(exc.message))
         except UnsafeFolder as exc:
             if on_unsafe is None:
                 raise
@@ -184,7 +189,7 @@ def _idle_folder(name: str, home: str | os.PathLike[str] | None) -> Path:
         q = Queue(name, home=home, create=False, store=None)
     except DamagedState:
         return _idle_broken_folder(name, home)
-    except (OSError, UsageError) as exc:
+    except (OSError, UsageError, FolderAtFileName) as exc:
         # Broken in a way opening does not call damage (its lock a folder, its
         # logs a file): `queues` lists it as damaged, so it drops as one does,
         # provided it is a queue's folder at all.

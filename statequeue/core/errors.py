@@ -152,6 +152,13 @@ class UnsafeFolder(StateQueueError):
     exit_code = ExitCode.UNSAFE_FOLDER
 
 
+class FolderAtFileName(UnsafeFolder):
+    """a folder stands where statequeue keeps a file of the queue (remove it).
+
+    Refused as a FIFO there is (exit 9); ``queues`` lists its queue as damaged
+    and ``drop`` removes it, as for a queue broken in other ways."""
+
+
 class NoAccess(UsageError):
     """cannot access a file of the queue."""
 

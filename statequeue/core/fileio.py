@@ -16,6 +16,7 @@ import stat
 from statequeue.core.errors import (
     DiskFull,
     DurabilityError,
+    FolderAtFileName,
     ShortOfResources,
     UnsafeFolder,
     shortage_remedy,
@@ -153,6 +154,11 @@ def open_own(name: str, flags: int, dir_fd: int | None, mode: int = 0o600, shown
     try:
         fd = os.open(name, (flags & ~os.O_TRUNC) | _OWN_FLAGS, mode, dir_fd=dir_fd)
     except OSError as exc:
+        if exc.errno == errno.EISDIR:  # opened to write: a folder at the name
+            raise FolderAtFileName(
+                f"{shown or name} is a folder, not a regular file; statequeue refuses to use"
+                " it (remove it)"
+            ) from None
         if exc.errno != errno.ENXIO:  # a FIFO with no reader (O_WRONLY), a socket
             raise
         raise UnsafeFolder(

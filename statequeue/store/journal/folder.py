@@ -121,8 +121,8 @@ class QueueFolder:
         meanwhile); other errors (FileNotFoundError, ...) pass through."""
         try:
             return open_own(name, flags, self.subfolder(sub), mode, shown="")
-        except UnsafeFolder as exc:
-            raise UnsafeFolder(exc.message.replace(name, self.shown(name, sub), 1)) from None
+        except UnsafeFolder as exc:  # the same kind, naming the file in full
+            raise type(exc)(exc.message.replace(name, self.shown(name, sub), 1)) from None
         except OSError as exc:
             raise self._explain(exc, name, sub, writing=bool(flags & _WRITING)) from None
 

@@ -23,6 +23,7 @@ the few of its steps compaction takes part in, and nothing else of it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -31,7 +32,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from statequeue.core.errors import CorruptJournal, DamagedState, LockTimeout, StateQueueError
+from statequeue.core.errors import (
+    CorruptJournal,
+    DamagedState,
+    FolderAtFileName,
+    LockTimeout,
+    StateQueueError,
+)
 from statequeue.core.fileio import FileOps, durability_error
 from statequeue.core.records import decode, item_text
 from statequeue.core.views import CompactResult
@@ -118,6 +125,13 @@ def _compact(site: CompactionSite) -> CompactResult:
         copied = _stage_and_copy(site, pos, snapshot, built, new)
         return _swap(site, pos, built, copied, new)
     except OSError as exc:
+        if exc.errno == errno.EISDIR:  # a folder where a checkpoint or cache goes
+            # A rename names its target second.
+            where = exc.filename2 or exc.filename or ""
+            name = os.path.join(str(site.folder.path), str(where))
+            raise FolderAtFileName(
+                f"{name} is a folder, not a regular file; statequeue refuses to use it (remove it)"
+            ) from None
         raise durability_error("compacting", str(site.folder.path), exc) from None
     finally:
         new.close()
