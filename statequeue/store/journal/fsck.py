@@ -28,6 +28,12 @@ from statequeue.store.journal import checkpoint
 from statequeue.store.journal.cache_file import Found
 from statequeue.store.journal.compaction_files import compaction_lock
 from statequeue.store.journal.folder import QueueFolder
+from statequeue.store.journal.fsck_losses import (
+    Dropped,
+    dropped_records,
+    highest_enqueued,
+    state_unsure,
+)
 from statequeue.store.journal.integrity import ARCHIVE, JOURNAL, queue_history
 from statequeue.store.journal.journal_file import (
     TORN_TAIL_KNOWN,
@@ -54,6 +60,7 @@ class FileCheck:
     torn_bytes: int = 0
     problems: list[str] = field(default_factory=list)  # damage not tied to one line
     torn_fate: str = TORN_LEFT  # what became of a torn tail (fsck itself cuts none)
+    cut_end: bool = False  # records are missing past its end (cut short, behind its checkpoint)
 
     @property
     def damaged(self) -> bool:
@@ -83,6 +90,11 @@ class FileCheck:
         return f"{self.path}: {self.valid} valid records; " + ("; ".join(problems) or "ok")
 
 
+def _runs(runs: list[list[int]]) -> str:
+    shown = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs[:20])
+    return shown + (f" and {len(runs) - 20} more run(s)" if len(runs) > 20 else "")
+
+
 def _lines(numbers: list[int]) -> str:
     shown = ", ".join(str(n) for n in numbers[:10])
     return shown + (f" and {len(numbers) - 10} more" if len(numbers) > 10 else "")
@@ -97,6 +109,8 @@ class FsckReport:
     repaired: bool = False
     kept: list[str] = field(default_factory=list)
     lost_ids: list[list[int]] = field(default_factory=list)  # [first, last] ranges
+    # Ids a dropped record named (or may have): their state may have gone back.
+    state_unsure_ids: list[list[int]] = field(default_factory=list)  # [first, last] ranges
 
     @property
     def damaged(self) -> bool:
@@ -112,6 +126,7 @@ class FsckReport:
             "repaired": self.repaired,
             "kept_damaged_files": self.kept,
             "lost_ids": self.lost_ids,
+            "state_unsure_ids": self.state_unsure_ids,
         }
 
     @property
@@ -126,6 +141,12 @@ class FsckReport:
             if self.lost_ids:
                 lost = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.lost_ids)
                 lines.append(f"no surviving record names item id(s) {lost}: left out, never reused")
+            if self.state_unsure_ids:
+                lines.append(
+                    f"item id(s) {_runs(self.state_unsure_ids)} were named by dropped records "
+                    "(or may have been): their state may have gone back, "
+                    "and a done one may run again"
+                )
             lines.append("repaired: the valid records now form the queue")
         return lines
 
@@ -251,6 +272,7 @@ def _journal_problems(qdir: QueueFolder, check: FileCheck, valid: list[Record]) 
     ahead = _checkpoint_ahead(qdir)
     if ahead:
         found.append(ahead)
+    check.cut_end = missing > 0 or ahead is not None
     return found
 
 
@@ -312,6 +334,11 @@ def _repair(
     ops: FileOps,
 ) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    try:
+        data = qdir.read_bytes(JOURNAL)
+    except FileNotFoundError:
+        data = b""
+    dropped = dropped_records(data, report.journal.bad_lines, report.journal.cut_end)
     if report.archive.damaged:
         kept = _salvage(qdir, ARCHIVE, arecords, stamp, ops)
         if kept:  # "": there was no archive to keep
@@ -319,8 +346,11 @@ def _repair(
     header = _header_of(jrecords, report.journal)
     body = [r for r in jrecords if r.get("t") != "snap"]
     trusted = header is not None and not report.archive.damaged
-    new_header = _rebuilt_header(qdir, header, body, trusted=trusted)
-    report.lost_ids = new_header.get("absent", [])
+    new_header, report.lost_ids, arch_ids = _rebuilt_header(
+        qdir, header, body, dropped, trusted=trusted
+    )
+    reach = max(new_header["next_id"], dropped.top + 1)  # past every id replay will hold
+    report.state_unsure_ids = state_unsure(dropped, reach, report.lost_ids, arch_ids)
     kept = _salvage(qdir, JOURNAL, [new_header, *body], stamp, ops)
     if kept:
         report.kept.append(kept)
@@ -328,15 +358,20 @@ def _repair(
 
 
 def _rebuilt_header(
-    qdir: QueueFolder, old: Record | None, body: list[Record], *, trusted: bool
-) -> Record:
+    qdir: QueueFolder, old: Record | None, body: list[Record], dropped: Dropped, *, trusted: bool
+) -> tuple[Record, list[list[int]], list[int]]:
     """The snapshot header of a salvaged journal, made to agree with the
     archive; with ``old`` lost, rebuilt from everything that survives.
 
     With the header lost, ``next_id`` is past every id the archive, the
     records and the checkpoints know of; with it kept, past the checkpoints'
-    (the records' own ids count on replay). The ids below it that no surviving
-    record names are ``absent`` (neither done nor listed, never reused)."""
+    (the records' own ids count on replay), and past an id that only a
+    dropped record still names. The ids below it that no surviving record
+    names are ``absent`` (neither done nor listed, never reused).
+
+    Also returns the ids lost (``absent``, and the ids past it, below the
+    records' own, that no surviving record names: replay leaves them out by
+    itself) and the archived ids."""
     body_ids = {r["id"] for r in body if r.get("t") in ("enq", "item")}
     limit = old["archive_size"] if old is not None and trusted else None
     arch_ids, size, archived = _archive_extent(qdir, limit, body_ids)
@@ -346,9 +381,11 @@ def _rebuilt_header(
     if old is None:
         known = max([known, *body_ids])
     # An item whose enqueue record was lost can still be named by its
-    # attempts' records: its id stays taken (absent), never handed out again.
+    # attempts' records, or by its own dropped enqueue record where that
+    # still reads: its id stays taken (absent), never handed out again.
     orphans = [r for r in body if r.get("id") not in body_ids]
     known = _highest_named(orphans, max(known + 1, old["next_id"] if old is not None else 1))
+    known = highest_enqueued(dropped, known, max(body_ids, default=0))
     next_id = max(known + 1, old["next_id"] if old is not None else 1)
     # The watermark only starts the pending cursor: lower is always safe.
     first_named = min(body_ids, default=next_id) - 1
@@ -368,7 +405,10 @@ def _rebuilt_header(
     absent = _unnamed(next_id, arch_ids, body_ids)
     if absent:
         header["absent"] = absent
-    return header
+    # Every id below the highest one known was handed out (one by one).
+    reach = max(next_id, max(body_ids, default=0) + 1)
+    lost = _unnamed(reach, arch_ids, body_ids)
+    return header, lost, arch_ids
 
 
 def _highest_named(body: list[Record], held: int) -> int:
