@@ -197,8 +197,12 @@ def results(
                 ]
             )
         else:
+            # The result as `show` prints it: compact JSON is one line, its
+            # control characters escaped by JSON itself; escaping it again
+            # (\" as \\") made it invalid JSON. A reason is text: escaped.
             res = "" if r.result is None else orjson.dumps(r.result).decode()
-            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{escaped(r.reason or res)}"
+            last = escaped(r.reason) if r.reason else res
+            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{last}"
             out.write(line.encode("utf-8", "replace") + b"\n")
 
 
