@@ -131,7 +131,10 @@ def _pace_line(status: Status) -> str:
     paced = f"paced at {now} of at most {limit} (burst {status.pace.burst})"
     if status.starts is None:
         return f"start rate: {paced}; {deferred}"
-    started = f"{rate_text(status.starts.per_second)} in the last minute (all runners)"
+    per_second = status.starts.per_second
+    started = (
+        f"{status.starts.count} at once" if per_second is None else f"{rate_text(per_second)}"
+    ) + " in the last minute (all runners)"
     if status.over_limit:
         paced += ": MORE than the limit, some runner is not paced (no --rate)"
     return f"start rate: {started}, {paced}; {deferred}"

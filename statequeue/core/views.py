@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.core.models import STATUS_SCHEMA, ItemState
 from statequeue.core.rates import Pace
+from statequeue.core.recent_rate import start_rate
 from statequeue.core.textsafe import item_json, record_json
 
 if TYPE_CHECKING:  # at run time, through __getattr__ (below)
@@ -99,15 +100,18 @@ class Starts:
     count: int
     first: float
     last: float
-    per_second: float
-    """``count`` over the time from the first to the status (as ``Status.rate``)."""
+    per_second: float | None
+    """Starts per second since the first (``core.recent_rate.start_rate``):
+    the batch that came at that first moment not counted; None while every
+    start came in it."""
 
 
-def starts_of(count: int, first: float, last: float, now: float) -> Starts | None:
-    """The ``Starts`` of ``count`` starts from ``first`` to ``last``; None for fewer than two."""
+def starts_of(count: int, first: float, last: float, now: float, at_first: int) -> Starts | None:
+    """The ``Starts`` of ``count`` starts from ``first`` to ``last``, ``at_first``
+    of them in the first moment (``FIRST_BATCH``); None for fewer than two."""
     if count < 2:
         return None
-    return Starts(count, first, last, count / max(now - first, 1e-3))
+    return Starts(count, first, last, start_rate(count, at_first, first, now))
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,8 @@ class Status:
     not settled since: a run with --verify checks them before running them."""
     paused: bool = False
     rate: float | None = None
-    """Items finished per second over the last minute, while there is progress."""
+    """Items finished per second over the last minute (since the work they
+    count began, when that is shorter: ``core.recent_rate``), while there is progress."""
     deferred: int = 0
     """Pending items waiting because their last attempt asked to be tried later (exit 75)."""
     pace: Pace | None = None

@@ -39,7 +39,7 @@ from statequeue.stats.rates import (
     RecentRate,
     Throughput,
     ThroughputView,
-    finish_times,
+    finished_of,
 )
 from statequeue.stats.sketch import ALPHA, QuantileSketch
 
@@ -209,9 +209,9 @@ class StatsBuilder:
         self._add_done(b)
         for a in b.failures:
             self._add_failure(a)
-        finished = finish_times(b)
+        finished, durations = finished_of(b)
         self.throughput.add_many(finished)
-        self.recent.add_many(finished)
+        self.recent.add_many(finished, durations)
         if max(b.attempt) >= 2:
             retried = [i for i, n in zip(b.item_id, b.attempt, strict=True) if n >= 2]
             for item_id in retried:

@@ -12,10 +12,11 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import truediv
 from typing import TYPE_CHECKING, Protocol, cast
 
+from statequeue.core.recent_rate import rate_span
 from statequeue.core.records import Record
 from statequeue.stats.attempts import AttemptBatch, attempts_of, batches_of
 
@@ -26,7 +27,8 @@ MAX_BUCKETS = 120
 """At most this many throughput buckets: wider ones (merged in pairs) for longer runs."""
 FIRST_BUCKET_SECONDS = 60.0
 RATE_WINDOW_SECONDS = 600.0
-"""The ETA's rate is the finishes of the last 10 minutes."""
+"""The ETA's rate is the finishes of the last 10 minutes (since the work they
+count began, when that is shorter)."""
 
 
 @dataclass(frozen=True)
@@ -125,26 +127,27 @@ class Throughput:
 
 class RecentRate:
     """Finishes per second over the last ``window`` seconds, from per-second
-    counts (at most ``window`` of them are kept)."""
+    counts (at most ``window`` of them are kept), measured since the work
+    they count began (``core.recent_rate``): beside each second's count, the
+    earliest start (end less duration) of the attempts that finished in it."""
 
     def __init__(self, window: float = RATE_WINDOW_SECONDS) -> None:
         self.window = window
         self.seconds: dict[int, int] = {}
+        self.began: dict[int, float] = {}
+        """Per finish second within a window of the newest (``_prune_began``):
+        the earliest start of the attempts finished in it."""
         self.first: float | None = None
         self.newest = -math.inf
 
-    def add(self, at: float) -> None:
-        second = math.floor(at)
-        seconds = self.seconds
-        seconds[second] = seconds.get(second, 0) + 1
-        if self.first is None or at < self.first:
-            self.first = at
-        if second > self.newest:
-            self.newest = second
-            if len(seconds) > 2 * self.window:
-                self._prune(self.newest)
+    def add(self, at: float, duration: float | None = None) -> None:
+        self.add_many([at], [duration])
 
-    def add_many(self, times: Sequence[float]) -> None:
+    def add_many(
+        self, times: Sequence[float], durations: Sequence[float | None] | None = None
+    ) -> None:
+        """Fold finishes at ``times``, their attempts' ``durations`` beside them
+        (None: unknown, the attempt counts as begun when it ended)."""
         if not times:
             return
         first = min(times)
@@ -154,6 +157,17 @@ class RecentRate:
         for second, n in Counter(map(math.floor, times)).items():
             seconds[second] = seconds.get(second, 0) + n
         self.newest = max(self.newest, math.floor(max(times)))
+        # Starts only for what a window ending at the newest can hold (C-level
+        # filter: an archive's old finishes cost no Python step each).
+        self._prune_began()
+        cut = float(math.ceil(self.newest - self.window))  # floor(at) >= newest - window
+        pairs = zip(times, durations if durations is not None else repeat(None), strict=False)
+        for at, dur in compress(pairs, map(cut.__le__, times)):
+            began = at - dur if dur is not None and dur > 0 else at
+            second = math.floor(at)
+            known = self.began.get(second)
+            if known is None or began < known:
+                self.began[second] = began
         if len(seconds) > 2 * self.window:
             self._prune(self.newest)
 
@@ -166,14 +180,27 @@ class RecentRate:
         seconds = self.seconds
         for second, n in other.seconds.items():
             seconds[second] = seconds.get(second, 0) + n
+        for second, began in other.began.items():
+            known = self.began.get(second)
+            if known is None or began < known:
+                self.began[second] = began
         self.newest = max(self.newest, other.newest)
+        self._prune_began()
         if len(seconds) > 2 * self.window:
             self._prune(self.newest)
+
+    def _prune_began(self) -> None:
+        """Keep the starts of the seconds within a window of the newest, all of
+        them and only them (whatever the order finishes were folded or merged in)."""
+        cut = self.newest - self.window
+        for second in [s for s in self.began if s < cut]:
+            del self.began[second]
 
     def _prune(self, now: float) -> None:
         oldest = math.floor(now) - self.window
         for second in [s for s in self.seconds if s <= oldest]:
             del self.seconds[second]
+            self.began.pop(second, None)
 
     def count(self, now: float) -> int:
         """Finishes in the window that ends at ``now`` (whole seconds)."""
@@ -181,12 +208,19 @@ class RecentRate:
         return sum(n for s, n in self.seconds.items() if oldest < s <= now)
 
     def span(self, now: float) -> float:
-        """The seconds the rate is measured over: the window, or the time since
-        the first finish when that is shorter (at least a second). What a rate
-        line names: a 3 s run was not measured "over the last 10m00s"."""
+        """The seconds the rate is measured over (``core.recent_rate.rate_span``):
+        the window, or the time since the work finished in it began when that is
+        shorter (the earliest start among its attempts, not the first finish).
+        What a rate line names: a 3 s run was not measured "over the last 10m00s".
+        With no finish in the window: since the first finish, as before any."""
         if self.first is None:
             return self.window
-        return min(self.window, max(now - self.first, 1.0))
+        oldest = math.floor(now) - self.window
+        began = min(
+            (self.began.get(s, float(s)) for s in self.seconds if oldest < s <= now),
+            default=self.first,
+        )
+        return rate_span(max(began, now - self.window), now, self.window)
 
     def rate(self, now: float) -> float | None:
         """Finishes per second over ``span(now)``; None before any finish."""
@@ -195,13 +229,15 @@ class RecentRate:
         return self.count(now) / self.span(now)
 
 
-def finish_times(b: AttemptBatch) -> list[float]:
-    """When the attempts of ``b`` that finished their item ended: all but those
-    a retry follows (the item is pending again). What rates and ETAs count."""
+def finished_of(b: AttemptBatch) -> tuple[list[float], list[float | None]]:
+    """When the attempts of ``b`` that finished their item ended (all but those
+    a retry follows: the item is pending again), what rates and ETAs count,
+    and the durations of those attempts beside them."""
     if "pending" not in b.state and None not in b.ended_at:
-        return cast(list[float], list(b.ended_at))  # no None: checked in C
-    pairs = zip(b.ended_at, b.state, strict=True)
-    return [at for at, state in pairs if at is not None and state != "pending"]
+        return cast(list[float], list(b.ended_at)), list(b.duration)  # no None: checked in C
+    rows = zip(b.ended_at, b.state, b.duration, strict=True)
+    kept = [(at, dur) for at, state, dur in rows if at is not None and state != "pending"]
+    return [at for at, _ in kept], [dur for _, dur in kept]
 
 
 class EventSource(Protocol):
@@ -248,7 +284,7 @@ class LiveRate:
             # start again from the snapshot, whose items carry earlier attempts.
             ended = [r for r in records if r.get("t") in ("end", "intr")]
             for batch in batches_of(attempts_of(ended)):
-                self.recent.add_many(finish_times(batch))
+                self.recent.add_many(*finished_of(batch))
 
     def rate(self, now: float) -> float | None:
         """Items finished per second over the window, as ``Stats.rate``."""

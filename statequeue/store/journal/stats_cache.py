@@ -279,6 +279,7 @@ def export(b: StatsBuilder) -> tuple[dict[str, Any], bytes]:
         "slowest": b.slowest,
         "throughput": [tp.width, tp.limit, tp.lo, tp.hi, list(tp.counts.items())],
         "recent": [rr.window, rr.first, _finite(rr.newest), list(rr.seconds.items())],
+        "recent_began": sorted(rr.began.items()),
         "reasons": [[r, *group] for r, group in b.reasons.items()],
         "runners": [[r, *group] for r, group in b.runners.items()],
     }
@@ -309,6 +310,9 @@ def restore(meta: dict[str, Any], retried: bytes) -> StatsBuilder:
     b.recent.first = first
     b.recent.newest = -math.inf if newest is None else newest
     b.recent.seconds = {int(k): int(n) for k, n in seconds}
+    # KeyError for a cache written before rates began at the starts: the
+    # summary is computed again from the files, as for any other format.
+    b.recent.began = {int(k): float(t) for k, t in meta["recent_began"]}
     b.reasons = {str(r): [int(n), int(i), int(a)] for r, n, i, a in meta["reasons"]}
     b.runners = {str(r): [int(n), int(f), str(h)] for r, n, f, h in meta["runners"]}
     b.retried = bytearray(retried)

@@ -16,6 +16,7 @@ from statequeue.core import process_state
 from statequeue.core.errors import ItemNotFound
 from statequeue.core.identity import boot_id, host_name
 from statequeue.core.models import ItemState
+from statequeue.core.recent_rate import FIRST_BATCH, recent_rate
 from statequeue.core.records import item_fields
 from statequeue.core.views import (
     STARTS_WINDOW,
@@ -205,14 +206,23 @@ def status(conn: Connection, queue: str, paused: bool, held_here: HeldHere | Non
 
 
 def _rate(conn: Connection, queue: str) -> float | None:
-    now = time.time()
+    return finish_rate(conn, queue, time.time())
+
+
+def finish_rate(conn: Connection, queue: str, now: float) -> float | None:
+    """Items finished per second over the last ``RATE_WINDOW`` seconds, since
+    the work they count began (``core.recent_rate``): the earliest start
+    (``at - duration``) of the attempts finished in the window, not the first
+    finish. None for no finish in the window."""
+    since = now - RATE_WINDOW
     row = conn.execute(
-        "SELECT count(*), min(at) FROM statequeue.results WHERE queue = %(q)s AND at >= %(since)s",
-        {"q": queue, "since": now - RATE_WINDOW},
+        "SELECT count(*), min(at - coalesce(duration, 0)) FROM statequeue.results"
+        " WHERE queue = %(q)s AND at >= %(since)s",
+        {"q": queue, "since": since},
     ).fetchone()
-    if row is None or int(row[0]) < 2:
+    if row is None or int(row[0]) < 1:
         return None
-    return int(row[0]) / max(now - float(row[1]), 1e-3)
+    return recent_rate(int(row[0]), max(float(row[1]), since), now, RATE_WINDOW)
 
 
 # The starts among the queue's latest events: the index on (queue, xid),
@@ -222,11 +232,15 @@ def _rate(conn: Connection, queue: str) -> float | None:
 # events). The newest transactions' events are the newest events but for
 # the order among those that ran at once, which a count over a minute does
 # not see.
-_STARTS = """
-SELECT count(*), min(at), max(at) FROM (
-    SELECT body->>'t' AS t, (body->>'at')::float8 AS at FROM statequeue.events
-    WHERE queue = %(q)s ORDER BY xid DESC LIMIT %(look)s
-) e WHERE t = 'start' AND at >= %(since)s
+_STARTS = f"""
+WITH s AS (
+    SELECT at FROM (
+        SELECT body->>'t' AS t, (body->>'at')::float8 AS at FROM statequeue.events
+        WHERE queue = %(q)s ORDER BY xid DESC LIMIT %(look)s
+    ) e WHERE t = 'start' AND at >= %(since)s
+)
+SELECT count(*), min(at), max(at),
+    count(*) FILTER (WHERE at <= (SELECT min(at) FROM s) + {FIRST_BATCH!r}) FROM s
 """
 _STARTS_LOOK = 4_000  # about the 2,000 starts the journal store keeps (a start, an end each)
 
@@ -239,7 +253,7 @@ def _starts(conn: Connection, queue: str) -> Starts | None:
     ).fetchone()
     if row is None or row[1] is None:
         return None
-    return starts_of(int(row[0]), float(row[1]), float(row[2]), now)
+    return starts_of(int(row[0]), float(row[1]), float(row[2]), now, int(row[3]))
 
 
 def items(conn: Connection, queue: str, state: ItemState | None) -> Iterator[ItemView]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, item_text
-from statequeue.core.views import STARTS_WINDOW, ActiveRunner, Failure, ItemView, Status, starts_of
+from statequeue.core.views import STARTS_WINDOW, ActiveRunner, Failure, ItemView, Status
 from statequeue.store.records.items import PENDING
 from statequeue.store.records.state import QueueState
 
@@ -56,7 +56,6 @@ def status_view(
     items whose claim no live process holds."""
     failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
     now = time.time()
-    recent = [t for t in state.recent_starts if now - t <= STARTS_WINDOW]
     return Status(
         queue=name,
         counts={s.value: n for s, n in state.counts.items()},
@@ -72,6 +71,6 @@ def status_view(
         ),
         paused=state.paused,
         rate=state.rate(now),
-        starts=starts_of(len(recent), min(recent), max(recent), now) if recent else None,
+        starts=state.starts(now, STARTS_WINDOW),
         deferred=sum(1 for i in state.items.values() if i.deferrals and i.state is PENDING),
     )

@@ -20,7 +20,9 @@ from typing import Any
 
 from statequeue.core.exported import MAX_ID_GAP, out_of_reach
 from statequeue.core.models import ItemState
+from statequeue.core.recent_rate import FIRST_BATCH, began_of, recent_rate
 from statequeue.core.records import OutOfReach, Record, item_text
+from statequeue.core.views import Starts, starts_of
 from statequeue.store.records.items import (
     CANCELLED,
     D_CODE,
@@ -428,9 +430,28 @@ class QueueState:
         restore_state(self, meta, codes, locs)
 
     def rate(self, now: float, window: float = 60.0) -> float | None:
-        """Items finished per second over the last ``window`` seconds, if any."""
-        recent = [t for t in self.recent_ends if now - t <= window]
-        return len(recent) / max(now - recent[0], 1e-3) if len(recent) > 1 else None
+        """Items finished per second over the last ``window`` seconds, since
+        the work they count began (``core.recent_rate``); None for no finish
+        in the window. Only the times both deques still hold count: past
+        ``RATE_WINDOW_ITEMS`` in the window, the window starts at the oldest kept."""
+        since = now - window
+        for times in (self.recent_ends, self.recent_starts):
+            if len(times) == times.maxlen:
+                since = max(since, min(times))
+        ends = [t for t in self.recent_ends if t >= since]
+        if not ends:
+            return None
+        began = began_of(self.recent_starts, min(ends), since)
+        return recent_rate(len(ends), began, now, window)
+
+    def starts(self, now: float, window: float) -> Starts | None:
+        """The starts of the last ``window`` seconds (``Status.starts``)."""
+        recent = [t for t in self.recent_starts if now - t <= window]
+        if not recent:
+            return None
+        first = min(recent)
+        at_first = sum(1 for t in recent if t <= first + FIRST_BATCH)
+        return starts_of(len(recent), first, max(recent), now, at_first)
 
 
 # Maps a state code to 1 for a live (not done) item, else 0.
