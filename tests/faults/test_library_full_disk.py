@@ -121,7 +121,8 @@ def test_a_map_stopped_by_a_full_disk_gives_every_item_in_flight_back(
         status = q.status()
         assert status.counts["running"] == 0 and not status.interrupted, status
         assert status.counts["pending"] + status.counts["done"] == 4, status
-        assert status.counts["pending"] >= 3, status  # the reserve let each of them back
+        # a's result (at least) found the disk full; each in flight went back
+        assert status.counts["pending"] >= 1, status
     again = statequeue.map(str.upper, ["a", "b", "c", "d"], queue="q", home=home)
     assert [r.lower() for r in again] == list("abcd")  # the one done before keeps its result
 
