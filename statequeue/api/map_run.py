@@ -93,12 +93,12 @@ class MapRun:
 
     def _read_back(self, done: dict[int, str]) -> None:
         """The stored results of items ``done`` (id -> text)."""
-        if not done:
-            return
-        for r in self.queue.iter_results(ItemState.DONE):
-            text = done.get(r.item_id)
-            if text is not None:
-                self.results[text] = r.result
+        # Only these items' results (an item at a time when they are few
+        # beside the queue): a resumable call read back every result of the
+        # queue, so a loop resuming over N done items cost O(N^2).
+        for item_id, r in self.queue.results_of(done).items():
+            if r.state is ItemState.DONE:
+                self.results[done[item_id]] = r.result
 
     def left_ids(self) -> set[int]:
         """The ids this call still has to settle (after ``plan``: what will run)."""

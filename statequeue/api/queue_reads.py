@@ -44,6 +44,14 @@ class QueueReads:
         wanted = reading.wanted_result_state(state)
         return reading.stream(self._shared, lambda store: store.results(wanted))
 
+    def results_of(self, ids: Collection[int]) -> dict[int, ItemResult]:
+        """The stored result of each of ``ids`` that has one now (id -> its
+        ``result``; the others are left out): read an item at a time when
+        they are few beside the queue (a resumable call), so that its cost
+        follows the ids asked for, not the queue's length."""
+        with self._shared.using() as store:
+            return store.results_of(ids)
+
     def read_log(self, item_id: int, attempt: int, offset: int = 0) -> bytes | None:
         """The output an attempt logged from byte ``offset`` on (None: none logged)."""
         with self._shared.using() as store:

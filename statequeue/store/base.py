@@ -364,6 +364,18 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
             return None
         return next((r for r in self.results(found) if r.item_id == item_id), None)
 
+    def results_of(self, ids: Collection[int]) -> dict[int, ItemResult]:
+        """The stored result of each of ``ids`` that has one now (what
+        ``result`` gives for it); ids with none, or naming no item, are left
+        out. For a few items of a big queue (a resumable call, a small
+        ``map``): stores read them from their index, an item at a time, and
+        pass over every result only when the ids are a good share of the
+        queue. This default passes over every result."""
+        wanted = set(ids)
+        if not wanted:
+            return {}
+        return {r.item_id: r for r in self.results() if r.item_id in wanted}
+
     @abstractmethod
     def notices(self) -> list[str]:
         """Messages for the user gathered since the last call (torn tails repaired)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from statequeue.core import process_state
@@ -303,6 +303,26 @@ def result(conn: Connection, queue: str, item_id: int) -> ItemResult | None:
     row = conn.execute(sql.ONE_RESULT, {"q": queue, "id": item_id}).fetchone()
     if row is None:
         raise ItemNotFound(f"no item {item_id} in queue {queue!r}")
+    return _result_row(item_id, row)
+
+
+def results_of(conn: Connection, queue: str, ids: Collection[int]) -> dict[int, ItemResult]:
+    """``result`` of each of ``ids`` that has one now (the others left out):
+    a statement per page of ids, index probes for each, however big the queue."""
+    found: dict[int, ItemResult] = {}
+    wanted = sorted(i for i in set(ids) if 0 < i < 1 << 63)  # past a bigint: no item has it
+    for start in range(0, len(wanted), PAGE):
+        rows = conn.execute(sql.SOME_RESULTS, {"q": queue, "ids": wanted[start : start + PAGE]})
+        for item_id, *row in rows:
+            r = _result_row(int(item_id), row)
+            if r is not None:
+                found[r.item_id] = r
+    return found
+
+
+def _result_row(item_id: int, row: Sequence[Any]) -> ItemResult | None:
+    """The ItemResult of a row of ONE_RESULT (SOME_RESULTS without its id);
+    None when the item has no result now."""
     item, current, st, attempt, code, dur, reason, found, archived = row
     if st is None or current != st or current not in ("done", "failed"):
         return None  # none, or retried since (running again): as ``results`` skips it

@@ -104,6 +104,10 @@ class Reader:
         with self._session.guard():
             return queries.result(self._session.conn, self.name, item_id)
 
+    def results_of(self, ids: Collection[int]) -> dict[int, ItemResult]:
+        with self._session.guard():
+            return queries.results_of(self._session.conn, self.name, ids)
+
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         with self._session.guard():
             return queries.find_ids(self._session.conn, self.name, texts)

@@ -264,6 +264,24 @@ LEFT JOIN LATERAL (
 WHERE i.queue = %(q)s AND i.id = %(id)s
 """
 
+# ONE_RESULT for each of a page of ids (``results_of``): index probes per id.
+SOME_RESULTS = f"""
+SELECT i.id, i.item, coalesce(l.state, i.state), r.state, r.attempt, r.exit_code,
+       r.duration, r.reason, r.result, r.archived
+FROM statequeue.items i
+LEFT JOIN statequeue.live l ON l.queue = i.queue AND l.id = i.id
+LEFT JOIN LATERAL (
+    SELECT * FROM (
+        SELECT {_RESULT_FIELDS}, false AS archived FROM statequeue.results
+        WHERE queue = i.queue AND id = i.id
+        UNION ALL
+        SELECT {_RESULT_FIELDS}, true FROM statequeue.archived_results
+        WHERE queue = i.queue AND id = i.id
+    ) x ORDER BY token DESC LIMIT 1
+) r ON true
+WHERE i.queue = %(q)s AND i.id = ANY(%(ids)s::bigint[])
+"""
+
 # By the sha256 key (items_key), then the bytes compared: exact dedupe.
 FIND_IDS = """
 SELECT item, id FROM statequeue.items WHERE queue = %(q)s AND key = ANY(%(keys)s::bytea[])

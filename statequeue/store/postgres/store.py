@@ -442,6 +442,9 @@ class PostgresStore(Store):
     def result(self, item_id: int) -> ItemResult | None:
         return self._reader.result(item_id)
 
+    def results_of(self, ids: Collection[int]) -> dict[int, ItemResult]:
+        return self._reader.results_of(ids)
+
     def find_ids(self, texts: Collection[str]) -> dict[str, int]:
         return self._reader.find_ids(texts)
 

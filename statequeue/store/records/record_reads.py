@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from statequeue.stats.attempts import Attempt
 
 
+FEW_RESULTS = 4
+"""``results_of`` reads an item at a time while the ids asked for are at most
+a 1/FEW_RESULTS share of the queue's items; past that, one pass over all."""
+
+
 class RecordReads(Store):
     """Reads over a ``QueueState`` and the records a backend reads back."""
 
@@ -95,18 +100,42 @@ class RecordReads(Store):
             current = state.state_of(item_id)
             if current is None:
                 raise transitions.unknown_item(item_id, self.name)
-            if current not in (ItemState.DONE, ItemState.FAILED):
-                return None
-            loc = state.result_loc(item_id)
-            if loc < 0:
-                # Failed items stay in the journal: only a done one is archived.
-                return self._archived_result(item_id) if current is ItemState.DONE else None
-            rec = self._record_at(loc)
-            if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
-                raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
-            return located_result(
-                rec, current, lambda: self._load_text(item_id, state.locs[item_id])
-            )
+            return self._located(state, item_id, current)
+
+    def results_of(self, ids: Collection[int]) -> dict[int, ItemResult]:
+        """Read an item at a time, as ``result`` does, unless the ids are
+        more than a share of the queue's items (``FEW_RESULTS``): then one
+        pass over every result is cheaper. A resumable call on a queue of
+        done items read every result back before (O(N) per call)."""
+        wanted = set(ids)
+        if not wanted:
+            return {}
+        with self._locked() as state:
+            if len(wanted) * FEW_RESULTS > state.next_id - 1:
+                journal = self._journal_records()  # one pass, after the lock (as ``results``)
+            else:
+                found: dict[int, ItemResult] = {}
+                for item_id in wanted:
+                    current = state.state_of(item_id)
+                    if current is not None and (r := self._located(state, item_id, current)):
+                        found[item_id] = r
+                return found
+        every = iter_results(state, journal, self._archive_records(), None)
+        return {r.item_id: r for r in every if r.item_id in wanted}
+
+    def _located(self, state: QueueState, item_id: int, current: ItemState) -> ItemResult | None:
+        """The result of known item ``item_id``, now in state ``current``
+        (caller holds the lock): a few records read."""
+        if current not in (ItemState.DONE, ItemState.FAILED):
+            return None
+        loc = state.result_loc(item_id)
+        if loc < 0:
+            # Failed items stay in the journal: only a done one is archived.
+            return self._archived_result(item_id) if current is ItemState.DONE else None
+        rec = self._record_at(loc)
+        if rec.get("id") != item_id or rec.get("t") not in ("end", "item"):
+            raise DamagedState(f"queue {self.name!r}: no result of item {item_id} at {loc}")
+        return located_result(rec, current, lambda: self._load_text(item_id, state.locs[item_id]))
 
     def _record_at(self, loc: int) -> Record:
         """The live journal's record at locator ``loc`` (caller holds the lock)."""
