@@ -76,7 +76,7 @@ def list_items(
                 if view.held_by_dead_runner
                 else view.state.value
             )
-            line = f"{view.item_id}\t{state_text}\t{view.attempts}\t{shown(view.item, 200)}"
+            line = f"{view.item_id}\t{state_text}\t{view.attempts}\t{escaped(view.item)}"
             out.write(line.encode("utf-8", "replace") + b"\n")
 
 
@@ -103,7 +103,7 @@ def show(
     if json:
         emit_json(h.to_json())
         return
-    _write(f"item {h.item_id}: {shown(h.item, 200)}")
+    _write(f"item {h.item_id}: {escaped(h.item)}")
     _write(f"state: {h.state.value}{_interrupted_note(h)}")
     _write("history (--retries counts failures per episode; `retry` or a stop starts one):")
     episode = 0
@@ -202,7 +202,7 @@ def results(
             # (\" as \\") made it invalid JSON. A reason is text: escaped.
             res = "" if r.result is None else orjson.dumps(r.result).decode()
             last = escaped(r.reason) if r.reason else res
-            line = f"{r.item_id}\t{r.state.value}\t{shown(r.item, 200)}\t{last}"
+            line = f"{r.item_id}\t{r.state.value}\t{escaped(r.item)}\t{last}"
             out.write(line.encode("utf-8", "replace") + b"\n")
 
 

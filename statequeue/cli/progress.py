@@ -16,22 +16,23 @@ from time import monotonic
 from typing import Any, Protocol
 
 from statequeue.cli.errors import with_queue
-from statequeue.cli.render import shown
+from statequeue.cli.render import escaped, shown
 from statequeue.core.durations import format_duration
 from statequeue.core.models import ItemState
 from statequeue.run.events import ItemFinished, ItemStarted, Notice, RunEvent
 
 DESCRIBE_EVERY = 0.1  # seconds between updates of the bar's "#ID" (a person reads ~10/s)
-# Characters of an item a plain line (not on a terminal) shows: every item
-# but a huge one, which would fill a log or a cron mail on every line it is
-# named in (its "#ID" names it; `show ID --json` has it whole).
-ITEM_SHOWN = 2000
+# A plain line (not on a terminal: a log file, a pipe, cron mail) names the
+# whole item, never cut, as GNU parallel and xargs never cut an argument in
+# what they log: a line read back by a script must name the very item. Only
+# the lines printed above the progress bar on a terminal are cut to fit.
 TERMINAL_WIDTH = 60
 
 
-def _line(event: ItemFinished, width: int = ITEM_SHOWN) -> str:
+def _line(event: ItemFinished, width: int | None = None) -> str:
     claim, outcome = event.claim, event.outcome
-    what = f"#{claim.item_id} {shown(claim.item, width)}"
+    text = escaped(claim.item) if width is None else shown(claim.item, width)
+    what = f"#{claim.item_id} {text}"
     if event.verified:
         if claim.interrupted:
             return f"[verified] {what}: finished before its runner died; not run again"
