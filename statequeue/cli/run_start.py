@@ -260,6 +260,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "silent_runner_items": list(summary.silent),
         "cut_short": sorted(summary.cut_short),
         "output_cut": sorted(summary.output_cut),
+        "pending_left": summary.left_pending,
         "exit_code": code,
     }
 
@@ -276,7 +277,12 @@ def exit_code(summary: RunSummary, *, follow: bool, exit_empty: int) -> int:
         return int(ExitCode.INTERRUPTED_TERM)
     if summary.needs_a_look:  # an item failed for good, or was held
         return int(ExitCode.FAILED)
-    if summary.attempts == 0 and summary.verified == 0 and not summary.waiting:
+    if (
+        summary.attempts == 0
+        and summary.verified == 0
+        and not summary.waiting
+        and not summary.left_pending  # --max-time ran out with items pending: not empty
+    ):
         return exit_empty
     return int(ExitCode.OK)
 

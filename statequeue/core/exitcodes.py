@@ -38,7 +38,9 @@ class ExitCode(IntEnum):
 
 MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: (
-        "success: every item this run took succeeded, or there was nothing to do; "
+        "success: every item this run took succeeded, or there was nothing to do; `run "
+        "--max-time` ran out, even with items left pending (a paused queue, retries not due "
+        "yet: its last line says so, and `--exit-empty` does not apply); "
         "`run --follow` stopped by SIGTERM with every child stopped within `--grace`"
     ),
     ExitCode.FAILED: (
@@ -55,7 +57,8 @@ MEANINGS: dict[ExitCode, str] = {
         "nothing was changed"
     ),
     ExitCode.NOTHING_TO_DO: (
-        "`run --exit-empty 3` found nothing to do (by default that exits 0, as `xargs -r` does)"
+        "`run --exit-empty 3` found nothing to do: no pending item was left (by default that "
+        "exits 0, as `xargs -r` does)"
     ),
     ExitCode.RUNNER_ACTIVE: (
         "another runner is active on the queue: `run --single` does not start, `drop` "

@@ -86,6 +86,14 @@ class RunSummary:
     host): not taken, since their leases have not ended yet."""
     silent_lease_ends: float | None = None
     """When the last of those leases ends unless renewed (Unix time)."""
+    out_of_time: bool = False
+    """--max-time ran out: the run took no new item after it."""
+    left_pending: int = 0
+    """With ``out_of_time``, the items still pending as the run ended having
+    taken none (a paused queue, retries not due yet): there was something to
+    do, so never "nothing to do" nor ``--exit-empty``'s code."""
+    paused: str | None = None
+    """With ``left_pending``, the queue's name when it was paused."""
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
@@ -122,6 +130,11 @@ class RunSummary:
             self.held_by_dead_runner = store.held_by_dead_runner()
             if store.has_leases:
                 self.silent, self.silent_lease_ends = silent_items(store.status().runners)
+        if self.out_of_time and stopped_by is None and not self.did_anything:
+            with contextlib.suppress(StateQueueError, OSError):
+                self.left_pending = store.status().counts.get("pending", 0)
+                if self.left_pending and store.is_paused():
+                    self.paused = store.name
         if not self.waiting:
             return
         with contextlib.suppress(StateQueueError, OSError):
@@ -182,6 +195,8 @@ class RunSummary:
         started: those handed back unfinished on a stop count too, as the
         store counts them (`show`), though `stats` counts finished ones only."""
         idle = not self.did_anything
+        if idle and self.stopped_by is None and self.left_pending:
+            return self._left_text() + self._held_text()
         if idle and self.stopped_by is None:
             return "nothing to do: no pending item is due" + self._held_text()
         parts = [f"{self.succeeded} ok"]
@@ -202,6 +217,19 @@ class RunSummary:
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s") + " started"
         stopped = "" if self.stopped_by is None or not idle else " (stopped)"
         return f"items: {', '.join(parts)}; {attempts}{stopped}{self._held_text()}"
+
+    def _left_text(self) -> str:
+        """--max-time ran out before the run took any item, while some were
+        pending: what kept them (a pause, a retry's wait), never "nothing to do"."""
+        left = f"{_items([0] * self.left_pending)} pending"
+        if self.paused is not None:
+            import shlex  # lazy: start-up time (a paused queue only)
+
+            resume = f"statequeue -q {shlex.quote(self.paused)} resume"
+            why = f"the queue is paused (`{resume}` lets them run)"
+        else:
+            why = "none was due (a retry's wait, or a claim still held: `statequeue status`)"
+        return f"--max-time reached before any item was taken: {left}, not taken: {why}"
 
     def _held_text(self) -> str:
         """The items a dead runner's processes still run, and those of a silent

@@ -232,6 +232,7 @@ class Runner:
         self.recorder.record_owed()
         if self._taking and self._out_of_time():
             self._taking = False
+            self.summary.out_of_time = True
             self.on_event(Notice("--max-time reached: taking no new items"))
         if self.options.follow:
             # Listening before claiming: work added after this claim
