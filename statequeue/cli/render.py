@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,8 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
         lines.append(f"rate: {status.rate * 60:.1f} items/min{eta}")
     if status.pace is not None or status.deferred:
         lines.append(_pace_line(status))
+    if status.waiting and status.next_due is not None:
+        lines.append(waiting_line(status.waiting, status.next_due))
     lines += _runner_lines(status, texts or {})
     if status.interrupted:
         ids = counted_ids(status.interrupted)
@@ -92,6 +95,17 @@ def status_text(status: Status, texts: Mapping[int, str] | None = None) -> str:
     lines += _failure_lines(status)
     lines += _next_steps(status)
     return "\n".join(lines)
+
+
+def waiting_line(count: int, due: float, now: float | None = None) -> str:
+    """The pending items a retry's backoff or a deferral keeps waiting: no
+    run takes them before ``due``, so a run started now waits for it."""
+    import time  # lazy: start-up time (only when items wait)
+
+    left = max(0.0, due - (time.time() if now is None else now))
+    when = local_time(due, "%H:%M:%S" if left < 12 * 3600 else "%Y-%m-%d %H:%M:%S")
+    items = plural(count, "pending item")
+    return f"waiting: {items} not due before {when} (in {format_duration(math.ceil(left))})"
 
 
 def held_by_dead_runner_line(ids: Sequence[int]) -> str:

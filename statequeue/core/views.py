@@ -134,6 +134,11 @@ class Status:
     count began, when that is shorter: ``core.recent_rate``), while there is progress."""
     deferred: int = 0
     """Pending items waiting because their last attempt asked to be tried later (exit 75)."""
+    waiting: int = 0
+    """Pending items not due yet: a retry's backoff (``--retry-delay``) or a
+    deferral (exit 75) makes them wait until their due time."""
+    next_due: float | None = None
+    """When the earliest of the ``waiting`` items comes due (Unix time); None when none waits."""
     pace: Pace | None = None
     """The queue's shared start rate (``run --rate``): current and limit; None when unlimited."""
     starts: Starts | None = None
@@ -213,6 +218,8 @@ class Status:
             "rate": self.rate,
             "eta_seconds": self.eta,
             "deferred": self.deferred,
+            "waiting": self.waiting,
+            "next_due": self.next_due,
             "rate_limit": None
             if self.pace is None
             else {

@@ -10,6 +10,7 @@ result recorder (recorder.py), fencing (fencing.py), the --verify step
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.api.queue import Queue
+from statequeue.core.durations import format_duration
 from statequeue.core.errors import KeeperLost, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
@@ -46,6 +48,8 @@ __all__ = ["Runner"]
 
 FOLLOW_POLL = 0.25  # seconds between checks for new items while following
 IDLE_TICK = 1.0
+WAIT_SAID_FROM = 1.0
+"""Seconds of waiting for a retry's due time from which a run says so (once)."""
 
 
 class Runner:
@@ -103,6 +107,7 @@ class Runner:
         self._taken: set[int] = set()  # with --limit only: a run must not grow per item
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self._said_paused = False  # the wait for `resume` was announced
+        self._said_waiting = False  # the wait for a retry's due time was announced
         self.recorder = ResultRecorder(
             queue,
             options,
@@ -344,6 +349,7 @@ class Runner:
                 self._short_of_resources(exc)
             return
         self.jobs[job.token] = job
+        self._said_waiting = False  # a later wait for a retry is said again
         self._store.handed_over(claim)  # the keeper has the claim lock: a frozen runner has not
         self.fencing.backstop(job)
         self.summary.attempts += 1
@@ -409,11 +415,29 @@ class Runner:
         """With a slot free, when to look again (None: no need): at the next
         deferred retry this run may take, or its next start under --rate
         (pacing.py), and every poll with --follow."""
-        due = self.recorder.pacing.due(self._held.next_due(scope))
+        next_due = self._held.next_due(scope)
+        if next_due is not None:
+            self._say_waiting(next_due, scope)
+        due = self.recorder.pacing.due(next_due)
         wait = None if due is None else min(until_due(due), IDLE_TICK)
         if self.options.follow and scope is None:
             wait = self._follow_poll if wait is None else min(wait, self._follow_poll)
         return wait
+
+    def _say_waiting(self, due: float, scope: set[int] | None) -> None:
+        """Once per wait (again after an item started): no item is due, and
+        the run waits for a retry's backoff (up to 5 min) or a deferral;
+        silent, it would look hung."""
+        left = due - time.time()
+        if self._said_waiting or left < WAIT_SAID_FROM:
+            return
+        self._said_waiting = True
+        count, _ = self.queue.store.retry_waiting()
+        if scope is not None:
+            count = min(count, len(scope))
+        items = f"{max(count, 1)} item" + ("" if max(count, 1) == 1 else "s")
+        in_ = format_duration(math.ceil(left))
+        self.on_event(Notice(f"waiting for {items} due in {in_} (retry backoff or deferral)"))
 
     def _next_deadline(self) -> float:
         now = time.monotonic()

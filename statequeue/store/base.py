@@ -337,6 +337,13 @@ class Store(LeaseHooks, RateHooks, EventReads, ABC):
         time comes due; None when none waits. With ``among``, only those ids,
         and a pending one with no retry time counts as due at 0.0."""
 
+    def retry_waiting(self) -> tuple[int, float | None]:
+        """How many pending items are not due yet (a retry's backoff, a
+        deferral) and when the earliest comes due: ``status``'s ``waiting``
+        and ``next_due``, which a store may give without the rest."""
+        found = self.status()
+        return found.waiting, found.next_due
+
     @abstractmethod
     def items(self, state: ItemState | None = None) -> Iterator[ItemView]:
         """Every item (or those in ``state``), in id order, archived ones included."""

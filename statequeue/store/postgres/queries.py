@@ -187,6 +187,7 @@ def status(conn: Connection, queue: str, paused: bool, held_here: HeldHere | Non
         " AND interrupted ORDER BY id",
         q,
     ).fetchall()
+    waiting, next_due = retry_waiting(conn, queue, time.time())
     return Status(
         queue=queue,
         counts=counts(conn, queue),
@@ -202,7 +203,23 @@ def status(conn: Connection, queue: str, paused: bool, held_here: HeldHere | Non
         rate=_rate(conn, queue),
         starts=_starts(conn, queue),
         held_by_dead_runner=still_held,
+        waiting=waiting,
+        next_due=next_due,
     )
+
+
+def retry_waiting(conn: Connection, queue: str, now: float) -> tuple[int, float | None]:
+    """How many pending items are not due at ``now`` (a retry's backoff, a
+    deferral) and when the earliest comes due (``status``): a range of the
+    index ``live_retry_at`` (schema version 15)."""
+    row = conn.execute(
+        "SELECT count(*), min(retry_at) FROM statequeue.live WHERE queue = %(q)s"
+        " AND state = 'pending' AND retry_at IS NOT NULL AND retry_at > %(now)s",
+        {"q": queue, "now": now},
+    ).fetchone()
+    if row is None or not row[0]:
+        return 0, None
+    return int(row[0]), float(row[1])
 
 
 def _rate(conn: Connection, queue: str) -> float | None:

@@ -268,10 +268,20 @@ CREATE INDEX archived_events_xid ON statequeue.archived_events (queue, xid)
     WHERE xid IS NOT NULL;
 """
 
+# `status` says how many pending items wait for a retry's backoff or a
+# deferral, and until when: read from this index, a range of the few that
+# wait, not every pending row of the queue (it is measured). The runner's
+# `next_due` reads it too.
+_V15_RETRY_WAIT = """
+CREATE INDEX IF NOT EXISTS live_retry_at ON statequeue.live (queue, retry_at)
+    WHERE state = 'pending' AND retry_at IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     *(_V1, _V2_LEASES, _V3_ARCHIVE, _V4_NOTIFY, _V5_FUNCTIONS),
     *(_V6_PINNED_PATH, _V7_LEAN_WRITES, _V8_RATES, _V9_WORKERS, _V10_RESULTS_RANGE),
     *(_V11_SETTLE_RETRY, V12_CHECKS, V13_FUSED_STATEMENT, _V14_ARCHIVED_FEED),
+    _V15_RETRY_WAIT,
 )
 """Migration N+1 is ``MIGRATIONS[N]``; the schema version is how many ran."""
 

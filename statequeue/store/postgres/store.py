@@ -419,6 +419,10 @@ class PostgresStore(Store):
         waiting = self._session.patiently(lambda c: rate_rows.deferred_waiting(c, self.name))
         return replace(found, deferred=waiting)
 
+    def retry_waiting(self) -> tuple[int, float | None]:
+        now = time.time()
+        return self._session.patiently(lambda c: queries.retry_waiting(c, self.name, now))
+
     def interrupted(self) -> tuple[int, ...]:
         return self._reader.runner_gone(self._held_here)[0]
 

@@ -56,6 +56,7 @@ def status_view(
     items whose claim no live process holds."""
     failed = sorted(state.in_state(ItemState.FAILED), key=lambda i: -i.last_seq)
     now = time.time()
+    waiting, next_due = state.order.waiting(now)
     return Status(
         queue=name,
         counts={s.value: n for s, n in state.counts.items()},
@@ -73,4 +74,6 @@ def status_view(
         rate=state.rate(now),
         starts=state.starts(now, STARTS_WINDOW),
         deferred=sum(1 for i in state.items.values() if i.deferrals and i.state is PENDING),
+        waiting=waiting,
+        next_due=next_due,
     )

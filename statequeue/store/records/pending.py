@@ -108,6 +108,22 @@ class PendingOrder:
             heapq.heappop(deferred)
         return None
 
+    def waiting(self, now: float) -> tuple[int, float | None]:
+        """How many pending items are not due at ``now`` (a retry's backoff, a
+        deferral), and when the earliest of them comes due (``status``). Only
+        the deferred heap is read: every such item waits there (``push``)."""
+        items = self.state.items
+        ids = {
+            i
+            for _, i in self.deferred
+            if (item := items.get(i)) is not None
+            and item.state is PENDING
+            and item.not_before > now
+        }
+        if not ids:
+            return 0, None
+        return len(ids), min(items[i].not_before for i in ids)
+
     def due_among(self, among: Collection[int]) -> float | None:
         """The earliest due time of the pending items among ``among``."""
         items = self.state.items

@@ -428,6 +428,9 @@ class RecordStore(RecordRunners):
     def is_paused(self) -> bool:
         return self.state.paused
 
+    def retry_waiting(self) -> tuple[int, float | None]:
+        return self.state.order.waiting(time.time())  # a hint, as next_due
+
     def next_due(self, among: Collection[int] | None = None) -> float | None:
         # Read without the lock, as the runner always did: a hint for how long
         # to sleep, refreshed by every claim.
