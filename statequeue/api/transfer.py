@@ -158,6 +158,7 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
     header: ExportHeader | None = None
     entries: list[ExportedItem] = []
     ids: dict[int, int] = {}  # id -> line
+    texts: dict[str, tuple[int, int]] = {}  # item text -> (line, id)
     number = 0
     for number, raw in enumerate(lines, start=1):
         if not isinstance(raw, bytes | bytearray):  # open(path) without "rb" gives str lines
@@ -173,7 +174,19 @@ def read_export(lines: Iterable[bytes]) -> CheckedExport:
             continue
         entry = parse_item(obj, number)
         if entry.item_id in ids:
-            raise InvalidExport(f"line {number}: item id {entry.item_id} appears twice")
+            raise InvalidExport(
+                f"line {number}: item id {entry.item_id} appears twice "
+                f"(also on line {ids[entry.item_id]})"
+            )
+        # An item is its text (enqueue and import skip a text already held):
+        # two ids for one text are a malformed export, not two items, and the
+        # second must not vanish as "skipped".
+        first, first_id = texts.setdefault(entry.item, (number, entry.item_id))
+        if first != number:
+            raise InvalidExport(
+                f"line {number}: the item of id {entry.item_id} is also on line {first} "
+                f"(id {first_id}): an export holds each item once"
+            )
         ids[entry.item_id] = number
         entries.append(entry)
     if header is None:
@@ -207,7 +220,10 @@ def _header(obj: Any) -> ExportHeader:
     items, queue = obj.get("items"), obj.get("queue")
     if type(items) is not int or items < 0 or not isinstance(queue, str):
         raise InvalidExport("line 1: the header needs a queue name and an item count")
-    return ExportHeader(queue=queue, items=items, paused=obj.get("paused") is True)
+    paused = obj.get("paused", False)
+    if not isinstance(paused, bool):  # "yes" imported as not paused
+        raise InvalidExport("line 1: the header's 'paused' must be a JSON boolean, true or false")
+    return ExportHeader(queue=queue, items=items, paused=paused)
 
 
 def import_queue(queue: Queue, lines: Iterable[bytes], *, merge: bool = False) -> ImportResult:

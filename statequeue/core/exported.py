@@ -121,8 +121,8 @@ def _parse_item(obj: dict[str, Any], line: int) -> ExportedItem:
         deferrals=_int(obj.get("deferrals", 0), "deferrals"),  # older exports: none
         reason=_str(obj.get("reason", ""), "reason"),
         retry_at=float(retry_at) if retry_at is not None else None,
-        interrupted=obj.get("interrupted") is True,
-        archived=obj.get("archived") is True,
+        interrupted=_bool(obj.get("interrupted", False), "interrupted"),
+        archived=_bool(obj.get("archived", False), "archived"),
         history=tuple(history_record(r) for r in history),
     )
 
@@ -148,6 +148,12 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# The least value of a history field that counts (as the stores write them):
+# an attempt is numbered from 1; crashes, deferrals and attempts made are
+# counts. Exit codes and signals keep the wider range of an integer column.
+_LEAST = {"attempt": 1, "attempts": 0, "crashes": 0, "deferrals": 0}
+
+
 def _check_history(record: object) -> None:
     """ValueError unless ``record`` is an end, intr, defer or set record whose
     fields have the types the stores write."""
@@ -161,7 +167,7 @@ def _check_history(record: object) -> None:
         if value is not None and types is _NUMBER:
             _seconds(value, f"history field {name!r}")
         elif type(value) is int:
-            _int(value, f"history field {name!r}", least=-MAX_COUNT - 1)
+            _int(value, f"history field {name!r}", least=_LEAST.get(name, -MAX_COUNT - 1))
     problem = json_problem(record.get("result"), parsed=True)  # a hand edit may nest deeper
     if problem is not None:
         raise ValueError(f"history result cannot be stored: {problem}")
@@ -173,9 +179,15 @@ def _bad_bool(value: object, types: tuple[type, ...]) -> bool:
 
 
 def _item_text(obj: dict[str, Any]) -> str:
-    """The item's exact text: ``item_b64`` (the bytes) when present, else ``item``."""
+    """The item's exact text: ``item_b64`` (the bytes) when present, else
+    ``item``. With both, ``item`` must be what every view shows for those
+    bytes (U+FFFD for each byte that is not UTF-8, ``textsafe.item_json``):
+    two that disagree are an edited or mixed-up entry, not one item."""
     if "item_b64" in obj:
-        text = os.fsdecode(base64.b64decode(_str(obj["item_b64"], "item_b64"), validate=True))
+        raw = base64.b64decode(_str(obj["item_b64"], "item_b64"), validate=True)
+        text = os.fsdecode(raw)
+        if "item" in obj and _str(obj["item"], "item") != raw.decode("utf-8", "replace"):
+            raise ValueError("item and item_b64 differ: they must name the same bytes")
     else:
         text = _str(obj["item"], "item")
     try:
@@ -187,6 +199,12 @@ def _item_text(obj: dict[str, Any]) -> str:
 def _int(value: object, name: str, least: int = 0, most: int = MAX_COUNT) -> int:
     if type(value) is not int or not least <= value <= most:
         raise ValueError(f"{name} must be an integer from {least} to {most}")
+    return value
+
+
+def _bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a JSON boolean, true or false")
     return value
 
 
