@@ -114,7 +114,9 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
         from statequeue.cli.progress import LiveSink, make_view
         from statequeue.cli.render import print_notices
         from statequeue.run.runner import Runner
+        from statequeue.run.wakeup import follow_poll
 
+        follow_poll()  # a bad STATEQUEUE_FOLLOW_POLL is refused before a queue is made
         auto_compact = None if args["auto_compact"] else 0
         quiet, json = args["quiet"], args["json"]
         with _reached(

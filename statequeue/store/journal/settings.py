@@ -74,13 +74,17 @@ def checkpoint_threshold() -> int:
 
 def _records_setting(name: str, default: int) -> int:
     """A count of records from environment variable ``name``: "on" or unset for
-    ``default``, 0 or "off" for none."""
+    ``default``, 0 or "off" for none. A negative count is refused as "abc" and
+    "1.5" are (it was taken as 0, turning the feature off without a word)."""
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "on"):
         return default
     if raw in ("0", "off", "no", "false"):
         return 0
     try:
-        return max(0, int(raw))
+        records = int(raw)
     except ValueError:
-        raise UsageError(f"{name} must be a number of records or off, not {raw!r}") from None
+        records = -1
+    if records < 0:
+        raise UsageError(f"{name} must be a whole number of records >= 0, or off, not {raw!r}")
+    return records

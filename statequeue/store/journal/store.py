@@ -99,6 +99,8 @@ class JournalStore(JournalReads):
         super().__init__(folder.name)
         self.folder = folder
         self.ops = ops
+        # Read first: a bad STATEQUEUE_* value is refused before the folder is made.
+        self.settings = JournalSettings.from_environment(auto_compact=auto_compact)
         self.dir = QueueFolder.open(folder, create=create, ops=ops)
         self.read_only = False  # the user may read the queue but not write it
         self.journal = JournalFile(self.dir, JOURNAL, ops=ops)
@@ -107,7 +109,6 @@ class JournalStore(JournalReads):
         self._archive_index: ArchiveIndex | None = None  # where archived results are
         self._broken: DurabilityError | None = None
         self._reserve_freed = False  # space_reserve_freed removed the reserve
-        self.settings = JournalSettings.from_environment(auto_compact=auto_compact)
         self.dedupe = DedupeKeys(self.dir, self.journal, self.state, self.settings)
         self.summary = StatsSummary(self.dir, self.journal, self.settings, self._locked)
         self.replay = Replay(
