@@ -323,12 +323,12 @@ def test_fast_enqueue_path_matches_the_full_cli(sq_env: Env, tmp_path: Path) -> 
     ]
     assert [o.stdout for o in fast] == [
         b"added 2, skipped 0 already queued\n",
-        b'{"added":1,"skipped":1}\n',
-        b'{"added":2,"skipped":0}\n',
+        b'{"schema":1,"added":1,"skipped":1}\n',
+        b'{"schema":1,"added":2,"skipped":0}\n',
     ]
     # The same through typer (an option only the full CLI parses forces it).
     via_typer = sq(sq_env, "enqueue", "--json", "--queue", "other", "-f", str(listing), "-0", "--")
-    assert via_typer.stdout == b'{"added":0,"skipped":2}\n'
+    assert via_typer.stdout == b'{"schema":1,"added":0,"skipped":2}\n'
     assert_one_line_error(sq(sq_env, "enqueue", "-q", "a/b", "x"), 2)
 
 

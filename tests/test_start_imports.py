@@ -99,7 +99,7 @@ def existing_queue(sq_env: Env) -> Env:
     [
         (["enqueue", "-q", "q", "x"], b"", "added 1, skipped 0 already queued"),
         (["enqueue", "-q", "q", "a"], b"", "added 0, skipped 1 already queued"),
-        (["-q", "q", "enqueue", "--json", "x"], b"", '{"added":1,"skipped":0}'),
+        (["-q", "q", "enqueue", "--json", "x"], b"", '{"schema":1,"added":1,"skipped":0}'),
         (["enqueue", "-q", "q"], b"x\ny\na\n", "added 2, skipped 1 already queued"),
         (["enqueue", "-q", "new"], b"x\n", "added 1, skipped 0 already queued"),
     ],

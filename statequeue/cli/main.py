@@ -110,7 +110,7 @@ def _fast_enqueue(opts: _Fast) -> int:
         except InvalidItem as exc:
             raise where.locate(exc) from None
     if "json" in opts.flags:
-        sys.stdout.write(f'{{"added":{result.added},"skipped":{result.skipped}}}\n')
+        sys.stdout.write(f'{{"schema":1,"added":{result.added},"skipped":{result.skipped}}}\n')
     else:
         sys.stdout.write(f"added {result.added}, skipped {result.skipped} already queued\n")
     return 0

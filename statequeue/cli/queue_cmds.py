@@ -56,7 +56,7 @@ def enqueue(
     except InvalidItem as exc:
         raise positions.locate(exc) from None
     if json:
-        emit_json({"added": result.added, "skipped": result.skipped})
+        emit_json({"schema": 1, "added": result.added, "skipped": result.skipped})
     else:
         print(f"added {result.added}, skipped {result.skipped} already queued")
 
@@ -130,6 +130,7 @@ def compact(
     if json:
         emit_json(
             {
+                "schema": 1,  # as every --json object
                 "bytes_before": r.bytes_before,
                 "bytes_after": r.bytes_after,
                 "archived": r.archived,

@@ -250,6 +250,7 @@ def _guard(has_leases: bool) -> GuardLink | None:
 
 def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
     return {
+        "schema": 1,  # as every --json object
         "succeeded": summary.succeeded,
         "failed": summary.failed,
         "held": summary.held,

@@ -65,7 +65,14 @@ def import_(
     q = open_queue(ctx, home, queue, create=True)
     result = q.import_(checked, merge=merge)
     if json:
-        emit_json({"added": result.added, "skipped": result.skipped, "paused": result.paused})
+        emit_json(
+            {
+                "schema": 1,
+                "added": result.added,
+                "skipped": result.skipped,
+                "paused": result.paused,
+            }
+        )
     else:
         print(f"imported {result.added}, skipped {result.skipped} already in queue {q.name!r}")
 

@@ -27,7 +27,7 @@ def status(env: dict[str, str], *args: str) -> dict[str, object]:
 def test_thousand_items_end_to_end(sq_env: dict[str, str]) -> None:
     items = "".join(f"{i}\n" for i in range(1, 1001)).encode()
     added = sq(sq_env, "enqueue", "--json", stdin=items)
-    assert json.loads(added.stdout) == {"added": 1000, "skipped": 0}
+    assert json.loads(added.stdout) == {"schema": 1, "added": 1000, "skipped": 0}
     ran = sq(sq_env, "run", "--", "true")
     assert ran.returncode == 0, ran.stderr[-2000:]
     st = status(sq_env)
@@ -41,7 +41,7 @@ def test_thousand_items_end_to_end(sq_env: dict[str, str]) -> None:
     }
     assert st["schema"] == 1 and st["queue"] == "default"
     again = sq(sq_env, "enqueue", "--json", stdin=items)
-    assert json.loads(again.stdout) == {"added": 0, "skipped": 1000}
+    assert json.loads(again.stdout) == {"schema": 1, "added": 0, "skipped": 1000}
     assert sq(sq_env, "run", "--exit-empty", "3", "--", "true").returncode == 3  # nothing to do
 
 
@@ -51,7 +51,7 @@ def test_dedupe_survives_compaction_for_cron_reenqueue(sq_env: dict[str, str]) -
     compacted = sq(sq_env, "compact")
     assert compacted.returncode == 0 and b"->" in compacted.stdout
     out = sq(sq_env, "enqueue", "--json", "a", "b", "c")
-    assert json.loads(out.stdout) == {"added": 1, "skipped": 2}
+    assert json.loads(out.stdout) == {"schema": 1, "added": 1, "skipped": 2}
 
 
 def test_two_runners_run_each_item_exactly_once(sq_env: dict[str, str], tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_two_runners_run_each_item_exactly_once(sq_env: dict[str, str], tmp_path
 def test_invalid_utf8_on_stdin_is_kept_losslessly(sq_env: dict[str, str], tmp_path: Path) -> None:
     out = sq(sq_env, "enqueue", "--json", stdin=b"ok\n\xff\xfe bad\n\n")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"added": 2, "skipped": 0}
+    assert json.loads(out.stdout) == {"schema": 1, "added": 2, "skipped": 0}
     seen = tmp_path / "seen"
     script = f"import sys,os; open({str(seen)!r},'ab').write(os.fsencode(sys.argv[1])+b'|')"
     ran = sq(sq_env, "run", "--", sys.executable, "-c", script, "{}")
@@ -88,11 +88,11 @@ def test_invalid_utf8_on_stdin_is_kept_losslessly(sq_env: dict[str, str], tmp_pa
 
 def test_nul_separated_input_and_file(sq_env: dict[str, str], tmp_path: Path) -> None:
     out = sq(sq_env, "enqueue", "-0", "--json", stdin=b"a b\0c\nd\0")
-    assert json.loads(out.stdout) == {"added": 2, "skipped": 0}
+    assert json.loads(out.stdout) == {"schema": 1, "added": 2, "skipped": 0}
     listing = tmp_path / "items.txt"
     listing.write_text("x\ny\n\nx\n")
     out = sq(sq_env, "enqueue", "--json", "--file", str(listing))
-    assert json.loads(out.stdout) == {"added": 2, "skipped": 1}
+    assert json.loads(out.stdout) == {"schema": 1, "added": 2, "skipped": 1}
 
 
 def test_queue_and_home_options_everywhere(sq_env: dict[str, str], tmp_path: Path) -> None:
@@ -146,7 +146,7 @@ def test_python_dash_m(sq_env: dict[str, str]) -> None:
         capture_output=True,
         check=False,
     )
-    assert json.loads(out.stdout) == {"added": 1, "skipped": 0}
+    assert json.loads(out.stdout) == {"schema": 1, "added": 1, "skipped": 0}
 
 
 def test_auto_compaction_keeps_the_journal_short(sq_env: dict[str, str], sq_home: Path) -> None:
