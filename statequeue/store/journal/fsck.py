@@ -47,6 +47,10 @@ from statequeue.store.records.state import QueueState, id_runs
 TORN_LEFT = "left in place: the next command that opens the queue cuts it"
 TORN_READ_ONLY = "left in place: the queue is read-only for you, its next writer cuts it"
 TORN_CUT = "cut by the repair"
+# A damaged queue is refused by every command (exit 5), which cuts nothing.
+TORN_REFUSED = (
+    "left in place: every command refuses the damaged queue (exit 5); `fsck --repair` cuts it"
+)
 
 
 @dataclass
@@ -61,6 +65,7 @@ class FileCheck:
     problems: list[str] = field(default_factory=list)  # damage not tied to one line
     torn_fate: str = TORN_LEFT  # what became of a torn tail (fsck itself cuts none)
     cut_end: bool = False  # records are missing past its end (cut short, behind its checkpoint)
+    exists: bool = True  # False: there is no such file (a queue never compacted has no archive)
 
     @property
     def damaged(self) -> bool:
@@ -69,6 +74,7 @@ class FileCheck:
     def to_json(self) -> dict[str, object]:
         return {
             "path": self.path,
+            "exists": self.exists,
             "valid_records": self.valid,
             "bad_lines": self.bad_lines,
             "sequence_errors": self.seq_errors,
@@ -135,7 +141,10 @@ class FsckReport:
 
     def report_lines(self) -> list[str]:
         """What `fsck` prints: each file's summary, then what a repair did."""
-        lines = [check.summary() for check in (self.journal, self.archive)]
+        # A file that is not there and should not be (no archive before the
+        # first compaction) is not reported as if it were checked and "ok".
+        checks = [c for c in (self.journal, self.archive) if c.exists or c.damaged]
+        lines = [check.summary() for check in checks]
         if self.repaired:
             lines += [f"kept the damaged file as {kept}" for kept in self.kept]
             if self.lost_ids:
@@ -160,6 +169,7 @@ def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
     try:
         data = folder.read_bytes(name)
     except FileNotFoundError:
+        check.exists = False
         return check, []
     lines = data.split(b"\n")
     if lines and lines[-1]:
@@ -189,6 +199,11 @@ def scan_file(folder: QueueFolder, name: str) -> tuple[FileCheck, list[Record]]:
     # Bad lines with no valid record after them are a torn tail, which an
     # ordinary open cuts away -- unless one of them is (or was) a complete
     # record: a bit flip in the last record is damage, as it is on open.
+    # A journal with no valid record has no header: its bytes are damage
+    # (every open refuses it, exit 5), not a tail an open would cut.
+    if name == JOURNAL and not valid:
+        check.torn_bytes = 0
+        return check, valid
     trailing = [n for n in check.bad_lines if n > last_valid_line]
     if not any(looks_like_record(lines[n - 1]) for n in trailing):
         for number in trailing:
@@ -232,6 +247,8 @@ def _check_locked(qdir: QueueFolder, *, repair: bool, ops: FileOps) -> FsckRepor
         report = FsckReport(jcheck, acheck)
         if not writable:  # as `status` says of it: nothing here may cut it
             jcheck.torn_fate = acheck.torn_fate = TORN_READ_ONLY
+        if jcheck.damaged or acheck.problems:  # every open refuses it: nothing is cut
+            jcheck.torn_fate = acheck.torn_fate = TORN_REFUSED
         if repair and report.damaged:
             archive_damaged = acheck.damaged
             _repair(qdir, report, jrecords, arecords, ops)
