@@ -356,6 +356,9 @@ def _repair(
     except FileNotFoundError:
         data = b""
     dropped = dropped_records(data, report.journal.bad_lines, report.journal.cut_end)
+    # Read before anything is rebuilt: each salvage discards the checkpoints,
+    # and they may be the only witness of ids handed out past the records left.
+    remembered = checkpoint.known_ids(qdir)
     if report.archive.damaged:
         kept = _salvage(qdir, ARCHIVE, arecords, stamp, ops)
         if kept:  # "": there was no archive to keep
@@ -364,7 +367,7 @@ def _repair(
     body = [r for r in jrecords if r.get("t") != "snap"]
     trusted = header is not None and not report.archive.damaged
     new_header, report.lost_ids, arch_ids = _rebuilt_header(
-        qdir, header, body, dropped, trusted=trusted
+        qdir, header, body, dropped, trusted=trusted, remembered=remembered
     )
     reach = max(new_header["next_id"], dropped.top + 1)  # past every id replay will hold
     report.state_unsure_ids = state_unsure(dropped, reach, report.lost_ids, arch_ids)
@@ -375,13 +378,20 @@ def _repair(
 
 
 def _rebuilt_header(
-    qdir: QueueFolder, old: Record | None, body: list[Record], dropped: Dropped, *, trusted: bool
+    qdir: QueueFolder,
+    old: Record | None,
+    body: list[Record],
+    dropped: Dropped,
+    *,
+    trusted: bool,
+    remembered: int,
 ) -> tuple[Record, list[list[int]], list[int]]:
     """The snapshot header of a salvaged journal, made to agree with the
     archive; with ``old`` lost, rebuilt from everything that survives.
 
     With the header lost, ``next_id`` is past every id the archive, the
-    records and the checkpoints know of; with it kept, past the checkpoints'
+    records and the checkpoints know of (``remembered``: read before the
+    repair discarded them); with it kept, past the checkpoints'
     (the records' own ids count on replay), and past an id that only a
     dropped record still names. The ids below it that no surviving record
     names are ``absent`` (neither done nor listed, never reused).
@@ -394,7 +404,7 @@ def _rebuilt_header(
     arch_ids, size, archived = _archive_extent(qdir, limit, body_ids)
     # The journal's own records raise next_id on replay, so a kept header
     # needs only what the archive and the checkpoints remember beyond them.
-    known = max([checkpoint.known_ids(qdir), *arch_ids])
+    known = max([remembered, *arch_ids])
     if old is None:
         known = max([known, *body_ids])
     # An item whose enqueue record was lost can still be named by its
