@@ -34,7 +34,7 @@ def test_max_time_on_a_paused_queue_says_paused_and_exits_0(sq_env: dict[str, st
     as_json = _sq(sq_env, "run", "--max-time", "0.5s", "--exit-empty", "3", "--json", "--", "true")
     assert as_json.returncode == 0, as_json.stderr
     summary = json.loads(as_json.stdout)
-    assert summary["exit_code"] == 0 and summary["pending_left"] == 3
+    assert summary["exit_code"] == 0 and summary["left_pending"] == 3
     # An empty queue is still "nothing to do", with --exit-empty's code.
     assert _sq(sq_env, "resume").returncode == 0
     assert _sq(sq_env, "run", "--", "true").returncode == 0

@@ -131,7 +131,7 @@ class RichView:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TimeRemainingColumn(),
+            _remaining_column(TimeRemainingColumn),
             console=Console(stderr=True),
             transient=False,
         )
@@ -143,6 +143,8 @@ class RichView:
         console = self.progress.console
         if isinstance(event, Notice):
             console.print(f"statequeue: {with_queue(event.text)}", markup=False, highlight=False)
+            if event.stopping:  # no item starts any more: an ETA would be a guess at nothing
+                self.progress.update(self.task, description="stopping", stopping=True)
         elif isinstance(event, ItemStarted):
             # Per item it cost a locked update for a name nobody can read at
             # a thousand a second; the bar redraws ten times a second anyway.
@@ -161,6 +163,21 @@ class RichView:
 
     def close(self) -> None:
         self.progress.stop()
+
+
+def _remaining_column(base: Any) -> Any:
+    """rich's ETA column, blank once the run is stopping (the task's
+    ``stopping`` field): the items left will not run, so no time remains for them."""
+
+    class Remaining(base):  # type: ignore[misc]
+        def __call__(self, task: Any) -> Any:  # before rich's cache of the last ETA shown
+            if task.fields.get("stopping"):
+                from rich.text import Text  # lazy: start-up time (only on a terminal)
+
+                return Text("")
+            return super().__call__(task)
+
+    return Remaining()
 
 
 def make_view(*, tty: bool, live: bool, quiet: bool = False, total: int) -> View:

@@ -176,6 +176,7 @@ def _say_summary(view: View, summary: RunSummary, json: bool, code: int) -> None
 def _options(args: RunArgs) -> RunOptions:
     """The runner's options; UsageError for a value that cannot be one."""
     # lazy: start-up time (the run's options, only for `run`)
+    from statequeue.core.command_text import given_shell
     from statequeue.run.options import RunOptions, parse_log_limit, parse_size, parse_verify
     from statequeue.run.shell_command import shell_template
 
@@ -191,6 +192,7 @@ def _options(args: RunArgs) -> RunOptions:
     verify, rss = args["verify"], args["recycle_rss"]
     return RunOptions(
         command=shell_template(tuple(command)) if args["shell"] else tuple(command),
+        given_command=given_shell(command) if args["shell"] else (),
         jobs=args["jobs"],
         timeout=_duration(args["timeout"]) or None,  # 0: no limit, as for coreutils' timeout
         grace=_duration(args["grace"]) or 0.0,
@@ -257,13 +259,13 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "retry_pending": summary.retried,
         "verified": summary.verified,
         "interrupted": summary.released,
+        "left_pending": summary.left_pending,
         "attempts": summary.attempts,
         "started": summary.attempts,
         "held_by_dead_runner": list(summary.held_by_dead_runner),
         "silent_runner_items": list(summary.silent),
         "cut_short": sorted(summary.cut_short),
         "output_cut": sorted(summary.output_cut),
-        "pending_left": summary.left_pending,
         "exit_code": code,
     }
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.cli.clock import local_time
 from statequeue.cli.render import counted_ids, plural, shown
+from statequeue.core.command_text import command_text
 from statequeue.core.durations import format_duration
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def _runner(g: Group, names: StatsNames | None) -> str:
     if known is not None and known.started_at is not None:
         text += f", started {local_time(known.started_at)}"
     if known is not None and known.command:
-        text += f": {shown(' '.join(known.command), 60)}"
+        text += f": {shown(command_text(known.command), 60)}"
     return text
 
 

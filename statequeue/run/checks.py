@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from statequeue.core.command_text import command_text
 from statequeue.core.errors import CommandNotFound, UsageError, VerifyBroken
 from statequeue.core.models import Claim, OnInterrupted
 from statequeue.core.rates import Pace, rate_text
@@ -182,15 +182,22 @@ class Verifier:
         )
 
 
-def command_drift(earlier: list[list[str]], command: tuple[str, ...]) -> str:
+def command_drift(
+    earlier: list[list[str]], given: tuple[str, ...], template: tuple[str, ...] = ()
+) -> str:
     """The warning when the queue was last run with another command ("" if not).
-    Compared as stored (core/identity.py: ``json_text``), so that an argument
-    that is not UTF-8 does not warn on every run."""
-    if not earlier or tuple(earlier[-1]) == tuple(map(json_text, command)):
+    ``given``: the command as the user gave it (core/command_text.py), as runs
+    record it; ``template``: the form it runs as, which older versions
+    recorded. Compared as stored (core/identity.py: ``json_text``), so that an
+    argument that is not UTF-8 does not warn on every run."""
+    if not earlier:
+        return ""
+    last = tuple(earlier[-1])
+    if any(last == tuple(map(json_text, form)) for form in (given, template) if form):
         return ""
     return (
         "warning: this queue was last run with a different command: "
-        f"{shlex.join(earlier[-1])!s} (now: {shlex.join(command)})"
+        f"{command_text(last)} (now: {command_text(given)})"
     )
 
 

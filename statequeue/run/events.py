@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from statequeue.core.durations import format_duration
 from statequeue.core.errors import StateQueueError
 from statequeue.core.models import Claim, ItemState, Outcome
 
@@ -43,6 +45,9 @@ class Notice:
 
     text: str
     warning: bool = False
+    stopping: bool = False
+    """The run was told to stop (its first SIGINT, SIGTERM or SIGHUP): it
+    starts no new item, so a progress bar shows no ETA from now on."""
 
 
 RunEvent = ItemStarted | ItemFinished | Notice
@@ -77,6 +82,12 @@ class RunSummary:
     left to recovery), or ended with their result not acknowledged (its
     record may or may not have reached the disk): they may run again."""
     stopped_by: int | None = None
+    left_pending: int = 0
+    """Pending items the run left and never started (not counted elsewhere:
+    neither handed back nor waiting for a retry): stopped by a signal; or,
+    with ``out_of_time``, having taken none (a paused queue, retries not due
+    yet): there was something to do, so never "nothing to do" nor
+    ``--exit-empty``'s code."""
     held_by_dead_runner: tuple[int, ...] = ()
     """Items left running by a dead runner whose attempt's processes still
     hold them, as the run ended (``Store.held_by_dead_runner``): not taken."""
@@ -88,10 +99,6 @@ class RunSummary:
     """When the last of those leases ends unless renewed (Unix time)."""
     out_of_time: bool = False
     """--max-time ran out: the run took no new item after it."""
-    left_pending: int = 0
-    """With ``out_of_time``, the items still pending as the run ended having
-    taken none (a paused queue, retries not due yet): there was something to
-    do, so never "nothing to do" nor ``--exit-empty``'s code."""
     paused: str | None = None
     """With ``left_pending``, the queue's name when it was paused."""
 
@@ -135,11 +142,14 @@ class RunSummary:
                 self.left_pending = store.status().counts.get("pending", 0)
                 if self.left_pending and store.is_paused():
                     self.paused = store.name
-        if not self.waiting:
-            return
-        with contextlib.suppress(StateQueueError, OSError):
-            states = store.states(self.waiting)
-            self.waiting = {i for i, s in states.items() if s is ItemState.PENDING}
+        if self.waiting:
+            with contextlib.suppress(StateQueueError, OSError):
+                states = store.states(self.waiting)
+                self.waiting = {i for i, s in states.items() if s is ItemState.PENDING}
+        if stopped_by is not None:  # what the stop left undone, besides what it handed back
+            with contextlib.suppress(StateQueueError, OSError):
+                pending = store.status().counts.get("pending", 0)
+                self.left_pending = max(0, pending - self.released - self.retried)
 
     @property
     def started(self) -> int:
@@ -209,14 +219,16 @@ class RunSummary:
             parts.append(f"{self.retried} waiting for a retry")
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
+        if self.left_pending:
+            parts.append(f"{self.left_pending} left pending (not started)")
         if self.output_cut:
             parts.append(f"{len(self.output_cut)} with their output log cut (`show ID`)")
         if self.cut_short:
             cut = len(self.cut_short)
             parts.append(f"{cut} cut short by the error (not acknowledged: they may run again)")
         attempts = f"{self.attempts} attempt" + ("" if self.attempts == 1 else "s") + " started"
-        stopped = "" if self.stopped_by is None or not idle else " (stopped)"
-        return f"items: {', '.join(parts)}; {attempts}{stopped}{self._held_text()}"
+        stopped = "" if self.stopped_by is None else f"stopped by {signal_name(self.stopped_by)}: "
+        return f"{stopped}items: {', '.join(parts)}; {attempts}{self._held_text()}"
 
     def _left_text(self) -> str:
         """--max-time ran out before the run took any item, while some were
@@ -276,6 +288,27 @@ def _items(ids: Sequence[int]) -> str:
 
 def _listed(ids: Sequence[int]) -> str:
     return ", ".join(f"#{i}" for i in ids[:20]) + (", ..." if len(ids) > 20 else "")
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT`` for 2 (``signal 64`` for one Python has no name for)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def stopping_text(signum: int, running: int, grace: float) -> str:
+    """What a run says at once on its first stop signal (as GNU parallel
+    does): what it does now, how long it may take, how to cut it short."""
+    if not running:
+        return "stopping: no new items start; none is running"
+    shown = f"{grace:g}s" if grace < 60 else format_duration(grace)
+    again = "Ctrl-C again" if signum == signal.SIGINT else f"{signal_name(signum)} again"
+    return (
+        f"stopping: no new items start; waiting for {running} running "
+        f"(up to --grace {shown}); {again} to stop them now"
+    )
 
 
 def paused_text(queue: str) -> str:

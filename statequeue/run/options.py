@@ -26,6 +26,7 @@ class RunOptions:
     """Everything ``statequeue run`` can be told. Durations are in seconds."""
 
     command: tuple[str, ...]
+    """What runs per item (with ``--shell``: ``/bin/sh -c SCRIPT sh {} ...``)."""
     jobs: int = 1
     timeout: float | None = None
     grace: float = 5.0
@@ -55,12 +56,21 @@ class RunOptions:
     max_deferrals: int = DEFAULT_MAX_DEFERRALS
     """Times an item may ask to be tried later (exit 75) before it fails."""
 
+    given_command: tuple[str, ...] = ()
+    """The command as the user gave it, recorded and shown (core/command_text.py:
+    ``("--shell", TEXT)`` for ``--shell``); empty: ``command`` itself."""
+
     persistent: bool = False
     """One long-lived worker per slot, fed items over a line protocol (persistent.py)."""
     recycle_after: int | None = None
     """With ``persistent``: replace a worker after this many items (None: never)."""
     recycle_rss: int | None = None
     """With ``persistent``: replace a worker whose resident memory reaches this many bytes."""
+
+    @property
+    def shown_command(self) -> tuple[str, ...]:
+        """The command to record and show: as given, else as run."""
+        return self.given_command or self.command
 
     def __post_init__(self) -> None:
         if not self.command:

@@ -3,7 +3,7 @@
 Before its first claim a run registers itself (``--single`` refuses a second
 runner), hands its liveness lock to the keeper when a guard started it (the
 keeper holds it until every process the run leaves is gone: promise 4),
-warns when the queue was last run with another command, and reports what
+finds whether the queue was last run with another command, and reports what
 recovery found of an earlier run. At its end it unregisters: a store that
 cannot be reached then marks it stopped once its pid or lease is seen gone.
 """
@@ -34,9 +34,12 @@ def register_run(
     guard: GuardLink | None,
     on_event: Callable[[RunEvent], None],
     summary: RunSummary,
-) -> None:
+) -> str:
     """Register the run in ``queue``'s store and report recovery (unregistered
-    again if that fails); the items recovery failed or held count in ``summary``."""
+    again if that fails); the items recovery failed or held count in ``summary``.
+    Returns the warning that the queue was last run with another command (""
+    if not), for the run to say once it starts an attempt: a run with nothing
+    to do runs no command, and records none (``Store.commands``)."""
     store = queue.store
     if options.lease is not None:
         store.use_lease(options.lease)
@@ -46,8 +49,7 @@ def register_run(
     if guard is not None:  # held by the keeper too, until all we leave is gone
         guard.send_liveness(queue.name, store.liveness_fds(info.runner_id))
         guard.send_note(store.leftover_note(info.runner_id))
-    if drift := command_drift(earlier, options.command):
-        on_event(Notice(drift))
+    drift = command_drift(earlier, options.shown_command, options.command)
     if options.verify and not names_item(options.verify):
         on_event(Notice(VERIFY_NAMES_NO_ITEM, warning=True))
     if options.rate is None and (pace := store.pace()) is not None:
@@ -65,6 +67,7 @@ def register_run(
         store.unregister_runner(info.runner_id)
         raise
     summary.recovered(report)
+    return drift
 
 
 def unregister_run(store: Store, info: RunnerInfo) -> None:

@@ -23,7 +23,14 @@ from statequeue.core.errors import KeeperLost, StoreUnreachable
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Claim, Outcome, RunnerInfo
 from statequeue.run.checks import check_commands
-from statequeue.run.events import ItemStarted, Notice, RunEvent, RunSummary, paused_text
+from statequeue.run.events import (
+    ItemStarted,
+    Notice,
+    RunEvent,
+    RunSummary,
+    paused_text,
+    stopping_text,
+)
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import STOPS, GuardLink
 from statequeue.run.held_wait import HeldWait
@@ -73,7 +80,7 @@ class Runner:
         # Every event goes out through _emit: after the results the recorder
         # holds back until the next child is started (order kept).
         self.on_event = self._emit
-        self.info: RunnerInfo = new_runner(command=options.command, guarded=guard is not None)
+        self.info: RunnerInfo = new_runner(command=options.shown_command, guarded=guard is not None)
         folder = queue.path or Path(".")
         self.spec = JobSpec(
             template=options.command,
@@ -108,6 +115,7 @@ class Runner:
         self._max_time_at: float | None = None  # monotonic time --max-time runs out
         self._said_paused = False  # the wait for `resume` was announced
         self._said_waiting = False  # the wait for a retry's due time was announced
+        self._drift = ""  # "last run with a different command": said at the first attempt
         self.recorder = ResultRecorder(
             queue,
             options,
@@ -159,7 +167,9 @@ class Runner:
         # Before this run's first record: on a full disk it frees the room
         # to give the items in flight back (give_back_all).
         store.keep_space_reserve()
-        register_run(self.queue, self.info, self.options, self.guard, self.on_event, self.summary)
+        self._drift = register_run(
+            self.queue, self.info, self.options, self.guard, self.on_event, self.summary
+        )
         if self.options.max_time is not None:
             self._max_time_at = time.monotonic() + self.options.max_time
         failure: BaseException | None = None
@@ -356,6 +366,7 @@ class Runner:
         if self.options.timeout is not None:
             job.deadline = job.started + self.options.timeout
         self._watch.started(job)
+        self._say_drift()
         self.on_event(ItemStarted(claim))
         if self.spec.pipes is not None:  # the next child's, now that this one runs
             self.spec.pipes.refill()
@@ -367,6 +378,13 @@ class Runner:
             if may:
                 with contextlib.suppress(OSError):  # the claim meets it again, and handles it
                     self.queue.reserve(among=scope)
+
+    def _say_drift(self) -> None:
+        """Once, at the first attempt: the queue was last run with another
+        command (not said by a run that has nothing to do)."""
+        if self._drift:
+            self.on_event(Notice(self._drift))
+            self._drift = ""
 
     def _not_started(self, claim: Claim, exc: OSError) -> bool:
         """The command could not be started for ``claim``: the item fails,
@@ -385,6 +403,7 @@ class Runner:
         # The store records this as an attempt (an end record, attempt N), as
         # list, show and stats count it: the summary counts it the same way.
         self.summary.attempts += 1
+        self._say_drift()
         self.on_event(self.recorder.record(claim, outcome, None))
         return False
 
@@ -546,6 +565,9 @@ class Runner:
         # (--max-time, --halt-on-failure): its children must hear it too.
         first, self._stop_forwarded = not self._stop_forwarded, True
         self._taking = False
+        if first:  # said at once: the wait for --grace may be long
+            text = stopping_text(self._stop_signal, len(self.jobs), self.options.grace)
+            self.on_event(Notice(text, stopping=True))
         forward_stop(
             self.jobs.values(),
             self._stop_signal,

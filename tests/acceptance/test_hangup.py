@@ -35,7 +35,10 @@ def test_sighup_stops_the_run_and_hands_the_items_back_uncharged(
     code, _, err = finish(runner)
     assert code == ExitCode.INTERRUPTED_HUP == 129, err
     assert "Traceback" not in err, err
-    assert err.splitlines()[-1].startswith("statequeue: items: 0 ok, 0 failed, 2 handed back"), err
+    assert err.splitlines()[-1] == (
+        "statequeue: stopped by SIGHUP: items: 0 ok, 0 failed, 2 handed back (stopped), "
+        "1 left pending (not started); 2 attempts started"
+    ), err
     with Queue("default", home=home, create=False) as q:
         status = q.status()
         assert status.counts["pending"] == 3 and status.interrupted == (), status
