@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +46,21 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 from tests.pg import pg_cluster, pg_url  # noqa: E402, F401  (fixtures for every test)
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL this thread sends through psycopg from now on (tests that count
+    what a read sends: test_result_lookup, test_resumable_reads)."""
+    psycopg = pytest.importorskip("psycopg")
+    sent: list[str] = []
+    me = threading.get_ident()
+    execute = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == me:
+            sent.append(query if isinstance(query, str) else repr(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    return sent

@@ -201,23 +201,6 @@ def _refused(self: Any, *args: Any) -> Any:
 # -- PostgreSQL: the same answers, from one statement of index probes ---------------
 
 
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SQL this thread sends from now on."""
-    psycopg = pytest.importorskip("psycopg")
-    sent: list[str] = []
-    me = threading.get_ident()
-    execute = psycopg.Connection.execute
-
-    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() == me:
-            sent.append(query if isinstance(query, str) else repr(query))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", spy)
-    return sent
-
-
 def test_postgres_result_answers_as_the_full_scan(sq_home: Path, pg_url: str) -> None:
     with Queue("rp", home=sq_home, store=pg_url) as q:
         texts = _fill(q)

@@ -7,9 +7,7 @@ is read."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,23 +146,6 @@ def test_memory_results_of_answers_as_the_full_scan() -> None:
 
 
 # -- PostgreSQL ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The SQL this thread sends from now on."""
-    psycopg = pytest.importorskip("psycopg")
-    sent: list[str] = []
-    me = threading.get_ident()
-    execute = psycopg.Connection.execute
-
-    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() == me:
-            sent.append(query if isinstance(query, str) else repr(query))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", spy)
-    yield sent
 
 
 def test_postgres_results_of_answers_as_the_full_scan(sq_home: Path, pg_url: str) -> None:

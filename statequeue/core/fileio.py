@@ -155,10 +155,7 @@ def open_own(name: str, flags: int, dir_fd: int | None, mode: int = 0o600, shown
         fd = os.open(name, (flags & ~os.O_TRUNC) | _OWN_FLAGS, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.EISDIR:  # opened to write: a folder at the name
-            raise FolderAtFileName(
-                f"{shown or name} is a folder, not a regular file; statequeue refuses to use"
-                " it (remove it)"
-            ) from None
+            raise folder_at(shown or name) from None
         if exc.errno != errno.ENXIO:  # a FIFO with no reader (O_WRONLY), a socket
             raise
         raise UnsafeFolder(
@@ -175,6 +172,13 @@ def open_own(name: str, flags: int, dir_fd: int | None, mode: int = 0o600, shown
         return fd
     os.close(fd)
     raise UnsafeFolder(foreign_file(shown or name, st))
+
+
+def folder_at(shown: str) -> FolderAtFileName:
+    """The refusal of a folder standing where statequeue keeps the file ``shown``."""
+    return FolderAtFileName(
+        f"{shown} is a folder, not a regular file; statequeue refuses to use it (remove it)"
+    )
 
 
 def foreign_file(shown: str, st: os.stat_result) -> str:

@@ -35,11 +35,10 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import (
     CorruptJournal,
     DamagedState,
-    FolderAtFileName,
     LockTimeout,
     StateQueueError,
 )
-from statequeue.core.fileio import FileOps, durability_error
+from statequeue.core.fileio import FileOps, durability_error, folder_at
 from statequeue.core.records import decode, item_text
 from statequeue.core.views import CompactResult
 from statequeue.store.journal import checkpoint, key_index, stats_cache
@@ -129,9 +128,7 @@ def _compact(site: CompactionSite) -> CompactResult:
             # A rename names its target second.
             where = exc.filename2 or exc.filename or ""
             name = os.path.join(str(site.folder.path), str(where))
-            raise FolderAtFileName(
-                f"{name} is a folder, not a regular file; statequeue refuses to use it (remove it)"
-            ) from None
+            raise folder_at(name) from None
         raise durability_error("compacting", str(site.folder.path), exc) from None
     finally:
         new.close()
