@@ -307,7 +307,12 @@ async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bo
         if item._settling is not None and not item._settling.task.done()
     }
     # A cancellation meanwhile goes on once the items are back (_to_its_end).
-    stop = await _to_its_end(asyncio.ensure_future(asyncio.wait(under_way))) if under_way else None
+    # Futures no task: `asyncio.run`'s shutdown cancels every task, and a
+    # generator closed then (its object collected) would give nothing back.
+    if under_way:
+        stop = await _to_its_end(asyncio.gather(*under_way, return_exceptions=True))
+    else:
+        stop = None
     back = [
         item
         for item in [*slots.out, *slots.stuck]
@@ -326,7 +331,7 @@ async def _end(queue: Queue, runner: RunnerInfo, slots: _Slots, *, cancelled: bo
                 item.sync_item.release("abandoned: the work loop stopped early")
         queue.unregister_runner(runner.runner_id)
 
-    stop = await _to_its_end(asyncio.ensure_future(asyncio.to_thread(end))) or stop
+    stop = await _to_its_end(asyncio.get_running_loop().run_in_executor(None, end)) or stop
     if stop is not None:
         raise stop
 
@@ -344,6 +349,8 @@ async def _to_its_end(future: asyncio.Future[Any]) -> asyncio.CancelledError | N
             await asyncio.shield(future)
         except asyncio.CancelledError as exc:
             cancelled = exc
+    if future.cancelled():  # never by this call: the caller's next step still runs
+        return cancelled or asyncio.CancelledError()
     future.result()
     return cancelled
 
