@@ -311,6 +311,25 @@ def filled_store(url: str, n: int) -> None:
     store = PostgresStore(url, "q")
     store.enqueue(items(n))
     store.close()
+    settled(url, "statequeue.items", "statequeue.live")
+
+
+def settled(url: str, *tables: str) -> None:
+    """Each kind's tables vacuumed and analysed after its fill, the same for
+    every kind (the floor's and procrastinate's were, the store's were not:
+    its run then met the planner without statistics, and the autovacuum
+    that the fill set off)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+
+
+def dropped(cluster: PgCluster, url: str) -> None:
+    """A measured database dropped once its run ended: else the autovacuum of
+    its dead rows ran during the next kind's run, on the same CPUs, and was
+    counted as that kind's server time."""
+    name = url.split("?", 1)[0].rsplit("/", 1)[1]
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def filled_procrastinate(url: str, n: int) -> None:
@@ -319,8 +338,7 @@ def filled_procrastinate(url: str, n: int) -> None:
         app.schema_manager.apply_schema()
         for start in range(0, n, 1000):
             app.tasks["noop"].batch_defer(*({} for _ in range(min(1000, n - start))))
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE procrastinate_jobs")
+    settled(url, "procrastinate_jobs")
 
 
 def procrastinated(url: str) -> int:
@@ -336,7 +354,7 @@ def filled_floor(url: str, n: int) -> None:
         with conn.cursor().copy("COPY floor (id, item, state) FROM STDIN") as copy:
             for i, item in enumerate(items(n)):
                 copy.write_row((i + 1, item, "pending"))
-        conn.execute("VACUUM ANALYZE floor")
+    settled(url, "floor")
 
 
 RUNNERS = {
@@ -377,6 +395,7 @@ def throughput(
             url = cluster.new_database()
             FILLS.get(kind, filled_store)(url, n)
             done, seconds, cpu = one_run(kind, url, procs, cluster.data_dir)
+            dropped(cluster, url)
             if done != n:
                 raise SystemExit(f"bench_pg: {kind} x{procs} finished {done} of {n} items")
             figures[f"{kind}_{procs}_per_s"] = n / seconds
