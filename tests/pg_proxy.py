@@ -6,6 +6,8 @@ network partition: nothing is refused, nothing arrives); ``resume`` lets the
 held bytes through. ``cut_after(marker)`` drops the next connection that
 sends ``marker`` right after forwarding it: the server still receives and
 completes the statement, the client never hears back (a lost acknowledgement).
+With ``late=S`` the statement reaches the server only S seconds after the
+client lost the connection (it was still on the way when the cut came).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -32,6 +35,7 @@ class Proxy:
         self._running.set()
         self._closed = False
         self._marker: bytes | None = None
+        self._late = 0.0
         self.cuts = 0
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
@@ -48,9 +52,9 @@ class Proxy:
     def resume(self) -> None:
         self._running.set()
 
-    def cut_after(self, marker: bytes) -> None:
+    def cut_after(self, marker: bytes, late: float = 0.0) -> None:
         with self._lock:
-            self._marker = marker
+            self._marker, self._late = marker, late
 
     def close(self) -> None:
         self._closed = True
@@ -99,9 +103,13 @@ class Proxy:
             return False
         if not data:
             return False
+        late = self._take_marker(data) if src is client else None
+        if late:
+            client.close()  # lost before the statement reached the server
+            time.sleep(late)
         with contextlib.suppress(OSError):
             dst.sendall(data)
-        if src is client and self._take_marker(data):
+        if late is not None:
             # The server got the statement: wait for its answer, then lose it.
             client.close()
             with contextlib.suppress(OSError):
@@ -110,13 +118,14 @@ class Proxy:
             return False
         return True
 
-    def _take_marker(self, data: bytes) -> bool:
+    def _take_marker(self, data: bytes) -> float | None:
+        """None: no cut here; else the seconds the statement is held back."""
         with self._lock:
             if self._marker is None or self._marker not in data:
-                return False
+                return None
             self._marker = None
             self.cuts += 1
-            return True
+            return self._late
 
     def _drop(self, client: socket.socket, server: socket.socket) -> None:
         for sock in (client, server):

@@ -133,3 +133,31 @@ def test_a_retried_claim_waits_for_its_first_try_still_running(
         finally:
             s.close()
             blocker.close()
+
+
+def test_a_retried_claim_outruns_no_first_try_still_on_its_way(
+    pg_cluster: PgCluster, pg_url: str, tmp_path: Path
+) -> None:
+    """The cut may come before the first try reached the server (its bytes
+    still on the way, or unread by its server process). The retry then found
+    that process idle, claimed item 1, and the first try, arriving later,
+    claimed item 2 for the runner with a token no process held (CI failed so
+    once under load). The lost connection's server process is ended before
+    the retry, so a first try still on its way never runs."""
+    with proxy_for(pg_cluster) as proxy:
+        s = PostgresStore(proxy.url(pg_url), "q", scratch=tmp_path / "scratch", lease=60.0)
+        try:
+            s.enqueue(["a", "b"])
+            runner = new_runner()
+            s.register_runner(runner)
+            proxy.cut_after(b"statequeue.claim(", late=1.0)
+            claim = s.claim(runner)
+            assert proxy.cuts == 1
+            assert claim is not None and claim.item_id == 1 and claim.attempt == 1
+            time.sleep(1.5)  # the first try's bytes have reached the server by now
+            assert _live(pg_url) == [(1, "running", claim.token), (2, "pending", None)]
+            assert s.finish(claim, OK) is ItemState.DONE
+        finally:
+            s.close()
+    starts = _sql(pg_url, "SELECT body->>'id' FROM statequeue.events WHERE body->>'t' = 'start'")
+    assert starts == [("1",)]

@@ -18,8 +18,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TypeVar
+
+import psycopg
 
 from statequeue.core import lease_clock
 from statequeue.core.errors import StoreUnreachable
@@ -34,9 +36,21 @@ from statequeue.store.postgres.connection import (
 
 T = TypeVar("T")
 PATIENCE = 60.0
-PREVIOUS_WAIT = 5.0
-"""Longest wait for a lost connection's last statement to end on the server."""
 """How long a runner's store call keeps reconnecting (unless a lease needs fencing first)."""
+PREVIOUS_WAIT = 5.0
+"""Longest wait for the server process of a lost connection to end."""
+
+# Set at every connect, with the server process's start: a process id alone
+# may name another connection's process later (ids are reused).
+_OPENED = """
+SELECT pg_catalog.set_config('synchronous_commit', 'on', false), backend_start
+FROM pg_catalog.pg_stat_activity WHERE pid = pg_catalog.pg_backend_pid()
+"""
+_END = """
+SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+WHERE pid = %s AND backend_start = %s
+"""
+_LIVES = "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s AND backend_start = %s"
 
 
 class Session:
@@ -54,19 +68,21 @@ class Session:
         self._pause = BACKOFF_FIRST  # the next wait between two tries (grows while down)
         self._next_try = 0.0  # lease-clock time of the next try while down
         self._last = ""  # why the last try failed
-        self.backend_pid = 0  # the server process of ``conn``
-        self.previous_pid = 0  # that of the connection ``conn`` replaced (lost)
+        self.backend: tuple[int, object] | None = None  # ``conn``'s server process (pid, start)
+        self.lost: list[tuple[int, object]] = []  # those of lost connections, maybe still at work
         self.conn = self._open()
 
     def _open(self, until: float | None = None) -> Connection:
         conn = connect(self.url) if until is None else self._reconnect(until)
         self.generation += 1
-        self.previous_pid, self.backend_pid = self.backend_pid, conn.info.backend_pid
+        if self.backend is not None:
+            self.lost = [*self.lost[-7:], self.backend]  # the last few: older ones ended long ago
         with guarded(self.url):
             # Whatever the database's default: a result is on the server's
             # disk before finish() returns (promise 1); finish(sync=False)
             # lowers it per transaction, for group commit.
-            conn.execute("SET synchronous_commit = on")
+            row = conn.execute(_OPENED).fetchone()
+        self.backend = (conn.info.backend_pid, None if row is None else row[1])
         return conn
 
     def _reconnect(self, until: float) -> Connection:
@@ -108,21 +124,27 @@ class Session:
                 self.conn = self._open(until if fence is None else min(until, fence))
 
     def wait_for_previous(self, conn: Connection, timeout: float = PREVIOUS_WAIT) -> None:
-        """Wait (at most ``timeout``) until the server process of the lost
-        connection this one replaced has no statement running: a statement
-        whose answer was lost goes on after the cut, and commits, or not, by
-        then. A call retried on ``conn`` then sees what its first try did."""
-        if not self.previous_pid:
-            return
+        """End the server processes of the lost connections this one
+        replaced, and wait (at most ``timeout``) until they are gone. A
+        statement whose answer was lost may still run there, or not have
+        begun (its bytes on the way, or not yet read): it would commit after
+        a retry looked for what it did. Once its process is gone it committed,
+        or never will: a call retried on ``conn`` then sees what its first
+        try did. Waiting for its statement to end was not enough: one not
+        yet begun looks idle (CI under load: the retry claimed item 1, the
+        first try item 2 for a runner that never heard of it)."""
+        lost, self.lost = self.lost, []
         end = lease_clock.now() + timeout
-        while lease_clock.now() < end:
-            row = conn.execute(
-                "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE pid = %s AND state = 'active'",
-                (self.previous_pid,),
-            ).fetchone()
-            if row is None:
-                return
-            time.sleep(0.01)
+        for pid, started in lost:
+            if started is None:
+                continue  # not known: another connection's process may have its id now
+            # Not allowed to end it (another role's?): it is waited for.
+            with suppress(psycopg.Error):
+                conn.execute(_END, (pid, started))
+            while lease_clock.now() < end:
+                if conn.execute(_LIVES, (pid, started)).fetchone() is None:
+                    break
+                time.sleep(0.01)
 
     @contextmanager
     def guard(self) -> Iterator[None]:
