@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,22 @@ def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> 
     # starts split between them is not promised (one may win most of them).
     last_start = max(r["at"] for r in records if r["t"] == "start")
     assert min(ended) >= last_start, (ended, last_start)
-    assert 18.0 <= rate <= 22.0, rate  # 20/s between them, not 20/s each
+    assert 18.0 <= rate <= 22.0, (rate, start_gaps(records))  # 20/s between them, not 20/s each
+
+
+def start_gaps(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the time between starts went, for a failure's message: each
+    runner's starts, and the five longest gaps (seconds, which runner started
+    the item after the gap, and how many starts came before it)."""
+    starts = sorted((r["at"], r.get("runner", "?")) for r in records if r["t"] == "start")
+    per_runner: dict[str, int] = {}
+    for _, runner in starts:
+        per_runner[runner] = per_runner.get(runner, 0) + 1
+    gaps = sorted(
+        ((round(b[0] - a[0], 3), b[1], n + 1) for n, (a, b) in enumerate(pairwise(starts))),
+        reverse=True,
+    )
+    return {"per_runner": per_runner, "longest_gaps": gaps[:5]}
 
 
 # -- exit 75: try later ----------------------------------------------------------------------

@@ -56,6 +56,27 @@ def test_the_journal_state_rate_in_a_full_window_is_the_window() -> None:
     assert state.rate(now) == pytest.approx(80 / 60.0)
 
 
+def test_the_journal_state_rate_is_not_capped_by_the_times_it_keeps() -> None:
+    """Only the last 2,000 starts and ends are kept: 11,000 items a second
+    filled them in under 0.2 s, and a span of 1 s at least showed 2,000/s."""
+    from statequeue.store.records.state import RATE_WINDOW_ITEMS
+
+    state = QueueState()
+    every = 1 / 11_000
+    for k in range(3 * RATE_WINDOW_ITEMS):  # three times what is kept
+        state.recent_starts.append(T0 + k * every)
+        state.recent_ends.append(T0 + k * every + every / 2)
+    now = T0 + 3 * RATE_WINDOW_ITEMS * every
+    assert state.rate(now) == pytest.approx(11_000, rel=0.01)
+    starts = state.starts(now, 60.0)
+    assert starts is not None and starts.per_second == pytest.approx(11_000, rel=0.01)
+    # A few finishes after a full window of starts are still a slow rate.
+    slow = QueueState()
+    slow.recent_starts.extend(T0 + k * every for k in range(RATE_WINDOW_ITEMS))
+    slow.recent_ends.extend([T0 + 0.2, T0 + 0.3])
+    assert slow.rate(T0 + 0.3) == pytest.approx(2.0)
+
+
 def test_the_stats_rate_counts_from_the_attempts_starts() -> None:
     """`stats` and `status --watch` (``LiveRate``: a ``RecentRate``)."""
     from statequeue.stats.attempts import Attempt, batches_of

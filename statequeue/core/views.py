@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequeue.core.models import STATUS_SCHEMA, ItemState
 from statequeue.core.rates import Pace
-from statequeue.core.recent_rate import start_rate
+from statequeue.core.recent_rate import MIN_SPAN, start_rate
 from statequeue.core.textsafe import item_json, record_json
 
 if TYPE_CHECKING:  # at run time, through __getattr__ (below)
@@ -106,12 +106,15 @@ class Starts:
     start came in it."""
 
 
-def starts_of(count: int, first: float, last: float, now: float, at_first: int) -> Starts | None:
+def starts_of(
+    count: int, first: float, last: float, now: float, at_first: int, floor: float = MIN_SPAN
+) -> Starts | None:
     """The ``Starts`` of ``count`` starts from ``first`` to ``last``, ``at_first``
-    of them in the first moment (``FIRST_BATCH``); None for fewer than two."""
+    of them in the first moment (``FIRST_BATCH``); None for fewer than two.
+    ``floor``: the shortest span the rate is measured over (``start_rate``)."""
     if count < 2:
         return None
-    return Starts(count, first, last, start_rate(count, at_first, first, now))
+    return Starts(count, first, last, start_rate(count, at_first, first, now, floor))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ from typing import Any
 
 from statequeue.core.exported import MAX_ID_GAP, out_of_reach
 from statequeue.core.models import ItemState
-from statequeue.core.recent_rate import FIRST_BATCH, began_of, recent_rate
+from statequeue.core.recent_rate import (
+    FIRST_BATCH,
+    MIN_SPAN,
+    MIN_SPAN_MANY,
+    began_of,
+    recent_rate,
+)
 from statequeue.core.records import OutOfReach, Record, item_text
 from statequeue.core.views import Starts, starts_of
 from statequeue.store.records.items import (
@@ -435,14 +441,18 @@ class QueueState:
         in the window. Only the times both deques still hold count: past
         ``RATE_WINDOW_ITEMS`` in the window, the window starts at the oldest kept."""
         since = now - window
+        truncated = False
         for times in (self.recent_ends, self.recent_starts):
-            if len(times) == times.maxlen:
-                since = max(since, min(times))
+            if len(times) == times.maxlen and min(times) > since:
+                since, truncated = min(times), True
         ends = [t for t in self.recent_ends if t >= since]
         if not ends:
             return None
         began = began_of(self.recent_starts, min(ends), since)
-        return recent_rate(len(ends), began, now, window)
+        # Thousands of finishes kept, all in the window: no batch that
+        # finished together, so the span may be well under a second.
+        many = truncated and len(ends) >= RATE_WINDOW_ITEMS // 2
+        return recent_rate(len(ends), began, now, window, MIN_SPAN_MANY if many else MIN_SPAN)
 
     def starts(self, now: float, window: float) -> Starts | None:
         """The starts of the last ``window`` seconds (``Status.starts``)."""
@@ -450,6 +460,11 @@ class QueueState:
         if not recent:
             return None
         first = min(recent)
+        # Only the last RATE_WINDOW_ITEMS are kept: all of them in the window
+        # are thousands of starts over a span that may be short, and the
+        # first kept is no run's first batch (it only marks a time).
+        if len(recent) == self.recent_starts.maxlen:
+            return starts_of(len(recent), first, max(recent), now, 1, MIN_SPAN_MANY)
         at_first = sum(1 for t in recent if t <= first + FIRST_BATCH)
         return starts_of(len(recent), first, max(recent), now, at_first)
 
