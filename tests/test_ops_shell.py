@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,65 @@ def test_shell_script_naming_its_parameter_gets_the_item_once(
     ran = _sq(sq_env, tmp_path, "run", "--shell", "--", 'echo "n=$# first=$1"')
     assert ran.returncode == 0, ran.stderr
     assert _sq(sq_env, tmp_path, "logs", "1").stdout.startswith("n=7 first=one\n")
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        ("echo {} |", "invalid --shell command 'echo {} |': "),
+        ("if true; then echo {}", "invalid --shell command 'if true; then echo {}': "),
+        ("no-such-program-sq {} > /dev/null", "--shell command not found in PATH: no-such"),
+        ("./missing.sh {}", "--shell command not found: ./missing.sh; nothing was run"),
+    ],
+)
+def test_a_shell_command_that_cannot_run_is_refused_before_any_claim(
+    tmp_path: Path, sq_env: dict[str, str], script: str, said: str
+) -> None:
+    """Every item would fail alike (exit 2 of sh, or 127): refused up front,
+    exit 2 and one line, as a missing program is without --shell."""
+    _sq(sq_env, tmp_path, "enqueue", stdin="a\nb\n")
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", script)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and said in out.stderr, out.stderr
+    status = json.loads(_sq(sq_env, tmp_path, "status", "--json").stdout)
+    assert status["counts"]["pending"] == 2 and status["counts"]["failed"] == 0
+    events = _sq(sq_env, tmp_path, "events", "--json").stdout
+    assert '"start"' not in events, events
+
+
+def test_a_shell_command_starting_with_a_builtin_or_a_function_runs(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    _sq(sq_env, tmp_path, "enqueue", stdin="a\n")
+    script = "f() { printf '%s' \"$1\" > out.txt; }; cd . && f {}"
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", script)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text() == "a"
+
+
+PERSISTENT_WORKER = """
+import json, os, sys
+out = os.fdopen(int(os.environ["STATEQUEUE_REPLY_FD"]), "w")
+for line in sys.stdin:
+    request = json.loads(line)
+    out.write(json.dumps({"id": request["id"], "ok": True, "result": sys.argv[1:]}) + "\\n")
+    out.flush()
+"""
+
+
+def test_persistent_workers_run_under_shell_with_the_slot(
+    tmp_path: Path, sq_env: dict[str, str]
+) -> None:
+    """`--persistent --shell` was always refused: the shell's parameters
+    for every replacement string were taken for ones the command names."""
+    (tmp_path / "worker.py").write_text(PERSISTENT_WORKER)
+    _sq(sq_env, tmp_path, "enqueue", stdin="a\nb\nc\n")
+    script = 'cd . && exec "$PYTHON" worker.py {%}'
+    env = {**sq_env, "PYTHON": sys.executable}
+    out = _sq(env, tmp_path, "run", "--persistent", "--shell", "-j2", "--", script)
+    assert out.returncode == 0, out.stderr
+    results = _sq(sq_env, tmp_path, "results", "--json").stdout.splitlines()
+    slots = [json.loads(line)["result"] for line in results]
+    assert len(slots) == 3 and all(slot in (["1"], ["2"]) for slot in slots), slots
+    refused = _sq(sq_env, tmp_path, "run", "--persistent", "--shell", "--", "cat {/}")
+    assert refused.returncode == 2 and "may not hold {/}" in refused.stderr, refused.stderr

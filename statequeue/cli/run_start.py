@@ -191,7 +191,11 @@ def _options(args: RunArgs) -> RunOptions:
         ) from None
     verify, rss = args["verify"], args["recycle_rss"]
     return RunOptions(
-        command=shell_template(tuple(command)) if args["shell"] else tuple(command),
+        command=(
+            shell_template(tuple(command), persistent=args["persistent"])
+            if args["shell"]
+            else tuple(command)
+        ),
         given_command=given_shell(command) if args["shell"] else (),
         jobs=args["jobs"],
         timeout=_duration(args["timeout"]) or None,  # 0: no limit, as for coreutils' timeout

@@ -65,9 +65,15 @@ def _path_problem(program: str) -> str:
 def check_verify_script(text: str) -> str:
     """The script for ``sh -c`` (see verify.py), refused early when the shell
     cannot parse it (``sh -n``): a syntax error must not read as "not done"."""
-    import subprocess  # lazy: start-up time (--verify only)
-
     script = verify_script(text)
+    check_syntax(script, f"invalid --verify script {text!r}", "--verify")
+    return script
+
+
+def check_syntax(script: str, invalid: str, option: str) -> None:
+    """Refuse (UsageError, ``invalid: why``) a script ``sh -n`` cannot parse."""
+    import subprocess  # lazy: start-up time (--verify and --shell only)
+
     try:
         parsed = subprocess.run(
             [SHELL, "-n", "-c", script],
@@ -76,20 +82,28 @@ def check_verify_script(text: str) -> str:
             check=False,
         )
     except OSError as exc:
-        raise UsageError(f"--verify needs {SHELL}: {exc.strerror or exc}") from None
+        raise UsageError(f"{option} needs {SHELL}: {exc.strerror or exc}") from None
     if parsed.returncode != 0:
         why = " ".join(parsed.stderr.decode("utf-8", "replace").split()) or "syntax error"
-        raise UsageError(f"invalid --verify script {text!r}: {why}")
-    return script
+        raise UsageError(f"{invalid}: {why}")
 
 
 _FIRST_WORD = re.compile(r"\s*([A-Za-z0-9_./+-]+)(?=[\s;&|]|$)")
 
 
-def check_commands(command: tuple[str, ...], verify: str | None, env: Mapping[str, str]) -> None:
+def check_commands(
+    command: tuple[str, ...], verify: str | None, env: Mapping[str, str], *, shell: str = ""
+) -> None:
     """``check_command`` for the command, and ``check_verify_command`` for a
-    --verify script: what a run checks before it claims anything."""
+    --verify script: what a run checks before it claims anything. ``shell``:
+    the command as given to ``run --shell`` (its words joined), whose script
+    (``command[2]``) is checked the same way as a --verify script's: every
+    item would fail alike on a syntax error or a missing first program."""
     check_command(command, env)
+    if shell:
+        check_syntax(command[2], f"invalid --shell command {shell!r}", "--shell")
+        if word := missing_first_word(command[2], env):
+            raise CommandNotFound(f"--shell command {word}; nothing was run")
     if verify:
         check_verify_command(verify, env)
 
@@ -97,20 +111,26 @@ def check_commands(command: tuple[str, ...], verify: str | None, env: Mapping[st
 def check_verify_command(script: str, env: Mapping[str, str]) -> None:
     """Refuse a --verify script whose first command is missing or not
     executable, before anything is claimed, as ``check_command`` does for the
-    command (the check would fail with 126 or 127 on the first item). Only a
-    plain first word is looked at (not ``VAR=x cmd``, ``(...)``, a quoted or
+    command (the check would fail with 126 or 127 on the first item)."""
+    if word := missing_first_word(script, env):
+        raise VerifyBroken(f"--verify command {word}; nothing was run")
+
+
+def missing_first_word(script: str, env: Mapping[str, str]) -> str:
+    """What is wrong with a rewritten script's first command ("not found in
+    PATH: x", "x is not executable"...), or "" when nothing is. Only a plain
+    first word is looked at (not ``VAR=x cmd``, ``(...)``, a quoted or
     replaced word); the shell decides what it names (a builtin, a keyword,
-    a program on the run's PATH)."""
-    import subprocess  # lazy: start-up time (--verify only)
+    a function, a program on the run's PATH)."""
+    import subprocess  # lazy: start-up time (--verify and --shell only)
 
     found = _FIRST_WORD.match(script_body(script))
     if found is None:
-        return
+        return ""
     word = found.group(1)
     if "/" in word:
-        if problem := _path_problem(word):
-            raise VerifyBroken(f"--verify command {problem}: {word}; nothing was run")
-        return
+        problem = _path_problem(word)
+        return f"{problem}: {word}" if problem else ""
     try:
         known = subprocess.run(
             [SHELL, "-c", 'command -v "$1" >/dev/null', "sh", word],
@@ -120,9 +140,8 @@ def check_verify_command(script: str, env: Mapping[str, str]) -> None:
             check=False,
         )
     except OSError as exc:
-        raise UsageError(f"--verify needs {SHELL}: {exc.strerror or exc}") from None
-    if known.returncode != 0:
-        raise VerifyBroken(f"--verify command not found in PATH: {word}; nothing was run")
+        raise UsageError(f"needs {SHELL}: {exc.strerror or exc}") from None
+    return "" if known.returncode == 0 else f"not found in PATH: {word}"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from statequeue.core.errors import UsageError
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit
 from statequeue.run.checks import check_verify_script
-from statequeue.run.replacements import template_tokens
+from statequeue.run.replacements import refuse_item_tokens
 from statequeue.store.base import MIN_LEASE
 
 __all__ = ["RunOptions", "parse_size", "parse_verify"]
@@ -113,12 +113,7 @@ class RunOptions:
             if self.recycle_after is not None or self.recycle_rss is not None:
                 raise UsageError("--recycle-after and --recycle-rss need --persistent")
             return
-        others = sorted(template_tokens(self.command) - {"{%}"})
-        if others:
-            raise UsageError(
-                f"--persistent: the command may not hold {', '.join(others)}: a persistent "
-                "worker gets its items as requests on stdin (only {%}, the slot, is replaced)"
-            )
+        refuse_item_tokens(self.command)
         if self.item_on_stdin:
             raise UsageError("--persistent and --stdin do not go together: stdin carries requests")
         if self.recycle_after is not None and self.recycle_after < 1:

@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from statequeue.core.errors import UsageError
+
 TOKEN = re.compile(r"\{(//|/\.|/|\.|#|%|)\}")
 _EXTENSION = re.compile(r"\.[^/.]*\Z")
 
@@ -98,3 +100,13 @@ def replace(arg: str, job: JobItem) -> str:
 def values(job: JobItem) -> list[str]:
     """Every replacement string's value, in the order of ``NAMES``."""
     return [value(job) for value in _VALUES.values()]
+
+
+def refuse_item_tokens(command: tuple[str, ...]) -> None:
+    """``--persistent``: refuse a command holding a replacement string other
+    than ``{%}`` (the slot): a persistent worker gets its items on stdin."""
+    if others := sorted(template_tokens(command) - {"{%}"}):
+        raise UsageError(
+            f"--persistent: the command may not hold {', '.join(others)}: a persistent "
+            "worker gets its items as requests on stdin (only {%}, the slot, is replaced)"
+        )

@@ -162,7 +162,9 @@ class Runner:
     def run(self) -> RunSummary:
         """Run until no item is left (or --limit, --max-time, a signal, a broken
         --verify: VerifyBroken). CommandNotFound, nothing claimed, for a missing command."""
-        check_commands(self.options.command, self.options.verify, self.spec.base_env)
+        opts = self.options
+        shell = opts.given_command[-1] if opts.given_command else ""  # run --shell's words
+        check_commands(opts.command, opts.verify, self.spec.base_env, shell=shell)
         store = self.queue.store
         # Before this run's first record: on a full disk it frees the room
         # to give the items in flight back (give_back_all).

@@ -23,10 +23,12 @@ from collections.abc import Mapping
 
 from statequeue.core.errors import UsageError
 from statequeue.run.keeper_os import find_program
-from statequeue.run.replacements import NAMES, TOKEN, template_tokens
+from statequeue.run.replacements import NAMES, TOKEN, refuse_item_tokens, template_tokens
 from statequeue.run.verify import SHELL, names_item, verify_script
 
 __all__ = ["EMPTY_COMMAND", "refuse_shell_word", "shell_template"]
+
+SLOT = "{%}"
 
 EMPTY_COMMAND = "the command is empty; nothing was run (e.g. statequeue run -- ./work.sh {})"
 
@@ -35,14 +37,19 @@ EMPTY_COMMAND = "the command is empty; nothing was run (e.g. statequeue run -- .
 _SHELL_SYNTAX = re.compile(r"""[\s'"`$|&;<>()*?\\]""")
 
 
-def shell_template(command: tuple[str, ...]) -> tuple[str, ...]:
+def shell_template(command: tuple[str, ...], *, persistent: bool = False) -> tuple[str, ...]:
     """``run --shell``: ``sh -c SCRIPT sh {} {.} ...`` for the command's words
-    joined by spaces; with no replacement string, the item is the last word."""
+    joined by spaces; with no replacement string, the item is the last word.
+    ``persistent``: a worker started once, that reads its items as requests:
+    no item is added, and only ``{%}`` (the slot) may be named; the other
+    parameters are empty, so the command holds no item's replacement string."""
     text = " ".join(command)
     if not text.strip():
         # `sh -c ' "$1"'` would run each item as a command of its own.
         raise UsageError(f"--shell: {EMPTY_COMMAND}")
-    if not names_item(text):  # a script that names $1 (or $@, $*) takes the item itself
+    if persistent:
+        refuse_item_tokens((text,))
+    elif not names_item(text):  # a script that names $1 (or $@, $*) takes the item itself
         text += " {}"
     script = verify_script(text)
     if TOKEN.search(script):
@@ -52,6 +59,8 @@ def shell_template(command: tuple[str, ...]) -> tuple[str, ...]:
             "--shell: a replacement string after a backslash or in a comment is "
             f"not supported: {text!r}"
         )
+    if persistent:
+        return (SHELL, "-c", script, "sh", *("" for _ in NAMES[:-1]), SLOT)
     return (SHELL, "-c", script, "sh", *NAMES)
 
 
