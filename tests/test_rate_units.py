@@ -197,6 +197,30 @@ def test_two_opens_of_one_queue_share_the_bucket(
         two.close()
 
 
+@pytest.mark.parametrize("kind", ["journal", "postgres"])
+def test_the_runner_that_starts_with_a_new_rate_sets_it_and_the_others_keep_to_it(
+    sq_home: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """Each take set the bucket to the taker's limit: two runners with
+    different rates rewrote it in turn, and the one at 1/s held the other
+    (the last to take) to 1/s as well: starved. A limit is set by a runner's
+    first start; later takes keep the queue's limit."""
+    slow, fast = (_open_again(kind, sq_home, request) for _ in range(2))
+    try:
+        assert slow.take_start(RateLimit(1.0))[0] == 0.0  # sets 1/s
+        assert fast.take_start(RateLimit(100.0, burst=5))[0] < 0.05  # starts later: 100/s
+        for _ in range(3):  # the slow runner's next starts come from the queue's bucket
+            assert slow.take_start(RateLimit(1.0))[0] < 0.05
+        pace = fast.pace()
+        assert pace is not None and (pace.limit, pace.burst) == (100.0, 5)
+        slow.rate_feedback(RateLimit(1.0), deferred=False)  # feedback sets no limit either
+        pace = slow.pace()
+        assert pace is not None and pace.limit == 100.0
+    finally:
+        slow.close()
+        fast.close()
+
+
 @pytest.mark.parametrize("kind", ["memory", "journal", "postgres"])
 def test_each_store_starts_one_per_interval_after_an_idle_spell(
     sq_home: Path, request: pytest.FixtureRequest, kind: str

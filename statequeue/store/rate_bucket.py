@@ -50,7 +50,8 @@ class Bucket:
     """One queue's bucket, as the stores keep it."""
 
     limit: float
-    """Starts per second allowed (the ``--rate`` of the runner that set it last)."""
+    """Starts per second allowed: the ``--rate`` of the runner (or library
+    loop) that started last with a rate other than the queue's."""
     burst: float
     current: float
     """Starts per second now (AIMD): at most ``limit``."""
@@ -158,13 +159,18 @@ class BucketUpdate(Protocol):
     def __call__(self, change: BucketChange, *, create: bool = True) -> Bucket | None: ...
 
 
-def take_start(update: BucketUpdate, limit: RateLimit) -> tuple[float, float]:
-    """``Store.take_start`` over a store's ``update``."""
+def take_start(
+    update: BucketUpdate, limit: RateLimit, *, setting: bool = True
+) -> tuple[float, float]:
+    """``Store.take_start`` over a store's ``update``. ``setting``: the bucket
+    is set to ``limit`` (a runner's first start); else only a queue without
+    a bucket gets one of ``limit``, and the queue's own limit stands."""
     wait = 0.0
 
     def taking(bucket: Bucket | None, now: float) -> Bucket:
         nonlocal wait
-        bucket = configured(bucket, limit, now)
+        if setting or bucket is None:
+            bucket = configured(bucket, limit, now)
         wait = take(bucket, now)
         return bucket
 
@@ -177,7 +183,8 @@ def feedback(update: BucketUpdate, limit: RateLimit, *, deferred: bool) -> None:
     step = on_deferral if deferred else on_success
 
     def feeding(bucket: Bucket | None, now: float) -> Bucket:
-        bucket = configured(bucket, limit, now)
+        if bucket is None:  # dropped meanwhile: a limit is set by a start, not here
+            bucket = configured(bucket, limit, now)
         step(bucket, now)
         return bucket
 

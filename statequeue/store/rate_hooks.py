@@ -22,15 +22,30 @@ class RateHooks:
         what the rate methods below use. Default: NotSupported (no bucket)."""
         raise NotSupported(f"the {type(self).__name__} keeps no rate limit")
 
+    _limit_set: RateLimit | None = None
+    """The limit this store object last set the queue's bucket to."""
+
     def take_start(self, limit: RateLimit) -> tuple[float, float]:
         """Atomically take one item start from the queue's token bucket, kept
         in the store and shared by every runner of the queue (on every host):
-        refilled at its current rate (never above ``limit.per_second``) up to
-        ``limit.burst`` tokens. A bucket with another limit is set to this one.
+        refilled at its current rate (never above its limit) up to its burst.
+        The first take with a ``limit`` sets the queue's bucket to it (the
+        runner that starts with a new --rate sets the queue's limit); later
+        ones take from the bucket as it is, whatever limit another runner
+        set since (taken back at each take, two runners with different rates
+        set it in turn, and the one that took last starved the other).
         Returns (0.0, current rate) when a start was taken, else (seconds
         until one will be there, current rate) and nothing is taken.
         This default goes through ``bucket_update``."""
-        return rate_bucket.take_start(self.bucket_update, limit)
+        setting = self.setting_limit(limit)
+        return rate_bucket.take_start(self.bucket_update, limit, setting=setting)
+
+    def setting_limit(self, limit: RateLimit) -> bool:
+        """Whether this take sets the queue's bucket to ``limit``: the first
+        with it from this store object (then remembered as set)."""
+        setting = self._limit_set != limit
+        self._limit_set = limit
+        return setting
 
     def rate_feedback(self, limit: RateLimit, *, deferred: bool) -> None:
         """Tell the queue's bucket how an attempt went (AIMD, rate_bucket.py):

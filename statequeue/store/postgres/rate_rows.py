@@ -17,7 +17,6 @@ import time
 from dataclasses import replace
 
 from statequeue.core.models import Claim, ItemState, Outcome
-from statequeue.core.rates import RateLimit
 from statequeue.store import transitions
 from statequeue.store.postgres import writes
 from statequeue.store.postgres.connection import Connection
@@ -39,7 +38,7 @@ WITH t AS (SELECT {_NOW} AS now), b AS (
                r.tokens + greatest(0.0, t.now - r.stamp) * r.rate_now
            ) AS have
     FROM statequeue.rate_buckets r, t
-    WHERE r.queue = %(q)s AND r.lim = %(lim)s AND r.burst = %(burst)s
+    WHERE r.queue = %(q)s
     FOR UPDATE OF r
 )
 UPDATE statequeue.rate_buckets r
@@ -52,12 +51,11 @@ RETURNING CASE WHEN b.have >= 1 - 1e-9 THEN 0.0 ELSE (1 - b.have) / b.rate_now E
 _COLUMNS = "lim, burst, rate_now, tokens, stamp, peak, cut_at"
 
 
-def take(conn: Connection, queue: str, limit: RateLimit) -> tuple[float, float] | None:
-    """(seconds to wait, current rate) from the queue's bucket, a start taken
-    when the wait is 0; None when the queue has no bucket with this limit yet
-    (the caller sets it up through ``update``)."""
-    params = {"q": queue, "lim": limit.per_second, "burst": float(limit.burst)}
-    params.update(slack=LATE_SLACK, window=LATE_WINDOW)
+def take(conn: Connection, queue: str) -> tuple[float, float] | None:
+    """(seconds to wait, current rate) from the queue's bucket as it is
+    (whatever limit it has), a start taken when the wait is 0; None when the
+    queue has no bucket (the caller sets it up through ``update``)."""
+    params = {"q": queue, "slack": LATE_SLACK, "window": LATE_WINDOW}
     row = conn.execute(_TAKE, params).fetchone()
     return None if row is None else (float(row[0]), float(row[1]))
 

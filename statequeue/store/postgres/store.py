@@ -40,7 +40,7 @@ from statequeue.core.models import (
 from statequeue.core.rates import RateLimit
 from statequeue.core.records import Record
 from statequeue.core.views import LogsRemoved
-from statequeue.store import transitions
+from statequeue.store import rate_bucket, transitions
 from statequeue.store.base import DEFAULT_LEASE, RETRYABLE, Store
 from statequeue.store.postgres import logs, queries, rate_rows, reaping, sql, writes
 from statequeue.store.postgres.actions import Actions
@@ -325,10 +325,13 @@ class PostgresStore(Store):
         return self._claims.defer(claim, outcome, delay=delay, max_deferrals=max_deferrals)
 
     def take_start(self, limit: RateLimit) -> tuple[float, float]:
-        """One statement when the queue's bucket has this limit (the usual
-        case); else set up through ``bucket_update`` and taken there."""
-        taken = self._session.patiently(lambda conn: rate_rows.take(conn, self.name, limit))
-        return super().take_start(limit) if taken is None else taken
+        """One statement when the queue has a bucket and this take does not
+        set its limit (``RateHooks.setting_limit``: the usual case); else set
+        up through ``bucket_update`` and taken there."""
+        if self.setting_limit(limit):
+            return rate_bucket.take_start(self.bucket_update, limit)
+        taken = self._session.patiently(lambda conn: rate_rows.take(conn, self.name))
+        return rate_bucket.take_start(self.bucket_update, limit) if taken is None else taken
 
     def bucket_update(self, change: BucketChange, *, create: bool = True) -> Bucket | None:
         return self._session.patiently(lambda conn: rate_rows.update(conn, self.name, change))
