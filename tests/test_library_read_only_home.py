@@ -60,3 +60,23 @@ def test_an_existing_queue_on_a_read_only_home_is_read(tmp_path: Path) -> None:
             q.close()
         with pytest.raises(NoAccess):
             Queue("new", home=seen)
+
+
+def test_enqueue_on_a_read_only_mount_says_so(tmp_path: Path, sq_env: dict[str, str]) -> None:
+    """The refusal named "Permission denied" (hard-coded) on a read-only
+    mount, where the system says "Read-only file system"."""
+    from tests.conftest import STATEQUEUE
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root (CI runs as root)")
+    home = tmp_path / "home"
+    with Queue("q", home=home) as q:
+        q.enqueue(["a"])
+    with _read_only(home, tmp_path / "view") as seen:
+        env = {**sq_env, "STATEQUEUE_HOME": str(seen)}
+        done = subprocess.run(
+            [STATEQUEUE, "-q", "q", "enqueue", "b"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+        assert "Read-only file system" in done.stderr, done.stderr
+        assert "Permission denied" not in done.stderr, done.stderr

@@ -162,6 +162,9 @@ class FolderAtFileName(UnsafeFolder):
 class NoAccess(UsageError):
     """cannot access a file of the queue."""
 
+    why = "Permission denied"
+    """The system's reason (``strerror``): a read-only mount says so."""
+
 
 class ItemNotSettled(UsageError):
     """the previous work item was neither marked done nor failed."""

@@ -135,7 +135,9 @@ class QueueFolder:
             )
         if exc.errno in _DENIED:
             action = "write" if writing else "read"
-            return NoAccess(f"cannot {action} {shown}: {exc.strerror}")
+            denied = NoAccess(f"cannot {action} {shown}: {exc.strerror}")
+            denied.why = exc.strerror or denied.why
+            return denied
         if exc.errno == errno.ENOENT and self.removed():
             return self.gone()
         exc.filename = shown

@@ -208,6 +208,7 @@ class JournalFile:
         self.name = name
         self.path: Path = folder.path / name
         self.writable = True  # False: opened read-only (the user may not write the queue)
+        self.denied = NoAccess.why  # why not writable (a read-only mount says so)
         self.ops = ops
         self.fd = -1
         self.inode = 0
@@ -364,7 +365,7 @@ class JournalFile:
         fsync when ``sync``. On a failed write or fsync the file is cut back to
         its last good record and DurabilityError is raised (never retried)."""
         if not self.writable:
-            raise NoAccess(f"cannot write {self.path}: Permission denied")
+            raise NoAccess(f"cannot write {self.path}: {self.denied}")
         try:
             self.ops.write_all(self.fd, data)
         except OSError as exc:

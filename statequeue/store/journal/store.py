@@ -147,13 +147,13 @@ class JournalStore(JournalReads):
                 create_file(self.dir, JOURNAL, [_header(seq=1)], ops=self.ops)
             try:
                 self._reload()
-            except NoAccess:
+            except NoAccess as exc:
                 if self.read_only:
                     raise
                 # The journal itself may not be written (its mode, not the
                 # folder's): read it as a read-only queue is read.
                 self.read_only = True
-                self.journal.writable = False
+                self.journal.writable, self.journal.denied = False, exc.why
                 self._reload()
             # Only now that the journal opened: a damaged queue is left as found.
             if not self.read_only:
@@ -165,13 +165,14 @@ class JournalStore(JournalReads):
         it reads as usual, and a write is refused with NoAccess naming the file."""
         try:
             return self.dir.open_file(LOCK, os.O_RDWR | os.O_CREAT)
-        except NoAccess:
+        except NoAccess as exc:
             # Creating a queue that exists opens it (the library's default,
             # `Queue(name)`): read-only there too, as `statequeue status`
             # reads it, where it refused even a look (an outside tester's
             # read-only mount).
             if create and not self.dir.exists(JOURNAL):
                 raise
+            self.journal.denied = exc.why
         self.read_only = True
         self.journal.writable = False
         try:
