@@ -53,3 +53,23 @@ def test_without_follow_a_missing_queue_is_still_not_found(sq_env: dict[str, str
     )
     assert done.returncode == ExitCode.NOT_FOUND, done.stderr
     assert done.stderr.startswith("statequeue: no queue"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_items_piped_to_run_get_a_hint_to_enqueue_them(sq_env: dict[str, str]) -> None:
+    """`seq 3 | statequeue run -- echo` said only "no queue": run takes its
+    items from the queue, never from its stdin."""
+    for args, said in (
+        ([], "; put items in it first: ... | statequeue enqueue\n"),
+        (["-q", "jobs-2"], "; put items in it first: ... | statequeue -q jobs-2 enqueue\n"),
+    ):
+        done = subprocess.run(
+            [STATEQUEUE, *args, "run", "--", "echo"],
+            env=sq_env,
+            input="1\n2\n3\n",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == ExitCode.NOT_FOUND, done.stderr
+        assert done.stderr.endswith(said) and done.stderr.count("\n") == 1, done.stderr

@@ -9,6 +9,7 @@ importing typer and click (~30 ms of its start; issue 27).
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from statequeue.core.errors import (
     UsageError,
 )
 from statequeue.core.exitcodes import ExitCode
+from statequeue.core.location import DEFAULT_QUEUE
 from statequeue.core.models import OnInterrupted
 from statequeue.core.rates import DEFAULT_MAX_DEFERRALS, RateLimit, parse_rate
 
@@ -338,9 +340,14 @@ def _open_queue(
         return queue(
             where.queue, home=where.home, create=False, auto_compact=auto_compact, store=store
         )
-    except QueueNotFound:
+    except QueueNotFound as exc:
         if not follow:
-            raise
+            # `seq 3 | statequeue run -- echo`: run takes items from a queue,
+            # never from its stdin (its commands may read that).
+            name = where.queue or DEFAULT_QUEUE
+            named = f" -q {shlex.quote(name)}" if name != DEFAULT_QUEUE else ""
+            hint = f"put items in it first: ... | statequeue{named} enqueue"
+            raise QueueNotFound(f"{exc}; {hint}") from None
     q = queue(where.queue, home=where.home, create=True, auto_compact=auto_compact, store=store)
     print(
         f"statequeue: queue {q.name} did not exist: created it; waiting for items", file=sys.stderr
