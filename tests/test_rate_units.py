@@ -34,13 +34,23 @@ from statequeue.store.records.state import QueueState
 
 @pytest.mark.parametrize(
     ("text", "per_second"),
-    [("20/s", 20.0), ("90/m", 1.5), ("1800/h", 0.5), (" 2.5 / s ", 2.5), ("0.5/s", 0.5)],
+    [
+        ("20/s", 20.0),
+        ("90/m", 1.5),
+        ("1800/h", 0.5),
+        (" 2.5 / s ", 2.5),
+        ("0.5/s", 0.5),
+        ("1e3/s", 1000.0),  # was refused while 1000000000000000000000/s passed
+        ("1.5E-2/s", 0.015),
+    ],
 )
 def test_rates_parse_per_second_minute_and_hour(text: str, per_second: float) -> None:
     assert parse_rate(text).per_second == pytest.approx(per_second)
 
 
-@pytest.mark.parametrize("text", ["0", "0/s", "-1/s", "5/parsec", "5", "", "/s", "inf/s", "1e3/s"])
+@pytest.mark.parametrize(
+    "text", ["0", "0/s", "-1/s", "5/parsec", "5", "", "/s", "inf/s", "1e/s", "e3/s", "1e400/s"]
+)
 def test_a_bad_rate_is_a_usage_error(text: str) -> None:
     with pytest.raises(UsageError):
         parse_rate(text)
@@ -53,6 +63,8 @@ def test_a_bad_rate_is_a_usage_error(text: str) -> None:
         ("-1/s", "above 0"),
         ("0/m", "above 0"),
         ("5/parsec", "per second, minute or hour"),
+        ("99999999999999999999999/s", "at most 1e[+]09/s"),
+        ("1e400/s", "at most 1e[+]09/s, not inf"),  # said "must be above 0"
     ],
 )
 def test_a_bad_rate_says_what_is_wrong(text: str, says: str) -> None:
@@ -64,7 +76,7 @@ def test_the_library_takes_text_a_number_or_a_rate_limit() -> None:
     assert as_rate("20/s") == parse_rate("20/s")
     assert as_rate(5).per_second == 5.0  # type: ignore[union-attr]
     assert as_rate(None) is None
-    for bad in (0, -1, "5/parsec", True):
+    for bad in (0, -1, "5/parsec", True, float("inf"), float("nan"), 1e10):
         with pytest.raises(UsageError):
             as_rate(bad)  # type: ignore[arg-type]
 

@@ -16,10 +16,10 @@ from statequeue.core.errors import UsageError
 TRY_LATER_EXIT = 75
 """EX_TEMPFAIL (sysexits.h, as sendmail uses it): the command asks to be tried later."""
 DEFAULT_MAX_DEFERRALS = 100
+"""How many times an item may be deferred (``--max-deferrals``) before it fails."""
 MAX_DEFER = 86400.0
 """Seconds: the longest a deferral (exit 75's ``retry_after``, a worker's
 ``later``, ``TryLater(seconds)``) puts an item off; a longer ask waits a day."""
-"""How many times an item may be deferred (``--max-deferrals``) before it fails."""
 
 
 def delay_problem(seconds: object) -> str | None:
@@ -43,11 +43,14 @@ def delay_problem(seconds: object) -> str | None:
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # Compiled on first use (re caches it): most commands never parse a rate.
-_RATE = r"(\d+(?:\.\d*)?|\.\d+)\s*/\s*(s|m|h)"
+_RATE = r"((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*/\s*(s|m|h)"
 
 
 MIN_RATE = 1e-9
 """One start in 31 years: a slower rate's wait would not fit the clock."""
+MAX_RATE = 1e9
+"""Starts per second beyond what any run could make (as ``MAX_BURST``): a
+larger number is a typo, and ``inf`` no rate."""
 MAX_BURST = 10**9
 """More starts at once than any run could make: the bound keeps the bucket storable."""
 
@@ -63,8 +66,10 @@ class RateLimit:
     """As the user wrote it (``20/s``), for messages and ``status``."""
 
     def __post_init__(self) -> None:
-        if not (self.per_second > 0 and math.isfinite(self.per_second)):
+        if not self.per_second > 0:
             raise UsageError(f"the rate must be above 0, not {self.per_second!r}")
+        if not self.per_second <= MAX_RATE:  # inf, or a typo
+            raise UsageError(f"the rate must be at most {MAX_RATE:g}/s, not {self.per_second!r}")
         if self.per_second < MIN_RATE:  # 1e-300/s: a wait past what a clock can hold
             raise UsageError(f"the rate must be at least {MIN_RATE:g}/s, not {self.per_second!r}")
         if not 1 <= self.burst <= MAX_BURST:  # past 64 bits the queue's bucket could not be saved
