@@ -28,6 +28,7 @@ from statequeue.store.base import Store
 from statequeue.store.journal.store import JournalStore
 from statequeue.store.memory import MemoryStore
 from statequeue.store.records.state import QueueState
+from statequeue.store.transitions import deferral_reason
 
 # -- parsing, and bad input at the CLI -------------------------------------------------
 
@@ -340,6 +341,7 @@ def test_past_max_deferrals_the_item_fails_saying_so(store: Store) -> None:
     assert states == [ItemState.PENDING, ItemState.PENDING, ItemState.FAILED]
     (found,) = store.results(ItemState.FAILED)
     assert found.reason == "deferred 3 times, more than --max-deferrals 2"
+    assert deferral_reason(1, 0) == "deferred 1 time, more than --max-deferrals 0"
 
 
 def test_the_journal_keeps_the_count_across_reopen_checkpoint_and_compaction(

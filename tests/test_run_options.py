@@ -267,6 +267,21 @@ def test_summary_counts_each_item_once_by_where_it_ended() -> None:
     assert s.text() == "items: 1 ok, 1 failed, 1 waiting for a retry; 5 attempts started"
 
 
+
+def test_summary_says_deferred_for_items_that_asked_to_be_tried_later() -> None:
+    """A deferral (exit 75) is no failure: "waiting for a retry" said it was."""
+    s = RunSummary(attempts=4)
+    s.record(1, ItemState.PENDING)
+    s.defer(1)
+    s.record(2, ItemState.PENDING)  # failed, a retry follows
+    s.record(3, ItemState.PENDING)
+    s.defer(3)
+    s.record(3, ItemState.DONE)  # tried later, and done: deferred no more
+    assert s.text() == (
+        "items: 1 ok, 0 failed, 1 waiting for a retry, 1 deferred (to be tried later);"
+        " 4 attempts started"
+    )
+
 # -- what a child leaves: its log and its result ------------------------------------
 
 

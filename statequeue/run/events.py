@@ -68,7 +68,10 @@ class RunSummary:
     """Items held (poison after --max-crashes, --on-interrupted hold): not
     failed, but they wait for the user (`retry --held`)."""
     waiting: set[int] = field(default_factory=set)
-    """Items that failed and wait for an automatic retry (a later run takes them)."""
+    """Items that failed and wait for an automatic retry (a later run takes
+    them), or that asked to be tried later (also in ``deferred``)."""
+    deferred: set[int] = field(default_factory=set)
+    """Of ``waiting``: the items that asked to be tried later (exit 75), not failed."""
     verified: int = 0
     """Items --verify found done (also counted in ``ok``): not run again."""
     handed_back: set[int] = field(default_factory=set)
@@ -104,7 +107,13 @@ class RunSummary:
 
     def record(self, item_id: int, state: ItemState) -> None:
         """Note where ``item_id`` stands after one of its attempts."""
-        for bucket in (self.failed_for_good, self.held_items, self.waiting, self.handed_back):
+        for bucket in (
+            self.failed_for_good,
+            self.held_items,
+            self.waiting,
+            self.deferred,
+            self.handed_back,
+        ):
             bucket.discard(item_id)
         if state is ItemState.DONE:
             self.ok += 1
@@ -122,8 +131,14 @@ class RunSummary:
         self.failed_for_good.update(report.failed)
         self.held_items.update(report.held)
 
+    def defer(self, item_id: int) -> None:
+        """``item_id``, pending again after ``record``, asked to be tried later."""
+        if item_id in self.waiting:
+            self.deferred.add(item_id)
+
     def hand_back(self, item_id: int) -> None:
         self.waiting.discard(item_id)
+        self.deferred.discard(item_id)
         self.handed_back.add(item_id)
 
     def ended(self, store: Store, stopped_by: int | None) -> None:
@@ -146,6 +161,7 @@ class RunSummary:
             with contextlib.suppress(StateQueueError, OSError):
                 states = store.states(self.waiting)
                 self.waiting = {i for i, s in states.items() if s is ItemState.PENDING}
+                self.deferred &= self.waiting
         if stopped_by is not None:  # what the stop left undone, besides what it handed back
             with contextlib.suppress(StateQueueError, OSError):
                 pending = store.status().counts.get("pending", 0)
@@ -215,8 +231,10 @@ class RunSummary:
         parts.append(f"{self.failed} failed")
         if self.held:
             parts.append(f"{self.held} held")
-        if self.retried:
-            parts.append(f"{self.retried} waiting for a retry")
+        if failed_waiting := self.retried - len(self.deferred):
+            parts.append(f"{failed_waiting} waiting for a retry")
+        if self.deferred:
+            parts.append(f"{len(self.deferred)} deferred (to be tried later)")
         if self.released:
             parts.append(f"{self.released} handed back (stopped)")
         if self.left_pending:

@@ -228,6 +228,8 @@ class ResultRecorder:
             return Notice(text, warning=True)
         if sync or fused or delay is not None:  # durable now (a deferral syncs itself)
             self._count(claim.item_id, state, bool(outcome.log_cut))
+            if delay is not None:
+                self.summary.defer(claim.item_id)  # "deferred", not "waiting for a retry"
         else:
             self.unsynced.append((claim.item_id, state, bool(outcome.log_cut)))
         self.pacing.ended(outcome, deferred=delay is not None)

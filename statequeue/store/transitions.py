@@ -92,7 +92,8 @@ def deferral_state(deferrals: int, max_deferrals: int) -> ItemState:
 
 def deferral_reason(deferrals: int, max_deferrals: int) -> str:
     """The reason recorded for an item that asked to be tried later too often."""
-    return f"deferred {deferrals} times, more than --max-deferrals {max_deferrals}"
+    times = "time" if deferrals == 1 else "times"
+    return f"deferred {deferrals} {times}, more than --max-deferrals {max_deferrals}"
 
 
 def deferral_outcome(outcome: Outcome, deferrals: int, max_deferrals: int) -> Outcome:
