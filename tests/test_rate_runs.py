@@ -348,3 +348,14 @@ def test_try_later_with_a_huge_delay_in_the_library_waits_a_day(sq_home: Path) -
             break  # else the loop waits the day out for it
         [deferral] = [e for e in q.events() if e["t"] == "defer"]
     assert deferral["delay"] == 86400
+
+
+def test_a_long_wait_for_a_start_is_said_once(sq_env: Env) -> None:
+    """At --rate 6/m a run sat silent for ten seconds between items."""
+    enqueue(sq_env, 3)
+    done = sq(sq_env, "run", "--rate", "6/m", "--max-time", "3", "--", "true")
+    assert done.returncode == 0, done.stderr
+    said = "statequeue: waiting for the queue's start rate (6/m): next start in "
+    assert done.stderr.count(said) == 1, done.stderr
+    fast = sq(sq_env, "run", "--rate", "2/s", "--", "true")  # waits of 0.5 s: not said
+    assert fast.returncode == 0 and "waiting for the queue's start rate" not in fast.stderr

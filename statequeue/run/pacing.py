@@ -32,6 +32,11 @@ item is pending (one look at the queue per refusal); sooner ones, as under
 any rate of a start a second or more, are waited for without a look."""
 
 
+RATE_WAIT_SAID_FROM = 5.0
+"""Seconds: a wait for a start this long is said (once per run): at --rate
+1/m a run sat silent for a minute between items, and looked hung."""
+
+
 def asks_later(outcome: Outcome) -> bool:
     """Whether the attempt asked to be tried later (exit 75, EX_TEMPFAIL)."""
     return not outcome.ok and outcome.exit_code == TRY_LATER_EXIT and not outcome.timed_out
@@ -64,6 +69,7 @@ class Pacing:
         self._cut_at = -math.inf
         self._successes = 0
         self._streak = 0  # deferrals in a row: the adaptive backoff doubles with it
+        self._said_wait = False  # a long wait for a start was said (once per run)
 
     @property
     def limited(self) -> bool:
@@ -101,6 +107,23 @@ class Pacing:
         # Refused, so items wait for it: look again at that time, even when
         # it has passed meanwhile (a loaded machine: the run must not end).
         return self._next_at if retry_due is None else min(retry_due, self._next_at)
+
+    def wait_notice(self) -> str | None:
+        """What to say, once per run, when the next start is a long wait
+        (``RATE_WAIT_SAID_FROM``) away and an item waits for it."""
+        if self._said_wait or self.limit is None or not self._refused:
+            return None
+        left = self._next_at - time.time()
+        if left < RATE_WAIT_SAID_FROM or not self._pending():
+            return None
+        from statequeue.core.durations import format_duration  # lazy: a long wait only
+        from statequeue.core.rates import rate_text
+
+        self._said_wait = True
+        return (
+            f"waiting for the queue's start rate ({rate_text(self._current)}): "
+            f"next start in {format_duration(math.ceil(left))}"
+        )
 
     def _pending(self) -> bool:
         if self._work_left is None:

@@ -440,6 +440,8 @@ class Runner:
         if next_due is not None:
             self._say_waiting(next_due, scope)
         due = self.recorder.pacing.due(next_due)
+        if (said := self.recorder.pacing.wait_notice()) is not None:
+            self.on_event(Notice(said))
         wait = None if due is None else min(until_due(due), IDLE_TICK)
         if self.options.follow and scope is None:
             wait = self._follow_poll if wait is None else min(wait, self._follow_poll)
