@@ -63,16 +63,7 @@ def test_one_runner_holds_its_rate_within_ten_percent_over_ten_seconds(sq_env: E
 @pytest.mark.slow
 def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> None:
     enqueue(sq_env, 201)
-    assert sq(sq_env, "pause").returncode == 0  # both runners are up before work starts
-    args = [STATEQUEUE, "run", "-j4", "--rate", "20/s", "--quiet", "--", "true"]
-    runners = [subprocess.Popen(args, env=sq_env, stderr=subprocess.PIPE) for _ in range(2)]
-    until(lambda: len(json.loads(sq(sq_env, "status", "--json").stdout)["runners"]) == 2, "2")
-    assert sq(sq_env, "resume").returncode == 0
-    ended: list[float] = []  # when each runner exited (wall clock, as the events)
-    for proc in runners:
-        _, err = proc.communicate(timeout=120)
-        ended.append(time.time())
-        assert proc.returncode == 0, err
+    ended = two_runners(sq_env, "--rate", "20/s")
     records = events(sq_env)
     rate, starts = start_rate(records)
     assert starts == 201
@@ -81,7 +72,39 @@ def test_two_runners_sharing_a_queue_hold_one_rate_between_them(sq_env: Env) -> 
     # starts split between them is not promised (one may win most of them).
     last_start = max(r["at"] for r in records if r["t"] == "start")
     assert min(ended) >= last_start, (ended, last_start)
-    assert 18.0 <= rate <= 22.0, (rate, start_gaps(records))  # 20/s between them, not 20/s each
+    assert rate <= 22.0, (rate, start_gaps(records))  # 20/s between them, not 20/s each
+    if rate < 18.0:
+        # A machine loaded by the tests beside this one (each fsync waits its
+        # turn) may not start 20 items a second at all (5.8/s once in CI):
+        # the same two runners unpaced, at once, show what it can do.
+        unpaced = unpaced_rate(sq_env)
+        assert rate >= min(18.0, 0.7 * unpaced), (rate, unpaced, start_gaps(records))
+
+
+def two_runners(env: Env, *options: str) -> list[float]:
+    """Two runners of ``true`` at -j4, both up before either starts an item;
+    when each exited (wall clock, as the events)."""
+    assert sq(env, "pause").returncode == 0
+    args = [STATEQUEUE, "run", "-j4", *options, "--quiet", "--", "true"]
+    runners = [subprocess.Popen(args, env=env, stderr=subprocess.PIPE) for _ in range(2)]
+    until(lambda: len(json.loads(sq(env, "status", "--json").stdout)["runners"]) == 2, "2")
+    assert sq(env, "resume").returncode == 0
+    ended: list[float] = []
+    for proc in runners:
+        _, err = proc.communicate(timeout=120)
+        ended.append(time.time())
+        assert proc.returncode == 0, err
+    return ended
+
+
+def unpaced_rate(env: Env) -> float:
+    """Starts per second of ``two_runners`` without --rate, on 201 new items."""
+    before = {r["id"] for r in events(env) if r["t"] == "enq"}
+    done = sq(env, "enqueue", stdin="".join(f"unpaced{i}\n" for i in range(201)))
+    assert done.returncode == 0, done.stderr
+    two_runners(env)
+    later = [r for r in events(env) if r.get("id") not in before]
+    return start_rate(later)[0]
 
 
 def start_gaps(records: list[dict[str, Any]]) -> dict[str, Any]:
