@@ -54,7 +54,10 @@ def _last_logs(q: Queue, state: ItemState | None) -> Iterator[tuple[ItemView, by
 
 def _tagged(item: str, data: bytes) -> bytes:
     prefix = escaped(item).encode() + b"\t"  # never cut: the tag tells the items apart
-    lines = data.splitlines(keepends=True)
+    # Lines end at \n only, as for `parallel --tag`: a progress bar's \r
+    # (splitlines' too) redraws within its line, and got a tag of its own.
+    parts = data.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     return b"".join(prefix + line for line in lines)
 
 
