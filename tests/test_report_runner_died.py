@@ -13,12 +13,18 @@ take slots #1 and #2, and their runner is counted, with its host.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from statequeue.api.queue import Queue
+from statequeue.cli.report_charts import clock
 from statequeue.cli.report_page import render_report
 from statequeue.stats.report_fold import ReportFold
+from statequeue.stats.report_model import INTERRUPTED
+from tests.conftest import STATEQUEUE
 from tests.killed_run import run_killed_running_two
 
 
@@ -68,3 +74,42 @@ def test_report_after_a_kill_of_the_run(
     assert f"1 (0 alive now): {runner.runner_id} ({runner.host}): 2" in page
     assert "to the time of this report: attempts in flight when their runner died" in page
     assert f"<dt>hosts</dt><dd>{runner.host}</dd>" in page
+
+
+def test_a_recovered_attempt_spans_from_its_start_to_its_recovery(
+    sq_env: dict[str, str], sq_home: Path, store_url: str, tmp_path: Path
+) -> None:
+    """Found by an outside review: an attempt whose runner was killed (-9)
+    and that the next run recovered was drawn at the recovery's time, 0 s
+    long, and the table's "interrupted at" was the recovery's time: the
+    attempt ran from its ``start`` record's time. It still does after a
+    compaction (its start carried in the recovery's record)."""
+    with run_killed_running_two(sq_env, sq_home, store_url, tmp_path, ["a", "b", "c"]):
+        with Queue(home=sq_home, store=store_url or None, create=False) as q:
+            starts = {
+                i: next(e["at"] for e in q.history(i).events if e.get("t") == "start")
+                for i in (1, 2)
+            }
+        time.sleep(1.0)  # the recovery comes a second or more after the starts
+        store = ["--store", store_url] if store_url else []
+        done = subprocess.run(
+            [STATEQUEUE, *store, "run", "--", "true"], env=sq_env, capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    for compacted in (False, True):
+        if compacted:
+            subprocess.run([STATEQUEUE, *store, "compact"], env=sq_env, check=True, timeout=60)
+        with Queue(home=sq_home, store=store_url or None, create=False) as q:
+            r = q.report()
+        f = r.figures
+        bars = {b.item_id: b for b in f.timeline.bars if b.kind == INTERRUPTED}
+        assert sorted(bars) == [1, 2], compacted
+        rows = {x.item_id: x for x in f.interrupted}
+        page = render_report(r)
+        for i in (1, 2):
+            assert bars[i].start == pytest.approx(starts[i], abs=0.01), compacted
+            assert bars[i].end - bars[i].start >= 1.0, compacted
+            assert rows[i].started == pytest.approx(starts[i], abs=0.01)
+            assert rows[i].value == pytest.approx(bars[i].end)
+            assert f"<td class='n'>{clock(starts[i])}</td>" in page
+        assert f.first_start is not None and f.first_start <= min(starts.values()) + 0.01

@@ -135,7 +135,10 @@ def _same_on_every_store(figures: dict[str, Any]) -> dict[str, Any]:
             {k: v for k, v in g.items() if k not in ("first_seen", "last_seen")}
             for g in f["failures"]
         ]
-        f["interrupted"] = [{**r, "value": None} for r in f["interrupted"]]
+        # Each store's own times, but each knows an interrupted attempt's start.
+        f["interrupted"] = [
+            {**r, "value": None, "started": r["started"] is not None} for r in f["interrupted"]
+        ]
         kept["figures"] = f
     return kept
 

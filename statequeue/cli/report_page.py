@@ -125,9 +125,11 @@ def render_report(report: Report) -> str:
         ),
         _section(
             "Interrupted and recovered",
-            f"Attempts whose runner died ({f.interrupted_total} in all; the latest shown), "
-            "and the item's state now: done means it was recovered.",
-            _rows(f.interrupted, "interrupted at", clock, "state now"),
+            f"Attempts whose runner died ({f.interrupted_total} in all; the latest shown): "
+            "from their start to the run that found the runner dead and recovered them "
+            "(when it died in between is not recorded), and the item's state now: done "
+            "means it was recovered.",
+            _interrupted(f.interrupted),
         ),
         '<div id="tip"></div>',
         f"<script>{SCRIPT}</script></body></html>",
@@ -262,6 +264,23 @@ def _failures(groups: tuple[FailureGroup, ...]) -> str:
 
 def _when(at: float | None) -> str:
     return "-" if at is None else escape(clock(at))
+
+
+def _interrupted(rows: tuple[ItemRow, ...]) -> str:
+    """Interrupted attempts: each from its start to its recovery (``value``)."""
+    if not rows:
+        return '<p class="empty">None.</p>'
+    body = "".join(
+        f"<tr><td class='item'>{_text(r.text) or f'#{r.item_id}'}</td>"
+        f"<td class='n'>{r.item_id}</td><td class='n'>{r.attempt}</td>"
+        f"<td class='n'>{_when(r.started)}</td><td class='n'>{_when(r.value)}</td>"
+        f"<td>{escape(r.state)}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table><tr><th>item</th><th>id</th><th>attempt</th><th>started at</th>"
+        f"<th>recovered at</th><th>state now</th></tr>{body}</table>"
+    )
 
 
 def _rows(rows: tuple[ItemRow, ...], what: str, show: Callable[[float], str], state: str) -> str:

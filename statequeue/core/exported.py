@@ -132,6 +132,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "attempt": (int,),
     "at": _NUMBER,
     "dur": _NUMBER,
+    "started": _NUMBER,
     "retry_at": _NUMBER,
     "exit": (int,),
     "sig": (int,),

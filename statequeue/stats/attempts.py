@@ -44,6 +44,10 @@ class Attempt(NamedTuple):
     ended_at: float | None
     interrupted: bool = False
     """Its runner died during it (crash recovery ended it, not the command)."""
+    started_at: float | None = None
+    """When an interrupted attempt started (its ``start`` record's time; None
+    when not known, as after a compaction dropped that record). Its
+    ``ended_at`` is the recovery's: the two are the span it held its item."""
 
 
 def is_crash(rec: Record) -> bool:
@@ -72,8 +76,14 @@ def from_end(rec: Record, item_id: int, state: str = "") -> Attempt:
     )
 
 
-def from_crash(rec: Record, item_id: int) -> Attempt:
-    """The attempt a crash recovery (``intr`` record) ended."""
+def from_crash(rec: Record, item_id: int, started_at: float | None = None) -> Attempt:
+    """The attempt a crash recovery (``intr`` record) ended. Its start is the
+    one the recovery copied from the attempt's ``start`` record (``started``),
+    else ``started_at``: that record's time, when the caller read it (records
+    written before recoveries copied it)."""
+    started = rec.get("started")
+    if isinstance(started, int | float) and not isinstance(started, bool):
+        started_at = float(started)
     return Attempt(
         item_id,
         rec.get("attempt", 0),
@@ -88,6 +98,7 @@ def from_crash(rec: Record, item_id: int) -> Attempt:
         rec.get("host", ""),
         rec.get("at"),
         True,
+        started_at,
     )
 
 
@@ -123,7 +134,7 @@ def attempts_of(records: Iterable[Record]) -> Iterator[Attempt]:
     ``end`` that does not name its runner (written by an older statequeue)
     takes it from the attempt's ``start`` record, and a host from the
     runner's ``run`` record (``joined_host``)."""
-    started: dict[int, str] = {}  # id -> runner of its attempt in flight
+    started: dict[int, Record] = {}  # id -> the start record of its attempt in flight
     hosts: dict[str, str] = {}  # runner -> host, from ``run`` records
     return _attempts_of(records, started, hosts)
 
@@ -140,7 +151,7 @@ def joined_host(host: str, runner: str, hosts: dict[str, str]) -> str:
 
 
 def _attempts_of(
-    records: Iterable[Record], started: dict[int, str], hosts: dict[str, str]
+    records: Iterable[Record], started: dict[int, Record], hosts: dict[str, str]
 ) -> Iterator[Attempt]:
     for rec in records:
         kind = rec.get("t")
@@ -148,18 +159,19 @@ def _attempts_of(
             hosts[rec["runner"]] = rec.get("host", "")
         elif kind == "end":
             a = from_end(rec, rec["id"])
-            runner = started.pop(a.item_id, "")
+            runner = started.pop(a.item_id, {}).get("runner", "")
             yield (
                 a
                 if a.runner
                 else a._replace(runner=runner, host=joined_host(a.host, runner, hosts))
             )
         elif kind == "start":
-            started[rec["id"]] = rec.get("runner", "")
+            started[rec["id"]] = rec
         elif kind == "intr":
-            runner = started.pop(rec["id"], "")
+            start = started.pop(rec["id"], {})
+            runner = start.get("runner", "")
             if "crashes" in rec:
-                a = from_crash(rec, rec["id"])
+                a = from_crash(rec, rec["id"], start_time(start, rec))
                 yield (
                     a
                     if a.runner
@@ -169,6 +181,15 @@ def _attempts_of(
             yield from from_archived(rec)
         elif kind == "item" and rec.get("tries"):
             yield from from_tries(rec["tries"], rec["id"])
+
+
+def start_time(start: Record | None, intr: Record) -> float | None:
+    """The time of ``start`` (a ``start`` record, or None) when it is the
+    start of the attempt the ``intr`` record ``intr`` ended."""
+    if start is None or start.get("attempt") != intr.get("attempt"):
+        return None
+    at = start.get("at")
+    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 class AttemptBatch(NamedTuple):

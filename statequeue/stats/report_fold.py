@@ -77,7 +77,9 @@ class ReportFold:
         self.hosts: dict[str, str] = {}
         self.reasons: dict[str, list[Any]] = {}  # reason -> [count, first, last, ids]
         self.retried: dict[int, int] = {}  # item id -> its highest attempt (>= 2)
-        self.interrupted: list[tuple[float, int, int]] = []
+        self.interrupted: list[tuple[float, int, int, float]] = []  # (end, id, attempt, start)
+        self.crash_start: dict[tuple[int, int], float] = {}
+        """(id, attempt) -> start of each interrupted attempt whose start is known."""
         self.interrupted_total = 0
         self.in_flight: list[tuple[float, int, int, str]] = []  # (start, id, attempt, runner)
         self.in_flight_total = 0
@@ -203,7 +205,10 @@ class ReportFold:
             del ids[EXAMPLES:]
         if a.interrupted:
             self.interrupted_total += 1
-            self.interrupted.append((at or 0.0, a.item_id, a.attempt))
+            started = math.nan if a.started_at is None else a.started_at
+            if a.started_at is not None and (at is None or a.started_at <= at):
+                self.crash_start[(a.item_id, a.attempt)] = a.started_at
+            self.interrupted.append((at or 0.0, a.item_id, a.attempt, started))
             if len(self.interrupted) > 4 * INTERRUPTED_KEPT:  # keep the latest ones
                 self.interrupted = heapq.nlargest(INTERRUPTED_KEPT, self.interrupted)
 
@@ -214,8 +219,10 @@ class ReportFold:
             # An unknown duration (-1) gives a start after its end: never the
             # minimum once the ends themselves are counted.
             first = min(min(map(operator.sub, self.end, self.dur)), min(self.end))
+            if self.crash_start:  # an interrupted attempt runs from its start
+                first = min(first, min(self.crash_start.values()))
             last = max(self.end)
-        recovered = {(i, at) for _, i, at in self.interrupted}
+        recovered = {(i, at) for _, i, at, _ in self.interrupted}
         # Recovered meanwhile (between `status` and the attempts read): an attempt now.
         flying = sorted((x for x in self.in_flight if (x[1], x[2]) not in recovered), reverse=True)
         if flying:
@@ -253,7 +260,8 @@ class ReportFold:
                 )
             ),
             interrupted=tuple(
-                ItemRow(i, n, at) for at, i, n in heapq.nlargest(INTERRUPTED_KEPT, self.interrupted)
+                ItemRow(i, n, at, started=None if math.isnan(start) else start)
+                for at, i, n, start in heapq.nlargest(INTERRUPTED_KEPT, self.interrupted)
             ),
             interrupted_total=self.interrupted_total,
             in_flight=tuple(
@@ -331,11 +339,14 @@ class ReportFold:
         start, id, attempt, runner) from their start to ``last`` (the
         report's time): each its own slot of its runner, as they overlap."""
         n = len(self.end)
-        end, dur = self.end, self.dur
-        # (start, end, item, attempt, runner, kind, in flight) of each bar
+        end, dur, crash_start = self.end, self.dur, self.crash_start
+        # (start, end, item, attempt, runner, kind, in flight) of each bar; an
+        # interrupted attempt (no duration) from its start record's time
         rows = [
             (
-                end[i] - max(dur[i], 0.0),
+                crash_start.get((self.item[i], self.attempt[i]), end[i])
+                if self.kind[i] == INTERRUPTED
+                else end[i] - max(dur[i], 0.0),
                 end[i],
                 self.item[i],
                 self.attempt[i],

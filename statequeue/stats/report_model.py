@@ -92,10 +92,13 @@ class ItemRow:
     item_id: int
     attempt: int
     value: float
-    """Its duration (slowest), attempts (most retried) or end time (interrupted)."""
+    """Its duration (slowest), attempts (most retried) or end time (interrupted:
+    when the recovery ended it)."""
     text: str = ""
     state: str = ""
     """The item's state now (for interrupted items: recovered or not)."""
+    started: float | None = None
+    """An interrupted attempt's start (its ``start`` record's time), when known."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from statequeue.stats.attempts import (
     from_tries,
     joined_host,
     run_durations,
+    start_time,
 )
 
 _CHUNK = 1 << 20  # a chunk's decoded records (dicts) take several times its size
@@ -73,8 +74,9 @@ def _attempts(
         yield a if a.runner else _joined(a, _runner(start, path), hosts)
     elif kind == "intr":
         start = started.pop(rec["id"], None)
-        if "crashes" in rec:
-            a = from_crash(rec, rec["id"])
+        if "crashes" in rec:  # few: its start line is decoded for its time
+            begun = None if start is None else _decode(start, path)
+            a = from_crash(rec, rec["id"], start_time(begun, rec))
             yield a if a.runner else _joined(a, _runner(start, path), hosts)
     elif kind == "arch":
         yield from from_archived(rec)

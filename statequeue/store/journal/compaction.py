@@ -399,6 +399,7 @@ _TRY_KEYS = (
     "logcut",
     "runner",
     "host",
+    "started",  # an interrupted attempt's start (`report`'s timeline)
     "delay",  # a deferral's (``defer``): `show` lists it after compaction too
     "deferrals",
     # A failed attempt with a retry to come: `show` says "failed, retry due

@@ -2,7 +2,8 @@
 
 One row per finished attempt: the ``results`` table (one row per token), and
 crash recoveries (``intr`` events that count a crash). The runner of an
-attempt is its ``start`` event's; its host is the runner's registration.
+attempt is its ``start`` event's; its host is the runner's registration; an
+interrupted attempt's start time is that event's too.
 A server-side cursor hands the rows over a batch at a time, so neither side
 holds them all.
 
@@ -26,7 +27,8 @@ BATCH = 10_000
 
 _RUNNER_OF = """
 LEFT JOIN LATERAL (
-    SELECT e.body->>'runner' AS runner FROM statequeue.{events} e
+    SELECT e.body->>'runner' AS runner, (e.body->>'at')::float8 AS at
+    FROM statequeue.{events} e
     WHERE e.queue = {t}.queue AND e.id = {t}.id AND e.body->>'t' = 'start'
       AND (e.body->>'attempt')::int = {attempt}
     ORDER BY e.seq DESC LIMIT 1
@@ -40,7 +42,8 @@ def _ended(results: str, events: str) -> str:
     from its ``start`` among ``events`` (the same side: moved together)."""
     return f"""
 SELECT r.id, r.attempt, r.state, r.ok, r.duration, r.reason, r.exit_code, r.signal,
-       r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, ''), r.at, false
+       r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, ''), r.at, false,
+       NULL::float8
 FROM statequeue.{results} r
 {_RUNNER_OF.format(events=events, t="r", attempt="r.attempt")}
 WHERE r.queue = %(q)s AND (%(since)s::float8 IS NULL OR r.at >= %(since)s::float8)
@@ -51,7 +54,8 @@ def _crashed(events: str) -> str:
     """The attempts that a crash recovery ended (``intr`` among ``events``)."""
     return f"""
 SELECT i.id, (i.body->>'attempt')::int, i.body->>'state', false, NULL, 'interrupted', NULL,
-       NULL, false, coalesce(s.runner, ''), coalesce(ru.host, ''), (i.body->>'at')::float8, true
+       NULL, false, coalesce(s.runner, ''), coalesce(ru.host, ''), (i.body->>'at')::float8, true,
+       s.at
 FROM statequeue.{events} i
 {_RUNNER_OF.format(events=events, t="i", attempt="(i.body->>'attempt')::int")}
 WHERE i.queue = %(q)s AND i.body->>'t' = 'intr' AND i.body->'crashes' IS NOT NULL
@@ -90,4 +94,5 @@ def iter_attempts(conn: Connection, queue: str, since: float | None) -> Iterator
                 str(row[10]),
                 row[11],
                 bool(row[12]),
+                row[13],  # an interrupted attempt's start: its ``start`` event's time
             )

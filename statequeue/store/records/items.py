@@ -50,6 +50,7 @@ class LiveItem:
         "not_before",
         "reason",
         "runner",
+        "started",
         "state",
     )
 
@@ -74,6 +75,7 @@ class LiveItem:
         self.last_err = ""  # the last stderr line of its last unsuccessful attempt
         self.not_before = 0.0  # wall-clock time before which a retry must wait
         self.checking = False  # its running attempt is only a --verify check so far
+        self.started = 0.0  # when its running attempt started (0: not known)
 
     @property
     def text(self) -> str:

@@ -89,4 +89,6 @@ def crash_record(
     )
     rec["crashes"] = crashes
     rec["runner"] = runner
+    if item.started:  # the report draws the attempt from its start to this recovery
+        rec["started"] = item.started
     return rec, target

@@ -339,6 +339,7 @@ class QueueState:
         item = self._item(rec["id"])
         item.attempts = rec["attempt"]
         item.runner = rec["runner"]
+        item.started = rec.get("at", 0.0)
         item.not_before = 0.0
         item.checking = False
         self._move(item, RUNNING)
