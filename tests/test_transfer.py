@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from statequeue.api.queue import Queue
+from statequeue.core.exported import ARCHIVED_KEYS
 from statequeue.core.identity import new_runner
 from statequeue.core.models import ItemState, OnInterrupted, Outcome
 from statequeue.store.memory import MemoryStore
@@ -111,7 +112,9 @@ def _outcomes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
+# What an ``arch`` record keeps of its item's last ``end`` (core/exported.py:
+# ARCHIVED_KEYS): an export carries its runner and host along.
+_RESULT_KEYS = ARCHIVED_KEYS
 
 
 def test_local_queue_round_trips_through_postgresql(
@@ -312,3 +315,35 @@ def test_export_to_a_file_is_whole_or_absent(sq_env: Env, tmp_path: Path) -> Non
     assert [p.name for p in target.parent.iterdir()] == ["e.ndjson"]  # no temp file left
     gone = sq(sq_env, "export", "-q", "nope")
     assert gone.returncode == 7 and gone.stderr.count(b"\n") == 1
+
+
+def _runners(env: Env, *store: str, queue: str) -> tuple[set[str], set[str]]:
+    found = json.loads(ok(env, *store, "stats", "-q", queue, "--json"))
+    return {g["runner"] for g in found["runners"]}, {g["host"] for g in found["hosts"]}
+
+
+def test_runner_and_host_of_archived_items_survive_export_and_import(
+    sq_env: Env, store_url: str, tmp_path: Path
+) -> None:
+    """Found by an outside review: `export` of an item done at its first
+    attempt and archived by `compact` (one ``arch`` record, no attempt
+    summaries) kept only its result, not its runner and host: after `import`,
+    `stats` listed its attempts under runner "" and the report as "?". Now
+    they come along, into either store."""
+    store = ("--store", store_url) if store_url else ()
+    ok(sq_env, *store, "enqueue", "-q", "src", stdin=b"a\nb\nc\n")
+    ok(sq_env, *store, "run", "-q", "src", "--", "true")
+    want = _runners(sq_env, *store, queue="src")
+    (runner,) = want[0]
+    assert runner and want[1] != {""}
+    ok(sq_env, *store, "compact", "-q", "src")
+    dump = tmp_path / "src.jsonl"
+    ok(sq_env, *store, "export", "-q", "src", "-o", str(dump))
+    for target in ((), store):  # into a journal queue, and into the same kind of store
+        name = f"dst{len(target)}"
+        ok(sq_env, *target, "import", "-q", name, str(dump))
+        assert _runners(sq_env, *target, queue=name) == want, (target, name)
+        ok(sq_env, *target, "compact", "-q", name)
+        assert _runners(sq_env, *target, queue=name) == want, (target, name, "compacted")
+        page = ok(sq_env, *target, "report", "-q", name, "-o", "-").decode()
+        assert f"{runner} #1" in page and "? #1" not in page

@@ -30,7 +30,11 @@ from statequeue.core.textsafe import item_json
 FORMAT_VERSION = 1
 HISTORY_KINDS = ("end", "intr", "defer", "set")
 RESULT_KEYS = ("attempt", "dur", "exit", "sig", "result", "err", "reason", "at")
-"""The fields of an ``end`` record that make up a result (as compaction keeps them)."""
+"""The fields of an ``end`` record that make up a result."""
+ARCHIVED_KEYS = (*RESULT_KEYS, "timeout", "logcut", "runner", "host")
+"""The fields of an item's last ``end`` that compaction keeps in its ``arch``
+record: its result, and what `stats` and `report` group and show it by
+(runner, host, timeout) and why its log is cut."""
 _HISTORY_DROP = ("seq", "id", "crc", "token", "episode", "tries", "last")
 
 # The limits of an import, checked here once for every store. Ids: exact in
@@ -146,6 +150,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "reason": (str,),
     "err": (str,),
     "logcut": (str,),  # why the attempt's log is cut (`show`, `logs`)
+    "runner": (str,),  # who ran it and where: `stats` and `report` group by them
+    "host": (str,),
 }
 
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from statequeue.core import records
 from statequeue.core.errors import CorruptJournal
+from statequeue.core.exported import ARCHIVED_KEYS
 from statequeue.core.fileio import FileOps
 from statequeue.core.gcpause import gc_paused
 from statequeue.core.models import ItemState
@@ -185,21 +186,6 @@ def _item_record(
     return rec
 
 
-# runner, host and timeout: `stats` groups the attempts by them after compaction.
-_RESULT_KEYS = (
-    "attempt",
-    "dur",
-    "exit",
-    "sig",
-    "result",
-    "err",
-    "reason",
-    "at",
-    "timeout",
-    "logcut",
-    "runner",
-    "host",
-)
 _ARCHIVE_BATCH = 20_000
 
 
@@ -316,7 +302,7 @@ class _Archiving:
             # episode that `show` must still number after compaction.
             self.tries.setdefault(item_id, []).append(_try(rec))
         if kind == "end":
-            fields = {k: rec[k] for k in _RESULT_KEYS if k in rec}
+            fields = {k: rec[k] for k in ARCHIVED_KEYS if k in rec}
             if self.is_live(item_id):
                 self.last_end[item_id] = fields
             elif rec["state"] == _DONE and item_id in self.texts:

@@ -25,13 +25,17 @@ from statequeue.store.postgres.connection import Connection
 
 BATCH = 10_000
 
+# The attempt's ``start`` event; for an imported item (no ``start``: an
+# export keeps none) its ``end`` or ``intr``, which name runner and host.
 _RUNNER_OF = """
 LEFT JOIN LATERAL (
-    SELECT e.body->>'runner' AS runner, (e.body->>'at')::float8 AS at
+    SELECT e.body->>'runner' AS runner, e.body->>'host' AS host,
+           CASE WHEN e.body->>'t' = 'start' THEN (e.body->>'at')::float8
+                ELSE (e.body->>'started')::float8 END AS at
     FROM statequeue.{events} e
-    WHERE e.queue = {t}.queue AND e.id = {t}.id AND e.body->>'t' = 'start'
+    WHERE e.queue = {t}.queue AND e.id = {t}.id AND e.body->>'t' IN ('start', 'end', 'intr')
       AND (e.body->>'attempt')::int = {attempt}
-    ORDER BY e.seq DESC LIMIT 1
+    ORDER BY e.body->>'t' = 'start' DESC, e.seq DESC LIMIT 1
 ) s ON true
 LEFT JOIN statequeue.runners ru ON ru.queue = {t}.queue AND ru.runner_id = s.runner
 """
@@ -42,8 +46,8 @@ def _ended(results: str, events: str) -> str:
     from its ``start`` among ``events`` (the same side: moved together)."""
     return f"""
 SELECT r.id, r.attempt, r.state, r.ok, r.duration, r.reason, r.exit_code, r.signal,
-       r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, ''), r.at, false,
-       NULL::float8
+       r.reason LIKE 'timed out%%', coalesce(s.runner, ''), coalesce(ru.host, s.host, ''),
+       r.at, false, NULL::float8
 FROM statequeue.{results} r
 {_RUNNER_OF.format(events=events, t="r", attempt="r.attempt")}
 WHERE r.queue = %(q)s AND (%(since)s::float8 IS NULL OR r.at >= %(since)s::float8)
@@ -54,8 +58,8 @@ def _crashed(events: str) -> str:
     """The attempts that a crash recovery ended (``intr`` among ``events``)."""
     return f"""
 SELECT i.id, (i.body->>'attempt')::int, i.body->>'state', false, NULL, 'interrupted', NULL,
-       NULL, false, coalesce(s.runner, ''), coalesce(ru.host, ''), (i.body->>'at')::float8, true,
-       s.at
+       NULL, false, coalesce(s.runner, ''), coalesce(ru.host, s.host, ''),
+       (i.body->>'at')::float8, true, coalesce(s.at, (i.body->>'started')::float8)
 FROM statequeue.{events} i
 {_RUNNER_OF.format(events=events, t="i", attempt="(i.body->>'attempt')::int")}
 WHERE i.queue = %(q)s AND i.body->>'t' = 'intr' AND i.body->'crashes' IS NOT NULL

@@ -40,17 +40,36 @@ WHERE i.queue = %(q)s AND i.id > %(after)s
 ORDER BY i.id LIMIT %(limit)s
 """
 
+
+def _history_of(events: str) -> str:
+    """The history events among ``events``, an attempt's ``end`` or ``intr``
+    with the runner and host that ran it (the runner's ``start`` and
+    registration: `stats` and `report` name them after an import) and an
+    interrupted attempt's start, where the event does not say them itself."""
+    return f"""
+    SELECT h.id, jsonb_strip_nulls(jsonb_build_object(
+               'runner', s.runner, 'host', ru.host,
+               'started', CASE WHEN h.body ? 'crashes' THEN s.at END)) || h.body AS body,
+           h.seq
+    FROM statequeue.{events} h
+    LEFT JOIN LATERAL (
+        SELECT e.body->>'runner' AS runner, e.body->'at' AS at FROM statequeue.{events} e
+        WHERE h.body->>'t' IN ('end', 'intr') AND e.queue = h.queue AND e.id = h.id
+          AND e.body->>'t' = 'start' AND e.body->'attempt' = h.body->'attempt'
+        ORDER BY e.seq DESC LIMIT 1
+    ) s ON true
+    LEFT JOIN statequeue.runners ru ON ru.queue = h.queue AND ru.runner_id = s.runner
+    WHERE h.queue = %(q)s AND h.id > %(after)s AND h.id <= %(upto)s
+      AND h.body->>'t' IN ('end', 'intr', 'defer', 'set')"""
+
+
 # Compaction moves done and cancelled items' events to ``archived_events``:
 # their history is read from there (an export never loses an archived result).
-_HISTORY_PAGE = """
+_HISTORY_PAGE = f"""
 SELECT id, body FROM (
-    SELECT id, body, seq FROM statequeue.events
-    WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
-      AND body->>'t' IN ('end', 'intr', 'defer', 'set')
+{_history_of("events")}
     UNION ALL
-    SELECT id, body, seq FROM statequeue.archived_events
-    WHERE queue = %(q)s AND id > %(after)s AND id <= %(upto)s
-      AND body->>'t' IN ('end', 'intr', 'defer', 'set')
+{_history_of("archived_events")}
 ) h
 ORDER BY id, seq
 """

@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from statequeue.core.exported import RESULT_KEYS, ExportedItem, history_record, out_of_reach
+from statequeue.core.exported import (
+    ARCHIVED_KEYS,
+    RESULT_KEYS,
+    ExportedItem,
+    history_record,
+    out_of_reach,
+)
 from statequeue.core.models import EnqueueResult, ItemState
 from statequeue.core.records import Record, item_fields, item_text
 from statequeue.store.records.backend import RecordBackend, record_time
@@ -48,8 +54,9 @@ def export_items(
 
 
 def _archived(r: Record) -> _Found:
-    """An archived item: its attempts' summaries and its last result in full."""
-    last = {k: r[k] for k in RESULT_KEYS if k in r}
+    """An archived item: its attempts' summaries and its last result in full,
+    with its runner and host (`stats` and `report` name them after an import)."""
+    last = {k: r[k] for k in ARCHIVED_KEYS if k in r}
     history = [history_record(t) for t in r.get("tries", ())]
     final = {"t": "end", **last, "state": ItemState.DONE.value, "ok": True}
     _with_last(history, final)
