@@ -176,7 +176,7 @@ def _header(r: Report) -> str:
     rows = [
         ("store", escape(r.store)),
         ("made", escape(clock(r.now)) + escape(since)),
-        ("success rate", f"{rate} of finished items"),
+        ("success rate", f"{rate} of {_finished(r)}"),
         ("wall time", _wall(r)),
         ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total, f.in_flight_held)),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
@@ -188,6 +188,13 @@ def _header(r: Report) -> str:
         f"<header><h1>Queue {escape(r.queue)}</h1>"
         f'<div class="cards">{card_html}</div><dl class="head">{head}</dl></header>'
     )
+
+
+def _finished(r: Report) -> str:
+    """The items the success rate is of (``Report.success_rate``)."""
+    if r.since is None:
+        return "finished items"
+    return f"items finished in the last {escape(span(r.since))} (done or failed)"
 
 
 def _wall(r: Report) -> str:

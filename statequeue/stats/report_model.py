@@ -152,8 +152,15 @@ class Report:
 
     @property
     def success_rate(self) -> float | None:
-        """Done items among the finished ones (done or failed)."""
-        done, failed = self.counts.get("done", 0), self.counts.get("failed", 0)
+        """Done items among the finished ones (done or failed); None when none
+        is. With ``since``: among those its window's attempts finished (done,
+        or failed for good), not the queue's counts now, which said 100% of a
+        window in which nothing ran."""
+        if self.since is not None:
+            kinds = self.figures.kinds
+            done, failed = kinds[DONE], kinds[FAILED]
+        else:
+            done, failed = self.counts.get("done", 0), self.counts.get("failed", 0)
         return done / (done + failed) if done + failed else None
 
     @property
