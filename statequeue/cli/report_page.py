@@ -57,6 +57,13 @@ background:var(--fg);color:var(--bg);border-radius:4px;font-size:12px;z-index:9}
 section{break-inside:avoid}a{color:#000}}
 """
 
+REASONS = 50
+"""Failure reasons listed, at most (the most frequent first; the rest counted)."""
+COMMANDS = 10
+"""Commands the header lists, at most (the latest; the rest counted)."""
+RUNNERS = 20
+"""Runners the header lists, at most (the busiest; the rest counted)."""
+
 SCRIPT = """
 (function(){
   var tip=document.getElementById('tip');
@@ -110,8 +117,16 @@ def render_report(report: Report) -> str:
             "Which failures came together? Unsuccessful attempts grouped by reason.",
             _failures(f.failures),
         ),
-        _section("Slowest attempts", "", _rows(f.slowest, "duration", span, "outcome")),
-        _section("Most retried items", "", _rows(f.most_retried, "attempts", _count, "state now")),
+        _section(
+            "Slowest attempts",
+            _more(len(f.slowest), f.attempts, "attempts (the slowest first)"),
+            _rows(f.slowest, "duration", span, "outcome"),
+        ),
+        _section(
+            "Most retried items",
+            _more(len(f.most_retried), f.retried_total, "retried items (the most attempts first)"),
+            _rows(f.most_retried, "attempts", _count, "state now", attempt=False),
+        ),
         _section(
             "Interrupted, not recovered yet",
             f"Attempts in flight when their runner died ({f.in_flight_total} in all, as "
@@ -167,11 +182,13 @@ def _header(r: Report) -> str:
     card_html = "".join(f'<div class="card"><b>{n}</b>{escape(name)}</div>' for name, n in cards)
     runners = ", ".join(
         f"{escape(name or '?')}{f' ({escape(host)})' if host else ''}: {n}"
-        for name, host, n in f.runners[:20]
+        for name, host, n in f.runners[:RUNNERS]
     )
-    if len(f.runners) > 20:
-        runners += f", and {len(f.runners) - 20} more"
-    commands = "<br>".join(f"<code>{_text(c)}</code>" for c in r.commands[-10:]) or "-"
+    if len(f.runners) > RUNNERS:
+        runners += f", and {len(f.runners) - RUNNERS} more"
+    commands = "<br>".join(f"<code>{_text(c)}</code>" for c in r.commands[-COMMANDS:]) or "-"
+    if len(r.commands) > COMMANDS:
+        commands += f"<br>and {len(r.commands) - COMMANDS} earlier ones (the last {COMMANDS} shown)"
     since = "" if r.since is None else f" (attempts of the last {span(r.since)})"
     rows = [
         ("store", escape(r.store)),
@@ -240,9 +257,13 @@ def _sampled_note(r: Report) -> str:
     t = r.figures.timeline
     if t.shown >= t.total:
         return ""
+    if t.unsuccessful_shown >= t.unsuccessful:
+        kept = f"all {t.unsuccessful} unsuccessful ones"
+    else:
+        kept = f"{t.unsuccessful_shown} of the {t.unsuccessful} unsuccessful ones (sampled evenly)"
     return (
-        f" Showing {t.shown} of {t.total} attempts: the slowest and the unsuccessful "
-        "ones are all kept, the rest sampled evenly."
+        f" Showing {t.shown} of {t.total} attempts: the slowest ones, {kept}, "
+        "and the rest sampled evenly."
     )
 
 
@@ -261,11 +282,19 @@ def _failures(groups: tuple[FailureGroup, ...]) -> str:
         f"<tr><td>{_text(g.reason)}</td><td class='n'>{g.count}</td>"
         f"<td class='item'>{'<br>'.join(_text(e) for e in g.examples)}</td>"
         f"<td class='n'>{_when(g.first_seen)}</td><td class='n'>{_when(g.last_seen)}</td></tr>"
-        for g in groups[:50]
+        for g in groups[:REASONS]
     )
+    rest = groups[REASONS:]
+    more = ""
+    if rest:
+        attempts = sum(g.count for g in rest)
+        more = (
+            f"<tr><td colspan='5'>and {len(rest)} more reasons "
+            f"({attempts} attempts), not listed</td></tr>"
+        )
     return (
         "<table><tr><th>reason</th><th>attempts</th><th>example items</th>"
-        f"<th>first seen</th><th>last seen</th></tr>{rows}</table>"
+        f"<th>first seen</th><th>last seen</th></tr>{rows}{more}</table>"
     )
 
 
@@ -290,16 +319,35 @@ def _interrupted(rows: tuple[ItemRow, ...]) -> str:
     )
 
 
-def _rows(rows: tuple[ItemRow, ...], what: str, show: Callable[[float], str], state: str) -> str:
+def _rows(
+    rows: tuple[ItemRow, ...],
+    what: str,
+    show: Callable[[float], str],
+    state: str,
+    *,
+    attempt: bool = True,
+) -> str:
+    """A table of items; ``attempt``: with the attempt's number (not for the
+    most retried, whose ``what`` column is their attempts already)."""
     if not rows:
         return '<p class="empty">None.</p>'
     body = "".join(
         f"<tr><td class='item'>{_text(r.text) or f'#{r.item_id}'}</td>"
-        f"<td class='n'>{r.item_id}</td><td class='n'>{r.attempt}</td>"
-        f"<td class='n'>{escape(show(r.value))}</td><td>{escape(r.state)}</td></tr>"
+        f"<td class='n'>{r.item_id}</td>"
+        + (f"<td class='n'>{r.attempt}</td>" if attempt else "")
+        + f"<td class='n'>{escape(show(r.value))}</td><td>{escape(r.state)}</td></tr>"
         for r in rows
     )
+    number = "<th>attempt</th>" if attempt else ""
     return (
-        f"<table><tr><th>item</th><th>id</th><th>attempt</th><th>{escape(what)}</th>"
+        f"<table><tr><th>item</th><th>id</th>{number}<th>{escape(what)}</th>"
         f"<th>{escape(state)}</th></tr>{body}</table>"
     )
+
+
+def _more(shown: int, total: int, what: str) -> str:
+    """What a cut list says of itself (``10 of 52 WHAT shown; 42 more not
+    listed.``), or "" when it shows them all."""
+    if total <= shown:
+        return ""
+    return f"{shown} of {total} {what} shown; {total - shown} more not listed."

@@ -264,6 +264,7 @@ class ReportFold:
                 for at, i, n, start in heapq.nlargest(INTERRUPTED_KEPT, self.interrupted)
             ),
             interrupted_total=self.interrupted_total,
+            retried_total=len(self.retried),
             in_flight=tuple(
                 ItemRow(i, at, start, state=self._in_flight_state(i))
                 for start, i, at, _ in flying[:TOP_ROWS]
@@ -340,6 +341,8 @@ class ReportFold:
         report's time): each its own slot of its runner, as they overlap."""
         n = len(self.end)
         end, dur, crash_start = self.end, self.dur, self.crash_start
+        sampled = _sampled(dur, unsuccessful)
+        kept = len(unsuccessful) if n <= TIMELINE_LIMIT else len(set(unsuccessful) & set(sampled))
         # (start, end, item, attempt, runner, kind, in flight) of each bar; an
         # interrupted attempt (no duration) from its start record's time
         rows = [
@@ -354,7 +357,7 @@ class ReportFold:
                 self.kind[i],
                 False,
             )
-            for i in _sampled(dur, unsuccessful)
+            for i in sampled
         ]
         till = last if last is not None else 0.0
         rows += [
@@ -379,7 +382,7 @@ class ReportFold:
         row = {lane: n for n, lane in enumerate(order)}
         bars = tuple(Bar(row[lane], *r[:4], kind=r[5], in_flight=r[6]) for lane, r in placed)
         names_shown = tuple(f"{lanes[lane][0]} #{lanes[lane][1]}" for lane in order)
-        return Timeline(names_shown, bars, n + len(flying), len(bars))
+        return Timeline(names_shown, bars, n + len(flying), len(bars), len(unsuccessful), kept)
 
 
 def _sampled(dur: array[float], unsuccessful: list[int]) -> Iterable[int]:

@@ -48,6 +48,10 @@ class Timeline:
     bars: tuple[Bar, ...]
     total: int
     shown: int
+    unsuccessful: int = 0
+    """Attempts that did not end done (failed, retried, interrupted, held)."""
+    unsuccessful_shown: int = 0
+    """Of those, the ones with a bar (all of them unless there were too many)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,8 @@ class AttemptFigures:
     most_retried: tuple[ItemRow, ...]
     interrupted: tuple[ItemRow, ...]
     interrupted_total: int
+    retried_total: int = 0
+    """Items with more than one attempt (``most_retried`` lists the top ones)."""
     in_flight: tuple[ItemRow, ...] = ()
     """Attempts in flight when their runner died, not recovered yet (the items
     `status` lists as interrupted, or as still run by processes of a dead
