@@ -125,3 +125,19 @@ def test_the_most_retried_table_has_one_attempts_column() -> None:
     table = page.split("<h2>Most retried items</h2>")[1].split("</table>")[0]
     assert "<th>attempt</th>" not in table and table.count("<th>attempts</th>") == 1
     assert table.count("<td class='n'>2</td>") == 3  # each item's attempts, once
+
+
+def test_a_cut_item_text_ends_with_an_ellipsis(sq_env: dict[str, str]) -> None:
+    """Item texts past 300 characters were cut with no mark: a reader took
+    the 300 for the whole item."""
+    long, short = "x" * 299 + "END-OF-ITEM", "y" * 300
+    with Queue() as q:
+        q.enqueue([long, short])
+        for item in q.work():
+            with item:
+                item.fail("boom")
+        shown = {g.reason: g.examples for g in q.report().figures.failures}["boom"]
+    assert shown == ("x" * 299 + "…", short)  # 300 characters each, the cut one marked
+    page = _page(sq_env)
+    assert "x" * 299 + "…<" in page and "END-OF-ITEM" not in page
+    assert short + "<" in page

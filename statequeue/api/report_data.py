@@ -26,7 +26,8 @@ HISTORY_LOOKUPS = 5
 """Items without a result (pending, held...) whose text is read from their
 history, at most: on a journal a history is a scan of the queue."""
 TEXT_WIDTH = 300
-"""The report shows at most this many characters of an item's text."""
+"""The report shows at most this many characters of an item's text, the
+last of them "…" when it is cut."""
 IN_FLIGHT_LOOKUPS = 20
 """Items in flight when their runner died whose attempt (start, runner) is
 read from their history, at most (the rest are counted)."""
@@ -142,7 +143,7 @@ def _texts(store: Store, ids: Collection[int]) -> tuple[dict[int, str], dict[int
     # shown as `#15`, which reads as another item when texts are numbers.
     live = [i for i, state in states.items() if state is not ItemState.DONE]
     texts: dict[int, str] = {
-        i: text[:TEXT_WIDTH] for i, text in (store.live_texts(live) if live else {}).items()
+        i: cut(text) for i, text in (store.live_texts(live) if live else {}).items()
     }
     lookups = HISTORY_LOOKUPS
     for item_id in sorted(ids):
@@ -153,11 +154,17 @@ def _texts(store: Store, ids: Collection[int]) -> tuple[dict[int, str], dict[int
             if state in (ItemState.DONE, ItemState.FAILED):
                 found = store.result(item_id)
                 if found is not None:
-                    texts[item_id] = found.item[:TEXT_WIDTH]
+                    texts[item_id] = cut(found.item)
                     continue
             if lookups > 0 and state is not None:
                 lookups -= 1
-                texts[item_id] = store.history(item_id).item[:TEXT_WIDTH]
+                texts[item_id] = cut(store.history(item_id).item)
         except ItemNotFound:  # dropped meanwhile (a running queue): shown by id
             continue
     return texts, {i: s.value for i, s in states.items()}
+
+
+def cut(text: str) -> str:
+    """``text`` as the report shows it: at most ``TEXT_WIDTH`` characters,
+    the last one "…" when some were left out (a cut text looked whole)."""
+    return text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + "…"
