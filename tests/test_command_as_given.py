@@ -37,13 +37,14 @@ def test_the_warning_and_stats_show_the_command_as_given(sq_env: dict[str, str])
     assert _sq(sq_env, "enqueue", "y").returncode == 0
     ran = _sq(sq_env, "run", "--", "printf", "%s\n", "two words")
     assert ran.returncode == 0, ran.stderr
-    assert f"{WARNING}--shell 'echo \"[$1]\"' (now: printf '%s\n' 'two words')\n" in ran.stderr
+    # One line: the newline in a word as bash's $'\n', as the user would type it.
+    assert f"{WARNING}--shell 'echo \"[$1]\"' (now: printf $'%s\\n' 'two words')\n" in ran.stderr
     assert "/bin/sh" not in ran.stderr, ran.stderr
     stats = _sq(sq_env, "stats")
     assert stats.returncode == 0, stats.stderr
     runners = stats.stdout[stats.stdout.index("runners:") :]
     assert ": --shell 'echo \"[$1]\"'" in runners, runners
-    assert ": printf '%s\\n' 'two words'" in runners, runners  # shown() escapes the newline
+    assert ": printf $'%s\\n' 'two words'" in runners, runners  # as in the warning
     assert "/bin/sh" not in runners, runners
 
 
@@ -86,3 +87,26 @@ def test_a_record_of_an_older_version_counts_as_the_same_command(
     assert "different command" not in ran.stderr, ran.stderr
     stats = _sq(sq_env, "stats").stdout
     assert f": --shell {shlex.quote(template[2])}" in stats, stats
+
+
+def test_stats_and_report_show_backslashes_quotes_and_controls_as_typed(
+    sq_env: dict[str, str],
+) -> None:
+    """Found by an outside review: `stats` showed `sh -c 'echo a\\b'` with its
+    backslash doubled (the quoted text escaped again), and the report joined
+    the words with spaces, its quoting lost (`sh -c echo a\\b`). Both now show
+    what the user typed; a control character in a word is written as bash's
+    $'...' and never reaches the terminal or page raw."""
+    assert _sq(sq_env, "enqueue", "x").returncode == 0
+    typed = ["sh", "-c", "echo a\\b", "sh", "{}"]
+    assert _sq(sq_env, "run", "--", *typed).returncode == 0
+    assert _sq(sq_env, "enqueue", "y").returncode == 0
+    assert _sq(sq_env, "run", "--", "echo", "\x1b[31mred", "{}").returncode == 0
+    stats = _sq(sq_env, "stats").stdout
+    assert ": sh -c 'echo a\\b' sh '{}'  1 attempt" in stats, stats
+    assert ": echo $'\\x1b[31mred' '{}'  1 attempt" in stats, stats
+    assert "\x1b" not in stats and "a\\\\b" not in stats
+    page = _sq(sq_env, "report", "-o", "-").stdout
+    assert "<code>sh -c &#x27;echo a\\b&#x27; sh &#x27;{}&#x27;</code>" in page
+    assert "<code>echo $&#x27;\\x1b[31mred&#x27; &#x27;{}&#x27;</code>" in page
+    assert "\x1b" not in page

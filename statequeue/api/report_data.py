@@ -16,6 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from statequeue.api.shared_store import SharedStore
+from statequeue.core.command_text import command_text
 from statequeue.core.errors import ItemNotFound
 from statequeue.core.models import ItemState
 from statequeue.stats.report_fold import ReportFold
@@ -41,7 +42,7 @@ def gather_report(shared: SharedStore, since: float | None, now: float | None = 
     fold = ReportFold(cutoff=cutoff, now=now)
     with shared.using() as store:
         status = store.status()
-        commands = tuple(" ".join(c) for c in store.commands())
+        commands = tuple(command_text(c) for c in store.commands())
         deferred = store.deferrals(cutoff)
         _add_in_flight(store, fold, status.interrupted, status.held_by_dead_runner)
         fold.add_all(store.iter_attempt_batches(cutoff))

@@ -186,7 +186,8 @@ def _header(r: Report) -> str:
     )
     if len(f.runners) > RUNNERS:
         runners += f", and {len(f.runners) - RUNNERS} more"
-    commands = "<br>".join(f"<code>{_text(c)}</code>" for c in r.commands[-COMMANDS:]) or "-"
+    # As typed (core/command_text.py: quoted, controls escaped): not escaped again.
+    commands = "<br>".join(f"<code>{escape(c)}</code>" for c in r.commands[-COMMANDS:]) or "-"
     if len(r.commands) > COMMANDS:
         commands += f"<br>and {len(r.commands) - COMMANDS} earlier ones (the last {COMMANDS} shown)"
     since = "" if r.since is None else f" (attempts of the last {span(r.since)})"

@@ -10,6 +10,7 @@ from statequeue.cli.clock import local_time
 from statequeue.cli.render import counted_ids, plural, shown
 from statequeue.core.command_text import command_text
 from statequeue.core.durations import format_duration
+from statequeue.core.textsafe import cut
 
 if TYPE_CHECKING:
     from statequeue.cli.stats_names import StatsNames
@@ -154,7 +155,7 @@ def _runner(g: Group, names: StatsNames | None) -> str:
     if known is not None and known.started_at is not None:
         text += f", started {local_time(known.started_at)}"
     if known is not None and known.command:
-        text += f": {shown(command_text(known.command), 60)}"
+        text += f": {cut(command_text(known.command), 60)}"  # quoted, escaped: as typed
     return text
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-__all__ = ["SHELL_FLAG", "command_text", "given_shell"]
+from statequeue.core.textsafe import escaped
+
+__all__ = ["SHELL_FLAG", "command_text", "given_shell", "quoted"]
 
 SHELL_FLAG = "--shell"
 
@@ -34,10 +36,23 @@ def given_shell(words: Sequence[str]) -> tuple[str, str]:
 
 def command_text(command: Sequence[str]) -> str:
     """One line for a stored command, quoted as a shell would need it:
-    ``./convert {} 'out dir'``, ``--shell 'echo "[$1]"'``."""
+    ``./convert {} 'out dir'``, ``--shell 'echo "[$1]"'``. Ready to show
+    as it is (no ``escaped`` over it, which would double its backslashes): a
+    word with a control character or a byte that is not UTF-8 is written as
+    bash's ``$'...'`` (``$'a\\x1bb'``), so none reaches a terminal raw."""
     words = list(command)
     if len(words) == 2 and words[0] == SHELL_FLAG:
-        return f"{SHELL_FLAG} {shlex.quote(words[1])}"
+        return f"{SHELL_FLAG} {quoted(words[1])}"
     if len(words) == 3 + len(SHELL_TAIL) and words[1] == "-c" and tuple(words[3:]) == SHELL_TAIL:
-        return f"{SHELL_FLAG} {shlex.quote(words[2])}"  # an older record of a --shell run
-    return shlex.join(words)
+        return f"{SHELL_FLAG} {quoted(words[2])}"  # an older record of a --shell run
+    return " ".join(map(quoted, words))
+
+
+def quoted(word: str) -> str:
+    """``word`` as a shell takes it back: ``shlex.quote``, or ``$'...'``
+    with escapes (textsafe.escaped's, which bash reads alike) when it holds
+    a character a terminal must not get raw."""
+    shown = escaped(word)
+    if shown == word.replace("\\", "\\\\"):  # nothing but backslashes escaped
+        return shlex.quote(word)
+    return "$'" + shown.replace("'", "\\'") + "'"

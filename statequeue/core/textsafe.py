@@ -85,8 +85,13 @@ def _escape_char(ch: str) -> str:
 
 def shown(text: str, width: int = 80) -> str:
     """``escaped(text)`` cut to ``width`` characters (with an ellipsis)."""
-    out = escaped(text)
-    return out if len(out) <= width else out[: width - 1] + "…"
+    return cut(escaped(text), width)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` (safe to show already) cut to ``width`` characters, the last
+    one an ellipsis when some were left out."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def record_json(record: dict[str, Any]) -> dict[str, Any]:

@@ -149,6 +149,7 @@ class Report:
     since: float | None
     counts: dict[str, int]
     commands: tuple[str, ...]
+    """Each as its user typed it (``core.command_text``): quoted, and safe to show."""
     active_runners: int
     figures: AttemptFigures
     hosts: tuple[str, ...] = field(default=())
