@@ -4,12 +4,14 @@ it left out, and no text is cut without a mark."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
 
 from statequeue.api.queue import Queue
 from statequeue.cli.report_page import render_report
+from statequeue.core.models import Outcome, RunnerInfo
 from statequeue.stats.attempts import Attempt, batches_of
 from statequeue.stats.report_fold import TIMELINE_UNSUCCESSFUL, ReportFold
 from statequeue.stats.report_model import FAILED, Report
@@ -141,3 +143,25 @@ def test_a_cut_item_text_ends_with_an_ellipsis(sq_env: dict[str, str]) -> None:
     page = _page(sq_env)
     assert "x" * 299 + "…<" in page and "END-OF-ITEM" not in page
     assert short + "<" in page
+
+
+def test_runner_and_host_reach_the_page_without_control_characters(
+    sq_env: dict[str, str],
+) -> None:
+    """A runner's id and host come from the records (STATEQUEUE_HOST, the
+    library's RunnerInfo) and reached the page raw: an ESC or BEL in the
+    header, the hosts line and the timeline's lane labels and hover texts.
+    Now they are shown as every terminal view shows them (``\\x1b``)."""
+    runner = RunnerInfo("run\x1b[2J", os.getpid(), "box\x07\x1b[31m", "", time.time())
+    with Queue() as q:
+        q.enqueue(["a"])
+        q.register_runner(runner)
+        claim = q.claim(runner)
+        assert claim is not None
+        q.store.finish(claim, Outcome(ok=True, duration=0.1, exit_code=0))
+        page = render_report(q.report())
+    assert "run\\x1b[2J (box\\a\\x1b[31m): 1" in page  # the header's runners
+    assert "<dt>hosts</dt><dd>box\\a\\x1b[31m</dd>" in page
+    assert ">run\\x1b[2J #1</text>" in page  # the lane's label
+    assert "on run\\x1b[2J #1" in page  # its bar's hover text
+    assert not any(chr(c) in page for c in (*range(0x20), 0x7F) if chr(c) != "\n")

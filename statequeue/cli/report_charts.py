@@ -11,6 +11,7 @@ import math
 import time
 from html import escape
 
+from statequeue.core.textsafe import escaped
 from statequeue.stats.report_model import (
     KIND_NAMES,
     DurationHistogram,
@@ -138,7 +139,8 @@ def timeline_svg(t: Timeline, start: float | None, end: float | None) -> str:
     seconds = max(end - start, 1e-3)
     body = []
     label_every = max(1, math.ceil(11 / lane_h))
-    for n, name in enumerate(t.lanes):
+    lanes = [escaped(name) for name in t.lanes]  # runner ids from records: no control raw
+    for n, name in enumerate(lanes):
         if n % label_every == 0:
             y = top + n * lane_h + lane_h - 2
             body.append(
@@ -150,12 +152,12 @@ def timeline_svg(t: Timeline, start: float | None, end: float | None) -> str:
         w = max((b.end - b.start) / seconds * PLOT, 0.8)
         tip = (
             f"item {b.item_id} attempt {b.attempt}: {KIND_NAMES[b.kind]}, "
-            f"{span(b.end - b.start)}, {clock(b.start)} to {clock(b.end)} on {t.lanes[b.lane]}"
+            f"{span(b.end - b.start)}, {clock(b.start)} to {clock(b.end)} on {lanes[b.lane]}"
         )
         if b.in_flight:
             tip = (
                 f"item {b.item_id} attempt {b.attempt}: in flight when its runner died, "
-                f"not recovered yet; started {clock(b.start)} on {t.lanes[b.lane]}; "
+                f"not recovered yet; started {clock(b.start)} on {lanes[b.lane]}; "
                 "no end known: drawn to the time of this report"
             )
         body.append(

@@ -157,7 +157,8 @@ def _count(value: float) -> str:
 
 
 def _text(user_text: str) -> str:
-    """An item, reason or command as the page shows it: as every terminal view
+    """An item, reason, runner or host (any text a record holds) as the page
+    shows it: as every terminal view
     does (core/textsafe.py: a byte that is not UTF-8 as ``\\xe9``, controls
     as ``\\n``), then HTML-escaped. A file name that is not UTF-8 would
     otherwise stop the page from being written at all."""
@@ -179,9 +180,9 @@ def _header(r: Report) -> str:
     rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}%"
     cards = [(name, r.counts.get(name, 0)) for name in ("pending", "running", "done", "failed")]
     cards += [(name, n) for name, n in r.counts.items() if name not in dict(cards) and n]
-    card_html = "".join(f'<div class="card"><b>{n}</b>{escape(name)}</div>' for name, n in cards)
+    card_html = "".join(f'<div class="card"><b>{n}</b>{_text(name)}</div>' for name, n in cards)
     runners = ", ".join(
-        f"{escape(name or '?')}{f' ({escape(host)})' if host else ''}: {n}"
+        f"{_text(name or '?')}{f' ({_text(host)})' if host else ''}: {n}"
         for name, host, n in f.runners[:RUNNERS]
     )
     if len(f.runners) > RUNNERS:
@@ -198,7 +199,7 @@ def _header(r: Report) -> str:
         ("wall time", _wall(r)),
         ("attempts, by how each ended", _ended(f.kinds, f.in_flight_total, f.in_flight_held)),
         ("runners", f"{len(f.runners)} ({r.active_runners} alive now): {runners or '-'}"),
-        ("hosts", escape(", ".join(r.hosts)) or "-"),
+        ("hosts", _text(", ".join(r.hosts)) or "-"),
         ("commands", commands),
     ]
     head = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
@@ -311,7 +312,7 @@ def _interrupted(rows: tuple[ItemRow, ...]) -> str:
         f"<tr><td class='item'>{_text(r.text) or f'#{r.item_id}'}</td>"
         f"<td class='n'>{r.item_id}</td><td class='n'>{r.attempt}</td>"
         f"<td class='n'>{_when(r.started)}</td><td class='n'>{_when(r.value)}</td>"
-        f"<td>{escape(r.state)}</td></tr>"
+        f"<td>{_text(r.state)}</td></tr>"
         for r in rows
     )
     return (
@@ -336,7 +337,7 @@ def _rows(
         f"<tr><td class='item'>{_text(r.text) or f'#{r.item_id}'}</td>"
         f"<td class='n'>{r.item_id}</td>"
         + (f"<td class='n'>{r.attempt}</td>" if attempt else "")
-        + f"<td class='n'>{escape(show(r.value))}</td><td>{escape(r.state)}</td></tr>"
+        + f"<td class='n'>{escape(show(r.value))}</td><td>{_text(r.state)}</td></tr>"
         for r in rows
     )
     number = "<th>attempt</th>" if attempt else ""
