@@ -267,7 +267,6 @@ def test_summary_counts_each_item_once_by_where_it_ended() -> None:
     assert s.text() == "items: 1 ok, 1 failed, 1 waiting for a retry; 5 attempts started"
 
 
-
 def test_summary_says_deferred_for_items_that_asked_to_be_tried_later() -> None:
     """A deferral (exit 75) is no failure: "waiting for a retry" said it was."""
     s = RunSummary(attempts=4)
@@ -281,6 +280,7 @@ def test_summary_says_deferred_for_items_that_asked_to_be_tried_later() -> None:
         "items: 1 ok, 0 failed, 1 waiting for a retry, 1 deferred (to be tried later);"
         " 4 attempts started"
     )
+
 
 # -- what a child leaves: its log and its result ------------------------------------
 
