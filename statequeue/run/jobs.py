@@ -157,6 +157,7 @@ class Job:
     interruption = ""
     """Set when the attempt died with its process and is to be recorded as
     interrupted (a crash), not as a failure: a persistent worker's (persistent.py)."""
+    given_back: tuple[str, bool] | None = None  # why, uncounted: back to pending, no crash
 
     def __init__(self, claim: Claim, spec: JobSpec, keeper: Keeper, *, slot: int = 1) -> None:
         self.claim = claim

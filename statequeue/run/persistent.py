@@ -79,13 +79,13 @@ class WorkerPool:
 
     def worker_for(self, slot: int, keeper: Keeper) -> Worker:
         """``slot``'s worker: the live one, or a new one in place of one that
-        ended, was retired, or is due for recycling."""
+        ended, was retired, reads no more requests, or is due for recycling."""
         self._keeper = keeper
         self._collect(keeper)
         worker = self.workers.get(slot)
-        if worker is None or worker.retired or worker.dead() or self._due(worker):
+        if worker is None or worker.retired or worker.dead() or worker.stdin < 0:
             return self.renew(slot, keeper)
-        return worker
+        return self.renew(slot, keeper) if self._due(worker) else worker
 
     def renew(self, slot: int, keeper: Keeper) -> Worker:
         """A new worker for ``slot`` in place of the one there (stopped)."""
@@ -284,6 +284,8 @@ class WorkerAttempt(Job):
 
     def read(self, fd: int) -> bool:
         stream = self.pipes[fd]
+        if stream == 0:  # its stdin, reported only once no process reads it any more
+            return False
         if stream != 3:
             return self._read_output(fd, stream)
         try:
@@ -330,6 +332,9 @@ class WorkerAttempt(Job):
     def close_pipe(self, fd: int) -> None:
         """A pipe of the worker reached end of file: neither it nor the next attempt reads it."""
         stream = self.pipes.pop(fd)
+        if stream == 0:
+            self._requests_closed()
+            return
         if self.worker.pipes.pop(fd, None) is not None:
             os.close(fd)
         if stream == 3 and self.reply is None and not self.bad and self.kill_at is None:
@@ -337,6 +342,16 @@ class WorkerAttempt(Job):
             # without a way to reply, the runner kills it then (_reap).
             self.reply_closed = True
             self.kill_at = time.monotonic() + REPLY_CLOSED_WAIT
+
+    def _requests_closed(self) -> None:
+        """No process reads the worker's stdin any more (it ended, or closed
+        it): it gets no more requests. If it never read this one it cannot
+        answer it, so it is stopped (alive, it would hold the run for good)
+        and its exit gives the item back (``_died``)."""
+        unread = self.worker.request_unread()  # before the close: the pipe is looked at
+        self.worker.stdin_eof()
+        if unread and self.reply is None and not self.bad:
+            self.worker.retire()
 
     def close(self) -> None:
         """Close this attempt's log; the worker's pipes only if it is leaving."""
@@ -417,6 +432,11 @@ class WorkerAttempt(Job):
         self._pool.last_item = self.claim.item_id
         self._pool.ended(self.worker, answered=self._answered_before)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if self.worker.request_unread():
+            # Nothing of the attempt ran: no crash, and no attempt counted.
+            why = f"not started: its persistent worker {how} before reading the request"
+            self.given_back = (f"{why}; it goes to a new worker", True)
+            return Outcome(ok=False, duration=duration, stderr_tail=tail, reason=why)
         self.interruption = (
             f"interrupted: its persistent worker {how} during attempt {self.claim.attempt}"
         )

@@ -125,6 +125,9 @@ class ResultRecorder:
             if job.interruption and not job.stop_reason:
                 self._interrupt(job, outcome)
                 continue
+            if job.given_back is not None and not job.stop_reason:
+                self._give_back(job, *job.given_back)
+                continue
             if job.stop_reason == "stopped" and not outcome.ok:
                 # Taken over: nothing to give back. Unreachable: left to recovery.
                 with contextlib.suppress(ClaimLost, StoreUnreachable):
@@ -157,6 +160,19 @@ class ResultRecorder:
         # A crash, not a failure: --retries does not count it (ItemFinished would say so).
         after = _AFTER_INTERRUPT.get(state, state.value)
         self.on_event(Notice(f"item {claim.item_id}: {job.interruption}; {after}", warning=True))
+
+    def _give_back(self, job: Job, reason: str, uncounted: bool) -> None:
+        """``job``'s item goes back to pending without a crash (a persistent
+        worker's attempt; ``uncounted``: nothing of it ran, so the attempt
+        does not count either), for a new worker."""
+        if uncounted:
+            self.summary.attempts -= 1
+        try:
+            self._store.release(job.claim, reason, uncounted=uncounted)
+        except (ClaimLost, StoreUnreachable):  # taken over, or left to recovery
+            self.summary.hand_back(job.claim.item_id)
+            return
+        self.on_event(Notice(f"item {job.claim.item_id}: {reason}"))
 
     def record_owed(self, *, fuse: bool = False) -> None:
         """Write the end records of ``unrecorded``, then report them. The

@@ -84,7 +84,11 @@ class Worker:
         self._pidfd = -1  # held once its pid is known: a kill by pid then hits no other process
         for fd in (out_r, err_r, reply_r, in_w):
             os.set_blocking(fd, False)
-        self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3}  # those not at EOF
+        # Those not at EOF. Its stdin (stream 0) is watched too: the selector
+        # reports it (EPOLLERR) only once no process reads it any more.
+        self.pipes: dict[int, int] = {out_r: 1, err_r: 2, reply_r: 3, in_w: 0}
+        self._sent = 0  # bytes of the request in flight
+        self.unread: bool | None = None  # whether it never read that request (None: not known)
         self._reply_r = reply_r
         # Asked before each request whether a reply came without one: a poll
         # that finds nothing costs no exception, where a read would (EAGAIN).
@@ -132,7 +136,8 @@ class Worker:
 
     def send(self, claim: Claim) -> str:
         """Give it ``claim``: its claim fds to the keeper, and the request.
-        Returns why the request could not be written ("" when it was).
+        Returns why the request could not be written ("" when it was; a
+        worker that reads no more requests is stopped, and ``unread`` set).
 
         A keeper process is given the claim first: if the runner died between
         the two, it alone would hold the claim while the worker works. The
@@ -160,10 +165,15 @@ class Worker:
     def _request(self, claim: Claim) -> str:
         """Write the request for ``claim``; why it could not be ("" when it was)."""
         line = request_line(claim)
+        self._sent, self.unread = len(line), None
         try:
             written = os.write(self.stdin, line)
         except BrokenPipeError:
-            return ""  # it is ending: its exit decides the attempt
+            # Nobody reads its stdin: it is ending, or closed it and lives on
+            # (it would wait for a request that never comes, and the run for it).
+            self.unread = True
+            self.retire()
+            return ""
         except BlockingIOError:
             written = 0
         if written < len(line):
@@ -187,9 +197,39 @@ class Worker:
         self.reader.feed(data)
         return bool(data)
 
+    def request_unread(self) -> bool:
+        """Whether it never read the request in flight: once it ended, or no
+        process reads its stdin any more, all of it is still in the pipe.
+        What is left there is taken out (through a read end of our own), so
+        that nothing left of the worker can read it later. Decided once per
+        request; a request that cannot be looked at counts as read."""
+        if self.unread is None:
+            self.unread = self._sent > 0 and self._take_back() >= self._sent
+        return self.unread
+
+    def _take_back(self) -> int:
+        """Read what is left in its stdin pipe; the number of bytes."""
+        if self.stdin < 0:
+            return 0
+        try:
+            fd = os.open(f"/proc/self/fd/{self.stdin}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        taken = 0
+        try:
+            while data := os.read(fd, _READ):
+                taken += len(data)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        return taken
+
     def stdin_eof(self) -> None:
         """Close its stdin: a worker ends when its requests do."""
         if self.stdin >= 0:
+            if self.pipes.pop(self.stdin, None) is not None:
+                self.on_close(self.stdin)  # out of the runner's selector
             os.close(self.stdin)
             self.stdin = -1
 
@@ -210,11 +250,11 @@ class Worker:
 
     def close(self) -> None:
         """Close our ends of its pipes."""
+        self.stdin_eof()
         for fd in self.pipes:
             self.on_close(fd)
             os.close(fd)
         self.pipes.clear()
-        self.stdin_eof()
         if self._pidfd >= 0:
             os.close(self._pidfd)
             self._pidfd = -1
