@@ -73,6 +73,10 @@ class CommandNotFound(UsageError):
     """the command to run was not found; nothing was claimed."""
 
 
+class CommandCannotStart(UsageError):
+    """the command cannot start (a persistent worker); stopped, its item back to pending."""
+
+
 class VerifyBroken(UsageError):
     """the --verify check cannot run; stopped without running anything more."""
 

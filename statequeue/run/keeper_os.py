@@ -90,31 +90,70 @@ def spawn_found(
 # SIGKILL when the keeper (the parent) dies, then check it has not died already.
 # The signal survives exec, so the worker dies with the keeper even when the
 # runner died too (a kill -9 of the job's process group): no one else would
-# stop it, and a persistent worker holds no claim fd of its item of its own.
+# stop it, and a persistent worker holds no claim fd of its own. If the exec
+# fails (a bad #! line, a file the kernel cannot run), its errno goes to the
+# keeper on the pipe at EXEC_FD (closed by a successful exec), no traceback
+# to the worker's stderr: the keeper reports a failed spawn, as for an item.
 _DIE_WITH_KEEPER = (
     "import ctypes, os, sys\n"
     "if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0"
     " or os.getppid() != int(sys.argv[1]):\n"
     "    os._exit(70)\n"
-    "os.execv(sys.argv[2], sys.argv[3:])\n"
+    "os.set_inheritable(int(sys.argv[2]), False)\n"
+    "try:\n"
+    "    os.execv(sys.argv[3], sys.argv[4:])\n"
+    "except OSError as exc:\n"
+    "    os.write(int(sys.argv[2]), str(exc.errno or 5).encode())\n"
+    "os._exit(127)\n"
 )
+EXEC_FD = 4  # in that step: past the worker's stdin, stdout, stderr and reply pipe (3)
 
 
 def spawn_bound(
     programs: dict[str, str], argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]
-) -> int:
+) -> tuple[int, int]:
     """``spawn_found`` for a persistent worker, which dies with this process
     (the parent-death signal, set by a small Python step before its exec).
     Its program is looked up here, so a missing one fails the spawn (ENOENT),
-    as it would for an item's command, instead of the step."""
+    as it would for an item's command, instead of the step. Returns its pid
+    and the read end of the pipe its exec's errno comes on (``exec_error``)."""
     name = argv[0]
     path = name if "/" in name else programs.get(name) or find_program(name)
     if not path or not os.access(path, os.X_OK) or os.path.isdir(path):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-    step = [sys.executable, "-I", "-S", "-c", _DIE_WITH_KEEPER, str(os.getpid()), path, *argv]
-    return os.posix_spawn(
-        sys.executable, step, env, file_actions=actions, setsid=True, setsigdef=RESET_SIGNALS
-    )
+    read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    if write_end == EXEC_FD:  # dup2 onto itself would leave it close-on-exec
+        write_end = os.dup(EXEC_FD)
+        os.close(EXEC_FD)
+    pid = str(os.getpid())
+    step = [sys.executable, "-I", "-S", "-c", _DIE_WITH_KEEPER, pid, str(EXEC_FD), path, *argv]
+    try:
+        child = os.posix_spawn(
+            sys.executable,
+            step,
+            env,
+            file_actions=[*actions, (os.POSIX_SPAWN_DUP2, write_end, EXEC_FD)],
+            setsid=True,
+            setsigdef=RESET_SIGNALS,
+        )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return child, read_end
+
+
+def exec_error(fd: int) -> int:
+    """The errno a worker's exec failed with (read off ``spawn_bound``'s pipe,
+    which is closed here), or 0 if it started its program. Once the worker
+    has ended, nothing holds the pipe's write end: this never blocks."""
+    try:
+        data = os.read(fd, 16)
+    except OSError:
+        data = b""
+    os.close(fd)
+    return int(data) if data.isdigit() else 0
 
 
 def children() -> list[int]:

@@ -47,13 +47,14 @@ UNOPENED = -1  # KeeperProcess.children_fd before a look (keeper_children.py)
 class Leader:
     """A child the keeper started for the runner: one attempt of one item."""
 
-    __slots__ = ("item", "pid", "stopping", "token")
+    __slots__ = ("exec_fd", "item", "pid", "stopping", "token")
 
-    def __init__(self, token: int, item: int, pid: int) -> None:
+    def __init__(self, token: int, item: int, pid: int, exec_fd: int = -1) -> None:
         self.token = token
         self.item = item
         self.pid = pid
         self.stopping = False
+        self.exec_fd = exec_fd  # a worker's: where a failed exec's errno comes (keeper_os)
 
 
 class KeeperProcess:
@@ -184,8 +185,12 @@ class KeeperProcess:
             (os.POSIX_SPAWN_DUP2, fd, target)
             for fd, target in zip(claims, self.claim_targets, strict=False)
         ]
-        pid = self.start(argv, env, actions, bound=kind == wire.WORKER)
-        leader = Leader(token, item, pid)
+        exec_fd = -1
+        if kind == wire.WORKER:
+            pid, exec_fd = keeper_os.spawn_bound(self.programs, argv, env, actions)
+        else:
+            pid = self.start(argv, env, actions)
+        leader = Leader(token, item, pid, exec_fd)
         self.leaders[pid] = self.by_token[token] = leader
         self.hold(item, claims)
         if kind == wire.WORKER:  # the runner watches its memory and shows its pid
@@ -216,13 +221,10 @@ class KeeperProcess:
             self.held.setdefault(item, []).extend(claims)
             self.finished.discard(item)
 
-    def start(
-        self, argv: list[str], env: dict[str, str], actions: list[Any], bound: bool = False
-    ) -> int:
+    def start(self, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
         """posix_spawn ``argv`` (keeper_os.py: its program found on PATH once
-        per run); ``bound``: a persistent worker, which dies with the keeper."""
-        spawn = keeper_os.spawn_bound if bound else keeper_os.spawn_found
-        return spawn(self.programs, argv, env, actions)
+        per run; a persistent worker, which dies with the keeper, is ``spawn_bound``'s)."""
+        return keeper_os.spawn_found(self.programs, argv, env, actions)
 
     def signal(self, token: int, signum: int) -> None:
         leader = self.by_token.get(token)
@@ -280,7 +282,11 @@ class KeeperProcess:
                 del self.by_token[leader.token]
                 if leader.item != wire.NO_ITEM:
                     self.finished.add(leader.item)
-                exits.append((leader.token, os.waitstatus_to_exitcode(status)))
+                failed = keeper_os.exec_error(leader.exec_fd) if leader.exec_fd >= 0 else 0
+                if failed:  # a worker whose program could not start: a failed spawn
+                    self.reply(wire.FAILED, leader.token, failed)
+                else:
+                    exits.append((leader.token, os.waitstatus_to_exitcode(status)))
 
     def tell_runner_code(self, how: str = "") -> None:
         """Guard mode: give the waiter the runner's exit code (once)."""

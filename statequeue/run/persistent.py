@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from statequeue.core.errors import KeeperLost, WorkerBroken
+from statequeue.core.errors import CommandCannotStart, KeeperLost, WorkerBroken
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.rates import TRY_LATER_EXIT
 from statequeue.core.views import WorkerView
@@ -29,6 +29,7 @@ from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper
 from statequeue.run.options import RunOptions
 from statequeue.run.protocol import BadReply, Reply
+from statequeue.run.resources import RESOURCE_ERRNOS
 from statequeue.run.worker_process import Worker, wait_for
 from statequeue.store.base import Store
 
@@ -72,6 +73,8 @@ class WorkerPool:
         self.last_item = 0  # the item the last of them was given (its log says why)
         self._publish_at = 0.0
         self._keeper: Keeper | None = None  # the run's (the workers' parent), once one started
+        self.cannot_start = ""  # why its command cannot start (the run stops: ``check``)
+        self.in_flight = 0  # attempts started and not finished
 
     def attempt(self, claim: Claim, keeper: Keeper, slot: int) -> WorkerAttempt:
         """Start ``claim`` on ``slot``'s worker (a new one if it has none)."""
@@ -209,8 +212,21 @@ class WorkerPool:
         ]
         store.publish_workers(runner_id, views)
 
+    def unstartable(self, error: OSError) -> None:
+        """A worker's command could not start (``error``, not a shortage):
+        every worker would fail alike, so the run takes no new item, and
+        ``tend`` raises CommandCannotStart (exit 2, as for a missing program)."""
+        what = error.filename or self.spec.template[0]
+        self.cannot_start = f"cannot start command {what!r}: {error.strerror or error}"
+        self._on_broken()
+
     def check(self) -> None:
-        """WorkerBroken if the workers keep dying before their first reply."""
+        """CommandCannotStart if a worker's command could not start;
+        WorkerBroken if the workers keep dying before their first reply."""
+        if self.cannot_start and not self.in_flight:  # the others ended first: none cut short
+            raise CommandCannotStart(
+                f"{self.cannot_start}; the items it was given went back to pending, uncounted"
+            )
         if self.start_failures >= START_FAILURES:
             doc = (WorkerBroken.__doc__ or "").rstrip(".")
             raise WorkerBroken(f"{doc}; its output: `statequeue logs {self.last_item}`")
@@ -272,6 +288,7 @@ class WorkerAttempt(Job):
             problem = str(exc)
         if problem:
             self._broken(problem)
+        self._pool.in_flight += 1
         return self.worker.token
 
     def cut(self) -> None:
@@ -368,10 +385,19 @@ class WorkerAttempt(Job):
         return self.reply is not None or bool(self.bad) or self.worker.dead()
 
     def spawn_error(self) -> OSError | None:
+        """A shortage (EMFILE...) as for an item's child: the runner gives the
+        item back and runs fewer at once. Any other reason the worker could
+        not start is its command's, not the item's: the item goes back
+        uncounted, and the run stops (``WorkerPool.unstartable``)."""
         error = super().spawn_error()
-        if error is not None:
-            self._pool.ended(self.worker, answered=True)  # not started: not its fault
-        return error
+        if error is None:
+            return None
+        self._pool.ended(self.worker, answered=True)  # not started: not its fault
+        if error.errno in RESOURCE_ERRNOS:
+            return error
+        self._pool.unstartable(error)
+        self.given_back = (f"not started: {self._pool.cannot_start}", True)
+        return None
 
     def reap(self) -> int:
         if self.worker.dead():
@@ -380,13 +406,16 @@ class WorkerAttempt(Job):
 
     def finish(self) -> Outcome:
         self.worker.busy = False
+        self._pool.in_flight -= 1
         duration = time.monotonic() - self.started
         tail = self._tail.decode("utf-8", "replace")
         if self.stop_reason or self.bad or self.reply is None:
             # The worker is not to be given another item.
             with contextlib.suppress(KeeperLost):
                 self.keeper.signal(self.token, signal.SIGKILL)
-        if self.stop_reason:
+        if self.given_back is not None:  # decided already (spawn_error): nothing to reap
+            outcome = Outcome(ok=False, duration=duration, reason=self.given_back[0])
+        elif self.stop_reason:
             outcome = self._stopped(duration, tail)
         elif self.bad:
             self._pool.ended(self.worker, answered=True)
@@ -435,7 +464,8 @@ class WorkerAttempt(Job):
         if self.worker.request_unread():
             # Nothing of the attempt ran: no crash, and no attempt counted.
             why = f"not started: its persistent worker {how} before reading the request"
-            self.given_back = (f"{why}; it goes to a new worker", True)
+            self.given_back = (why, True)
+            self.warnings.append(f"{why}; it goes to a new worker (no attempt counted)")
             return Outcome(ok=False, duration=duration, stderr_tail=tail, reason=why)
         self.interruption = (
             f"interrupted: its persistent worker {how} during attempt {self.claim.attempt}"

@@ -164,15 +164,13 @@ class ResultRecorder:
     def _give_back(self, job: Job, reason: str, uncounted: bool) -> None:
         """``job``'s item goes back to pending without a crash (a persistent
         worker's attempt; ``uncounted``: nothing of it ran, so the attempt
-        does not count either), for a new worker."""
+        does not count either), for a new worker. Its warnings say why."""
         if uncounted:
             self.summary.attempts -= 1
         try:
             self._store.release(job.claim, reason, uncounted=uncounted)
         except (ClaimLost, StoreUnreachable):  # taken over, or left to recovery
             self.summary.hand_back(job.claim.item_id)
-            return
-        self.on_event(Notice(f"item {job.claim.item_id}: {reason}"))
 
     def record_owed(self, *, fuse: bool = False) -> None:
         """Write the end records of ``unrecorded``, then report them. The
