@@ -167,7 +167,6 @@ def test_a_timeout_stops_the_worker_records_timed_out_and_a_new_worker_goes_on(
     [
         ("notjson-1", "reply is not JSON: 'this is not json'"),
         ("otherid-1", "reply names id 1002, not 2"),
-        ("twice-1", """reply sent without a request: '{"id": 2, "ok": true}'"""),
     ],
 )
 def test_a_bad_reply_fails_the_attempt_saying_what_was_wrong_and_replaces_the_worker(

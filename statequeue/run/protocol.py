@@ -21,15 +21,18 @@ exits 75 (EX_TEMPFAIL) does: seconds (a finite number >= 0), or ``null`` or
 and no ``result`` (the runner records it as exit 75 with that
 ``retry_after``, so the one rule for deferrals applies: recorder.py).
 
-A reply that is not such an object, names another id, or comes with no
-request pending is a protocol error: the runner stops the worker and fails
-the attempt with the ``BadReply`` text.
+A reply that is not such an object, or names another id, is a protocol
+error: the runner stops the worker and fails the attempt with the
+``BadReply`` text. A second reply to a request (``ExtraReply``, or a line
+after the reply) stops the worker too, but the first reply stands, and the
+item the worker had next is not failed for it (persistent.py).
 """
 
 from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +43,7 @@ from statequeue.core.models import Claim
 from statequeue.core.rates import MAX_DEFER
 from statequeue.core.records import json_problem, load_result
 
-__all__ = ["BadReply", "Reply", "ReplyReader", "request_line"]
+__all__ = ["BadReply", "ExtraReply", "Reply", "ReplyReader", "request_line"]
 
 MAX_REPLY_BYTES = 1 << 20  # as a result file (jobs.RESULT_MAX_BYTES), plus room for the rest
 _SHOWN = 80  # characters of a bad reply quoted in the reason
@@ -82,24 +85,26 @@ class BadReply(Exception):
     """A reply that breaks the protocol; its message says how (for the attempt's reason)."""
 
 
+class ExtraReply(BadReply):
+    """A reply to the request the worker answered before: a second reply (the first stands)."""
+
+
 class ReplyReader:
     """Splits what a worker writes on its reply pipe into replies, checking each."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def take(self, data: bytes, expected: int) -> Reply | None:
+    def take(self, data: bytes, expected: int, answered: Container[int] = ()) -> Reply | None:
         """``data`` read from the reply pipe while the request ``expected`` is in
         flight: its reply once whole (None before). BadReply if it breaks the
-        protocol, or if a second whole line came after it (sent without a request;
-        part of one stays ``pending``, for the next request's check)."""
+        protocol; ExtraReply if a second reply to one of ``answered`` (requests
+        answered before) came first. What came after the reply stays ``pending``: sent
+        without a request, it is the caller's to act on, and the reply stands."""
         if not self._buffer and data.find(b"\n") == len(data) - 1:
-            return parse_reply(data[:-1], expected)  # the usual: one whole line at once
+            return parse_reply(data[:-1], expected, answered)  # the usual: one whole line
         self.feed(data)
-        reply = self.next_reply(expected)
-        if reply is not None and self._buffer:
-            self.next_reply(None)
-        return reply
+        return self.next_reply(expected, answered)
 
     def feed(self, data: bytes) -> None:
         """Take in bytes read from the reply pipe."""
@@ -111,10 +116,11 @@ class ReplyReader:
         """Whether anything is buffered (a reply, or part of one)."""
         return bool(self._buffer)
 
-    def next_reply(self, expected: int | None) -> Reply | None:
+    def next_reply(self, expected: int | None, answered: Container[int] = ()) -> Reply | None:
         """The next complete reply, checked against the id of the request
         in flight (``expected``; None: no request is); None if no whole
-        line has come yet. BadReply if it breaks the protocol."""
+        line has come yet. BadReply if it breaks the protocol (ExtraReply:
+        it names one of ``answered``, requests answered before)."""
         end = self._buffer.find(b"\n")
         if end < 0:
             return None
@@ -122,11 +128,12 @@ class ReplyReader:
         del self._buffer[: end + 1]
         if expected is None:
             raise BadReply(f"reply sent without a request: {_quote(line)}")
-        return parse_reply(line, expected)
+        return parse_reply(line, expected, answered)
 
 
-def parse_reply(line: bytes, expected: int) -> Reply:
-    """Check one reply line against the id of the request in flight."""
+def parse_reply(line: bytes, expected: int, answered: Container[int] = ()) -> Reply:
+    """Check one reply line against the id of the request in flight
+    (ExtraReply if it names one of ``answered``, requests answered before)."""
     try:
         value = load_result(line)
     except orjson.JSONDecodeError:
@@ -136,6 +143,8 @@ def parse_reply(line: bytes, expected: int) -> Reply:
     if not isinstance(value, dict):
         raise BadReply(f"reply is not a JSON object: {_quote(line)}")
     got = value.get("id")
+    if got != expected and isinstance(got, int) and not isinstance(got, bool) and got in answered:
+        raise ExtraReply(f"a second reply to item {got}: {_quote(line)}")
     if got != expected or isinstance(got, bool):
         raise BadReply(f"reply names id {orjson.dumps(got).decode()[:_SHOWN]}, not {expected}")
     if "later" in value:

@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 
 from statequeue.core.errors import KeeperLost
@@ -28,6 +29,7 @@ __all__ = ["Worker", "wait_for", "worker_argv"]
 
 _READ = 65536
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+ANSWERED_KEPT = 64  # items of its last answered requests, known as such in a later reply
 STDIN_PIPE_SIZE = 1 << 20  # the default pipe-max-size: an unprivileged process may ask this much
 
 
@@ -48,6 +50,8 @@ class Worker:
         self.slot = slot
         self.limit = limit  # items before it is recycled (None: never)
         self.done = 0  # requests answered
+        # The items of the last requests it answered: a reply naming one is a second reply.
+        self.answered: deque[int] = deque(maxlen=ANSWERED_KEPT)
         self.retired = False
         self.busy = False  # an attempt of the runner's is on it
         self.owes_idle = False  # answered, and the keeper not told it left the item
@@ -143,11 +147,8 @@ class Worker:
         the two, it alone would hold the claim while the worker works. The
         runner's own keeper (guarded shape) is given it just after the request,
         off the worker's path: the guard holds the runner's liveness lock, so
-        the item stays claimed until it has killed the worker (guard.py)."""
-        if self._unsolicited() or self.reader.pending():
-            self._assign(claim)
-            self.reader.next_reply(None)  # BadReply, quoting a whole line if one came
-            return "reply sent without a request"
+        the item stays claimed until it has killed the worker (guard.py).
+        A reply it sent unasked is looked for first (``replied_unasked``)."""
         if self.keeper.in_process:
             problem = self._request(claim)
             self._assign(claim)
