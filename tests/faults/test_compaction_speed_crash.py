@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from statequeue.core.errors import CorruptJournal, LockTimeout
+from statequeue.core.exported import ARCHIVED_KEYS
 from statequeue.core.fileio import FileOps
 from statequeue.core.identity import new_runner
 from statequeue.core.models import Outcome
 from statequeue.store.journal import key_index
-from statequeue.store.journal.compaction import _RESULT_KEYS
 from statequeue.store.journal.fsck import fsck
 from statequeue.store.journal.key_index import KEYS_NAME
 from statequeue.store.journal.online_compaction import NEW_JOURNAL, NEW_KEYS
@@ -68,7 +68,7 @@ def test_spliced_archive_records_read_back_as_decoded_ones(tmp_path: Path) -> No
     # What the general path archives: the text, and the end record's result keys.
     expected = [
         {"t": "arch", "id": r["id"], "item": TRICKY[r["id"] - 1]}
-        | {k: r[k] for k in _RESULT_KEYS if k in r}
+        | {k: r[k] for k in ARCHIVED_KEYS if k in r}
         for r in ends
     ]
     assert store.compact().archived == len(TRICKY)
