@@ -23,8 +23,14 @@ RUN_TIMEOUT = 60
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("#!/nonexistent/interpreter\necho hi\n", "No such file or directory"),
-        ("echo no shebang line\n", "Exec format error"),
+        # Refused before anything is claimed (run/checks.py, start_problem).
+        (
+            "#!/nonexistent/interpreter\necho hi\n",
+            "the interpreter its #! line names is missing: /nonexistent/interpreter",
+        ),
+        ("echo no shebang line\n", "it has no #! line"),
+        # Past that check (the head of a program), refused by the system at the start.
+        ("\x7fELF not really a program\n", "Exec format error"),
     ],
 )
 def test_a_worker_that_cannot_start_is_one_line_and_exit_2_with_nothing_charged(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -47,9 +48,42 @@ def check_command(command: tuple[str, ...], env: Mapping[str, str]) -> None:
     if "/" in program:
         if problem := _path_problem(program):
             raise CommandNotFound(f"command {problem}: {program}; nothing was run")
+        if problem := start_problem(program):
+            raise CommandNotFound(f"cannot start command '{program}': {problem}; nothing was run")
         return
-    if not find_program(program, env.get("PATH", os.defpath)):
+    found = find_program(program, env.get("PATH", os.defpath))
+    if not found:
         raise CommandNotFound(f"command not found in PATH: {program}; nothing was run")
+    if problem := start_problem(found):
+        raise CommandNotFound(f"cannot start command '{found}': {problem}; nothing was run")
+
+
+_ELF = b"\x7fELF"
+
+
+def start_problem(path: str) -> str:
+    """Why the system would not start the executable file at ``path``: a
+    ``#!`` line naming an interpreter that is missing, or a text file with
+    no ``#!`` line (exec format error: xargs's execvp hands such a file to
+    sh, a spawn does not); "" when neither (or when it cannot be read)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
+        with open(path, "rb") as file:
+            head = file.read(512)
+    except OSError:
+        return ""  # execute-only, say: the system decides
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].split()
+        if not words:
+            return "its #! line is empty"
+        interpreter = os.fsdecode(words[0])
+        if not os.path.isfile(interpreter) or not os.access(interpreter, os.X_OK):
+            return f"the interpreter its #! line names is missing: {interpreter}"
+        return ""
+    if head.startswith(_ELF) or b"\0" in head:
+        return ""  # a binary: the system knows its format, or says why at the start
+    return "it has no #! line (make #!/bin/sh its first line, or run it with sh)"
 
 
 def _path_problem(program: str) -> str:
