@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from statequeue.core import records
-from statequeue.core.errors import CorruptJournal, NoAccess
+from statequeue.core.errors import CorruptJournal, DamagedState, NoAccess
 from statequeue.core.fileio import DEFAULT_OPS, FileOps, durability_error
 from statequeue.core.gcpause import gc_paused
 
@@ -85,7 +85,7 @@ def read_line(fd: int, offset: int) -> bytes:
     return data[: end + 1]
 
 
-def _line_chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
+def line_chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
     """Bytes ``start``..``end`` of ``fd`` (which start and end on record
     boundaries) in bounded chunks of whole lines, each ending in a newline."""
     offset = start
@@ -110,11 +110,37 @@ def iter_records(fd: int, end: int, *, path: str) -> Iterator[records.Record]:
 
 def _iter_own(own: int, end: int, path: str) -> Iterator[records.Record]:
     try:
-        for data in _line_chunks(own, 0, end):
+        for data in line_chunks(own, 0, end):
             found, used, _ = parse(data, path=path, first_line=1, last_seq=None)
             yield from found
             if used < len(data):
                 return
+    finally:
+        os.close(own)
+
+
+def iter_marked(fd: int, end: int, marker: bytes, *, path: str) -> Iterator[records.Record]:
+    """The records in the first ``end`` bytes of ``fd`` whose line holds
+    ``marker`` (bytes only such records hold: ``b'"t":"defer"'``), read a
+    chunk at a time and decoding no other line: counting the deferrals of a
+    200,000-item archive decoded all of it at once (300 MB for `stats`). On
+    a duplicate of ``fd`` taken now, as ``iter_records``."""
+    return _marked_own(os.dup(fd), end, marker, path)
+
+
+def _marked_own(own: int, end: int, marker: bytes, path: str) -> Iterator[records.Record]:
+    try:
+        for data in line_chunks(own, 0, end):
+            if marker not in data:
+                continue
+            for line in data.split(b"\n")[:-1]:
+                if marker in line:
+                    record = records.decode(line)
+                    if record is None:
+                        raise DamagedState(
+                            f"{path}: a record does not decode; run `statequeue fsck`"
+                        )
+                    yield record
     finally:
         os.close(own)
 
@@ -126,7 +152,7 @@ def scan_item_texts(fd: int, start: int, end: int) -> list[tuple[str, int]] | No
     then reads the file the slow way, which reports where it is damaged."""
     found: list[tuple[str, int]] = []
     covered = start
-    for data in _line_chunks(fd, start, end):
+    for data in line_chunks(fd, start, end):
         covered += len(data)
         for line in data.split(b"\n")[:-1]:
             # A quote inside a JSON string is escaped, so these bytes appear

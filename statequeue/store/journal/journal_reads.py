@@ -21,8 +21,8 @@ from statequeue.store.base import attempts_since, deferrals_in
 from statequeue.store.journal.archive_file import read_archive
 from statequeue.store.journal.claims import ClaimLocks
 from statequeue.store.journal.folder import QueueFolder
-from statequeue.store.journal.integrity import ARCHIVE
-from statequeue.store.journal.journal_file import JournalFile, iter_records, read_from
+from statequeue.store.journal.integrity import ARCHIVE, archive_missing
+from statequeue.store.journal.journal_file import JournalFile, iter_marked, iter_records, read_from
 from statequeue.store.journal.leftover_notes import RUNNERS, held_by_leftovers
 from statequeue.store.journal.stats_summary import StatsSummary
 from statequeue.store.records.record_store import RecordStore
@@ -65,9 +65,27 @@ class JournalReads(RecordStore):
         return read_archive(self.dir, ARCHIVE, self.state.archive_size)
 
     def deferrals(self, since: float | None = None) -> int:
+        marker = b'"t":"defer"'  # a defer record's, or one kept in an item's tries
         with self._locked():
-            journal = self._journal_records()
-        return deferrals_in(chain(self._archive_records(), journal), since)
+            journal = iter_marked(
+                self.journal.fd, self.journal.offset, marker, path=str(self.journal.path)
+            )
+            archived = self._archive_marked(marker)
+        return deferrals_in(chain(archived, journal), since)
+
+    def _archive_marked(self, marker: bytes) -> Iterator[Record]:
+        """``iter_marked`` over the archive, up to the size the snapshot vouches for."""
+        size = self.state.archive_size
+        if size == 0:
+            return iter(())
+        try:
+            fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
+        except FileNotFoundError:
+            raise archive_missing(self.dir.path / ARCHIVE) from None
+        try:
+            return iter_marked(fd, size, marker, path=str(self.dir.path / ARCHIVE))
+        finally:
+            os.close(fd)
 
     def iter_attempts(self, since: float | None = None) -> Iterator[Attempt]:
         from statequeue.store.journal.attempt_scan import scan_attempts  # lazy: start-up time
