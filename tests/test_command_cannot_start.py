@@ -27,6 +27,8 @@ def _sq(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.Complete
     [
         ("#!/nonexistent/python3\nprint(1)\n", "the interpreter its #! line names is missing"),
         ("#!\n", "its #! line is empty"),
+        ("#!/bin/sh\r\nexit 0\r\n", "its #! line ends in a carriage return"),  # passed the check
+        ("#!/etc/passwd\nx\n", "the interpreter its #! line names is no program: /etc/passwd"),
         ('echo "$1"\n', "it has no #! line (make #!/bin/sh its first line, or run it with sh)"),
     ],
 )

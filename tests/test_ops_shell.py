@@ -170,6 +170,7 @@ def test_shell_script_naming_its_parameter_gets_the_item_once(
         ("echo {} |", "invalid --shell command 'echo {} |': "),
         ("if true; then echo {}", "invalid --shell command 'if true; then echo {}': "),
         ("no-such-program-sq {} > /dev/null", "--shell command not found in PATH: no-such"),
+        ("no-such-program-sq {} && echo {}", "--shell command not found in PATH: no-such"),
         ("./missing.sh {}", "--shell command not found: ./missing.sh; nothing was run"),
     ],
 )
@@ -186,6 +187,24 @@ def test_a_shell_command_that_cannot_run_is_refused_before_any_claim(
     assert status["counts"]["pending"] == 2 and status["counts"]["failed"] == 0
     events = _sq(sq_env, tmp_path, "events", "--json").stdout
     assert '"start"' not in events, events
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "myfn () { printf '%s' \"$1\" >> out.txt; }; myfn {}",  # a function, defined with a blank
+        "no-such-program-sq {} || printf '%s' {} >> out.txt",  # a fallback
+        "no-such-program-sq {} 2>/dev/null; printf '%s' {} >> out.txt",  # a list
+    ],
+)
+def test_a_shell_script_that_may_run_without_its_first_program_is_not_refused(
+    tmp_path: Path, sq_env: dict[str, str], script: str
+) -> None:
+    """Refused as "command not found in PATH" though every item would succeed."""
+    _sq(sq_env, tmp_path, "enqueue", stdin="a\n")
+    out = _sq(sq_env, tmp_path, "run", "--shell", "--", script)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "out.txt").read_text() == "a"
 
 
 def test_a_shell_command_starting_with_a_builtin_or_a_function_runs(

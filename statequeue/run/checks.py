@@ -74,12 +74,18 @@ def start_problem(path: str) -> str:
     except OSError:
         return ""  # execute-only, say: the system decides
     if head.startswith(b"#!"):
-        words = head[2:].split(b"\n", 1)[0].split()
-        if not words:
+        # As the kernel reads it: up to a blank or the newline; a \r (a file
+        # saved with CRLF) is part of the name, and no such program exists.
+        line = head[2:].split(b"\n", 1)[0].lstrip(b" \t")
+        interpreter = os.fsdecode(re.split(rb"[ \t]", line, maxsplit=1)[0])
+        if not interpreter:
             return "its #! line is empty"
-        interpreter = os.fsdecode(words[0])
-        if not os.path.isfile(interpreter) or not os.access(interpreter, os.X_OK):
+        if interpreter.endswith("\r"):
+            return "its #! line ends in a carriage return (the file has CRLF line ends)"
+        if not os.path.exists(interpreter):
             return f"the interpreter its #! line names is missing: {interpreter}"
+        if not os.path.isfile(interpreter) or not os.access(interpreter, os.X_OK):
+            return f"the interpreter its #! line names is no program: {interpreter}"
         return ""
     if head.startswith(_ELF) or b"\0" in head:
         return ""  # a binary: the system knows its format, or says why at the start
@@ -122,7 +128,12 @@ def check_syntax(script: str, invalid: str, option: str) -> None:
         raise UsageError(f"{invalid}: {why}")
 
 
-_FIRST_WORD = re.compile(r"\s*([A-Za-z0-9_./+-]+)(?=[\s;&|]|$)")
+_FIRST_WORD = re.compile(r"\s*([A-Za-z0-9_./+-]+)(?=[\s;&|]|$)(?!\s*\()")  # not `f () {`
+# After the first command, what may let the script succeed without it: a
+# fallback (`|| true`), a list (`x; y`), a pipeline (its last command's
+# status), a background job, another line. Then a missing first program is
+# no proof that every item fails, and the script is not refused for it.
+_MORE_THAN_ONE = re.compile(r"\|\||;|(?<![|&])[|&](?![|&])|\n")
 
 
 def check_commands(
@@ -158,8 +169,9 @@ def missing_first_word(script: str, env: Mapping[str, str]) -> str:
     a function, a program on the run's PATH)."""
     import subprocess  # lazy: start-up time (--verify and --shell only)
 
-    found = _FIRST_WORD.match(script_body(script))
-    if found is None:
+    body = script_body(script)
+    found = _FIRST_WORD.match(body)
+    if found is None or _MORE_THAN_ONE.search(body, found.end()):
         return ""
     word = found.group(1)
     if "/" in word:
