@@ -38,9 +38,10 @@ def _read_until(fd: int, proc: subprocess.Popen[bytes], want: bytes, limit: floa
     """What ``fd`` gives until ``want`` shows up, ``limit`` seconds pass, or it ends."""
     got = b""
     deadline = time.monotonic() + limit
+    poller = select.poll()  # not select(): an fd past 1023 (a busy test process) is refused
+    poller.register(fd, select.POLLIN)
     while want not in got and time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if ready:
+        if poller.poll(50):
             try:
                 data = os.read(fd, 65536)
             except OSError:  # a pty's end
