@@ -67,11 +67,15 @@ class RateLimit:
 
     def __post_init__(self) -> None:
         if not self.per_second > 0:
-            raise UsageError(f"the rate must be above 0, not {self.per_second!r}")
+            raise UsageError(f"the rate must be above 0, not {self.per_second:.10g}/s")
         if not self.per_second <= MAX_RATE:  # inf, or a typo
-            raise UsageError(f"the rate must be at most {MAX_RATE:g}/s, not {self.per_second!r}")
+            raise UsageError(
+                f"the rate must be at most {MAX_RATE:g}/s, not {self.per_second:.10g}/s"
+            )
         if self.per_second < MIN_RATE:  # 1e-300/s: a wait past what a clock can hold
-            raise UsageError(f"the rate must be at least {MIN_RATE:g}/s, not {self.per_second!r}")
+            raise UsageError(
+                f"the rate must be at least {MIN_RATE:g}/s, not {self.per_second:.10g}/s"
+            )
         if not 1 <= self.burst <= MAX_BURST:  # past 64 bits the queue's bucket could not be saved
             raise UsageError(f"--burst must be from 1 to {MAX_BURST}, not {self.burst}")
 
