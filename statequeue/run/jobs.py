@@ -34,7 +34,17 @@ from statequeue.run.replacements import JobItem, replace, template_tokens
 
 STDERR_TAIL_BYTES = 4096
 RESULT_MAX_BYTES = 1 << 20
-_READ = 65536
+READ_SIZE = 65536
+
+
+def read_some(fd: int) -> bytes | None:
+    """Up to ``READ_SIZE`` bytes from the non-blocking ``fd``: b"" at end of
+    file, None when nothing is there yet."""
+    try:
+        return os.read(fd, READ_SIZE)
+    except BlockingIOError:
+        return None
+
 
 OutputSink = Callable[[int, bytes], None]
 """Receives (1 or 2, bytes) as a child writes to stdout or stderr, for live display."""
@@ -229,9 +239,8 @@ class Job:
 
     def read(self, fd: int) -> bool:
         """Read what the child wrote on ``fd``; False at end of file."""
-        try:
-            data = os.read(fd, _READ)
-        except BlockingIOError:
+        data = read_some(fd)
+        if data is None:
             return True
         if not data:
             return False
@@ -241,13 +250,7 @@ class Job:
     def drain(self) -> None:
         """Read whatever is buffered, without waiting for descendants to close."""
         for fd, stream in self.pipes.items():
-            while True:
-                try:
-                    data = os.read(fd, _READ)
-                except BlockingIOError:
-                    break
-                if not data:
-                    break
+            while data := read_some(fd):
                 self._consume(stream, data)
 
     def _consume(self, stream: int, data: bytes) -> None:

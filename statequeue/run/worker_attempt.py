@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import KeeperLost
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.rates import TRY_LATER_EXIT
-from statequeue.run.jobs import Job, JobSpec
+from statequeue.run.jobs import READ_SIZE, Job, JobSpec, read_some
 from statequeue.run.keeper import Keeper
 from statequeue.run.protocol import BadReply, ExtraReply, Reply
 from statequeue.run.resources import RESOURCE_ERRNOS
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerAttempt"]
 
-_READ = 65536
 REPLY_CLOSED_WAIT = 1.0  # seconds a worker that closed its reply fd has to exit on its own
 
 
@@ -85,9 +84,8 @@ class WorkerAttempt(Job):
             return False
         if stream != 3:
             return self._read_output(fd, stream)
-        try:
-            data = os.read(fd, _READ)
-        except BlockingIOError:
+        data = read_some(fd)
+        if data is None:
             return True
         if not data:
             return False
@@ -103,14 +101,13 @@ class WorkerAttempt(Job):
         attempt's log (output_watch.py); a read that fills the buffer may have
         left more. False at end of file."""
         while True:
-            try:
-                data = os.read(fd, _READ)
-            except BlockingIOError:
+            data = read_some(fd)
+            if data is None:
                 return True
             if not data:
                 return False
             self._consume(stream, data)
-            if len(data) < _READ:
+            if len(data) < READ_SIZE:
                 return True
 
     def _take(self, data: bytes) -> None:
