@@ -330,7 +330,7 @@ def test_progress_bar_names_the_started_item_at_most_ten_times_a_second(
 
 def test_the_pipes_made_ahead_are_closed_with_the_run(sq_home: Path) -> None:
     # -j1 makes the next child's output pipes once a child is started
-    # (jobs.PipeStock): none may be left open after the run.
+    # (pipes.PipeStock): none may be left open after the run.
     before = set(os.listdir("/proc/self/fd"))
     with Queue("q", home=sq_home) as q:
         q.enqueue(["a", "b", "c"])

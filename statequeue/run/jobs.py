@@ -30,22 +30,11 @@ from statequeue.core.models import Claim, Outcome
 from statequeue.core.records import json_problem, load_result
 from statequeue.run.keeper import Keeper
 from statequeue.run.output_log import OutputLog
+from statequeue.run.pipes import PipeStock, make_pipes, read_some
 from statequeue.run.replacements import JobItem, replace, template_tokens
 
 STDERR_TAIL_BYTES = 4096
 RESULT_MAX_BYTES = 1 << 20
-READ_SIZE = 65536
-
-
-def read_some(fd: int) -> bytes | None:
-    """Up to ``READ_SIZE`` bytes from the non-blocking ``fd``: b"" at end of
-    file, None when nothing is there yet."""
-    try:
-        return os.read(fd, READ_SIZE)
-    except BlockingIOError:
-        return None
-
-
 OutputSink = Callable[[int, bytes], None]
 """Receives (1 or 2, bytes) as a child writes to stdout or stderr, for live display."""
 
@@ -68,50 +57,6 @@ class JobSpec:
     from ours once per run, since copying os.environ per item cost ~0.3 ms."""
     pipes: PipeStock | None = None
     """Output pipes made ahead (the runner's); None: made for each child."""
-
-
-class PipeStock:
-    """A child's two output pipes, made ahead: the runner makes the next
-    pair once a child is started, so that making them (four system calls) is
-    not on the path from one child's exit to the next child's start."""
-
-    def __init__(self) -> None:
-        self._ready: list[Pipes] = []
-
-    def take(self) -> Pipes:
-        """A pair: the one made ahead, else a new one (OSError, e.g. EMFILE)."""
-        return self._ready.pop() if self._ready else make_pipes()
-
-    def refill(self) -> None:
-        """Make the next pair, if none is ready (short of fds: the next take says so)."""
-        if not self._ready:
-            with contextlib.suppress(OSError):
-                self._ready.append(make_pipes())
-
-    def close(self) -> None:
-        for pipes in self._ready:
-            for fd in pipes:
-                os.close(fd)
-        self._ready.clear()
-
-
-Pipes = tuple[int, int, int, int]
-"""stdout's read and write ends, then stderr's; the read ends non-blocking."""
-
-
-def make_pipes() -> Pipes:
-    """A child's stdout and stderr pipes (close-on-exec; the runner's ends
-    non-blocking). OSError (EMFILE: see runner) leaves nothing open."""
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        os.set_blocking(out_r, False)
-        os.set_blocking(err_r, False)
-    except BaseException:
-        for fd in (out_r, out_w):
-            os.close(fd)
-        raise
-    return out_r, out_w, err_r, err_w
 
 
 def build_argv(

@@ -34,13 +34,14 @@ from statequeue.run.events import (
 from statequeue.run.fencing import Fencing
 from statequeue.run.guard import STOPS, GuardLink
 from statequeue.run.held_wait import HeldWait
-from statequeue.run.jobs import Job, JobSpec, OutputSink, PipeStock
+from statequeue.run.jobs import Job, JobSpec, OutputSink
 from statequeue.run.keeper import Keeper
 from statequeue.run.local_keeper import LocalKeeper
 from statequeue.run.options import RunOptions
 from statequeue.run.outage import OUTAGE_TICK, Outage, outage_limit
 from statequeue.run.output_watch import OutputWatch
 from statequeue.run.pacing import until_due
+from statequeue.run.pipes import PipeStock
 from statequeue.run.recorder import NOT_STARTED, ResultRecorder
 from statequeue.run.registration import register_run, unregister_run
 from statequeue.run.resources import RESOURCE_ERRNOS, lowered_concurrency

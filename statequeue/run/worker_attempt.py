@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from statequeue.core.errors import KeeperLost
 from statequeue.core.models import Claim, Outcome
 from statequeue.core.rates import TRY_LATER_EXIT
-from statequeue.run.jobs import READ_SIZE, Job, JobSpec, read_some
+from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper
+from statequeue.run.pipes import READ_SIZE, read_some
 from statequeue.run.protocol import BadReply, ExtraReply, Reply
 from statequeue.run.resources import RESOURCE_ERRNOS
 
