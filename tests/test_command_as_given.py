@@ -15,7 +15,7 @@ from statequeue import Queue
 from statequeue.core.models import Outcome, RunnerInfo
 from statequeue.run.replacements import NAMES
 from statequeue.run.shell_command import shell_template
-from statequeue.run.verify import SHELL
+from statequeue.run.verify import ONLY_ITEM, SHELL
 from tests.conftest import STATEQUEUE
 
 WARNING = "statequeue: warning: this queue was last run with a different command: "
@@ -73,7 +73,10 @@ def test_a_record_of_an_older_version_counts_as_the_same_command(
     """An older version recorded `--shell` runs as run: the same command
     given now is no change (no warning), and `stats` shows it as `--shell`."""
 
-    template = shell_template(("test", "-n", "{}"))  # as an older version recorded it
+    template = shell_template(("test", "-n", "{}"))
+    # As an older version recorded it: without the `set -- "$1"` that makes
+    # the item the script's only parameter.
+    template = tuple(word.replace(ONLY_ITEM, "", 1) for word in template)
     older = RunnerInfo("older-run", os.getpid(), "h", "", time.time(), command=template)
     with Queue("a", home=sq_home) as q:
         q.enqueue(["x", "y"])

@@ -157,11 +157,14 @@ def test_shell_numbers_in_arithmetic_and_no_item_there(
 def test_shell_script_naming_its_parameter_gets_the_item_once(
     tmp_path: Path, sq_env: dict[str, str]
 ) -> None:
-    """With no {} but "$1", --shell once appended "$1" too: gzip wrote twice."""
-    _sq(sq_env, tmp_path, "enqueue", stdin="one\n")
-    ran = _sq(sq_env, tmp_path, "run", "--shell", "--", 'echo "n=$# first=$1"')
+    """With no {} but "$1", --shell once appended "$1" too: gzip wrote twice.
+    And its parameters are the item alone, as the docs say ("takes the item
+    itself"): "$@" was the item and the six other replacement strings' values,
+    so a loop over "$@" handled each item seven times."""
+    _sq(sq_env, tmp_path, "enqueue", stdin="one two\n")
+    ran = _sq(sq_env, tmp_path, "run", "--shell", "--", 'echo "n=$# first=$1"; printf "[%s]" "$@"')
     assert ran.returncode == 0, ran.stderr
-    assert _sq(sq_env, tmp_path, "logs", "1").stdout.startswith("n=7 first=one\n")
+    assert _sq(sq_env, tmp_path, "logs", "1").stdout == "n=1 first=one two\n[one two]"
 
 
 @pytest.mark.parametrize(

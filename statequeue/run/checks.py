@@ -21,6 +21,7 @@ from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import JobItem, has_token
 from statequeue.run.shell_command import EMPTY_COMMAND, refuse_shell_word
 from statequeue.run.verify import (
+    ONLY_ITEM,
     SHELL,
     Verdict,
     last_lines,
@@ -258,7 +259,9 @@ def command_drift(
     if not earlier:
         return ""
     last = tuple(earlier[-1])
-    if any(last == tuple(map(json_text, form)) for form in (given, template) if form):
+    # Older versions recorded a --shell script without ONLY_ITEM (verify.py).
+    older = tuple(word.replace(ONLY_ITEM, "", 1) for word in template)
+    if any(last == tuple(map(json_text, form)) for form in (given, template, older) if form):
         return ""
     return (
         "warning: this queue was last run with a different command: "

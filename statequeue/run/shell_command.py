@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from statequeue.core.errors import UsageError
 from statequeue.run.keeper_os import find_program
 from statequeue.run.replacements import NAMES, TOKEN, refuse_item_tokens, template_tokens
-from statequeue.run.verify import SHELL, names_item, verify_script
+from statequeue.run.verify import SHELL, names_item, only_the_item, verify_script
 
 __all__ = ["EMPTY_COMMAND", "refuse_shell_word", "shell_template"]
 
@@ -61,7 +61,7 @@ def shell_template(command: tuple[str, ...], *, persistent: bool = False) -> tup
         )
     if persistent:
         return (SHELL, "-c", script, "sh", *("" for _ in NAMES[:-1]), SLOT)
-    return (SHELL, "-c", script, "sh", *NAMES)
+    return (SHELL, "-c", only_the_item(script), "sh", *NAMES)
 
 
 def refuse_shell_word(command: tuple[str, ...], env: Mapping[str, str]) -> None:

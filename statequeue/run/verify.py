@@ -102,10 +102,25 @@ _SETTING = re.compile(rf"(?:{_VAR}\d=\$\d )*{_VAR}\d=\$\d; ")
 numbers in its errors stay the user's)."""
 
 
+ONLY_ITEM = 'set -- "$1"; '
+"""What a ``run --shell`` script runs after its assignments: its positional
+parameters are then the item alone (``"$@"`` was the item and the six other
+replacement strings' values)."""
+
+
 def script_body(script: str) -> str:
-    """A rewritten script without the assignments it starts with."""
+    """A rewritten script without the assignments it starts with (nor the
+    ``ONLY_ITEM`` after them)."""
     found = _SETTING.match(script)
-    return script[found.end() :] if found else script
+    body = script[found.end() :] if found else script
+    return body.removeprefix(ONLY_ITEM)
+
+
+def only_the_item(script: str) -> str:
+    """``script`` (rewritten) with ``ONLY_ITEM`` after its assignments, on its first line."""
+    found = _SETTING.match(script)
+    cut = found.end() if found else 0
+    return script[:cut] + ONLY_ITEM + script[cut:]
 
 
 class _Rewriter:
