@@ -63,7 +63,9 @@ def test_older_records_still_show_something_sensible() -> None:
     assert ("sh", *NAMES) == SHELL_TAIL
     old = [SHELL, "-c", 'gzip -c "$1" > "$1".gz', *SHELL_TAIL]
     assert command_text(old) == '--shell \'gzip -c "$1" > "$1".gz\''
-    assert command_text(["./convert", "{}", "out dir"]) == "./convert '{}' 'out dir'"
+    assert (
+        command_text(["./convert", "{}", "out dir"]) == "./convert {} 'out dir'"
+    )  # as the docs show it
     assert command_text(["--shell", "echo {} > x"]) == "--shell 'echo {} > x'"
 
 
@@ -106,10 +108,10 @@ def test_stats_and_report_show_backslashes_quotes_and_controls_as_typed(
     assert _sq(sq_env, "enqueue", "y").returncode == 0
     assert _sq(sq_env, "run", "--", "echo", "\x1b[31mred", "{}").returncode == 0
     stats = _sq(sq_env, "stats").stdout
-    assert ": sh -c 'echo a\\b' sh '{}'  1 attempt" in stats, stats
-    assert ": echo $'\\x1b[31mred' '{}'  1 attempt" in stats, stats
+    assert ": sh -c 'echo a\\b' sh {}  1 attempt" in stats, stats
+    assert ": echo $'\\x1b[31mred' {}  1 attempt" in stats, stats
     assert "\x1b" not in stats and "a\\\\b" not in stats
     page = _sq(sq_env, "report", "-o", "-").stdout
-    assert "<code>sh -c &#x27;echo a\\b&#x27; sh &#x27;{}&#x27;</code>" in page
-    assert "<code>echo $&#x27;\\x1b[31mred&#x27; &#x27;{}&#x27;</code>" in page
+    assert "<code>sh -c &#x27;echo a\\b&#x27; sh {}</code>" in page
+    assert "<code>echo $&#x27;\\x1b[31mred&#x27; {}</code>" in page
     assert "\x1b" not in page

@@ -15,6 +15,7 @@ was never stored).
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -27,6 +28,9 @@ SHELL_FLAG = "--shell"
 # The tail of the rewritten --shell form: `sh` ($0), then every replacement
 # string (run/replacements.py: NAMES; a test holds the two equal).
 SHELL_TAIL = ("sh", "{}", "{.}", "{/}", "{//}", "{/.}", "{#}", "{%}")
+_TOKENS = re.compile(r"\{(?:|\.|/|//|/\.|#|%)\}")
+"""The replacement strings: literal words to every shell (no brace expansion
+without a comma or ``..``), shown unquoted."""
 
 
 def given_shell(words: Sequence[str]) -> tuple[str, str]:
@@ -54,5 +58,8 @@ def quoted(word: str) -> str:
     a character a terminal must not get raw."""
     shown = escaped(word)
     if shown == word.replace("\\", "\\\\"):  # nothing but backslashes escaped
+        rest = _TOKENS.sub("", word)
+        if rest != word and (not rest or shlex.quote(rest) == rest):
+            return word  # `out/{}.gz`, as typed: no shell expands a replacement string
         return shlex.quote(word)
     return "$'" + shown.replace("'", "\\'") + "'"
