@@ -43,6 +43,8 @@ from statequeue.store.transitions import deferral_reason
         ("0.5/s", 0.5),
         ("1e3/s", 1000.0),  # was refused while 1000000000000000000000/s passed
         ("1.5E-2/s", 0.015),
+        ("5", 5.0),  # per second, as the library's rate=5 (was refused)
+        (" 2.5 ", 2.5),
     ],
 )
 def test_rates_parse_per_second_minute_and_hour(text: str, per_second: float) -> None:
@@ -50,7 +52,7 @@ def test_rates_parse_per_second_minute_and_hour(text: str, per_second: float) ->
 
 
 @pytest.mark.parametrize(
-    "text", ["0", "0/s", "-1/s", "5/parsec", "5", "", "/s", "inf/s", "1e/s", "e3/s", "1e400/s"]
+    "text", ["0", "0/s", "-1/s", "5/parsec", "5/", "", "/s", "inf/s", "1e/s", "e3/s", "1e400/s"]
 )
 def test_a_bad_rate_is_a_usage_error(text: str) -> None:
     with pytest.raises(UsageError):

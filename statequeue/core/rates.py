@@ -81,12 +81,13 @@ class RateLimit:
 
 
 def parse_rate(text: str, burst: int = 1) -> RateLimit:
-    """The rate in ``text`` (``N/s``, ``N/m`` or ``N/h``); UsageError for
-    anything else, for 0 and for a negative rate."""
+    """The rate in ``text`` (``N/s``, ``N/m`` or ``N/h``; a bare ``N`` is per
+    second, as the library's ``rate=N``); UsageError for anything else, for 0
+    and for a negative rate."""
     raw = text.strip().lower()
     if raw.startswith("-") or raw in ("0", "0.0"):
         raise UsageError(f"invalid rate {text!r}: must be above 0 (e.g. 20/s, 90/m, 1000/h)")
-    match = re.fullmatch(_RATE, raw)
+    match = re.fullmatch(_RATE, raw if "/" in raw else raw + "/s")  # a bare number: per second
     if match is None:
         raise UsageError(
             f"invalid rate {text!r}: use a number per second, minute or hour: 20/s, 90/m, 1000/h"
