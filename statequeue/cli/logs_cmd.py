@@ -163,8 +163,9 @@ def _no_output(h: ItemHistory, wanted: int) -> str:
     which = f"attempt {wanted} of " if wanted else ""
     archived = any(e.get("t") == "arch" for e in h.events)
     if archived and not any(a < wanted for a in logged):
-        # Archived by `compact`: whatever it wrote was removed after --keep-logs.
-        why = "it was archived, and compaction removes archived items' logs (--keep-logs)"
+        # Archived by `compact`, which removes logs by age (--keep-logs): this
+        # one may be gone, or the attempt wrote nothing (not known any more).
+        why = "it wrote none, or its log was removed when compaction archived it (--keep-logs)"
         text = f"no output is kept for {which}item {h.item_id}: {why}"
     elif cut := h.log_cuts().get(wanted):  # no log file could be made (a full disk)
         text = f"no output was kept for {which}item {h.item_id}: {shown(cut, 80)}"
