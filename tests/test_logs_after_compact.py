@@ -49,6 +49,7 @@ def test_logs_after_compact_say_the_attempt_recorded_none(
     assert _sq(sq_env, store, "compact", "--keep-logs", "0").returncode == 0
     gone = _sq(sq_env, store, "logs", "1")
     assert gone.stderr.startswith(
-        "statequeue: no output is kept for attempt 2 of item 1: it wrote none, or its log was removed"
+        "statequeue: no output is kept for attempt 2 of item 1:"
+        " it wrote none, or its log was removed"
     )
     assert "--attempt" not in gone.stderr

@@ -386,3 +386,15 @@ def test_a_long_wait_for_a_start_is_said_once(sq_env: Env) -> None:
     assert done.stderr.count(said) == 1, done.stderr
     fast = sq(sq_env, "run", "--rate", "2/s", "--", "true")  # waits of 0.5 s: not said
     assert fast.returncode == 0 and "waiting for the queue's start rate" not in fast.stderr
+
+
+def test_the_json_summary_counts_deferred_items_apart(sq_env: Env, tmp_path: Path) -> None:
+    """`run --json` filed an item that asked to be tried later under
+    retry_pending, with no deferral count, where the text says "deferred"."""
+    enqueue(sq_env, 2)
+    worker = script(tmp_path, '#!/bin/sh\n[ "$1" = item0 ] && exit 75\nexit 3\n')
+    args = ["--retries", "1", "--retry-delay", "60", "--max-time", "2", "--", worker]
+    done = sq(sq_env, "run", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["deferred"], summary["retry_pending"], summary["failed"]) == (1, 1, 0)

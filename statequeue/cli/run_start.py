@@ -262,7 +262,8 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "succeeded": summary.succeeded,
         "failed": summary.failed,
         "held": summary.held,
-        "retry_pending": summary.retried,
+        "retry_pending": summary.retried - len(summary.deferred),  # as the text's line
+        "deferred": len(summary.deferred),
         "verified": summary.verified,
         "interrupted": summary.released,
         "left_pending": summary.left_pending,
