@@ -7,6 +7,7 @@ keeper process and the runner's own keeper start the workers)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -56,3 +57,17 @@ def test_a_worker_that_cannot_start_is_one_line_and_exit_2_with_nothing_charged(
                 history = str(q.history(view.item).events)
                 assert "interrupted" not in history and "crash" not in history, history
                 assert "Traceback" not in (q.read_log(view.item_id, 1) or b"").decode()
+
+
+def test_a_json_run_stopped_before_any_attempt_still_prints_its_object(
+    sq_env: dict[str, str],
+) -> None:
+    """`run --json` promises its summary object, then the error's line; a
+    worker that exits before reading any request stopped the run (exit 13)
+    with no object at all (an outside new user)."""
+    assert subprocess.run([STATEQUEUE, "enqueue", "a"], env=sq_env, check=False).returncode == 0
+    argv = [STATEQUEUE, "run", "--json", "--persistent", "--", "true"]
+    done = subprocess.run(argv, env=sq_env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == ExitCode.WORKER_BROKEN, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["exit_code"] == ExitCode.WORKER_BROKEN and summary["attempts"] == 0

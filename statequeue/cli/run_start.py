@@ -145,9 +145,11 @@ def start_run(args: RunArgs, where: Where, *, owns_process: bool) -> int:
                     # the overlap --single is for, not news to mail; exit 4 says it.
                     return int(exc.exit_code)
                 if runner is None or not (
-                    isinstance(exc, KeeperLost) or runner.summary.settled_any
+                    isinstance(exc, KeeperLost) or runner.summary.settled_any or json
                 ):
-                    raise  # before the run began, or no attempt ended: nothing to sum up
+                    # Before the run began, or no attempt ended: nothing to sum
+                    # up (but --json promises its object once the run began).
+                    raise
                 lost, summary = exc, runner.summary
                 if not isinstance(exc, (StoreUnreachable, StoreFailed)):
                     summary.ended(q.store, None)  # the store still answers: ask it
