@@ -49,8 +49,9 @@ MEANINGS: dict[ExitCode, str] = {
         "process died (its unfinished items run again next time)"
     ),
     ExitCode.USAGE: (
-        "usage error or bad input, a command that is not found (or, for `run --persistent`, "
-        "cannot start), a `--verify` script that "
+        "usage error or bad input (an `enqueue --file` that cannot be read too), a command "
+        "that is not found or cannot start (a `#!` line naming a missing interpreter, a "
+        "script with none), a `--verify` or `--shell` script that "
         "cannot run, an unknown help topic, a folder given as the FILE of `export -o`, "
         "`report -o` or `import`, or a FILE of `export -o` or `report -o` in a folder that "
         "takes no new file (`/proc`, one you may not write); or a home or queue folder (or a "
