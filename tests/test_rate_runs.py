@@ -398,3 +398,18 @@ def test_the_json_summary_counts_deferred_items_apart(sq_env: Env, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["deferred"], summary["retry_pending"], summary["failed"]) == (1, 1, 0)
+
+
+def test_status_does_not_call_runners_unpaced_after_the_limit_is_lowered(sq_env: Env) -> None:
+    """Two runs one after the other, both with --rate, the second lower: the
+    minute's starts were judged against the new limit alone, and `status`
+    said "MORE than the limit, some runner is not paced" (two outside users)."""
+    enqueue(sq_env, 10)
+    assert sq(sq_env, "run", "--rate", "20/s", "--quiet", "--", "true").returncode == 0
+    done = sq(sq_env, "enqueue", stdin="".join(f"later{i}\n" for i in range(4)))
+    assert done.returncode == 0, done.stderr
+    assert sq(sq_env, "run", "--rate", "2/s", "--quiet", "--", "true").returncode == 0
+    status = json.loads(sq(sq_env, "status", "--json").stdout)
+    assert status["rate_limit"]["limit_per_second"] == 2.0
+    assert status["rate_limit"]["over_limit"] is False, status["rate_limit"]
+    assert "not paced" not in sq(sq_env, "status").stdout

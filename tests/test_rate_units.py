@@ -306,6 +306,10 @@ def test_status_is_over_the_limit_only_with_more_starts_than_the_bucket_lets_thr
     assert not paced.over_limit
     assert Status("q", {}, pace=pace, starts=Starts(40, 100.0, 103.0, 12.0)).over_limit
     assert not Status("q", {}, starts=Starts(40, 100.0, 103.0, 12.0)).over_limit  # no --rate
+    # The limit was set (lowered) after the first of the minute's starts:
+    # they came under two limits, and are not judged against the new one.
+    lowered = Pace(current=4.0, limit=4.0, burst=1, set_at=101.0)
+    assert not Status("q", {}, pace=lowered, starts=Starts(40, 100.0, 103.0, 12.0)).over_limit
 
 
 def _claim_and_defer(store: Store, *, delay: float, max_deferrals: int = 100) -> ItemState:

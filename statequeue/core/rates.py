@@ -115,6 +115,8 @@ class Pace:
     current: float
     limit: float
     burst: int
+    set_at: float = 0.0
+    """When the limit was last set (0: not known)."""
 
 
 def as_rate(value: RateLimit | str | float | None) -> RateLimit | None:

@@ -61,16 +61,25 @@ class Bucket:
     peak: float = 0.0
     """The current rate just before the last cut (0: never cut)."""
     cut_at: float = 0.0
+    set_at: float = 0.0
+    """When ``limit`` (or ``burst``) was last set (0: not known, as in a
+    bucket an older statequeue wrote, or on PostgreSQL, which keeps none):
+    `status` judges only the starts that came under it."""
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+_FIELDS = tuple(Bucket.__dataclass_fields__)
 
 
 def bucket_from(data: Any) -> Bucket | None:
     """The bucket a store read back (a dict), or None when it is not one (a
     torn write: the bucket starts afresh, which costs at most a burst)."""
     try:
-        found = Bucket(**{k: float(data[k]) for k in Bucket.__dataclass_fields__})
+        found = Bucket(
+            **{k: float(data[k] if k != "set_at" else data.get(k, 0.0)) for k in _FIELDS}
+        )
     except (KeyError, TypeError, ValueError):
         return None
     return found if found.limit > 0 and found.current > 0 else None
@@ -80,8 +89,9 @@ def configured(bucket: Bucket | None, limit: RateLimit, now: float) -> Bucket:
     """``bucket`` set to ``limit`` (a new one, full, when there is none): the
     runner that starts with another ``--rate`` sets the queue's."""
     if bucket is None:
-        return Bucket(limit.per_second, limit.burst, limit.per_second, limit.burst, now)
+        return Bucket(limit.per_second, limit.burst, limit.per_second, limit.burst, now, set_at=now)
     if bucket.limit != limit.per_second or bucket.burst != limit.burst:
+        bucket.set_at = now
         refill(bucket, now)
         was_full = bucket.current >= bucket.limit
         bucket.limit, bucket.burst = limit.per_second, float(limit.burst)
@@ -198,4 +208,6 @@ def pace_of(update: BucketUpdate) -> Pace | None:
         found = update(lambda bucket, now: None, create=False)
     except (NotSupported, OSError, StateQueueError):
         return None
-    return None if found is None else Pace(found.current, found.limit, int(found.burst))
+    if found is None:
+        return None
+    return Pace(found.current, found.limit, int(found.burst), found.set_at)

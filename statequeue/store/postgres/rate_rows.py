@@ -76,7 +76,8 @@ def update(conn: Connection, queue: str, change: BucketChange) -> Bucket | None:
         changed = change(found, now)
         if changed is None:
             return found
-        values = tuple(changed.as_dict().values())  # in _COLUMNS' order
+        # In _COLUMNS' order; ``set_at`` is not kept here (no column: 0, unknown).
+        values = tuple(changed.as_dict().values())[: _COLUMNS.count(",") + 1]
         # Two first takes at once both insert: the later one wins, at most a burst lost.
         conn.execute(
             f"INSERT INTO statequeue.rate_buckets (queue, {_COLUMNS})"
