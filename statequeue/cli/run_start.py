@@ -264,7 +264,7 @@ def _summary_json(summary: RunSummary, code: int) -> dict[str, int | list[int]]:
         "succeeded": summary.succeeded,
         "failed": summary.failed,
         "held": summary.held,
-        "retry_pending": summary.retried - len(summary.deferred),  # as the text's line
+        "retry_pending": summary.retry_pending,
         "deferred": len(summary.deferred),
         "verified": summary.verified,
         "interrupted": summary.released,

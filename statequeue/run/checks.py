@@ -148,7 +148,7 @@ def check_commands(
     check_command(command, env)
     if shell:
         check_syntax(command[2], f"invalid --shell command {shell!r}", "--shell")
-        if word := missing_first_word(command[2], env):
+        if word := missing_first_word(command[2], env, "--shell"):
             raise CommandNotFound(f"--shell command {word}; nothing was run")
     if verify:
         check_verify_command(verify, env)
@@ -158,11 +158,11 @@ def check_verify_command(script: str, env: Mapping[str, str]) -> None:
     """Refuse a --verify script whose first command is missing or not
     executable, before anything is claimed, as ``check_command`` does for the
     command (the check would fail with 126 or 127 on the first item)."""
-    if word := missing_first_word(script, env):
+    if word := missing_first_word(script, env, "--verify"):
         raise VerifyBroken(f"--verify command {word}; nothing was run")
 
 
-def missing_first_word(script: str, env: Mapping[str, str]) -> str:
+def missing_first_word(script: str, env: Mapping[str, str], option: str) -> str:
     """What is wrong with a rewritten script's first command ("not found in
     PATH: x", "x is not executable"...), or "" when nothing is. Only a plain
     first word is looked at (not ``VAR=x cmd``, ``(...)``, a quoted or
@@ -187,7 +187,7 @@ def missing_first_word(script: str, env: Mapping[str, str]) -> str:
             check=False,
         )
     except OSError as exc:
-        raise UsageError(f"needs {SHELL}: {exc.strerror or exc}") from None
+        raise UsageError(f"{option} needs {SHELL}: {exc.strerror or exc}") from None
     return "" if known.returncode == 0 else f"not found in PATH: {word}"
 
 

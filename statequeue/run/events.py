@@ -195,6 +195,11 @@ class RunSummary:
         return len(self.waiting)
 
     @property
+    def retry_pending(self) -> int:
+        """Items that failed and wait for a retry (``waiting`` less ``deferred``)."""
+        return len(self.waiting) - len(self.deferred)
+
+    @property
     def released(self) -> int:
         return len(self.handed_back)
 
@@ -231,8 +236,8 @@ class RunSummary:
         parts.append(f"{self.failed} failed")
         if self.held:
             parts.append(f"{self.held} held")
-        if failed_waiting := self.retried - len(self.deferred):
-            parts.append(f"{failed_waiting} waiting for a retry")
+        if self.retry_pending:
+            parts.append(f"{self.retry_pending} waiting for a retry")
         if self.deferred:
             parts.append(f"{len(self.deferred)} deferred (to be tried later)")
         if self.released:

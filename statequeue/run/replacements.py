@@ -79,6 +79,8 @@ _VALUES: dict[str, Callable[[JobItem], str]] = {
 
 NAMES: tuple[str, ...] = tuple("{" + key + "}" for key in _VALUES)
 """Every replacement string, ``{}`` first."""
+SLOT = "{%}"
+"""The job slot's: the one a persistent worker's command may hold."""
 
 
 def has_token(arg: str) -> bool:
@@ -105,7 +107,7 @@ def values(job: JobItem) -> list[str]:
 def refuse_item_tokens(command: tuple[str, ...]) -> None:
     """``--persistent``: refuse a command holding a replacement string other
     than ``{%}`` (the slot): a persistent worker gets its items on stdin."""
-    if others := sorted(template_tokens(command) - {"{%}"}):
+    if others := sorted(template_tokens(command) - {SLOT}):
         raise UsageError(
             f"--persistent: the command may not hold {', '.join(others)}: a persistent "
             "worker gets its items as requests on stdin (only {%}, the slot, is replaced)"

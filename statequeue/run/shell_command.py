@@ -23,12 +23,16 @@ from collections.abc import Mapping
 
 from statequeue.core.errors import UsageError
 from statequeue.run.keeper_os import find_program
-from statequeue.run.replacements import NAMES, TOKEN, refuse_item_tokens, template_tokens
+from statequeue.run.replacements import (
+    NAMES,
+    SLOT,
+    TOKEN,
+    refuse_item_tokens,
+    template_tokens,
+)
 from statequeue.run.verify import SHELL, names_item, only_the_item, verify_script
 
 __all__ = ["EMPTY_COMMAND", "refuse_shell_word", "shell_template"]
-
-SLOT = "{%}"
 
 EMPTY_COMMAND = "the command is empty; nothing was run (e.g. statequeue run -- ./work.sh {})"
 

@@ -22,12 +22,12 @@ from statequeue.core.models import Claim
 from statequeue.run import keeper_process as kp
 from statequeue.run.jobs import Job, JobSpec
 from statequeue.run.keeper import Keeper, readable
+from statequeue.run.pipes import READ_SIZE
 from statequeue.run.protocol import ReplyReader, request_line
-from statequeue.run.replacements import JobItem, replace, template_tokens
+from statequeue.run.replacements import SLOT, JobItem, replace, template_tokens
 
 __all__ = ["Worker", "wait_for", "worker_argv"]
 
-_READ = 65536
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 ANSWERED_KEPT = 64  # items of its last answered requests, known as such in a later reply
 STDIN_PIPE_SIZE = 1 << 20  # the default pipe-max-size: an unprivileged process may ask this much
@@ -36,7 +36,7 @@ STDIN_PIPE_SIZE = 1 << 20  # the default pipe-max-size: an unprivileged process 
 def worker_argv(template: tuple[str, ...], slot: int) -> list[str]:
     """The worker's command: ``template`` with ``{%}`` replaced by its slot
     (the only replacement string a persistent command may hold)."""
-    if "{%}" not in template_tokens(template):
+    if SLOT not in template_tokens(template):
         return list(template)
     job = JobItem("", 0, slot)
     return [replace(arg, job) for arg in template]
@@ -192,7 +192,7 @@ class Worker:
         if not self._reply_ready.poll(0):
             return False
         try:
-            data = os.read(self._reply_r, _READ)
+            data = os.read(self._reply_r, READ_SIZE)
         except BlockingIOError:
             return False
         self.reader.feed(data)
@@ -218,7 +218,7 @@ class Worker:
             return 0
         taken = 0
         try:
-            while data := os.read(fd, _READ):
+            while data := os.read(fd, READ_SIZE):
                 taken += len(data)
         except BlockingIOError:
             pass

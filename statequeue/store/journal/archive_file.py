@@ -83,6 +83,15 @@ def open_archive(folder: QueueFolder, name: str, state: QueueState, *, ops: File
     return archive
 
 
+def open_vouched(folder: QueueFolder, name: str) -> int:
+    """The archive open for reading; DamagedState when it is missing (the
+    caller asks only when the snapshot vouches for some of it)."""
+    try:
+        return folder.open_file(name, os.O_RDONLY)
+    except FileNotFoundError:
+        raise archive_missing(folder.path / name) from None
+
+
 def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     """The archived item records, up to ``size`` bytes (what the snapshot
     vouches for), read a chunk at a time: read whole, 200,000 archived items
@@ -91,10 +100,7 @@ def read_archive(folder: QueueFolder, name: str, size: int) -> Iterator[Record]:
     if size == 0:
         return
     path = folder.path / name
-    try:
-        fd = folder.open_file(name, os.O_RDONLY)
-    except FileNotFoundError:
-        raise archive_missing(path) from None
+    fd = open_vouched(folder, name)
     used = lines = 0
     try:
         # Only the first ``size`` bytes count: a compaction that died after

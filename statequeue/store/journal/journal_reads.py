@@ -18,10 +18,10 @@ from statequeue.core.leftover_note import note_name
 from statequeue.core.models import ItemState
 from statequeue.core.records import Record, decode, item_text
 from statequeue.store.base import attempts_since, deferrals_in
-from statequeue.store.journal.archive_file import read_archive
+from statequeue.store.journal.archive_file import open_vouched, read_archive
 from statequeue.store.journal.claims import ClaimLocks
 from statequeue.store.journal.folder import QueueFolder
-from statequeue.store.journal.integrity import ARCHIVE, archive_missing
+from statequeue.store.journal.integrity import ARCHIVE
 from statequeue.store.journal.journal_file import JournalFile, iter_marked, iter_records, read_from
 from statequeue.store.journal.leftover_notes import RUNNERS, held_by_leftovers
 from statequeue.store.journal.stats_summary import StatsSummary
@@ -78,10 +78,7 @@ class JournalReads(RecordStore):
         size = self.state.archive_size
         if size == 0:
             return iter(())
-        try:
-            fd = self.dir.open_file(ARCHIVE, os.O_RDONLY)
-        except FileNotFoundError:
-            raise archive_missing(self.dir.path / ARCHIVE) from None
+        fd = open_vouched(self.dir, ARCHIVE)
         try:
             return iter_marked(fd, size, marker, path=str(self.dir.path / ARCHIVE))
         finally:
